@@ -1,0 +1,3 @@
+from sonde.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""The agent: config, enrollment, the daemon, the probe executor, `serve --json`."""

@@ -1,0 +1,1 @@
+"""`sonde mcp-bridge`: stdio JSON-RPC <-> the hub's Streamable HTTP endpoint."""

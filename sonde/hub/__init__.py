@@ -1,0 +1,1 @@
+"""The hub: MCP, REST and the agent WebSocket in one process."""

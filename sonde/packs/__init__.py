@@ -1,0 +1,1 @@
+"""Probe plugins: the framework (base, context, registry, executor) and the built-in packs."""

@@ -1,0 +1,162 @@
+"""What a pack and a probe are.
+
+A pack groups probes under a name and a version, says what it needs on the
+machine (commands, files, groups) and how to tell whether it applies here.
+A probe is an async function with a typed params model and a typed result
+model; its name has the shape ``pack.area.metric``.
+
+    PACK = Pack("system", "1.0.0", "CPU, memory, disks ...")
+
+    @PACK.probe("system.memory.usage", "RAM and swap in bytes ...")
+    async def memory_usage(ctx: ProbeContext, params: NoParams) -> MemoryUsage: ...
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from sonde.protocol.messages import PROBE_NAME_PATTERN, PackDescriptor, ProbeDescriptor
+
+if typing.TYPE_CHECKING:
+    from sonde.packs.context import ProbeContext
+
+DEFAULT_PROBE_TIMEOUT_S = 15.0
+
+
+class Params(BaseModel):
+    """Base of probe params: frozen, no unknown fields. Bound every number, pattern every string."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(Params):
+    """For probes that take nothing."""
+
+
+class Result(BaseModel):
+    """Base of probe results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeUnavailable(Exception):
+    """The probe cannot run on this machine (missing command, service or permission)."""
+
+
+@dataclass(frozen=True)
+class Requirements:
+    commands: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    def missing(self) -> list[str]:
+        """What is absent on this machine, as short phrases."""
+        gaps = [f"command {c!r}" for c in self.commands if shutil.which(c) is None]
+        gaps += [f"file {f!r}" for f in self.files if not os.path.exists(f)]
+        return gaps
+
+
+P = TypeVar("P", bound=Params)
+R = TypeVar("R", bound=BaseModel)
+ProbeFunction = Callable[["ProbeContext", P], Awaitable[R]]
+
+
+@dataclass(frozen=True)
+class ProbeSpec(Generic[P, R]):
+    name: str
+    description: str
+    params: type[P]
+    result: type[R]
+    run: ProbeFunction[P, R]
+    timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
+    requires: Requirements = Requirements()
+
+    def params_schema(self) -> dict[str, Any]:
+        schema = self.params.model_json_schema()
+        schema.setdefault("properties", {})
+        schema.setdefault("required", [])
+        schema["additionalProperties"] = False
+        return schema
+
+    def descriptor(self) -> ProbeDescriptor:
+        return ProbeDescriptor(
+            name=self.name,
+            description=self.description,
+            params_schema=self.params_schema(),
+            timeout_s=self.timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class Detection:
+    detected: bool
+    reason: str
+
+
+@dataclass
+class Pack:
+    """A named, versioned group of probes. Built at import, read-only afterwards."""
+
+    name: str
+    version: str
+    description: str
+    requires: Requirements = Requirements()
+    detect: Callable[[], Detection] | None = None
+    categories: tuple[str, ...] = ()
+    probes: dict[str, ProbeSpec[Any, Any]] = field(default_factory=dict)
+
+    def probe(
+        self,
+        name: str,
+        description: str,
+        *,
+        timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+        requires: Requirements = Requirements(),
+    ) -> Callable[[ProbeFunction[P, R]], ProbeFunction[P, R]]:
+        """Declare a probe; params and result models come from the annotations."""
+        if not re.fullmatch(PROBE_NAME_PATTERN, name) or not name.startswith(self.name + "."):
+            raise ValueError(f"probe name {name!r} must look like '{self.name}.area.metric'")
+
+        def register(function: ProbeFunction[P, R]) -> ProbeFunction[P, R]:
+            hints = typing.get_type_hints(function)
+            params_model = hints["params"]
+            result_model = hints["return"]
+            if name in self.probes:
+                raise ValueError(f"probe {name!r} declared twice")
+            self.probes[name] = ProbeSpec(
+                name, description.strip(), params_model, result_model, function, timeout_s, requires
+            )
+            return function
+
+        return register
+
+    def detection(self) -> Detection:
+        gaps = self.requires.missing()
+        if gaps:
+            return Detection(False, "missing " + ", ".join(gaps))
+        if self.detect is not None:
+            return self.detect()
+        return Detection(True, "always available")
+
+    def descriptor(self) -> PackDescriptor:
+        return PackDescriptor(
+            name=self.name,
+            version=self.version,
+            description=self.description,
+            categories=self.categories,
+            probes=tuple(spec.descriptor() for spec in self.probes.values()),
+        )
+
+    def groups_needed(self) -> set[str]:
+        needed = set(self.requires.groups)
+        for spec in self.probes.values():
+            needed.update(spec.requires.groups)
+        return needed

@@ -1,0 +1,135 @@
+"""Run one probe by name: validate params, apply the timeout, cap the output.
+
+This is the supervision boundary for probe code: `trio.Cancelled` passes
+through; every other failure becomes a `ProbeExecutionError` with a stable
+code and a message a person (or a model) can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from pydantic import ValidationError
+
+from sonde.packs.base import ProbeUnavailable
+from sonde.packs.context import PathNotAllowed, ProbeContext
+from sonde.packs.registry import PackRegistry
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+
+
+class ProbeExecutionError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    result: dict[str, Any]
+    duration_ms: float
+    truncated: bool
+    output_bytes: int
+
+
+def describe_params_error(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error["loc"]) or "params"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+async def execute_probe(
+    registry: PackRegistry,
+    name: str,
+    params: Mapping[str, Any],
+    ctx: ProbeContext,
+    *,
+    timeout_s: float | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+) -> ProbeOutcome:
+    """Run probe ``name``; raises `ProbeExecutionError` with a code on any failure."""
+    spec = registry.probe(name)
+    if spec is None:
+        raise ProbeExecutionError(
+            "unknown_probe", f"Unknown probe {name!r}; available: {', '.join(registry.probe_names())}"
+        )
+    try:
+        parsed = spec.params.model_validate(dict(params))
+    except ValidationError as exc:
+        raise ProbeExecutionError(
+            "invalid_params", f"invalid params for {name}: {describe_params_error(exc)}"
+        ) from None
+    limit_s = min(timeout_s, spec.timeout_s) if timeout_s else spec.timeout_s
+    started = time.perf_counter()
+    try:
+        with trio.fail_after(limit_s):
+            result = await spec.run(ctx, parsed)
+    except trio.TooSlowError:
+        raise ProbeExecutionError("timeout", f"probe {name} did not finish within {limit_s:g}s") from None
+    except ProbeUnavailable as exc:
+        raise ProbeExecutionError("unavailable", str(exc)) from None
+    except (PathNotAllowed, ValueError) as exc:
+        raise ProbeExecutionError("refused", str(exc)) from None
+    except PermissionError as exc:
+        raise ProbeExecutionError("permission_denied", f"permission denied: {exc.filename or exc}") from None
+    except Exception as exc:  # the boundary for one probe's code
+        log.exception("probe %s failed", name)
+        raise ProbeExecutionError(
+            "probe_failed", f"probe {name} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    duration_ms = (time.perf_counter() - started) * 1000
+    data = result.model_dump(mode="json")
+    data, truncated, size = cap_result(data, max_result_bytes)
+    return ProbeOutcome(data, duration_ms, truncated, size)
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def cap_result(data: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool, int]:
+    """Shorten the longest lists (and longest strings) until ``data`` fits in ``limit`` bytes.
+
+    A shortened result carries ``"truncated": true`` at its top level.
+    """
+    size = json_size(data)
+    if size <= limit:
+        return data, False, size
+    data = json.loads(json.dumps(data))  # a private copy to cut
+    while size > limit:
+        if not _shorten_largest(data):
+            data = {"truncated": True, "note": f"result of {size} bytes exceeds the {limit} byte cap"}
+            break
+        data["truncated"] = True
+        size = json_size(data)
+    return data, True, size
+
+
+def _shorten_largest(root: dict[str, Any]) -> bool:
+    best: tuple[int, Any, Any] | None = None
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in children:
+            if isinstance(value, list | str) and len(value) > 1:
+                if best is None or len(value) > best[0]:
+                    best = (len(value), node, key)
+            if isinstance(value, dict | list):
+                stack.append(value)
+    if best is None:
+        return False
+    length, parent, key = best
+    value = parent[key]
+    parent[key] = value[: length // 2] + ("…[truncated]" if isinstance(value, str) else type(value)())
+    return True

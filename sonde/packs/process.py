@@ -1,0 +1,87 @@
+"""Run one command for a probe: argv only, output capped, killed on cancel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from sonde.packs.base import ProbeUnavailable
+
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+STDERR_MAX_BYTES = 64 * 1024
+READ_CHUNK_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    returncode: int
+    stdout: str
+    stderr: str
+    truncated: bool
+
+
+async def _read_capped(stream: trio.abc.ReceiveStream, limit: int) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await stream.receive_some(READ_CHUNK_BYTES)
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], True
+
+
+async def run_command(
+    argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+) -> CommandOutput:
+    """Run ``argv`` (a list, never a string) and collect its output.
+
+    Output past ``max_output_bytes`` is cut and the process killed. A missing
+    executable raises `ProbeUnavailable`. Cancellation kills the process.
+    """
+    if isinstance(argv, str | bytes):
+        raise TypeError("commands are argv lists, never strings")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    results: dict[str, tuple[bytes, bool]] = {}
+    try:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                partial(
+                    trio.run_process,
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    check=False,
+                    env=env,
+                )
+            )
+            assert process.stdout is not None
+            assert process.stderr is not None
+
+            async def collect(key: str, stream: trio.abc.ReceiveStream, limit: int) -> None:
+                results[key] = await _read_capped(stream, limit)
+                if results[key][1]:
+                    process.kill()
+
+            nursery.start_soon(collect, "out", process.stdout, max_output_bytes)
+            nursery.start_soon(collect, "err", process.stderr, STDERR_MAX_BYTES)
+    except FileNotFoundError:
+        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine") from None
+    except PermissionError:
+        raise ProbeUnavailable(f"command {argv[0]!r} may not be run by this user") from None
+    stdout, truncated = results["out"]
+    stderr, _ = results["err"]
+    return CommandOutput(
+        process.returncode if process.returncode is not None else -1,
+        stdout.decode(errors="replace"),
+        stderr.decode(errors="replace"),
+        truncated,
+    )

@@ -1,0 +1,113 @@
+"""Text frame <-> typed message, with size, version, schema and signature checks.
+
+`FrameCodec` is the only place frames are made and read. It signs what it
+encodes with our key and, once the peer's key is known, verifies what it
+decodes; errors name what was wrong so a person can act on them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import ValidationError
+
+from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.messages import (
+    MAX_FRAME_BYTES,
+    MESSAGE_ADAPTER,
+    MESSAGE_TYPES,
+    SUPPORTED_VERSIONS,
+    Envelope,
+    Message,
+    to_wire,
+    utc_now,
+)
+from sonde.protocol.signing import ReplayGuard, sign_frame, verify_frame
+
+
+def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Message, dict[str, Any]]:
+    """Decode and validate one text frame without checking its signature.
+
+    Returns the typed message and the raw JSON object (for signature checks).
+    Raises `RemoteProtocolError` naming what was wrong.
+    """
+    if len(text) > max_frame_bytes or (
+        len(text) * 4 > max_frame_bytes and len(text.encode()) > max_frame_bytes
+    ):
+        raise RemoteProtocolError(
+            "frame_too_large", f"frame is larger than the limit of {max_frame_bytes} bytes"
+        )
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise RemoteProtocolError("bad_json", f"frame is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RemoteProtocolError("bad_frame", "frame must be a JSON object")
+    check_version(raw.get("v"))
+    kind = raw.get("type")
+    if kind not in MESSAGE_TYPES:
+        raise RemoteProtocolError("unknown_type", f"unknown message type {kind!r}")
+    try:
+        message = MESSAGE_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        raise RemoteProtocolError(*describe_validation_error(exc)) from None
+    return message, raw
+
+
+def check_version(v: object) -> None:
+    low, high = SUPPORTED_VERSIONS
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise RemoteProtocolError(
+            "unsupported_version", f"unsupported protocol version {v!r}; supported: {low}..{high}"
+        )
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
+    """Turn a pydantic error into (code, message) naming the first bad field."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"][1:] or first["loc"])
+    if first["type"] == "missing":
+        return "missing_field", f"missing field {where!r}"
+    if first["type"] == "extra_forbidden":
+        return "unknown_field", f"unknown field {where!r}"
+    return "invalid_field", f"invalid field {where!r}: {first['msg']}"
+
+
+@dataclass
+class FrameCodec:
+    """Signs outgoing frames and checks incoming ones for one connection.
+
+    ``peer_key`` None means incoming frames are not verified (only before the
+    peer's identity is known). ``agent_id`` is stamped on every frame we send.
+    """
+
+    signing_key: Ed25519PrivateKey
+    peer_key: Ed25519PublicKey | None = None
+    agent_id: str | None = None
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    replay_guard: ReplayGuard = field(default_factory=ReplayGuard)
+
+    def encode(self, message: Envelope) -> str:
+        """Stamp, sign and dump ``message`` as one text frame."""
+        if self.agent_id is not None and message.agent_id != self.agent_id:
+            message = message.model_copy(update={"agent_id": self.agent_id})
+        frame = sign_frame(to_wire(message), self.signing_key)
+        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+    def decode(self, text: str) -> Message:
+        """Parse, validate and (once the peer key is known) verify one frame."""
+        message, raw = parse_frame(text, self.max_frame_bytes)
+        if self.peer_key is not None:
+            self.verify(message, raw, self.peer_key)
+        return message
+
+    def verify(
+        self, message: Envelope, raw: dict[str, Any], key: Ed25519PublicKey, now: datetime | None = None
+    ) -> None:
+        """Check signature, timestamp window and nonce; raises `SignatureError`."""
+        verify_frame(raw, key)
+        self.replay_guard.check(message.nonce, message.ts, now or utc_now())

@@ -1,0 +1,238 @@
+"""Wire messages between agent and hub: frozen values, camelCase on the wire.
+
+Every frame is an envelope ``{v, id, type, ts, agentId, nonce, sig, payload}``;
+``type`` selects the payload model through a discriminated union.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic.alias_generators import to_camel
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = (1, 1)  # inclusive range the hub accepts
+MAX_FRAME_BYTES = 1024 * 1024
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+PROBE_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$"
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: frozen, strict about extra fields, camelCase aliases."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+    )
+
+
+# --- payloads -------------------------------------------------------------
+
+
+class ProbeDescriptor(WireModel):
+    name: Annotated[str, Field(pattern=PROBE_NAME_PATTERN)]
+    description: str
+    params_schema: dict[str, JsonValue]
+    timeout_s: float
+
+
+class PackDescriptor(WireModel):
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    version: str
+    description: str = ""
+    categories: tuple[str, ...] = ()
+    probes: tuple[ProbeDescriptor, ...] = ()
+
+
+class Attestation(WireModel):
+    """What the agent says about itself; the hub compares it to a baseline."""
+
+    os: str
+    kernel: str
+    agent_version: str
+    code_hash: str
+    packs: dict[str, str]
+
+
+class RegisterPayload(WireModel):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    hostname: str
+    os: str
+    os_version: str = ""
+    kernel: str = ""
+    arch: str = ""
+    agent_version: str
+    boot_time: float | None = None
+    packs: tuple[PackDescriptor, ...]
+    attestation: Attestation
+
+
+class AckPayload(WireModel):
+    agent_id: str
+    heartbeat_interval_s: Annotated[float, Field(gt=0, le=3600)]
+    hub_version: str
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_probes_in_flight: int = 64
+
+
+RejectCode = Literal[
+    "unknown_agent",
+    "revoked",
+    "bad_signature",
+    "unsupported_version",
+    "protocol_error",
+    "replaced",
+    "hub_shutting_down",
+]
+
+
+class VersionRange(WireModel):
+    min: int
+    max: int
+
+
+class RejectPayload(WireModel):
+    code: RejectCode
+    reason: str
+    supported_versions: VersionRange | None = None
+
+
+class HeartbeatPayload(WireModel):
+    probes_in_flight: Annotated[int, Field(ge=0)] = 0
+
+
+class ProbeRequestPayload(WireModel):
+    request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    probe: Annotated[str, Field(pattern=PROBE_NAME_PATTERN)]
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+
+class ProbeMeta(WireModel):
+    truncated: bool = False
+    redactions: int = 0
+    output_bytes: int = 0
+
+
+class ProbeResponsePayload(WireModel):
+    request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    probe: str
+    result: dict[str, JsonValue]
+    duration_ms: float
+    meta: ProbeMeta = ProbeMeta()
+
+
+class ProbeErrorPayload(WireModel):
+    request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    code: str
+    message: str
+
+
+class ProbeCancelPayload(WireModel):
+    request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    reason: str = "cancelled"
+
+
+# --- envelopes ------------------------------------------------------------
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Envelope(WireModel):
+    v: int = PROTOCOL_VERSION
+    id: str = Field(default_factory=new_message_id)
+    ts: datetime = Field(default_factory=utc_now)
+    agent_id: str | None = None
+    nonce: str = Field(default_factory=new_nonce)
+    sig: str | None = None
+
+
+class AgentRegister(Envelope):
+    type: Literal["agent.register"] = "agent.register"
+    payload: RegisterPayload
+
+
+class HubAck(Envelope):
+    type: Literal["hub.ack"] = "hub.ack"
+    payload: AckPayload
+
+
+class HubReject(Envelope):
+    type: Literal["hub.reject"] = "hub.reject"
+    payload: RejectPayload
+
+
+class AgentHeartbeat(Envelope):
+    type: Literal["agent.heartbeat"] = "agent.heartbeat"
+    payload: HeartbeatPayload = HeartbeatPayload()
+
+
+class ProbeRequest(Envelope):
+    type: Literal["probe.request"] = "probe.request"
+    payload: ProbeRequestPayload
+
+
+class ProbeResponse(Envelope):
+    type: Literal["probe.response"] = "probe.response"
+    payload: ProbeResponsePayload
+
+
+class ProbeError(Envelope):
+    type: Literal["probe.error"] = "probe.error"
+    payload: ProbeErrorPayload
+
+
+class ProbeCancel(Envelope):
+    type: Literal["probe.cancel"] = "probe.cancel"
+    payload: ProbeCancelPayload
+
+
+Message = Annotated[
+    AgentRegister
+    | HubAck
+    | HubReject
+    | AgentHeartbeat
+    | ProbeRequest
+    | ProbeResponse
+    | ProbeError
+    | ProbeCancel,
+    Field(discriminator="type"),
+]
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+MESSAGE_TYPES: frozenset[str] = frozenset(
+    {
+        "agent.register",
+        "hub.ack",
+        "hub.reject",
+        "agent.heartbeat",
+        "probe.request",
+        "probe.response",
+        "probe.error",
+        "probe.cancel",
+    }
+)
+REPLY_TYPES: frozenset[str] = frozenset({"probe.response", "probe.error"})
+
+
+def to_wire(message: Envelope) -> dict[str, Any]:
+    """The message as the JSON-ready dict that goes on the wire (camelCase)."""
+    return message.model_dump(mode="json", by_alias=True, exclude_none=False)

@@ -1,0 +1,114 @@
+"""Ed25519 signatures over the canonical envelope, and replay protection.
+
+The canonical form of a frame is its JSON object without ``sig``, dumped with
+sorted keys, no spaces and UTF-8 text. A frame is accepted only when its
+signature verifies with the peer's key, its ``ts`` lies inside the window and
+its ``nonce`` has not been seen inside that window.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from sonde.protocol.errors import SignatureError
+
+TIMESTAMP_WINDOW_S = 120.0
+NONCE_CACHE_MAX = 200_000
+
+
+def canonical_bytes(frame: dict[str, Any]) -> bytes:
+    """The bytes a signature covers: the frame without ``sig``."""
+    unsigned = {key: value for key, value in frame.items() if key != "sig"}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sign_frame(frame: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """Return ``frame`` with ``sig`` set to the signature of its canonical form."""
+    signature = key.sign(canonical_bytes(frame))
+    return {**frame, "sig": base64.b64encode(signature).decode("ascii")}
+
+
+def verify_frame(frame: dict[str, Any], key: Ed25519PublicKey) -> None:
+    """Raise `SignatureError` unless ``frame`` carries a valid signature by ``key``."""
+    sig = frame.get("sig")
+    if not isinstance(sig, str) or not sig:
+        raise SignatureError("unsigned", "frame is not signed")
+    try:
+        signature = base64.b64decode(sig, validate=True)
+        key.verify(signature, canonical_bytes(frame))
+    except (InvalidSignature, ValueError) as exc:
+        raise SignatureError("bad_signature", "frame signature does not verify") from exc
+
+
+class ReplayGuard:
+    """Rejects frames outside the timestamp window and nonces seen before.
+
+    Memory is bounded: nonces older than the window are forgotten, and past
+    ``max_nonces`` live entries new frames are refused rather than remembered.
+    """
+
+    def __init__(self, window_s: float = TIMESTAMP_WINDOW_S, max_nonces: int = NONCE_CACHE_MAX) -> None:
+        self.window_s = window_s
+        self.max_nonces = max_nonces
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def check(self, nonce: str, ts: datetime, now: datetime) -> None:
+        """Record ``nonce``; raise `SignatureError` for a stale, future or replayed frame."""
+        skew = (now - ts).total_seconds()
+        if abs(skew) > self.window_s:
+            raise SignatureError(
+                "stale", f"frame timestamp is {skew:+.0f}s from now (window ±{self.window_s:.0f}s)"
+            )
+        now_s = now.timestamp()
+        self._forget_older_than(now_s - self.window_s)
+        if nonce in self._seen:
+            raise SignatureError("replayed", "frame nonce was already used (replay)")
+        if len(self._seen) >= self.max_nonces:
+            raise SignatureError("replay_cache_full", "too many frames inside the replay window")
+        self._seen[nonce] = now_s
+
+    def _forget_older_than(self, cutoff_s: float) -> None:
+        while self._seen:
+            nonce, seen_at = next(iter(self._seen.items()))
+            if seen_at >= cutoff_s:
+                return
+            del self._seen[nonce]
+
+
+# --- key handling ---------------------------------------------------------
+
+
+def new_private_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def private_key_to_text(key: Ed25519PrivateKey) -> str:
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return base64.b64encode(raw).decode("ascii")
+
+
+def private_key_from_text(text: str) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(base64.b64decode(text, validate=True))
+
+
+def public_key_to_text(key: Ed25519PublicKey) -> str:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def public_key_from_text(text: str) -> Ed25519PublicKey:
+    """Parse a base64 raw Ed25519 public key; `ValueError` if it is not one."""
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) != 32:
+        raise ValueError("an Ed25519 public key is 32 bytes")
+    return Ed25519PublicKey.from_public_bytes(raw)
