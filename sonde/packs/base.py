@@ -143,7 +143,10 @@ class Pack:
         if gaps:
             return Detection(False, "missing " + ", ".join(gaps))
         if self.detect is not None:
-            return self.detect()
+            try:
+                return self.detect()
+            except Exception as exc:  # a broken third-party detector must not take the agent down
+                return Detection(False, f"detection failed: {type(exc).__name__}: {exc}")
         return Detection(True, "always available")
 
     def descriptor(self) -> PackDescriptor:

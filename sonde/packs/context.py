@@ -45,7 +45,7 @@ class ProbeContext:
 
     async def in_thread(self, function: Callable[..., T], *args: Any) -> T:
         """Run blocking ``function`` in a worker thread under the limiter."""
-        return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+        return await trio.to_thread.run_sync(function, *args, limiter=self.limiter, abandon_on_cancel=True)
 
     def allowed_path(self, raw: str) -> Path:
         """Resolve ``raw`` (symlinks followed) and refuse it unless it lies in the allow-list."""

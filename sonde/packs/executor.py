@@ -78,6 +78,9 @@ async def execute_probe(
         raise ProbeExecutionError("timeout", f"probe {name} did not finish within {limit_s:g}s") from None
     except ProbeUnavailable as exc:
         raise ProbeExecutionError("unavailable", str(exc)) from None
+    except ValidationError as exc:  # the probe built a bad result: our bug, not the caller's
+        log.exception("probe %s returned an invalid result", name)
+        raise ProbeExecutionError("probe_failed", f"probe {name} produced an invalid result: {exc}") from None
     except (PathNotAllowed, ValueError) as exc:
         raise ProbeExecutionError("refused", str(exc)) from None
     except PermissionError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ class CommandOutput:
 
 
 async def _read_capped(stream: trio.abc.ReceiveStream, limit: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
+    chunks: list[bytes | bytearray] = []
     size = 0
     while True:
         chunk = await stream.receive_some(READ_CHUNK_BYTES)
@@ -48,35 +49,37 @@ async def run_command(
     """
     if isinstance(argv, str | bytes):
         raise TypeError("commands are argv lists, never strings")
+    if not argv:
+        raise ValueError("empty command")
+    executable = shutil.which(argv[0])
+    if executable is None:
+        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine")
+    if not os.access(executable, os.X_OK):
+        raise ProbeUnavailable(f"command {argv[0]!r} may not be run by this user")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     results: dict[str, tuple[bytes, bool]] = {}
-    try:
-        async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(
-                    trio.run_process,
-                    list(argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    check=False,
-                    env=env,
-                )
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                check=False,
+                env=env,
             )
-            assert process.stdout is not None
-            assert process.stderr is not None
+        )
+        assert process.stdout is not None
+        assert process.stderr is not None
 
-            async def collect(key: str, stream: trio.abc.ReceiveStream, limit: int) -> None:
-                results[key] = await _read_capped(stream, limit)
-                if results[key][1]:
-                    process.kill()
+        async def collect(key: str, stream: trio.abc.ReceiveStream, limit: int) -> None:
+            results[key] = await _read_capped(stream, limit)
+            if results[key][1]:
+                process.kill()
 
-            nursery.start_soon(collect, "out", process.stdout, max_output_bytes)
-            nursery.start_soon(collect, "err", process.stderr, STDERR_MAX_BYTES)
-    except FileNotFoundError:
-        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine") from None
-    except PermissionError:
-        raise ProbeUnavailable(f"command {argv[0]!r} may not be run by this user") from None
+        nursery.start_soon(collect, "out", process.stdout, max_output_bytes)
+        nursery.start_soon(collect, "err", process.stderr, STDERR_MAX_BYTES)
     stdout, truncated = results["out"]
     stderr, _ = results["err"]
     return CommandOutput(

@@ -13,4 +13,13 @@ PACK = Pack(
 )
 
 # Importing the probe modules declares their probes on PACK.
-from sonde.packs.system import memory  # noqa: E402,F401
+from sonde.packs.system import (  # noqa: E402,F401
+    cpu,
+    disk,
+    info,
+    listening,
+    memory,
+    network,
+    process_info,
+    processes,
+)

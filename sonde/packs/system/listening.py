@@ -1,0 +1,169 @@
+"""Sockets waiting for peers: listening TCP and bound, unconnected UDP.
+
+``psutil.net_connections`` gives the table with owning PIDs. Where it is refused
+(AccessDenied on some systems for non-root users), the kernel tables in
+/proc/net are parsed instead (`sonde.packs.system.procnet`) and each socket's
+inode is matched to the processes whose /proc/PID/fd this user may read.
+Sockets of processes we may not inspect keep ``pid: null``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import psutil
+
+from sonde.packs.base import NoParams, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.system import PACK
+from sonde.packs.system.procnet import Family, Protocol, is_listening, parse_proc_net
+
+PROC_ROOT = Path("/proc")
+PROC_NET_TABLES: tuple[tuple[str, Protocol], ...] = (
+    ("tcp", "tcp"),
+    ("tcp6", "tcp"),
+    ("udp", "udp"),
+    ("udp6", "udp"),
+)
+SOCKET_LINK_PREFIX = "socket:["
+
+
+@dataclass(frozen=True)
+class BoundSocket:
+    protocol: Protocol
+    family: Family
+    address: str
+    port: int
+    pid: int | None
+
+
+class ListeningSocket(Result):
+    protocol: Protocol
+    family: Family
+    address: str
+    port: int
+    pid: int | None
+    process_name: str | None
+
+
+class ListeningSockets(Result):
+    sockets: list[ListeningSocket]
+    source: Literal["psutil", "procfs"]
+    processes_visible: bool
+    note: str | None
+
+
+def listening_from_psutil() -> list[BoundSocket]:
+    """Listening sockets from psutil; raises ``psutil.AccessDenied`` where it is refused."""
+    found = []
+    for conn in psutil.net_connections(kind="inet"):
+        protocol: Protocol = "tcp" if conn.type == socket.SOCK_STREAM else "udp"
+        if protocol == "tcp" and conn.status != psutil.CONN_LISTEN:
+            continue
+        if protocol == "udp" and (conn.raddr or not conn.laddr):
+            continue
+        family: Family = "ipv4" if conn.family == socket.AF_INET else "ipv6"
+        found.append(BoundSocket(protocol, family, conn.laddr.ip, conn.laddr.port, conn.pid))
+    return found
+
+
+def _socket_inodes(fd_dir: Path) -> Iterable[int]:
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:  # another user's process, or it exited
+        return
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(SOCKET_LINK_PREFIX):
+            yield int(target[len(SOCKET_LINK_PREFIX) : -1])
+
+
+def socket_owners(proc_root: Path = PROC_ROOT) -> dict[int, int]:
+    """Socket inode -> PID, for every process whose file descriptors this user may read."""
+    owners: dict[int, int] = {}
+    for pid_dir in proc_root.iterdir():
+        if pid_dir.name.isdigit():
+            for inode in _socket_inodes(pid_dir / "fd"):
+                owners.setdefault(inode, int(pid_dir.name))
+    return owners
+
+
+def listening_from_procfs(proc_root: Path = PROC_ROOT) -> list[BoundSocket]:
+    """Listening sockets from /proc/net tables, PIDs where the owner is visible."""
+    owners = socket_owners(proc_root)
+    found = []
+    for table, protocol in PROC_NET_TABLES:
+        try:
+            with (proc_root / "net" / table).open() as lines:
+                entries = [entry for entry in parse_proc_net(lines, protocol) if is_listening(entry)]
+        except FileNotFoundError:  # e.g. no IPv6 on this machine
+            continue
+        found += [
+            BoundSocket(protocol, e.family, e.local_address, e.local_port, owners.get(e.inode))
+            for e in entries
+        ]
+    return found
+
+
+def _process_names(pids: Iterable[int]) -> dict[int, str | None]:
+    names: dict[int, str | None] = {}
+    for pid in pids:
+        try:
+            names[pid] = psutil.Process(pid).name()
+        except psutil.Error:  # exited, or not ours to read
+            names[pid] = None
+    return names
+
+
+def _sort_key(bound: BoundSocket) -> tuple[str, int, str, int]:
+    return bound.protocol, bound.port, bound.address, bound.pid or 0
+
+
+def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) -> ListeningSockets:
+    """The probe result for ``found`` sockets: de-duplicated, sorted, with process names."""
+    unique = sorted(set(found), key=_sort_key)
+    names = _process_names({bound.pid for bound in unique if bound.pid is not None})
+    hidden = sum(1 for bound in unique if bound.pid is None)
+    return ListeningSockets(
+        sockets=[
+            ListeningSocket(
+                protocol=b.protocol,
+                family=b.family,
+                address=b.address,
+                port=b.port,
+                pid=b.pid,
+                process_name=names.get(b.pid) if b.pid is not None else None,
+            )
+            for b in unique
+        ],
+        source=source,
+        processes_visible=hidden == 0,
+        note=f"the owning process of {hidden} socket(s) is not visible to this user" if hidden else None,
+    )
+
+
+def _read_listening() -> ListeningSockets:
+    try:
+        return describe(listening_from_psutil(), "psutil")
+    except psutil.AccessDenied:
+        return describe(listening_from_procfs(), "procfs")
+
+
+@PACK.probe(
+    "system.network.listening",
+    """Sockets waiting for connections: listening TCP and bound UDP sockets, each with
+    protocol, family, local address, port, and the PID and name of the owning process where
+    this agent may see it (`processes_visible` is false when some owners are hidden). Use it
+    to find which service holds a port, or whether a service is listening at all.""",
+    timeout_s=15,
+)
+async def network_listening(ctx: ProbeContext, params: NoParams) -> ListeningSockets:
+    return await ctx.in_thread(_read_listening)

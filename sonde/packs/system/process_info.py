@@ -1,0 +1,131 @@
+"""Everything visible about one process, by PID.
+
+The OS may refuse some fields (another user's cwd, exe or open files): those come
+back as null and are named in ``denied``; the probe itself still succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import psutil
+import trio
+from pydantic import Field
+
+from sonde.packs.base import Params, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.system import PACK
+from sonde.packs.system.info import iso_utc
+from sonde.packs.system.processes import CMDLINE_MAX_CHARS, CPU_SAMPLE_S
+
+PID_MAX = 4_194_304  # the largest pid_max Linux allows
+CMDLINE_MAX_ARGS = 256
+DENIED = object()  # marks a field the OS refused, in Process.as_dict output
+INFO_ATTRS = [
+    "ppid",
+    "name",
+    "exe",
+    "cmdline",
+    "username",
+    "status",
+    "create_time",
+    "cpu_percent",
+    "memory_info",
+    "num_threads",
+    "open_files",
+    "num_fds",
+    "cwd",
+]
+
+
+class ProcessInfoParams(Params):
+    pid: int = Field(ge=1, le=PID_MAX, strict=True, description="Process ID.")
+
+
+class ProcessInfo(Result):
+    pid: int
+    ppid: int | None
+    name: str | None
+    exe: str | None
+    cmdline: list[str] | None
+    username: str | None
+    status: str | None
+    create_time: str | None
+    cpu_percent: float | None
+    memory_rss_bytes: int | None
+    memory_vms_bytes: int | None
+    num_threads: int | None
+    open_files_count: int | None
+    num_fds: int | None
+    cwd: str | None
+    denied: list[str]
+
+
+def _cut_cmdline(args: list[str]) -> list[str]:
+    return [arg[:CMDLINE_MAX_CHARS] for arg in args[:CMDLINE_MAX_ARGS]]
+
+
+def process_info_from(pid: int, values: dict[str, Any]) -> ProcessInfo:
+    """A `ProcessInfo` from ``Process.as_dict(INFO_ATTRS, ad_value=DENIED)`` output."""
+    seen = {key: (None if value is DENIED else value) for key, value in values.items()}
+    memory = seen.get("memory_info")
+    open_files = seen.get("open_files")
+    create_time = seen.get("create_time")
+    cmdline = seen.get("cmdline")
+    cpu_percent = seen.get("cpu_percent")
+    return ProcessInfo(
+        pid=pid,
+        ppid=seen.get("ppid"),
+        name=seen.get("name"),
+        exe=seen.get("exe") or None,  # kernel threads have no executable
+        cmdline=_cut_cmdline(cmdline) if cmdline is not None else None,
+        username=seen.get("username"),
+        status=seen.get("status"),
+        create_time=iso_utc(create_time) if create_time is not None else None,
+        cpu_percent=round(cpu_percent, 1) if cpu_percent is not None else None,
+        memory_rss_bytes=memory.rss if memory is not None else None,
+        memory_vms_bytes=memory.vms if memory is not None else None,
+        num_threads=seen.get("num_threads"),
+        open_files_count=len(open_files) if open_files is not None else None,
+        num_fds=seen.get("num_fds"),
+        cwd=seen.get("cwd") or None,
+        denied=sorted(key for key, value in values.items() if value is DENIED),
+    )
+
+
+def _no_such_process(pid: int) -> ValueError:
+    return ValueError(f"no process with PID {pid}")
+
+
+def _open_primed(pid: int) -> psutil.Process:
+    try:
+        process = psutil.Process(pid)
+        with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess):
+            process.cpu_percent(None)
+    except psutil.NoSuchProcess:
+        raise _no_such_process(pid) from None
+    return process
+
+
+def _read_info(process: psutil.Process) -> ProcessInfo:
+    try:
+        values = process.as_dict(INFO_ATTRS, ad_value=DENIED)
+    except psutil.NoSuchProcess:  # it exited during the CPU sample
+        raise _no_such_process(process.pid) from None
+    return process_info_from(process.pid, values)
+
+
+@PACK.probe(
+    "system.process.info",
+    """Details of one process by PID: parent PID, name, executable, command line, user,
+    status, start time (ISO 8601 UTC), CPU percent over a 0.2 s sample, resident and
+    virtual memory in bytes, thread count, open file and descriptor counts, and working
+    directory. Fields the OS refuses to show are null and listed in `denied`. Use it after
+    system.processes.top or system.network.listening to look closer at one process.""",
+    timeout_s=5,
+)
+async def process_info(ctx: ProbeContext, params: ProcessInfoParams) -> ProcessInfo:
+    process = await ctx.in_thread(_open_primed, params.pid)
+    await trio.sleep(CPU_SAMPLE_S)
+    return await ctx.in_thread(_read_info, process)

@@ -1,0 +1,149 @@
+"""The busiest processes, by CPU or by memory.
+
+CPU percent needs two readings: every process is primed with ``cpu_percent()``,
+the probe waits `CPU_SAMPLE_S` with `trio.sleep`, then reads again. Each psutil
+``Process`` object keeps its own previous reading, so concurrent probes do not
+disturb each other. Fields the OS refuses to show come back as null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psutil
+import trio
+from pydantic import Field
+
+from sonde.packs.base import Params, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.system import PACK
+from sonde.packs.system.info import iso_utc
+
+CPU_SAMPLE_S = 0.2
+CMDLINE_MAX_CHARS = 512
+SUMMARY_ATTRS = ["name", "username", "memory_info", "status", "cmdline", "create_time"]
+
+
+class TopParams(Params):
+    sort_by: Literal["cpu", "memory"] = "cpu"
+    limit: int = Field(default=10, ge=1, le=100, strict=True, description="How many processes to return.")
+
+
+class ProcessSummary(Result):
+    pid: int
+    name: str | None
+    username: str | None
+    cpu_percent: float | None
+    memory_percent: float | None
+    rss_bytes: int | None
+    status: str | None
+    cmdline: str | None
+    create_time: str | None
+
+
+class TopProcesses(Result):
+    sort_by: Literal["cpu", "memory"]
+    sample_s: float
+    process_count: int
+    processes: list[ProcessSummary]
+
+
+def join_cmdline(args: list[str] | None, max_chars: int = CMDLINE_MAX_CHARS) -> str | None:
+    """``args`` joined by spaces, cut to ``max_chars`` (the last one then an ellipsis)."""
+    if args is None:
+        return None
+    line = " ".join(args)
+    return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+
+
+def summarize(pid: int, cpu: float | None, memory: float | None, values: dict[str, Any]) -> ProcessSummary:
+    """A `ProcessSummary` from ``Process.as_dict(SUMMARY_ATTRS, ad_value=None)`` output."""
+    memory_info = values.get("memory_info")
+    create_time = values.get("create_time")
+    return ProcessSummary(
+        pid=pid,
+        name=values.get("name"),
+        username=values.get("username"),
+        cpu_percent=None if cpu is None else round(cpu, 1),
+        memory_percent=None if memory is None else round(memory, 2),
+        rss_bytes=memory_info.rss if memory_info is not None else None,
+        status=values.get("status"),
+        cmdline=join_cmdline(values.get("cmdline")),
+        create_time=iso_utc(create_time) if create_time is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    process: psutil.Process
+    cpu_percent: float | None
+    memory_percent: float | None
+
+    def rank(self, sort_by: str) -> tuple[float, int]:
+        value = self.cpu_percent if sort_by == "cpu" else self.memory_percent
+        return (value if value is not None else -1.0, -self.process.pid)
+
+
+def _unless_denied(read: Callable[[], float]) -> float | None:
+    try:
+        return read()
+    except psutil.AccessDenied:
+        return None
+
+
+def _prime_all() -> list[psutil.Process]:
+    primed = []
+    for pid in psutil.pids():
+        try:
+            process = psutil.Process(pid)
+            _unless_denied(process.cpu_percent)
+        except psutil.NoSuchProcess:  # exited meanwhile
+            continue
+        primed.append(process)
+    return primed
+
+
+def _read_all(processes: list[psutil.Process]) -> list[Reading]:
+    readings = []
+    for process in processes:
+        try:
+            cpu = _unless_denied(process.cpu_percent)
+            memory = _unless_denied(process.memory_percent)
+        except psutil.NoSuchProcess:
+            continue
+        readings.append(Reading(process, cpu, memory))
+    return readings
+
+
+def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[ProcessSummary]:
+    ranked = sorted(_read_all(processes), key=lambda reading: reading.rank(sort_by), reverse=True)
+    top: list[ProcessSummary] = []
+    for reading in ranked:
+        try:
+            values = reading.process.as_dict(SUMMARY_ATTRS, ad_value=None)
+        except psutil.NoSuchProcess:
+            continue
+        top.append(summarize(reading.process.pid, reading.cpu_percent, reading.memory_percent, values))
+        if len(top) == limit:
+            break
+    return top
+
+
+@PACK.probe(
+    "system.processes.top",
+    """The busiest processes, sorted by CPU (percent of one CPU over a 0.2 s sample, so a
+    multi-threaded process can exceed 100) or by memory (percent of RAM): pid, name, user,
+    cpu and memory percent, resident memory in bytes, status, command line (cut to 512
+    characters) and start time (ISO 8601 UTC), plus the total process count. Fields the OS
+    hides from this agent are null. Use it to find what is eating CPU or memory.""",
+    timeout_s=15,
+)
+async def processes_top(ctx: ProbeContext, params: TopParams) -> TopProcesses:
+    processes = await ctx.in_thread(_prime_all)
+    await trio.sleep(CPU_SAMPLE_S)
+    top = await ctx.in_thread(_top, processes, params.sort_by, params.limit)
+    return TopProcesses(
+        sort_by=params.sort_by, sample_s=CPU_SAMPLE_S, process_count=len(processes), processes=top
+    )

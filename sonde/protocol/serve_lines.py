@@ -1,0 +1,293 @@
+"""The `sonde serve --json` line protocol: pure models, request parsing, line splitting.
+
+One JSON object per line in each direction. The server first prints a ready
+line; then every request line gets exactly one response line carrying the
+request's ``id`` (``null`` when the id could not be read) and
+``protocolVersion``. Nothing here does I/O: the serve shell feeds bytes to a
+`RequestLineSplitter`, hands each line to `parse_request` and writes what
+`encode_line` returns.
+
+Error messages (the seed contract fixes the first three; the rest are ours):
+
+- ``Invalid JSON request`` (id null): the line is not UTF-8 JSON.
+- ``Unknown tool '<name>'``: no exposed tool has that name (the shell decides).
+- ``Missing tool name in tools/call request``: ``params.name`` absent, null or "".
+- ``Request line too long`` (id null): a line over `MAX_REQUEST_LINE_BYTES`.
+- ``Invalid request: ...``: JSON that is not an object, an id that is not a
+  string/number/null, a method that is not a string, params that are not an
+  object, a tool name that is not a string.
+- ``Unknown method '<m>'``: a method other than tools/list and tools/call.
+- ``Invalid tool input: expected an object``: ``params.input`` not an object.
+
+Unknown top-level request keys are ignored, so clients may add their own
+(``jsonrpc`` for one); ``params`` of tools/list is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Final, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictFloat, StrictInt, StrictStr
+
+from sonde.protocol.errors import RemoteProtocolError
+
+API_VERSION: Final = "1.0.0"
+PROTOCOL_VERSION: Final = "1.0.0"
+MAX_REQUEST_LINE_BYTES = 1024 * 1024  # longer lines are refused, not buffered
+
+INVALID_JSON = "Invalid JSON request"
+LINE_TOO_LONG = "Request line too long"
+MISSING_TOOL_NAME = "Missing tool name in tools/call request"
+INPUT_NOT_OBJECT = "Invalid tool input: expected an object"
+
+RequestId = StrictStr | StrictInt | StrictFloat | None
+
+
+class LineModel(BaseModel):
+    """Base of every serve-line model: frozen, no unknown fields, camelCase by alias."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+
+# --- requests ---------------------------------------------------------------
+
+
+class ListToolsRequest(LineModel):
+    id: RequestId
+    method: Literal["tools/list"] = "tools/list"
+
+
+class CallToolRequest(LineModel):
+    id: RequestId
+    method: Literal["tools/call"] = "tools/call"
+    name: Annotated[str, Field(min_length=1)]
+    input: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+ServeRequest = ListToolsRequest | CallToolRequest
+
+
+class BadRequest(RemoteProtocolError):
+    """A request line the server cannot act on; answered with an error line.
+
+    ``request_id`` is the id to echo (None when the id itself is unreadable).
+    """
+
+    def __init__(self, code: str, message: str, request_id: RequestId = None) -> None:
+        super().__init__(code, message)
+        self.request_id = request_id
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json_line(line: bytes) -> object:
+    """The JSON value on ``line``; raises `BadRequest` (``Invalid JSON request``)."""
+    try:
+        return json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise BadRequest("bad_json", INVALID_JSON) from None
+
+
+def _read_id(raw: dict[str, object]) -> RequestId:
+    value = raw.get("id")
+    if (
+        value is None
+        or isinstance(value, str | float)
+        or (isinstance(value, int) and not isinstance(value, bool))
+    ):
+        return value
+    raise BadRequest("bad_request", "Invalid request: id must be a string, a number or null")
+
+
+def _read_call(request_id: RequestId, params: object) -> CallToolRequest:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise BadRequest("bad_request", "Invalid request: params must be an object", request_id)
+    name = params.get("name")
+    if name is None or name == "":
+        raise BadRequest("missing_tool_name", MISSING_TOOL_NAME, request_id)
+    if not isinstance(name, str):
+        raise BadRequest("bad_request", "Invalid request: params.name must be a string", request_id)
+    tool_input = params.get("input", {})
+    if tool_input is None:
+        tool_input = {}
+    if not isinstance(tool_input, dict):
+        raise BadRequest("bad_input", INPUT_NOT_OBJECT, request_id)
+    return CallToolRequest(id=request_id, name=name, input=tool_input)
+
+
+def parse_request(line: bytes) -> ServeRequest:
+    """Decode one request line into a typed request.
+
+    Raises `BadRequest` with the message and the id to answer with.
+    """
+    raw = decode_json_line(line)
+    if not isinstance(raw, dict):
+        raise BadRequest("bad_request", "Invalid request: expected a JSON object")
+    request_id = _read_id(raw)
+    method = raw.get("method")
+    if not isinstance(method, str):
+        raise BadRequest("bad_request", "Invalid request: method must be a string", request_id)
+    if method == "tools/list":
+        return ListToolsRequest(id=request_id)
+    if method == "tools/call":
+        return _read_call(request_id, raw.get("params"))
+    raise BadRequest("unknown_method", f"Unknown method '{method}'", request_id)
+
+
+# --- responses --------------------------------------------------------------
+
+
+class ErrorDetail(LineModel):
+    message: str
+
+
+class ToolDescription(LineModel):
+    name: str
+    description: str
+    input_schema: dict[str, JsonValue] = Field(alias="inputSchema")
+
+
+class ToolsListResult(LineModel):
+    tools: tuple[ToolDescription, ...]
+
+
+class ToolCallResult(LineModel):
+    tool: str
+    output: dict[str, JsonValue]
+
+
+class SuccessResponse(LineModel):
+    id: RequestId
+    ok: Literal[True] = True
+    protocol_version: Literal["1.0.0"] = Field(default=PROTOCOL_VERSION, alias="protocolVersion")
+    result: ToolsListResult | ToolCallResult
+
+
+class ErrorResponse(LineModel):
+    id: RequestId
+    ok: Literal[False] = False
+    protocol_version: Literal["1.0.0"] = Field(default=PROTOCOL_VERSION, alias="protocolVersion")
+    error: ErrorDetail
+
+
+class ReadyLine(LineModel):
+    """The first line the server prints once it reads requests."""
+
+    ok: Literal[True] = True
+    api_version: Literal["1.0.0"] = Field(default=API_VERSION, alias="apiVersion")
+    protocol_version: Literal["1.0.0"] = Field(default=PROTOCOL_VERSION, alias="protocolVersion")
+    command: Literal["serve"] = "serve"
+    status: Literal["ready"] = "ready"
+
+
+class StartupFailure(LineModel):
+    """The only line printed when the server cannot start (bad manifest, ...)."""
+
+    ok: Literal[False] = False
+    api_version: Literal["1.0.0"] = Field(default=API_VERSION, alias="apiVersion")
+    protocol_version: Literal["1.0.0"] = Field(default=PROTOCOL_VERSION, alias="protocolVersion")
+    command: Literal["serve"] = "serve"
+    error: ErrorDetail
+
+
+ServeLine = ReadyLine | StartupFailure | SuccessResponse | ErrorResponse
+
+
+def tools_list_response(request_id: RequestId, tools: list[ToolDescription]) -> SuccessResponse:
+    """The answer to tools/list."""
+    return SuccessResponse(id=request_id, result=ToolsListResult(tools=tuple(tools)))
+
+
+def tool_call_response(request_id: RequestId, tool: str, output: dict[str, Any]) -> SuccessResponse:
+    """The answer to a tools/call that ran; ``output`` is the probe's JSON result."""
+    return SuccessResponse(id=request_id, result=ToolCallResult(tool=tool, output=output))
+
+
+def error_response(request_id: RequestId, message: str) -> ErrorResponse:
+    """An ``ok: false`` answer echoing ``request_id``."""
+    return ErrorResponse(id=request_id, error=ErrorDetail(message=message))
+
+
+def unknown_tool_response(request_id: RequestId, name: str) -> ErrorResponse:
+    """The answer to a tools/call naming a tool that is not exposed."""
+    return error_response(request_id, f"Unknown tool '{name}'")
+
+
+def startup_failure(message: str) -> StartupFailure:
+    """The single line printed instead of the ready line when serving cannot start."""
+    return StartupFailure(error=ErrorDetail(message=message))
+
+
+def encode_line(line: ServeLine) -> bytes:
+    """One compact JSON line, newline-terminated (NaN/Infinity become null)."""
+    return line.model_dump_json(by_alias=True).encode() + b"\n"
+
+
+# --- line splitting ---------------------------------------------------------
+
+
+class LineTooLong:
+    """Marks a request line that exceeded the cap; its bytes were dropped."""
+
+    def __repr__(self) -> str:
+        return "LINE_TOO_LONG"
+
+
+LINE_TOO_LONG_EVENT = LineTooLong()
+
+
+class RequestLineSplitter:
+    """Splits a byte stream into request lines, capping each at ``max_line_bytes``.
+
+    `feed` returns the complete, non-blank lines (without the newline) and a
+    `LINE_TOO_LONG_EVENT` for each over-long line, whose bytes are discarded up
+    to its newline. It never holds more than ``max_line_bytes`` plus one chunk.
+    """
+
+    def __init__(self, max_line_bytes: int = MAX_REQUEST_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of _buffer already known to hold no newline
+        self._discarding = False  # inside an over-long line, dropping until newline
+
+    def feed(self, data: bytes | bytearray) -> list[bytes | LineTooLong]:
+        """Add ``data``; return the events it completes."""
+        self._buffer += data
+        events: list[bytes | LineTooLong] = []
+        while (newline := self._buffer.find(b"\n", self._scanned)) >= 0:
+            line = bytes(self._buffer[:newline])
+            del self._buffer[: newline + 1]
+            self._scanned = 0
+            self._emit(line, events)
+            self._discarding = False
+        self._scanned = len(self._buffer)
+        if len(self._buffer) > self.max_line_bytes or self._discarding:
+            if not self._discarding:
+                events.append(LINE_TOO_LONG_EVENT)
+            self._discarding = True
+            self._buffer.clear()
+            self._scanned = 0
+        return events
+
+    def end(self) -> list[bytes | LineTooLong]:
+        """At end of input: the last line if it had no newline."""
+        events: list[bytes | LineTooLong] = []
+        if not self._discarding:
+            self._emit(bytes(self._buffer), events)
+        self._buffer.clear()
+        self._scanned = 0
+        self._discarding = False
+        return events
+
+    def _emit(self, line: bytes, events: list[bytes | LineTooLong]) -> None:
+        if self._discarding:
+            return
+        if len(line) > self.max_line_bytes:
+            events.append(LINE_TOO_LONG_EVENT)
+        elif line.strip():
+            events.append(line)

@@ -1,0 +1,251 @@
+"""The pure parts of the system pack, on recorded real inputs and hand-made edge cases."""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sonde.packs.system.cpu import busy_percent
+from sonde.packs.system.disk import Mount, real_filesystems
+from sonde.packs.system.info import iso_utc, operating_system, parse_os_release
+from sonde.packs.system.process_info import DENIED, process_info_from
+from sonde.packs.system.processes import join_cmdline, summarize
+from sonde.packs.system.procnet import (
+    ProcNetSocket,
+    decode_address,
+    decode_endpoint,
+    is_listening,
+    parse_proc_net,
+)
+
+RECORDED = Path(__file__).parent / "recorded"
+DiskPartition = namedtuple("DiskPartition", "device mountpoint fstype opts")
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+def proc_net(name: str, protocol: str) -> list[ProcNetSocket]:
+    return list(parse_proc_net(recorded(name).splitlines(), protocol, byteorder="little"))  # type: ignore[arg-type]
+
+
+def listening(rows: list[ProcNetSocket]) -> set[tuple[str, int]]:
+    return {(row.local_address, row.local_port) for row in rows if is_listening(row)}
+
+
+# os-release
+
+
+def test_os_release_of_debian_12() -> None:
+    fields = parse_os_release(recorded("os-release-debian12.txt"))
+    assert fields["PRETTY_NAME"] == "Debian GNU/Linux 12 (bookworm)"
+    assert fields["HOME_URL"] == "https://www.debian.org/"
+    described = operating_system(fields, "/etc/os-release")
+    assert (described.name, described.id, described.version_id) == ("Debian GNU/Linux", "debian", "12")
+    assert described.pretty_name == "Debian GNU/Linux 12 (bookworm)"
+
+
+def test_os_release_quoting_comments_and_junk() -> None:
+    fields = parse_os_release(recorded("os-release-edge.txt"))
+    assert fields == {
+        "NAME": "Example Linux",
+        "PRETTY_NAME": 'Example "Quoted" Linux $HOME 1.0',
+        "ID": "example",
+        "VERSION_ID": "1.0",
+        "INDENTED": "kept",
+        "BROKEN": "unbalanced",
+        "EMPTY": "",
+    }
+
+
+def test_os_release_defaults_when_fields_are_missing() -> None:
+    described = operating_system(parse_os_release("VERSION_ID=\n"), None)
+    assert (described.name, described.pretty_name, described.id) == ("Linux", "Linux", "linux")
+    assert described.version_id is None
+    assert described.source is None
+
+
+def test_os_release_pretty_name_falls_back_to_name_and_version() -> None:
+    described = operating_system(parse_os_release('NAME="Alpine Linux"\nVERSION_ID=3.20.1\n'), None)
+    assert described.pretty_name == "Alpine Linux 3.20.1"
+
+
+def test_iso_utc() -> None:
+    assert iso_utc(0) == "1970-01-01T00:00:00+00:00"
+    assert iso_utc(1_700_000_000.75) == "2023-11-14T22:13:20+00:00"
+
+
+# /proc/net
+
+
+@pytest.mark.parametrize(
+    ("hex_address", "byteorder", "text"),
+    [
+        ("0100007F", "little", "127.0.0.1"),
+        ("00000000", "little", "0.0.0.0"),
+        ("7F000001", "big", "127.0.0.1"),
+        ("00000000000000000000000001000000", "little", "::1"),
+        ("0000000000000000FFFF00000100007F", "little", "::ffff:127.0.0.1"),
+        ("B80D0120000000000000000001000000", "little", "2001:db8::1"),
+        ("20010DB8000000000000000000000001", "big", "2001:db8::1"),
+    ],
+)
+def test_decode_address(hex_address: str, byteorder: str, text: str) -> None:
+    assert decode_address(hex_address, byteorder) == text  # type: ignore[arg-type]
+
+
+def test_decode_endpoint_reads_the_port_as_big_endian_hex() -> None:
+    assert decode_endpoint("0100007F:0CEA", "little") == ("ipv4", "127.0.0.1", 3306)
+
+
+@pytest.mark.parametrize("bad", ["", "7F0001", "0100007F00", "-100007F", "0100007G"])
+def test_decode_address_refuses_what_is_not_hex(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a /proc/net address"):
+        decode_address(bad, "little")
+
+
+def test_proc_net_tcp_recorded() -> None:
+    rows = proc_net("proc-net-tcp.txt", "tcp")
+    assert len(rows) == 13
+    first = rows[0]
+    assert (first.family, first.local_address, first.local_port) == ("ipv4", "127.0.0.1", 3306)
+    assert (first.state, first.uid, first.inode) == (0x0A, 107, 10139)
+    assert {row.state for row in rows} == {0x0A, 0x01, 0x06}
+    assert ("0.0.0.0", 2024) in listening(rows)
+    assert len(listening(rows)) == 9
+
+
+def test_proc_net_tcp_established_row_has_its_peer() -> None:
+    established = [row for row in proc_net("proc-net-tcp.txt", "tcp") if row.state == 0x01]
+    assert {(r.local_port, r.remote_address, r.remote_port) for r in established} == {
+        (4369, "127.0.0.1", 49998),
+        (49998, "127.0.0.1", 4369),
+    }
+    assert not any(is_listening(row) for row in established)
+
+
+def test_proc_net_tcp6_recorded() -> None:
+    rows = proc_net("proc-net-tcp6.txt", "tcp")
+    assert {row.family for row in rows} == {"ipv6"}
+    assert listening(rows) == {("::ffff:127.0.0.1", 51827), ("::", 44717), ("::1", 4369), ("::1", 6379)}
+
+
+def test_proc_net_udp_keeps_bound_and_drops_connected_sockets() -> None:
+    rows = proc_net("proc-net-udp.txt", "udp")
+    assert len(rows) == 3
+    assert listening(rows) == {("0.0.0.0", 38610), ("127.0.0.1", 41375)}
+
+
+def test_proc_net_udp6_recorded() -> None:
+    assert listening(proc_net("proc-net-udp6.txt", "udp")) == {("::1", 51210), ("::", 60931)}
+
+
+def test_proc_net_skips_blank_and_malformed_rows() -> None:
+    rows = proc_net("proc-net-tcp-edge.txt", "tcp")
+    assert [(row.local_address, row.local_port, row.uid) for row in rows] == [
+        ("0.0.0.0", 22, 0),
+        ("10.0.0.10", 443, 1000),
+        ("127.0.0.1", 8080, 33),
+    ]
+    assert rows[1].remote_address == "10.0.0.2"
+    assert rows[1].remote_port == 54321
+
+
+def test_proc_net_of_an_empty_table() -> None:
+    assert list(parse_proc_net([], "udp")) == []
+    assert list(parse_proc_net(["  sl  local_address rem_address"], "udp")) == []
+
+
+# pseudo filesystems
+
+
+def partitions(name: str) -> list[DiskPartition]:
+    return [DiskPartition(**entry) for entry in json.loads(recorded(name))]
+
+
+def test_real_filesystems_of_this_vm() -> None:
+    assert real_filesystems(partitions("disk-partitions.json")) == [Mount("/dev/vda", "/", "ext4")]
+
+
+def test_real_filesystems_keeps_overlay_bind_mounts_and_network_filesystems() -> None:
+    kept = real_filesystems(partitions("disk-partitions-edge.json"))
+    assert [(m.mountpoint, m.fstype) for m in kept] == [
+        ("/", "overlay"),
+        ("/data", "xfs"),
+        ("/srv/bind", "xfs"),
+        ("/mnt/nas", "nfs4"),
+        ("/mnt/ssh", "fuse.sshfs"),
+        ("/boot/efi", "vfat"),
+    ]
+
+
+def test_real_filesystems_accepts_any_object_with_the_three_fields() -> None:
+    row = SimpleNamespace(device="/dev/sdb", mountpoint="/x", fstype="ext4")
+    assert real_filesystems([row, row]) == [Mount("/dev/sdb", "/x", "ext4")]
+
+
+# CPU percent
+
+
+def test_busy_percent_between_two_samples() -> None:
+    before = {"user": 100.0, "system": 50.0, "idle": 800.0, "iowait": 50.0, "guest": 10.0}
+    after = {"user": 160.0, "system": 70.0, "idle": 900.0, "iowait": 70.0, "guest": 40.0}
+    assert busy_percent(before, after) == 40.0  # 80 busy of 200, guest not counted twice
+
+
+def test_busy_percent_since_boot_and_without_elapsed_time() -> None:
+    times = {"user": 30.0, "idle": 70.0}
+    assert busy_percent(None, times) == 30.0
+    assert busy_percent(times, times) == 0.0
+
+
+# process fields
+
+
+def test_join_cmdline_cuts_long_lines() -> None:
+    assert join_cmdline(["python", "-m", "x"]) == "python -m x"
+    assert join_cmdline([]) == ""
+    assert join_cmdline(None) is None
+    cut = join_cmdline(["a" * 600])
+    assert cut is not None
+    assert len(cut) == 512
+    assert cut.endswith("…")
+
+
+def test_summary_of_a_process_hiding_everything() -> None:
+    values = {attr: None for attr in ("name", "username", "memory_info", "status", "cmdline", "create_time")}
+    summary = summarize(42, None, None, values)
+    assert summary.pid == 42
+    assert summary.rss_bytes is None
+    assert summary.cmdline is None
+
+
+def test_process_info_names_the_denied_fields() -> None:
+    memory = SimpleNamespace(rss=1024, vms=4096)
+    values = {
+        "ppid": 1,
+        "name": "sshd",
+        "exe": DENIED,
+        "cmdline": ["sshd", "-D", "x" * 600],
+        "username": "root",
+        "status": "sleeping",
+        "create_time": 0.0,
+        "cpu_percent": 1.26,
+        "memory_info": memory,
+        "num_threads": 1,
+        "open_files": DENIED,
+        "num_fds": DENIED,
+        "cwd": DENIED,
+    }
+    info = process_info_from(7, values)
+    assert info.denied == ["cwd", "exe", "num_fds", "open_files"]
+    assert (info.exe, info.cwd, info.open_files_count, info.num_fds) == (None, None, None, None)
+    assert (info.memory_rss_bytes, info.memory_vms_bytes, info.cpu_percent) == (1024, 4096, 1.3)
+    assert info.cmdline is not None
+    assert len(info.cmdline[2]) == 512
+    assert info.create_time == "1970-01-01T00:00:00+00:00"
