@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from cyclopts import App, Parameter
 
@@ -19,6 +19,22 @@ app = App(
 )
 packs_app = App(name="packs", help="Inspect the probe packs installed here.")
 app.command(packs_app)
+hub_app = App(name="hub", help="Run the hub, or manage its keys, tokens and audit log.")
+key_app = App(name="key", help="API keys for MCP clients and the REST API.")
+token_app = App(name="token", help="Single-use enrollment tokens for new agents.")
+audit_app = App(name="audit", help="The hub's hash-chained audit log.")
+hub_app.command(key_app)
+hub_app.command(token_app)
+hub_app.command(audit_app)
+app.command(hub_app)
+
+DataDir = Annotated[Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR")]
+
+
+def data_dir_or_default(data_dir: Path | None) -> Path:
+    from sonde.hub.config import default_data_dir
+
+    return data_dir or default_data_dir()
 
 
 @app.command
@@ -57,6 +73,185 @@ def packs_list(*, json: Annotated[bool, Parameter(negative="")] = False) -> int:
     from sonde.agent.packs_report import print_packs
 
     return print_packs(as_json=json)
+
+
+@hub_app.default
+def hub(
+    *,
+    bind: Annotated[str, Parameter(env_var="SONDE_BIND")] = "127.0.0.1:3000",
+    data_dir: DataDir = None,
+    tls_cert: Annotated[Path | None, Parameter(env_var="SONDE_TLS_CERT")] = None,
+    tls_key: Annotated[Path | None, Parameter(env_var="SONDE_TLS_KEY")] = None,
+    heartbeat_interval: Annotated[float, Parameter(env_var="SONDE_HEARTBEAT_INTERVAL")] = 30.0,
+    probe_timeout: Annotated[float, Parameter(env_var="SONDE_PROBE_TIMEOUT")] = 30.0,
+    log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+    allowed_host: Annotated[tuple[str, ...], Parameter(env_var="SONDE_ALLOWED_HOSTS")] = (),
+) -> int:
+    """Run the hub: MCP at /mcp, REST at /api/v1, agents at /ws/agent.
+
+    Parameters
+    ----------
+    bind
+        HOST:PORT to listen on; port 0 picks a free port (the URL is printed).
+    data_dir
+        Where the SQLite store lives (default ~/.local/share/sonde).
+    tls_cert
+        TLS certificate file (PEM); serves HTTPS and WSS when given with --tls-key.
+    tls_key
+        TLS private key file (PEM).
+    heartbeat_interval
+        Seconds between agent heartbeats; an agent missing two is offline.
+    probe_timeout
+        Seconds a probe may take before the caller gets a timeout.
+    log_format
+        text or json (one object per line), on stderr.
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    allowed_host
+        Extra Host header values /mcp accepts (e.g. the name behind your proxy).
+    """
+    from sonde.hub.run import build_config, run_hub
+
+    config = build_config(
+        bind=bind,
+        data_dir=data_dir_or_default(data_dir),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        heartbeat_interval=heartbeat_interval,
+        probe_timeout=probe_timeout,
+        log_format=log_format,
+        log_level=log_level,
+        allowed_hosts=allowed_host,
+    )
+    if isinstance(config, str):
+        print(f"sonde hub: {config}", file=sys.stderr)
+        return 2
+    return run_hub(config)
+
+
+@key_app.command(name="create")
+def key_create(
+    *,
+    name: str,
+    role: Literal["admin", "member"] = "member",
+    agents: Annotated[tuple[str, ...], Parameter(name="--agents")] = (),
+    probes: Annotated[tuple[str, ...], Parameter(name="--probes")] = (),
+    data_dir: DataDir = None,
+) -> int:
+    """Create an API key; the secret alone goes to stdout.
+
+    Parameters
+    ----------
+    name
+        A label for the key (who or what uses it).
+    role
+        admin (everything, including keys and tokens) or member (probes within its policy).
+    agents
+        Agent name globs or #tags this key may reach (default: all).
+    probes
+        Probe name globs this key may run (default: all).
+    """
+    from sonde.hub.admin import key_create as create
+
+    return create(data_dir_or_default(data_dir), name, role, agents, probes)
+
+
+@key_app.command(name="list")
+def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
+    """List API keys (never their secrets)."""
+    from sonde.hub.admin import key_list as show
+
+    return show(data_dir_or_default(data_dir), json)
+
+
+@key_app.command(name="revoke")
+def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
+    """Revoke an API key by id."""
+    from sonde.hub.admin import key_revoke as revoke
+
+    return revoke(data_dir_or_default(data_dir), key_id)
+
+
+@token_app.command(name="create")
+def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir = None) -> int:
+    """Create a single-use enrollment token; the token alone goes to stdout.
+
+    Parameters
+    ----------
+    ttl
+        How long it is valid: 90s, 15m, 2h, 1d (60 s to 7 days).
+    name
+        Reserve the token for this agent name (also allows re-enrolling that name).
+    """
+    from sonde.hub.admin import token_create as create
+
+    return create(data_dir_or_default(data_dir), ttl, name)
+
+
+@audit_app.command(name="verify")
+def audit_verify(*, data_dir: DataDir = None) -> int:
+    """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
+    from sonde.hub.admin import audit_verify as verify
+
+    return verify(data_dir_or_default(data_dir))
+
+
+@app.command
+def enroll(
+    *, hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")], token: str, name: str | None = None
+) -> int:
+    """Enroll this machine with a hub (once), saving its identity in ~/.sonde/config.json.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL, e.g. https://hub.example:3000.
+    token
+        A single-use enrollment token from `sonde hub token create`.
+    name
+        The agent's name (default: this machine's hostname).
+    """
+    from sonde.agent.enroll import EnrollError
+    from sonde.agent.enroll import enroll as do_enroll
+
+    try:
+        config = do_enroll(hub, token, name)
+    except EnrollError as exc:
+        print(f"sonde enroll: {exc}", file=sys.stderr)
+        return 1
+    print(f"enrolled as {config.name} (agent id {config.agent_id}) with {config.hub_url}", file=sys.stderr)
+    print("start the agent with `sonde start` (or `sonde service install` for systemd)", file=sys.stderr)
+    return 0
+
+
+@app.command
+def start(
+    *,
+    allow_root: Annotated[bool, Parameter(negative="")] = False,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+) -> int:
+    """Run the agent: connect out to the hub and answer its probes until stopped.
+
+    Parameters
+    ----------
+    allow_root
+        Run even as root (not recommended: the agent is meant to run as user `sonde`).
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    """
+    from sonde.agent.config import ConfigError, load_config
+    from sonde.agent.daemon import NOT_ENROLLED_MESSAGE, run_agent
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        print(f"sonde start: {exc}", file=sys.stderr)
+        return 1
+    if config is None:
+        print(f"sonde start: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
+        return 1
+    return run_agent(config, allow_root=allow_root, log_level=log_level)
 
 
 def main() -> None:

@@ -1,0 +1,104 @@
+"""Admin actions on a hub's data directory, for the CLI (`sonde hub key ...`).
+
+These work directly on the SQLite file (WAL lets them run beside a live hub),
+print the secret alone on stdout so scripts can capture it, and everything
+else on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sonde.hub.audit import verify_audit
+from sonde.hub.db import open_database
+from sonde.hub.keys import (
+    create_api_key,
+    create_enrollment_token,
+    list_api_keys,
+    parse_duration,
+    revoke_api_key,
+)
+from sonde.hub.policy import Policy
+
+
+def err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
+    policy = Policy(agents=tuple(agents), probes=tuple(probes))
+    db = open_database(data_dir / "sonde.db")
+    try:
+        policy_data = policy.model_dump(mode="json") if (agents or probes) else None
+        record, secret = create_api_key(db, name, role=role, policy=policy_data)
+    finally:
+        db.close()
+    err(f"created {record.role} API key {record.id} ({record.name}); {policy.describe()}")
+    err("the secret is shown once:")
+    print(secret, flush=True)
+    return 0
+
+
+def key_list(data_dir: Path, as_json: bool) -> int:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        records = list_api_keys(db)
+    finally:
+        db.close()
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        return 0
+    print(f"{'ID':34} {'NAME':20} {'ROLE':7} {'STATE':8} {'PREFIX':14} POLICY")
+    for r in records:
+        state = "revoked" if r.revoked_at else "active"
+        policy = Policy.model_validate(r.policy).describe() if r.policy else "-"
+        print(f"{r.id:34} {r.name[:20]:20} {r.role:7} {state:8} {r.prefix:14} {policy}")
+    return 0
+
+
+def key_revoke(data_dir: Path, key_id: str) -> int:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        revoked = revoke_api_key(db, key_id, time.time())
+    finally:
+        db.close()
+    if not revoked:
+        err(f"no active API key with id {key_id!r} (see `sonde hub key list`)")
+        return 1
+    err(f"revoked API key {key_id}; a running hub stops accepting it within a few seconds")
+    return 0
+
+
+def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
+    try:
+        ttl_s = parse_duration(ttl)
+    except ValueError as exc:
+        err(f"--ttl: {exc}")
+        return 2
+    db = open_database(data_dir / "sonde.db")
+    try:
+        record, secret = create_enrollment_token(db, ttl_s, name)
+    finally:
+        db.close()
+    reserved = f" for agent {name!r}" if name else ""
+    expires = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(record.expires_at))
+    err(f"created single-use enrollment token{reserved}, valid until {expires}:")
+    print(secret, flush=True)
+    return 0
+
+
+def audit_verify(data_dir: Path) -> int:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        report = verify_audit(db)
+    finally:
+        db.close()
+    if report.ok:
+        err(f"audit chain intact: {report.rows} rows verified")
+        return 0
+    err(f"audit chain BROKEN at seq {report.first_bad_seq}: {report.problem}")
+    return 1

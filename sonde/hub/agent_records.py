@@ -1,0 +1,175 @@
+"""Enrolled agents as stored by the hub, and the revocation list.
+
+``AgentRecord`` mirrors a row of the ``agents`` table with the JSON columns (packs, tags,
+attestation, pending_attestation) decoded. Functions are synchronous over a
+``sqlite_utils.Database``, for use through the store or directly by CLI commands.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlite_utils import Database
+
+from sonde.hub.db import query_one, write_transaction
+from sonde.protocol.messages import NAME_PATTERN
+
+AgentStatus = Literal["offline", "online", "degraded"]
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+MAX_TAGS = 64
+_TAG_RE = re.compile(TAG_PATTERN)
+_JSON_FIELDS = ("packs", "tags", "attestation", "pending_attestation")
+
+Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
+
+
+class AgentNameTaken(ValueError):
+    """Another agent is already enrolled under this name."""
+
+
+class AgentRecord(BaseModel):
+    """One enrolled agent. ``attestation`` is the accepted baseline; a differing report
+    waits in ``pending_attestation`` for an admin."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    public_key: str
+    hostname: str | None = None
+    os: str | None = None
+    os_version: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    agent_version: str | None = None
+    packs: list[Any] = Field(default_factory=list)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    status: AgentStatus = "offline"
+    last_seen: float | None = None
+    enrolled_at: float
+    attestation: dict[str, Any] | None = None
+    pending_attestation: dict[str, Any] | None = None
+
+
+_COLUMNS = tuple(AgentRecord.model_fields)
+_UPDATABLE = frozenset(_COLUMNS) - {"id"}
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM agents"
+
+
+def _to_row(record: AgentRecord) -> dict[str, Any]:
+    row = record.model_dump()
+    for name in _JSON_FIELDS:
+        if row[name] is not None:
+            row[name] = json.dumps(row[name], sort_keys=True)
+    return row
+
+
+def _from_row(row: dict[str, Any]) -> AgentRecord:
+    decoded = {name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS}
+    return AgentRecord.model_validate({**row, **decoded})
+
+
+def _ensure_name_free(db: Database, name: str, agent_id: str) -> None:
+    other = find_agent_by_name(db, name)
+    if other is not None and other.id != agent_id:
+        raise AgentNameTaken(f"an agent named {name!r} is already enrolled (id {other.id})")
+
+
+def insert_agent(db: Database, record: AgentRecord) -> None:
+    """Store a newly enrolled agent. Raises AgentNameTaken if the name is in use."""
+    row = _to_row(record)
+    with write_transaction(db):
+        _ensure_name_free(db, record.name, record.id)
+        db.execute(
+            f"INSERT INTO agents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})", row
+        )
+
+
+def get_agent(db: Database, agent_id: str) -> AgentRecord | None:
+    """The agent with this id, or None."""
+    row = query_one(db, f"{_SELECT} WHERE id = ?", [agent_id])
+    return None if row is None else _from_row(row)
+
+
+def find_agent_by_name(db: Database, name: str) -> AgentRecord | None:
+    """The agent with this name, or None."""
+    row = query_one(db, f"{_SELECT} WHERE name = ?", [name])
+    return None if row is None else _from_row(row)
+
+
+def list_agents(db: Database) -> list[AgentRecord]:
+    """Every enrolled agent, by name."""
+    return [_from_row(row) for row in db.query(f"{_SELECT} ORDER BY name")]
+
+
+def update_agent(db: Database, agent_id: str, **fields: Any) -> AgentRecord | None:
+    """Change some fields of an agent; returns the updated record, or None if the id is unknown.
+
+    Raises ValueError for an unknown field or an invalid value (AgentNameTaken for a
+    name already in use).
+    """
+    unknown = set(fields) - _UPDATABLE
+    if unknown:
+        raise ValueError(f"unknown agent field(s): {', '.join(sorted(unknown))}")
+    with write_transaction(db):
+        current = get_agent(db, agent_id)
+        if current is None or not fields:
+            return current
+        updated = AgentRecord.model_validate({**current.model_dump(), **fields})
+        if "name" in fields:
+            _ensure_name_free(db, updated.name, agent_id)
+        row = _to_row(updated)
+        assignments = ", ".join(f"{name} = :{name}" for name in fields)  # names checked above
+        db.execute(f"UPDATE agents SET {assignments} WHERE id = :id", {**row, "id": agent_id})
+    return updated
+
+
+def normalize_tags(tags: Iterable[str]) -> list[str]:
+    """Strip whitespace and one leading '#', drop duplicates (keeping order and case).
+
+    Raises ValueError if a tag does not match TAG_PATTERN or there are more than MAX_TAGS.
+    """
+    normalized: list[str] = []
+    for raw in tags:
+        tag = raw.strip().removeprefix("#").strip()
+        if not _TAG_RE.fullmatch(tag):
+            raise ValueError(
+                f"invalid tag {raw!r}: start with a letter or digit, then up to 63 of "
+                "letters, digits, '.', '_', ':' or '-'"
+            )
+        if tag not in normalized:
+            normalized.append(tag)
+    if len(normalized) > MAX_TAGS:
+        raise ValueError(f"an agent can have at most {MAX_TAGS} tags")
+    return normalized
+
+
+def set_tags(db: Database, agent_id: str, tags: list[str]) -> AgentRecord | None:
+    """Replace an agent's tags (normalised by normalize_tags); None if the id is unknown."""
+    return update_agent(db, agent_id, tags=normalize_tags(tags))
+
+
+def delete_agent(db: Database, agent_id: str, now: float | None = None) -> AgentRecord | None:
+    """Remove an agent and add it to the revocation list; returns what was removed, or None."""
+    revoked_at = time.time() if now is None else now
+    with write_transaction(db):
+        record = get_agent(db, agent_id)
+        if record is None:
+            return None
+        db.execute("DELETE FROM agents WHERE id = ?", [agent_id])
+        db.execute(
+            "INSERT OR REPLACE INTO revoked_agents (id, name, revoked_at) VALUES (?, ?, ?)",
+            [agent_id, record.name, revoked_at],
+        )
+    return record
+
+
+def is_revoked(db: Database, agent_id: str) -> bool:
+    """True if this agent id was deleted (its identity must not be accepted again)."""
+    return query_one(db, "SELECT 1 AS revoked FROM revoked_agents WHERE id = ?", [agent_id]) is not None

@@ -1,0 +1,151 @@
+"""`/ws/agent`: authenticate an agent on its first frame, then run its link.
+
+The first frame must be a signed ``agent.register`` naming an enrolled
+agent id; its signature is checked against the public key stored at
+enrollment, with the replay guard. Anything else gets ``hub.reject`` with a
+reason and the socket closes with a policy-violation code.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from sonde import __version__
+from sonde.hub.agent_records import is_revoked
+from sonde.hub.fleet import AgentSession
+from sonde.protocol.codec import FrameCodec, parse_frame
+from sonde.protocol.errors import ProtocolError, SignatureError
+from sonde.protocol.messages import (
+    SUPPORTED_VERSIONS,
+    AckPayload,
+    AgentRegister,
+    HubAck,
+    HubReject,
+    RejectCode,
+    RejectPayload,
+    VersionRange,
+)
+from sonde.protocol.signing import public_key_from_text
+from sonde.runtime import CLOSE_POLICY, LinkClosed, Transport, open_link
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+log = logging.getLogger(__name__)
+REGISTER_TIMEOUT_S = 15.0
+LIVENESS_GRACE_S = 5.0
+
+
+class Refused(Exception):
+    def __init__(self, code: RejectCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class QuartTransport:
+    """`Transport` over Quart's websocket object."""
+
+    def __init__(self, ws: object) -> None:
+        self.ws = ws
+
+    async def send_text(self, text: str) -> None:
+        await self.ws.send(text)  # type: ignore[attr-defined]
+
+    async def receive_text(self) -> str:
+        data = await self.ws.receive()  # type: ignore[attr-defined]
+        if not isinstance(data, str):
+            raise LinkClosed("binary frames are not part of the protocol")
+        return data
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self.ws.close(code, reason)  # type: ignore[attr-defined]
+
+
+async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
+    """Run one agent connection from register to close."""
+    codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes)
+    try:
+        with trio.fail_after(REGISTER_TIMEOUT_S):
+            register = await authenticate(hub, transport, codec)
+    except Refused as refused:
+        log.warning("refused agent connection from %s: %s", peer, refused.reason)
+        await hub.audit(
+            "agent", "agent.connect", None, "denied", detail={"peer": peer, "reason": refused.reason}
+        )
+        reject = HubReject(
+            payload=RejectPayload(
+                code=refused.code,
+                reason=refused.reason,
+                supported_versions=VersionRange(min=SUPPORTED_VERSIONS[0], max=SUPPORTED_VERSIONS[1]),
+            )
+        )
+        await transport.send_text(codec.encode(reject))
+        await transport.close(CLOSE_POLICY, refused.code)
+        return
+    except trio.TooSlowError:
+        await transport.close(CLOSE_POLICY, "no register frame in time")
+        return
+    await run_session(hub, transport, codec, register)
+
+
+async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> AgentRegister:
+    text = await transport.receive_text()
+    try:
+        message, raw = parse_frame(text, hub.config.max_frame_bytes)
+    except ProtocolError as exc:
+        code: RejectCode = "unsupported_version" if exc.code == "unsupported_version" else "protocol_error"
+        raise Refused(code, exc.message) from None
+    if not isinstance(message, AgentRegister) or not message.agent_id:
+        raise Refused("protocol_error", "the first frame must be agent.register carrying agentId")
+    record = hub.fleet.records.get(message.agent_id)
+    if record is None:
+        revoked = await hub.store.read(is_revoked, message.agent_id)
+        if revoked:
+            raise Refused("revoked", "this agent was removed by an admin; enroll it again with a new token")
+        raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
+    try:
+        codec.verify(message, raw, public_key_from_text(record.public_key))
+    except SignatureError as exc:
+        raise Refused("bad_signature", f"register frame rejected: {exc.message}") from None
+    if message.payload.name != record.name:
+        raise Refused("protocol_error", f"agent is enrolled as {record.name!r}, not {message.payload.name!r}")
+    codec.peer_key = public_key_from_text(record.public_key)
+    return message
+
+
+async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, register: AgentRegister) -> None:
+    agent_id = register.agent_id
+    assert agent_id is not None
+    interval = hub.config.heartbeat_interval_s
+    ack = HubAck(
+        payload=AckPayload(
+            agent_id=agent_id,
+            heartbeat_interval_s=interval,
+            hub_version=__version__,
+            max_frame_bytes=hub.config.max_frame_bytes,
+            max_probes_in_flight=hub.config.max_probes_in_flight_per_agent,
+        )
+    )
+    await transport.send_text(codec.encode(ack))
+    session_ref: list[AgentSession] = []
+    async with open_link(
+        transport,
+        codec,
+        hub.fleet.message_handler(session_ref),
+        liveness_timeout_s=2 * interval + LIVENESS_GRACE_S,
+    ) as link:
+        session = AgentSession(agent_id, link, register.payload)
+        session_ref.append(session)
+        with session.cancel_scope:
+            await hub.fleet.attach(session)
+            log.info("agent %s (%s) online", register.payload.name, agent_id)
+            try:
+                await link.wait_closed()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await hub.fleet.detach(session)
+                log.info("agent %s offline: %s", register.payload.name, link.close_reason or "replaced")

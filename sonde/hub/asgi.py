@@ -1,0 +1,118 @@
+"""The root ASGI app: `/mcp` to the MCP session manager, the rest to Quart.
+
+It owns the lifespan: the MCP session manager runs for exactly as long as
+Quart's lifespan, and a startup failure is reported as
+``lifespan.startup.failed`` so hypercorn exits non-zero instead of serving
+with MCP broken.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from sonde.hub.mcp_server import SondeUser
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+log = logging.getLogger(__name__)
+Scope = dict[str, Any]
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == "/mcp" or path == "/mcp/"
+
+
+async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+class RootApp:
+    def __init__(self, hub: Hub, mcp: StreamableHTTPSessionManager, quart_app: Any) -> None:
+        self.hub = hub
+        self.mcp = mcp
+        self.quart_app = quart_app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self.lifespan(scope, receive, send)
+        elif scope["type"] == "http" and is_mcp_path(scope["path"]):
+            await self.serve_mcp(scope, receive, send)
+        else:
+            await self.quart_app(scope, receive, send)
+
+    async def serve_mcp(self, scope: Scope, receive: Any, send: Any) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        caller = await self.hub.keys.authenticate(headers.get("authorization"))
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        if caller is None:
+            client = (scope.get("client") or ("?",))[0]
+            await self.hub.audit(
+                "anonymous", "mcp.auth", None, "denied", detail={"client": client, "path": scope["path"]}
+            )
+            await send_json(
+                send_with_headers,
+                401,
+                {
+                    "error": {
+                        "code": "unauthorized",
+                        "message": "a valid API key is required: Authorization: Bearer <key>",
+                    }
+                },
+                [(b"www-authenticate", b'Bearer realm="sonde"')],
+            )
+            return
+        scope = {**scope, "user": SondeUser(caller), "path": "/mcp"}
+        await self.mcp.handle_request(scope, receive, send_with_headers)
+
+    async def lifespan(self, scope: Scope, receive: Any, send: Any) -> None:
+        started = False
+        held_shutdown: dict[str, Any] | None = None
+
+        async def relay(message: dict[str, Any]) -> None:
+            nonlocal started, held_shutdown
+            if message["type"] == "lifespan.startup.complete":
+                started = True
+            if message["type"] == "lifespan.shutdown.complete":
+                held_shutdown = message  # sent once the MCP manager has stopped
+                return
+            await send(message)
+
+        try:
+            async with self.mcp.run():
+                await self.quart_app(scope, receive, relay)
+        except Exception as exc:  # the lifespan boundary: report, never serve half-started
+            log.exception("hub startup failed")
+            if not started:
+                await send({"type": "lifespan.startup.failed", "message": f"hub startup failed: {exc}"})
+                return
+            await send({"type": "lifespan.shutdown.failed", "message": f"hub shutdown failed: {exc}"})
+            return
+        await send(held_shutdown or {"type": "lifespan.shutdown.complete"})

@@ -1,0 +1,207 @@
+"""The audit log: an append-only SHA-256 hash chain in the ``audit`` table.
+
+Each row's ``hash`` is ``sha256(prev_hash + "\\n" + canonical JSON of the row)``, where the
+row is ``{seq, ts, actor, action, target, outcome, duration_ms, detail}`` dumped with
+sorted keys and compact separators; the first row chains from 64 zeros. Editing a row
+breaks its own hash, deleting one breaks the next row's ``prev_hash`` (and leaves a seq
+gap). Rows alone cannot show a deleted tail, so every append also records the chain head
+``{"seq", "hash"}`` in the meta table (``audit_head``), and new rows chain from that head:
+a truncated tail stays visible even after later appends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from sqlite_utils import Database
+
+from sonde.hub.db import get_meta, query_one, set_meta, write_transaction
+
+GENESIS_HASH = "0" * 64
+AUDIT_HEAD_KEY = "audit_head"
+MAX_QUERY_LIMIT = 1000
+_HASHED_FIELDS = ("seq", "ts", "actor", "action", "target", "outcome", "duration_ms", "detail")
+_QUERY_COLUMNS = "seq, ts, actor, action, target, outcome, duration_ms, detail, hash"
+
+
+class AuditEntry(BaseModel):
+    """One thing that happened: who (actor), what (action), where (target), how it ended."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    actor: str = Field(min_length=1)
+    action: str = Field(min_length=1)
+    target: str | None = None
+    outcome: str = Field(min_length=1)
+    duration_ms: float | None = None
+    detail: dict[str, JsonValue] = Field(default_factory=dict)
+    ts: float = Field(default_factory=time.time)
+
+
+class AuditVerification(BaseModel):
+    """The result of checking the chain; ``problem`` is empty when ``ok``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: bool
+    rows: int
+    first_bad_seq: int | None = None
+    problem: str = ""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
+    return hashlib.sha256(f"{prev_hash}\n{_canonical(fields)}".encode()).hexdigest()
+
+
+def _read_head(db: Database) -> tuple[int, str]:
+    """The (seq, hash) new rows chain from: the recorded head, else the last row, else genesis."""
+    recorded = get_meta(db, AUDIT_HEAD_KEY)
+    if recorded is not None:
+        head = json.loads(recorded)
+        return int(head["seq"]), str(head["hash"])
+    row = query_one(db, "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+    return (0, GENESIS_HASH) if row is None else (row["seq"], row["hash"])
+
+
+def _insert(db: Database, entry: AuditEntry, seq: int, prev_hash: str) -> str:
+    fields = {"seq": seq, **entry.model_dump()}
+    digest = _chain_hash(prev_hash, fields)
+    db.execute(
+        "INSERT INTO audit (seq, ts, actor, action, target, outcome, duration_ms, detail, prev_hash, hash) "
+        "VALUES (:seq, :ts, :actor, :action, :target, :outcome, :duration_ms, :detail, :prev_hash, :hash)",
+        {**fields, "detail": _canonical(entry.detail), "prev_hash": prev_hash, "hash": digest},
+    )
+    return digest
+
+
+def append_many(db: Database, entries: Iterable[AuditEntry]) -> list[int]:
+    """Append entries in order, in one transaction; returns their seqs.
+
+    Raises ValueError if a detail cannot be encoded as JSON (NaN, infinity).
+    """
+    seqs: list[int] = []
+    with write_transaction(db):
+        seq, digest = _read_head(db)
+        for entry in entries:
+            seq += 1
+            digest = _insert(db, entry, seq, digest)
+            seqs.append(seq)
+        if seqs:
+            set_meta(db, AUDIT_HEAD_KEY, _canonical({"seq": seq, "hash": digest}))
+    return seqs
+
+
+def append_audit(db: Database, entry: AuditEntry) -> int:
+    """Append one entry to the chain; returns its seq."""
+    return append_many(db, [entry])[0]
+
+
+def verify_audit(db: Database) -> AuditVerification:
+    """Recompute the whole chain in order; reports the first edited, missing or cut row.
+
+    Reads one consistent snapshot, so appends running meanwhile do not look like damage.
+    """
+    with db.atomic():
+        rows, last_seq, last_hash, broken = _walk_chain(db)
+        if broken is not None:
+            return AuditVerification(ok=False, rows=rows, first_bad_seq=broken[0], problem=broken[1])
+        return _check_head(db, rows, last_seq, last_hash)
+
+
+def _walk_chain(db: Database) -> tuple[int, int, str, tuple[int, str] | None]:
+    """(good rows, last good seq, last good hash, first problem or None)."""
+    rows, prev_seq, prev_hash = 0, 0, GENESIS_HASH
+    columns = (*_HASHED_FIELDS, "prev_hash", "hash")
+    cursor = db.conn.execute(f"SELECT {', '.join(columns)} FROM audit ORDER BY seq")
+    try:
+        for values in cursor:
+            row = dict(zip(columns, values, strict=True))
+            problem = _check_row(row, prev_seq, prev_hash)
+            if problem is not None:
+                return rows, prev_seq, prev_hash, problem
+            rows, prev_seq, prev_hash = rows + 1, row["seq"], row["hash"]
+    finally:
+        cursor.close()
+    return rows, prev_seq, prev_hash, None
+
+
+def _check_row(row: dict[str, Any], prev_seq: int, prev_hash: str) -> tuple[int, str] | None:
+    seq = row["seq"]
+    if seq != prev_seq + 1:
+        return prev_seq + 1, f"row {prev_seq + 1} is missing: row {seq} follows row {prev_seq}"
+    if row["prev_hash"] != prev_hash:
+        return seq, f"row {seq} does not chain to row {prev_seq}: a row was removed or rewritten"
+    edited = (seq, f"row {seq} does not match its hash: it was edited")
+    fields = {name: row[name] for name in _HASHED_FIELDS}
+    try:
+        fields["detail"] = json.loads(row["detail"])
+        digest = _chain_hash(prev_hash, fields)
+    except (TypeError, ValueError):  # detail no longer JSON (or NULL), or a NaN slipped in
+        return edited
+    return edited if digest != row["hash"] else None
+
+
+def _check_head(db: Database, rows: int, last_seq: int, last_hash: str) -> AuditVerification:
+    recorded = get_meta(db, AUDIT_HEAD_KEY)
+    if recorded is None:
+        if rows == 0:
+            return AuditVerification(ok=True, rows=0)
+        return AuditVerification(
+            ok=False, rows=rows, first_bad_seq=None, problem="the recorded chain head is missing"
+        )
+    head = json.loads(recorded)
+    if head["seq"] == last_seq and head["hash"] == last_hash:
+        return AuditVerification(ok=True, rows=rows)
+    if head["seq"] > last_seq:
+        return AuditVerification(
+            ok=False,
+            rows=rows,
+            first_bad_seq=last_seq + 1,
+            problem=f"the log was truncated: it ends at row {last_seq} but the head is row {head['seq']}",
+        )
+    return AuditVerification(
+        ok=False,
+        rows=rows,
+        first_bad_seq=last_seq,
+        problem=f"the last row {last_seq} does not match the recorded chain head (row {head['seq']})",
+    )
+
+
+def query_audit(
+    db: Database,
+    *,
+    agent: str | None = None,
+    actor: str | None = None,
+    action_prefix: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Audit rows, newest first, as dicts (``detail`` decoded).
+
+    ``agent`` matches ``target`` exactly; ``since`` is inclusive and ``until`` exclusive
+    (unix seconds). Raises ValueError unless 1 <= limit <= 1000.
+    """
+    if not 1 <= limit <= MAX_QUERY_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_QUERY_LIMIT}, not {limit}")
+    clauses: list[str] = []
+    params: list[Any] = []
+    for clause, value in (("target = ?", agent), ("actor = ?", actor), ("ts >= ?", since), ("ts < ?", until)):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    if action_prefix:
+        clauses.append("substr(action, 1, ?) = ?")
+        params += [len(action_prefix), action_prefix]
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = db.query(f"SELECT {_QUERY_COLUMNS} FROM audit {where} ORDER BY seq DESC LIMIT ?", [*params, limit])
+    return [{**row, "detail": json.loads(row["detail"]) if row["detail"] else {}} for row in rows]

@@ -1,0 +1,91 @@
+"""Who is calling: API keys from the `Authorization: Bearer` header.
+
+Keys are looked up by the hash of the secret. A found key is cached for a
+few seconds so a busy MCP client costs no database read per call, while a
+key revoked from the CLI stops working within that time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+from sonde.hub.keys import ApiKeyRecord, find_api_key, touch_api_key
+from sonde.hub.policy import UNRESTRICTED, Policy
+from sonde.hub.store import Store
+
+KEY_CACHE_TTL_S = 5.0
+TOUCH_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated API key and what it may do."""
+
+    key: ApiKeyRecord
+    policy: Policy
+
+    @property
+    def key_id(self) -> str:
+        return self.key.id
+
+    @property
+    def is_admin(self) -> bool:
+        return self.key.role == "admin"
+
+    def allows_agent(self, name: str, tags: list[str]) -> bool:
+        return self.is_admin or self.policy.allows_agent(name, tags)
+
+    def allows_probe(self, probe: str) -> bool:
+        return self.is_admin or self.policy.allows_probe(probe)
+
+
+def caller_for(key: ApiKeyRecord) -> Caller:
+    policy = Policy.model_validate(key.policy) if key.policy else UNRESTRICTED
+    return Caller(key, policy)
+
+
+def bearer_secret(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, secret = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return None
+    return secret.strip()
+
+
+class KeyRing:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._cache: dict[str, tuple[float, Caller]] = {}
+        self._touched: dict[str, float] = {}
+
+    async def authenticate(self, authorization: str | None) -> Caller | None:
+        """The caller for this header, or None when the key is missing, unknown or revoked."""
+        secret = bearer_secret(authorization)
+        if secret is None or len(secret) > 256:
+            return None
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[0] < KEY_CACHE_TTL_S:
+            caller = cached[1]
+        else:
+            record = await self.store.read(find_api_key, secret)
+            if record is None:
+                self._cache.pop(digest, None)
+                return None
+            caller = caller_for(record)
+            self._cache[digest] = (now, caller)
+        await self._touch(caller.key_id, now)
+        return caller
+
+    def forget(self) -> None:
+        """Drop the cache (after a revoke through the hub)."""
+        self._cache.clear()
+
+    async def _touch(self, key_id: str, now: float) -> None:
+        if now - self._touched.get(key_id, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:
+            self._touched[key_id] = now
+            await self.store.submit(touch_api_key, key_id, time.time())

@@ -1,0 +1,54 @@
+"""The hub's settings, built once by the CLI and passed everywhere."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+DEFAULT_BIND = "127.0.0.1:3000"
+DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
+DEFAULT_PROBE_TIMEOUT_S = 30.0
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
+DEFAULT_SESSION_IDLE_TIMEOUT_S = 30 * 60.0
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("SONDE_DATA_DIR") or Path.home() / ".local" / "share" / "sonde")
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:3000`` for IPv6) -> (host, port); `ValueError` otherwise."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"bind address {text!r} must look like HOST:PORT, e.g. 127.0.0.1:3000")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 0..65535")
+    return host.strip("[]"), port
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    data_dir: Path = field(default_factory=default_data_dir)
+    host: str = "127.0.0.1"
+    port: int = 3000
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+    allowed_hosts: tuple[str, ...] = ()
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_probes_in_flight_per_agent: int = 64
+    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "sonde.db"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.certfile else "http"

@@ -1,0 +1,115 @@
+"""The hub's parts wired together: one object passed to every handler.
+
+`open_hub(config)` opens the store, loads or creates the hub's signing key
+and the first admin key, and yields a `Hub`. No module-level state: two hubs
+can run in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sonde.hub.agent_records import list_agents
+from sonde.hub.audit import AuditEntry, append_audit
+from sonde.hub.auth import KeyRing
+from sonde.hub.config import HubConfig
+from sonde.hub.db import get_meta, open_database, set_meta
+from sonde.hub.fleet import Fleet
+from sonde.hub.keys import count_active_admin_keys, create_api_key
+from sonde.hub.store import Store, open_store
+from sonde.packs.registry import PackRegistry, load_packs
+from sonde.protocol.signing import new_private_key, private_key_from_text, private_key_to_text
+
+log = logging.getLogger(__name__)
+HUB_KEY_META = "hub_private_key"
+
+
+@dataclass
+class Hub:
+    config: HubConfig
+    store: Store
+    fleet: Fleet
+    keys: KeyRing
+    signing_key: Ed25519PrivateKey
+    packs: PackRegistry
+    started_at: float = field(default_factory=time.time)
+
+    async def audit(
+        self,
+        actor: str,
+        action: str,
+        target: str | None,
+        outcome: str,
+        *,
+        duration_ms: float | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Append to the audit chain without waiting for the commit (group commit)."""
+        entry = AuditEntry(
+            actor=actor,
+            action=action,
+            target=target,
+            outcome=outcome,
+            duration_ms=duration_ms,
+            detail=detail or {},
+            ts=time.time(),
+        )
+        await self.store.submit(append_audit, entry)
+
+
+def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
+    db = open_database(config.db_path)
+    try:
+        text = get_meta(db, HUB_KEY_META)
+        if text is None:
+            key = new_private_key()
+            set_meta(db, HUB_KEY_META, private_key_to_text(key))
+            return key
+        return private_key_from_text(text)
+    finally:
+        db.close()
+
+
+def bootstrap_admin_key(config: HubConfig) -> str | None:
+    """Create the first admin key on an empty store; returns its secret once, else None."""
+    db = open_database(config.db_path)
+    try:
+        if count_active_admin_keys(db) > 0 or get_meta(db, "bootstrapped") is not None:
+            return None
+        _, secret = create_api_key(db, "admin", role="admin")
+        set_meta(db, "bootstrapped", str(time.time()))
+        return secret
+    finally:
+        db.close()
+
+
+def announce_admin_key(secret: str) -> None:
+    """Print the first admin key to the terminal only (never to a log file)."""
+    print(
+        "\n  First start: created an admin API key. It is shown once and never again:\n\n"
+        f"    {secret}\n\n"
+        "  Create more with `sonde hub key create --name NAME`.\n",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@asynccontextmanager
+async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> AsyncIterator[Hub]:
+    signing_key = load_or_create_hub_key(config)
+    async with open_store(config.db_path) as store:
+        records = await store.read(list_agents)
+        fleet = Fleet(store, records, config.max_probes_in_flight_per_agent)
+        for record in records:
+            if record.status == "online":
+                fleet.records[record.id] = record.model_copy(update={"status": "offline"})
+        hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
+        yield hub

@@ -1,0 +1,212 @@
+"""The hub's SQLite file: opening it safely, its schema migrations, a small key/value table.
+
+Transaction handling: every connection is opened with ``isolation_level=None``, so the
+sqlite3 driver never opens a transaction behind our back; a statement run outside an
+explicit transaction commits on its own (sqlite-utils 4 behaves the same way). Code that
+needs several statements to be atomic wraps them in :func:`write_transaction`: it issues
+``BEGIN IMMEDIATE`` (take the write lock up front, so two writers, the hub and a CLI
+command, queue on ``busy_timeout`` instead of failing on a lock upgrade) or, when a
+transaction is already open (the store's group commit), a nested SAVEPOINT.
+
+The schema is versioned by ``PRAGMA user_version``: ``MIGRATIONS[i]`` brings the database
+to version ``i + 1``, each in its own transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+BUSY_TIMEOUT_MS = 5000
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+_SCHEMA_1 = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+    """CREATE TABLE agents (
+        id TEXT PRIMARY KEY,
+        name TEXT UNIQUE NOT NULL,
+        public_key TEXT NOT NULL,
+        hostname TEXT,
+        os TEXT,
+        os_version TEXT,
+        kernel TEXT,
+        arch TEXT,
+        agent_version TEXT,
+        packs TEXT NOT NULL DEFAULT '[]',
+        tags TEXT NOT NULL DEFAULT '[]',
+        status TEXT NOT NULL DEFAULT 'offline' CHECK (status IN ('offline', 'online', 'degraded')),
+        last_seen REAL,
+        enrolled_at REAL NOT NULL,
+        attestation TEXT,
+        pending_attestation TEXT
+    )""",
+    "CREATE TABLE revoked_agents (id TEXT PRIMARY KEY, name TEXT, revoked_at REAL)",
+    """CREATE TABLE enrollment_tokens (
+        id TEXT PRIMARY KEY,
+        token_hash TEXT UNIQUE NOT NULL,
+        name TEXT,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        used_at REAL,
+        used_by TEXT
+    )""",
+    """CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        key_hash TEXT UNIQUE NOT NULL,
+        prefix TEXT,
+        role TEXT NOT NULL CHECK (role IN ('admin', 'member')),
+        policy TEXT,
+        created_at REAL NOT NULL,
+        revoked_at REAL,
+        last_used_at REAL
+    )""",
+    """CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT,
+        outcome TEXT NOT NULL,
+        duration_ms REAL,
+        detail TEXT,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL
+    )""",
+    "CREATE INDEX idx_audit_ts ON audit (ts)",
+    "CREATE INDEX idx_audit_actor ON audit (actor)",
+    "CREATE INDEX idx_audit_target ON audit (target)",
+)
+
+
+def _migration_1_initial(db: Database) -> None:
+    for statement in _SCHEMA_1:
+        db.execute(statement)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def open_database(path: Path) -> Database:
+    """Open (creating if needed) the hub database at ``path`` and bring its schema up to date.
+
+    The parent directory is created with mode 0700 and the file with mode 0600 when
+    missing. The connection may be used from any thread, one thread at a time.
+    Raises RuntimeError if the file was written by a newer Sonde (schema too new).
+    """
+    path = Path(path)
+    _ensure_private_file(path)
+    db = _connect(path)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        migrate(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def open_read_database(path: Path) -> Database:
+    """Open an existing hub database read-only (``PRAGMA query_only``), for reader threads."""
+    uri = Path(path).resolve().as_uri() + "?mode=rw"
+    db = _connect(uri, uri=True)
+    db.execute("PRAGMA query_only=ON")
+    return db
+
+
+def _connect(target: Path | str, *, uri: bool = False) -> Database:
+    conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return Database(conn, execute_plugins=False)
+
+
+def _ensure_private_file(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(DIR_MODE)  # mkdir's mode is filtered by the umask
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+    path.chmod(FILE_MODE)
+
+
+def schema_version(db: Database) -> int:
+    """The schema version recorded in the file (``PRAGMA user_version``)."""
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(db: Database, path: Path | None = None) -> None:
+    """Apply the migrations the database lacks, each in one transaction.
+
+    Raises RuntimeError if the database is newer than this code.
+    """
+    current = schema_version(db)
+    if current > SCHEMA_VERSION:
+        where = f" {path}" if path is not None else ""
+        raise RuntimeError(
+            f"hub database{where} has schema version {current} but this Sonde only knows up to "
+            f"version {SCHEMA_VERSION}; upgrade Sonde (or restore a backup made by this version)"
+        )
+    for version, migration in enumerate(MIGRATIONS, start=1):
+        if version <= current:
+            continue
+        with write_transaction(db):
+            if schema_version(db) >= version:  # another process migrated meanwhile
+                continue
+            migration(db)
+            db.execute(f"PRAGMA user_version={version}")
+
+
+@contextmanager
+def write_transaction(db: Database) -> Iterator[Database]:
+    """Run the block atomically: ``BEGIN IMMEDIATE`` ... ``COMMIT``, or a SAVEPOINT if nested.
+
+    An exception in the block rolls the block back and propagates.
+    """
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.rollback()
+        raise
+    try:
+        db.conn.execute("COMMIT")
+    except BaseException:
+        db.rollback()
+        raise
+
+
+def query_one(db: Database, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
+    """The first row of ``sql`` as a dict, or None."""
+    rows = list(db.query(sql, params))
+    return rows[0] if rows else None
+
+
+def get_meta(db: Database, key: str) -> str | None:
+    """The value stored under ``key`` in the meta table, or None."""
+    row = query_one(db, "SELECT value FROM meta WHERE key = ?", [key])
+    return None if row is None else row["value"]
+
+
+def set_meta(db: Database, key: str, value: str) -> None:
+    """Store ``value`` under ``key`` in the meta table (insert or replace)."""
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )

@@ -1,0 +1,181 @@
+"""The live fleet: which agents are connected, and probes routed to them.
+
+`Fleet` keeps every enrolled agent's record in memory (the store is the
+source of truth, written through) and one `AgentSession` per connected agent.
+A probe goes out on that session's link; when the link dies its pending
+probes fail at once with `AgentUnavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from sonde.hub.agent_records import AgentRecord, update_agent
+from sonde.hub.store import Store
+from sonde.protocol.errors import AgentUnavailable, ProbeTimeout
+from sonde.protocol.messages import (
+    AgentHeartbeat,
+    Message,
+    ProbeRequest,
+    ProbeRequestPayload,
+    ProbeResponse,
+    RegisterPayload,
+)
+from sonde.runtime import Link
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentSession:
+    """One connected agent: its link and what it said at register."""
+
+    agent_id: str
+    link: Link
+    register: RegisterPayload
+    connected_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.time)
+    probes_in_flight: int = 0
+    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+class Fleet:
+    def __init__(
+        self, store: Store, records: Iterable[AgentRecord], max_in_flight_per_agent: int = 64
+    ) -> None:
+        self.store = store
+        self.records: dict[str, AgentRecord] = {r.id: r for r in records}
+        self.sessions: dict[str, AgentSession] = {}
+        self.max_in_flight_per_agent = max_in_flight_per_agent
+        self._changed = trio.Condition()
+
+    # --- lookup ----------------------------------------------------------
+
+    def find(self, name_or_id: str) -> AgentRecord | None:
+        record = self.records.get(name_or_id)
+        if record is not None:
+            return record
+        return next((r for r in self.records.values() if r.name == name_or_id), None)
+
+    def status(self, agent_id: str) -> str:
+        record = self.records.get(agent_id)
+        if record is not None and record.status == "degraded":
+            return "degraded"
+        return "online" if agent_id in self.sessions else "offline"
+
+    def last_seen(self, agent_id: str) -> float | None:
+        session = self.sessions.get(agent_id)
+        if session is not None:
+            return session.last_seen
+        record = self.records.get(agent_id)
+        return record.last_seen if record else None
+
+    # --- records ---------------------------------------------------------
+
+    def remember(self, record: AgentRecord) -> None:
+        self.records[record.id] = record
+
+    def forget(self, agent_id: str) -> None:
+        self.records.pop(agent_id, None)
+        session = self.sessions.get(agent_id)
+        if session is not None:
+            session.cancel_scope.cancel()
+
+    async def update(self, agent_id: str, **fields: Any) -> None:
+        record = self.records.get(agent_id)
+        if record is None:
+            return
+        self.records[agent_id] = record.model_copy(update=fields)
+        await self.store.submit(update_agent, agent_id, **fields)
+
+    # --- sessions --------------------------------------------------------
+
+    async def attach(self, session: AgentSession) -> None:
+        """Make ``session`` the agent's live connection, replacing an older one."""
+        old = self.sessions.get(session.agent_id)
+        if old is not None:
+            log.info("agent %s reconnected; closing its previous connection", session.agent_id)
+            old.cancel_scope.cancel()
+        self.sessions[session.agent_id] = session
+        reg = session.register
+        await self.update(
+            session.agent_id,
+            status="online" if self.status(session.agent_id) != "degraded" else "degraded",
+            last_seen=session.connected_at,
+            hostname=reg.hostname,
+            os=reg.os,
+            os_version=reg.os_version,
+            kernel=reg.kernel,
+            arch=reg.arch,
+            agent_version=reg.agent_version,
+            packs=[p.model_dump(mode="json", by_alias=True) for p in reg.packs],
+        )
+        await self._notify()
+
+    async def detach(self, session: AgentSession) -> None:
+        if self.sessions.get(session.agent_id) is not session:
+            return  # already replaced by a newer connection
+        del self.sessions[session.agent_id]
+        if session.agent_id in self.records:
+            status = "degraded" if self.status(session.agent_id) == "degraded" else "offline"
+            await self.update(session.agent_id, status=status, last_seen=session.last_seen)
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_changed(self) -> None:
+        async with self._changed:
+            await self._changed.wait()
+
+    def message_handler(self, session_ref: list[AgentSession]) -> Any:
+        """The ``on_message`` of an agent's link: heartbeats refresh liveness."""
+
+        async def on_message(message: Message) -> None:
+            if not session_ref:
+                return
+            session = session_ref[0]
+            session.last_seen = time.time()
+            if isinstance(message, AgentHeartbeat):
+                session.probes_in_flight = message.payload.probes_in_flight
+
+        return on_message
+
+    # --- probes ----------------------------------------------------------
+
+    async def run_probe(
+        self, agent_id: str, probe: str, params: dict[str, Any], timeout_s: float
+    ) -> ProbeResponse:
+        """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed."""
+        session = self.sessions.get(agent_id)
+        if session is None:
+            raise AgentUnavailable(self.offline_reason(agent_id))
+        if session.link.statistics().in_flight >= self.max_in_flight_per_agent:
+            raise AgentUnavailable(
+                f"agent has {self.max_in_flight_per_agent} probes in flight already; try again shortly"
+            )
+        payload = ProbeRequestPayload(
+            request_id=uuid.uuid4().hex, probe=probe, params=params, timeout_s=timeout_s
+        )
+        try:
+            with trio.fail_after(timeout_s + 1.0):
+                return await session.link.request(ProbeRequest(payload=payload))
+        except trio.TooSlowError:
+            raise ProbeTimeout(f"probe {probe} got no answer within {timeout_s:g}s") from None
+
+    def offline_reason(self, agent_id: str) -> str:
+        record = self.records.get(agent_id)
+        name = record.name if record else agent_id
+        seen = self.last_seen(agent_id)
+        if seen is None:
+            return f"agent {name} is offline and has never connected"
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen))
+        return f"agent {name} is offline since {since} (last seen)"

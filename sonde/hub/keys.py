@@ -1,0 +1,313 @@
+"""API keys and enrollment tokens: made here, shown once, stored only as SHA-256 hex.
+
+Plain synchronous functions over a ``sqlite_utils.Database``, so the running hub (through
+``Store.write`` / ``Store.read``) and CLI commands working on the data dir share them.
+The hash of a secret never leaves this module: records carry ids, names, roles and times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlite_utils import Database
+
+from sonde.hub.db import query_one, write_transaction
+from sonde.protocol.enrollment import TOKEN_PATTERN
+from sonde.protocol.messages import NAME_PATTERN
+
+Role = Literal["admin", "member"]
+ROLES: tuple[Role, ...] = ("admin", "member")
+API_KEY_PREFIX = "sonde_"
+API_KEY_SECRET_BYTES = 32
+ENROLLMENT_TOKEN_BYTES = 24
+DISPLAY_PREFIX_CHARS = 12
+DEFAULT_TOKEN_TTL_S = 900.0
+MIN_TOKEN_TTL_S = 60.0
+MAX_TOKEN_TTL_S = 7 * 24 * 3600.0
+MAX_SECRET_CHARS = 256  # longer presented secrets are refused without hashing
+
+UNKNOWN_TOKEN = "unknown_token"
+TOKEN_USED = "token_used"
+TOKEN_EXPIRED = "token_expired"
+TOKEN_NAME_MISMATCH = "token_name_mismatch"
+
+_KEY_NAME_RE = re.compile(r"[A-Za-z0-9 ._-]{1,64}")
+_TOKEN_RE = re.compile(TOKEN_PATTERN)
+_AGENT_NAME_RE = re.compile(NAME_PATTERN)
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_API_KEY_COLUMNS = "id, name, prefix, role, policy, created_at, revoked_at, last_used_at"
+_TOKEN_COLUMNS = "id, name, created_at, expires_at, used_at, used_by"
+
+
+class ApiKeyRecord(BaseModel):
+    """An API key as the hub shows it: never the secret, never its hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    prefix: str
+    role: Role
+    policy: dict[str, Any] | None = None
+    created_at: float
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+
+
+class EnrollmentTokenRecord(BaseModel):
+    """An enrollment token as the hub shows it; ``name`` is the agent name it is reserved for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str | None = None
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
+    used_by: str | None = None
+
+
+class EnrollmentRefused(Exception):
+    """An enrollment token was refused; ``code`` is stable, ``message`` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# --- API keys ----------------------------------------------------------------
+
+
+def _check_api_key_args(name: str, role: str, policy: object) -> None:
+    if not _KEY_NAME_RE.fullmatch(name) or not name.strip():
+        raise ValueError(
+            f"invalid API key name {name!r}: use 1 to 64 letters, digits, spaces, '.', '_' or '-'"
+        )
+    if role not in ROLES:
+        raise ValueError(f"invalid role {role!r}: must be one of {', '.join(ROLES)}")
+    if policy is not None and not isinstance(policy, dict):
+        raise ValueError("an API key policy must be a JSON object or None")
+
+
+def _api_key_from_row(row: dict[str, Any]) -> ApiKeyRecord:
+    policy = None if row["policy"] is None else json.loads(row["policy"])
+    return ApiKeyRecord.model_validate({**row, "policy": policy})
+
+
+def create_api_key(
+    db: Database,
+    name: str,
+    role: str = "member",
+    policy: dict[str, Any] | None = None,
+    now: float | None = None,
+) -> tuple[ApiKeyRecord, str]:
+    """Make an API key; returns its record and the secret, which is never stored nor shown again.
+
+    Raises ValueError on a bad name (1..64 of ``[A-Za-z0-9 ._-]``), role or policy.
+    """
+    _check_api_key_args(name, role, policy)
+    secret = API_KEY_PREFIX + secrets.token_urlsafe(API_KEY_SECRET_BYTES)
+    row = {
+        "id": uuid.uuid4().hex,
+        "name": name,
+        "prefix": secret[:DISPLAY_PREFIX_CHARS],
+        "role": role,
+        "policy": None if policy is None else json.dumps(policy, sort_keys=True),
+        "created_at": _now(now),
+        "revoked_at": None,
+        "last_used_at": None,
+    }
+    db.execute(
+        "INSERT INTO api_keys (id, name, key_hash, prefix, role, policy, created_at) "
+        "VALUES (:id, :name, :key_hash, :prefix, :role, :policy, :created_at)",
+        {**row, "key_hash": _hash_secret(secret)},
+    )
+    return _api_key_from_row(row), secret
+
+
+def list_api_keys(db: Database) -> list[ApiKeyRecord]:
+    """Every API key, revoked ones included, oldest first."""
+    rows = db.query(f"SELECT {_API_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
+    return [_api_key_from_row(row) for row in rows]
+
+
+def get_api_key(db: Database, key_id: str) -> ApiKeyRecord | None:
+    """The API key with this id (revoked or not), or None."""
+    row = query_one(db, f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE id = ?", [key_id])
+    return None if row is None else _api_key_from_row(row)
+
+
+def revoke_api_key(db: Database, key_id: str, now: float | None = None) -> bool:
+    """Revoke a key; False if it is unknown or already revoked."""
+    cursor = db.execute(
+        "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [_now(now), key_id]
+    )
+    return cursor.rowcount == 1
+
+
+def find_api_key(db: Database, secret: str) -> ApiKeyRecord | None:
+    """The active key whose secret this is; None if unknown or revoked."""
+    if not secret or len(secret) > MAX_SECRET_CHARS:
+        return None
+    row = query_one(
+        db,
+        f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+        [_hash_secret(secret)],
+    )
+    return None if row is None else _api_key_from_row(row)
+
+
+def touch_api_key(db: Database, key_id: str, now: float) -> None:
+    """Record that the key was used at ``now``."""
+    db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", [now, key_id])
+
+
+def count_active_admin_keys(db: Database) -> int:
+    """How many unrevoked admin keys exist (to refuse revoking the last one)."""
+    row = query_one(db, "SELECT count(*) AS n FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL")
+    return 0 if row is None else int(row["n"])
+
+
+# --- enrollment tokens -------------------------------------------------------
+
+
+def create_enrollment_token(
+    db: Database, ttl_s: float = DEFAULT_TOKEN_TTL_S, name: str | None = None, now: float | None = None
+) -> tuple[EnrollmentTokenRecord, str]:
+    """Make a single-use enrollment token valid for ``ttl_s``; returns its record and the secret.
+
+    ``name`` reserves the token for the agent of that name. Raises ValueError if ``ttl_s``
+    is outside 60 s .. 7 days or the name is not a valid agent name.
+    """
+    if not MIN_TOKEN_TTL_S <= ttl_s <= MAX_TOKEN_TTL_S:
+        raise ValueError(f"token lifetime must be between 60 s and 7 days, not {ttl_s} s")
+    if name is not None and not _AGENT_NAME_RE.fullmatch(name):
+        raise ValueError(f"invalid agent name {name!r}")
+    secret = secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
+    created_at = _now(now)
+    record = EnrollmentTokenRecord(
+        id=uuid.uuid4().hex, name=name, created_at=created_at, expires_at=created_at + ttl_s
+    )
+    db.execute(
+        "INSERT INTO enrollment_tokens (id, token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+        [record.id, _hash_secret(secret), name, record.created_at, record.expires_at],
+    )
+    return record, secret
+
+
+def list_enrollment_tokens(db: Database) -> list[EnrollmentTokenRecord]:
+    """Every enrollment token, used and expired ones included, oldest first."""
+    rows = db.query(f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens ORDER BY created_at, id")
+    return [EnrollmentTokenRecord.model_validate(row) for row in rows]
+
+
+def consume_enrollment_token(
+    db: Database, secret: str, agent_name: str, agent_id: str, now: float | None = None
+) -> EnrollmentTokenRecord:
+    """Mark the token used by ``agent_id``, atomically: of two concurrent callers one wins.
+
+    Raises EnrollmentRefused with code ``unknown_token``, ``token_used``, ``token_expired``
+    or ``token_name_mismatch``.
+    """
+    now = _now(now)
+    if not isinstance(secret, str) or not _TOKEN_RE.fullmatch(secret):
+        raise _refusal(None, agent_name, now)
+    token_hash = _hash_secret(secret)
+    with write_transaction(db):
+        cursor = db.execute(
+            "UPDATE enrollment_tokens SET used_at = ?, used_by = ? WHERE token_hash = ? "
+            "AND used_at IS NULL AND expires_at > ? AND (name IS NULL OR name = ?)",
+            [now, agent_id, token_hash, now, agent_name],
+        )
+        row = query_one(
+            db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = ?", [token_hash]
+        )
+    if cursor.rowcount == 1 and row is not None:
+        return EnrollmentTokenRecord.model_validate(row)
+    raise _refusal(row, agent_name, now)
+
+
+def peek_enrollment_token(db: Database, secret: str, now: float | None = None) -> str | None:
+    """The agent name a usable token is reserved for (None if not reserved), without spending it.
+
+    Raises EnrollmentRefused (``unknown_token``, ``token_used``, ``token_expired``) if the
+    token could not be consumed now. Only :func:`consume_enrollment_token` is atomic.
+    """
+    row = _find_token_row(db, secret)
+    problem = _token_problem(row, _now(now))
+    if problem is not None:
+        raise problem
+    assert row is not None
+    name: str | None = row["name"]
+    return name
+
+
+def _find_token_row(db: Database, secret: str) -> dict[str, Any] | None:
+    if not isinstance(secret, str) or not _TOKEN_RE.fullmatch(secret):
+        return None
+    return query_one(
+        db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = ?", [_hash_secret(secret)]
+    )
+
+
+def _refusal(row: dict[str, Any] | None, agent_name: str, now: float) -> EnrollmentRefused:
+    """Why the consuming UPDATE matched nothing."""
+    problem = _token_problem(row, now)
+    if problem is not None:
+        return problem
+    assert row is not None
+    if row["name"] is not None and row["name"] != agent_name:
+        return EnrollmentRefused(
+            TOKEN_NAME_MISMATCH,
+            f"enrollment token is reserved for the agent named {row['name']!r}, not {agent_name!r}",
+        )
+    return EnrollmentRefused(UNKNOWN_TOKEN, "enrollment token is not known to this hub")
+
+
+def _token_problem(row: dict[str, Any] | None, now: float) -> EnrollmentRefused | None:
+    if row is None:
+        return EnrollmentRefused(UNKNOWN_TOKEN, "enrollment token is not known to this hub")
+    if row["used_at"] is not None:
+        return EnrollmentRefused(
+            TOKEN_USED,
+            f"enrollment token was already used at {_iso(row['used_at'])}; ask an admin for a new one",
+        )
+    if row["expires_at"] <= now:
+        return EnrollmentRefused(
+            TOKEN_EXPIRED,
+            f"enrollment token expired at {_iso(row['expires_at'])}; ask an admin for a new one",
+        )
+    return None
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a bare number of seconds.
+
+    Raises ValueError otherwise.
+    """
+    match = _DURATION_RE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"invalid duration {text!r}: use seconds or a number with s, m, h or d (e.g. 15m)")
+    return float(match[1]) * _DURATION_UNIT_S[match[2]]

@@ -1,0 +1,158 @@
+"""The MCP server: our tools on the SDK's low-level `Server`, served stateful with SSE.
+
+Each tool call is one supervision boundary: `ToolError` and bad arguments
+become tool error results a model can read; `trio.Cancelled` passes through
+(the client cancelled: the probe's ``probe.cancel`` goes out from the link);
+anything else is logged and reported as an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import ValidationError
+
+from sonde import __version__
+from sonde.hub.auth import Caller
+from sonde.hub.tools import all_tools
+from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec
+from sonde.packs.executor import describe_params_error
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """Sonde gives you read-only, structured probes of a fleet of machines (agents).
+Workflow:
+1. Broad question ("is something wrong?"): call list_agents to see the machines, then probe them.
+2. Never guess probe names: list_agents shows each agent's packs; probe errors list what exists.
+3. probe runs one reading, e.g. probe(agent="web-1", probe="system.memory.usage").
+4. Use tags only when the user names them with '#', e.g. tags=["prod"] for '#prod'.
+Nothing you call can change a machine."""
+
+
+def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    request = ctx.request
+    user = request.scope.get("user") if request is not None else None
+    caller = getattr(user, "sonde_caller", None)
+    if not isinstance(caller, Caller):
+        raise ToolError("This request carries no API key. Connect with `Authorization: Bearer <key>`.")
+    return caller
+
+
+class SondeUser(AuthenticatedUser):
+    """The ASGI ``user`` for an authenticated key; binds MCP sessions to the key."""
+
+    def __init__(self, caller: Caller) -> None:
+        from mcp.server.auth.provider import AccessToken
+
+        super().__init__(AccessToken(token="", client_id=caller.key_id, scopes=[caller.key.role]))
+        self.sonde_caller = caller
+
+
+def tool_result(output: dict[str, Any]) -> types.CallToolResult:
+    text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=output
+    )
+
+
+def tool_error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+def build_server(hub: Hub, tools: list[ToolSpec[Any, Any]] | None = None) -> Server[Any]:
+    specs = {spec.name: spec for spec in (tools or all_tools())}
+    listed = types.ListToolsResult(
+        tools=[
+            types.Tool(
+                name=spec.name,
+                description=spec.description,
+                input_schema=spec.input_schema(),
+                output_schema=spec.output_schema(),
+                annotations=types.ToolAnnotations(
+                    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+                ),
+            )
+            for spec in specs.values()
+        ]
+    )
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return listed
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = specs.get(params.name)
+        if spec is None:
+            return tool_error(f"Unknown tool {params.name!r}. Tools: {', '.join(specs)}.")
+        return await call_tool(hub, spec, ctx, params.arguments or {})
+
+    return Server(
+        "sonde",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+async def call_tool(
+    hub: Hub, spec: ToolSpec[Any, Any], ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
+) -> types.CallToolResult:
+    started = time.perf_counter()
+    try:
+        caller = caller_of(ctx)
+        args = spec.input_model.model_validate(arguments)
+        call = ToolCall(hub, caller, ctx.session.report_progress)
+        output = await spec.handler(call, args)
+    except ValidationError as exc:
+        return tool_error(f"Invalid arguments for {spec.name}: {describe_params_error(exc)}")
+    except ToolError as exc:
+        return tool_error(str(exc))
+    except Exception:  # the supervision boundary of one tool call
+        log.exception("tool %s failed", spec.name)
+        return tool_error(f"Internal error in {spec.name}; the hub logged it. Try again or use another tool.")
+    log.debug("tool %s took %.1f ms", spec.name, (time.perf_counter() - started) * 1000)
+    return tool_result(output.model_dump(mode="json"))
+
+
+def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
+    """Allowed Host/Origin values: the bind address, loopback names, and --allowed-host."""
+    host, port = hub.config.host, bound_port
+    hosts = {host, "127.0.0.1", "localhost", "[::1]"} if host in ("127.0.0.1", "localhost", "::1") else {host}
+    if host in ("0.0.0.0", "::"):
+        hosts = {"127.0.0.1", "localhost", "[::1]"}
+    allowed = {h if h.startswith("[") or ":" not in h else f"[{h}]" for h in hosts}
+    allowed_hosts = [f"{h}:{port}" for h in allowed] + [h for h in allowed if port in (80, 443)]
+    for extra in hub.config.allowed_hosts:
+        allowed_hosts.append(extra)
+        if ":" not in extra.rsplit("]", 1)[-1]:
+            allowed_hosts.append(f"{extra}:{port}")
+    origins = [f"{scheme}://{h}" for h in allowed_hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
+    )
+
+
+def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        app=build_server(hub),
+        json_response=False,
+        stateless=False,
+        security_settings=transport_security(hub, bound_port),
+        session_idle_timeout=hub.config.session_idle_timeout_s,
+    )

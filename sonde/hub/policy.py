@@ -1,0 +1,59 @@
+"""API-key policies: which agents and which probes a key may reach.
+
+A policy is two lists of globs. An agent pattern is a name glob
+(``web-*``) or a tag (``#prod``). Empty or absent lists mean "everything".
+Admin keys ignore their policy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["admin", "member"]
+AGENT_PATTERN = r"^(#[A-Za-z0-9][A-Za-z0-9._:-]{0,63}|[A-Za-z0-9*?\[\]._-]{1,64})$"
+PROBE_PATTERN = r"^[a-z0-9_.*?\[\]]{1,100}$"
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agents: tuple[Annotated[str, Field(pattern=AGENT_PATTERN)], ...] = ()
+    probes: tuple[Annotated[str, Field(pattern=PROBE_PATTERN)], ...] = ()
+
+    def allows_agent(self, name: str, tags: Iterable[str]) -> bool:
+        if not self.agents:
+            return True
+        tag_set = {t.lower() for t in tags}
+        for pattern in self.agents:
+            if pattern.startswith("#"):
+                if pattern[1:].lower() in tag_set:
+                    return True
+            elif fnmatch.fnmatchcase(name, pattern):
+                return True
+        return False
+
+    def allows_probe(self, probe: str) -> bool:
+        return not self.probes or any(fnmatch.fnmatchcase(probe, p) for p in self.probes)
+
+    def describe(self) -> str:
+        agents = ", ".join(self.agents) or "all agents"
+        probes = ", ".join(self.probes) or "all probes"
+        return f"agents: {agents}; probes: {probes}"
+
+
+UNRESTRICTED = Policy()
+
+
+def normalize_tags(tags: Iterable[str]) -> list[str]:
+    """Tags as the user typed them, without a leading ``#`` and blanks."""
+    return [t.strip().lstrip("#") for t in tags if t.strip().lstrip("#")]
+
+
+def has_tags(agent_tags: Iterable[str], wanted: Iterable[str]) -> bool:
+    """All of ``wanted`` (AND) are among ``agent_tags`` (case-insensitive)."""
+    have = {t.lower() for t in agent_tags}
+    return all(t.lower() in have for t in normalize_tags(wanted))

@@ -1,0 +1,166 @@
+"""The Quart app: `/api/v1/*` REST, `/ws/agent`, and the dashboard's static files.
+
+Every REST handler is one supervision boundary: `ApiError` becomes the
+stable error shape ``{"error": {"code", "message"}}``; so do 404, 405 and 413.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from quart import Response, jsonify, request, websocket
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from sonde.hub.agent_socket import QuartTransport, serve_agent
+from sonde.hub.auth import Caller
+from sonde.hub.enrollment import enroll_agent
+from sonde.hub.keys import EnrollmentRefused
+from sonde.packs.executor import describe_params_error
+from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+MAX_BODY_BYTES = 256 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    response = jsonify({"error": {"code": code, "message": message}})
+    response.status_code = status
+    return response
+
+
+async def parse_body(model: type[M]) -> M:
+    """The JSON body validated by ``model``; ApiError 400 naming the bad field."""
+    data = await request.get_json(force=True, silent=True)
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_body", "request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(400, "invalid_body", describe_params_error(exc)) from None
+
+
+async def require_caller(hub: Hub, admin: bool = False) -> Caller:
+    caller = await hub.keys.authenticate(request.headers.get("Authorization"))
+    if caller is None:
+        await hub.audit(
+            "anonymous", "rest.auth", request.path, "denied", detail={"client": request.remote_addr}
+        )
+        raise ApiError(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
+    if admin and not caller.is_admin:
+        raise ApiError(403, "forbidden", "this route needs an admin API key")
+    return caller
+
+
+def create_rest_app(hub: Hub) -> QuartTrio:
+    app = QuartTrio("sonde.hub", static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    install_error_handlers(app)
+    install_security_headers(app)
+    from sonde.hub.rest_routes import install_routes
+
+    install_routes(app, hub)
+    install_agent_socket(app, hub)
+    install_webui(app)
+    return app
+
+
+def install_error_handlers(app: QuartTrio) -> None:
+    @app.errorhandler(ApiError)
+    async def api_error(exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
+            exc.code or 500, "http_error"
+        )
+        return error_response(exc.code or 500, code, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    async def internal_error(exc: Exception) -> Response:  # the REST supervision boundary
+        log.exception("REST handler failed")
+        return error_response(500, "internal", "internal error; the hub logged it")
+
+
+def install_security_headers(app: QuartTrio) -> None:
+    @app.after_request
+    async def headers(response: Response) -> Response:
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        response.headers.setdefault(
+            "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; object-src 'none'"
+        )
+        if request.path.startswith("/api/"):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+
+def install_agent_socket(app: QuartTrio, hub: Hub) -> None:
+    @app.websocket("/ws/agent")
+    async def agent_socket() -> None:
+        if websocket.headers.get("Origin"):
+            # browsers always send Origin; agents never do
+            await websocket.close(1008, "browsers may not connect here")
+            return
+        await websocket.accept()
+        await serve_agent(hub, QuartTransport(websocket._get_current_object()), str(websocket.remote_addr))
+
+
+def webui_dir() -> Path:
+    return Path(str(importlib.resources.files("sonde.webui")))
+
+
+def install_webui(app: QuartTrio) -> None:
+    from quart import send_from_directory
+
+    root = webui_dir()
+
+    @app.get("/")
+    async def index() -> Response:
+        return await send_from_directory(root, "index.html")
+
+    @app.get("/ui/<path:name>")
+    async def asset(name: str) -> Response:
+        return await send_from_directory(root, name)
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
+    body = await parse_body(EnrollRequest)
+    try:
+        record = await hub.store.write(enroll_agent, body, time.time())
+    except EnrollmentRefused as exc:
+        status = 409 if exc.code == "name_taken" else 400 if exc.code == "invalid_public_key" else 401
+        await hub.audit("enrollment", "agent.enroll", body.name, "denied", detail={"code": exc.code})
+        raise ApiError(status, exc.code, exc.message) from None
+    hub.fleet.remember(record)
+    await hub.audit("enrollment", "agent.enroll", record.name, "ok", detail={"agentId": record.id})
+    from sonde.protocol.signing import public_key_to_text
+
+    answer = EnrollResponse(
+        agent_id=record.id,
+        name=record.name,
+        hub_public_key=public_key_to_text(hub.signing_key.public_key()),
+        heartbeat_interval_s=hub.config.heartbeat_interval_s,
+    )
+    return answer.model_dump(mode="json", by_alias=True), 201

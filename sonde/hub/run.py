@@ -1,0 +1,94 @@
+"""`sonde hub` in the foreground: config from flags, signals, exit codes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from sonde.hub.config import HubConfig, parse_bind
+
+
+def build_config(
+    *,
+    bind: str,
+    data_dir: Path,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    heartbeat_interval: float,
+    probe_timeout: float,
+    log_format: str,
+    log_level: str,
+    allowed_hosts: tuple[str, ...],
+) -> HubConfig | str:
+    """A validated HubConfig, or a message saying what is wrong."""
+    try:
+        host, port = parse_bind(bind)
+    except ValueError as exc:
+        return str(exc)
+    if (tls_cert is None) != (tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    for path in (tls_cert, tls_key):
+        if path is not None and not path.is_file():
+            return f"TLS file {path} does not exist"
+    if not 0.05 <= heartbeat_interval <= 3600:
+        return "--heartbeat-interval must be between 0.05 and 3600 seconds"
+    if not 0.1 <= probe_timeout <= 3600:
+        return "--probe-timeout must be between 0.1 and 3600 seconds"
+    if log_format not in ("text", "json"):
+        return "--log-format is text or json"
+    return HubConfig(
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        certfile=tls_cert,
+        keyfile=tls_key,
+        heartbeat_interval_s=heartbeat_interval,
+        probe_timeout_s=probe_timeout,
+        log_format=log_format,  # type: ignore[arg-type]
+        log_level=log_level.upper(),
+        allowed_hosts=allowed_hosts,
+    )
+
+
+async def run_until_signal(config: HubConfig) -> None:
+    from sonde.hub.serve import serve_hub
+
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(
+                lambda task_status: serve_hub(config, shutdown=shutdown, task_status=task_status)
+            )
+            async for _ in signals:
+                print("sonde hub: shutting down", file=sys.stderr, flush=True)
+                shutdown.set()
+                break
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run_hub(config: HubConfig) -> int:
+    import mcp.server.lowlevel  # noqa: F401  (import first: the SDK may touch logging)
+
+    from sonde.hub.logs import configure_logging
+
+    configure_logging(config.log_format, config.log_level)
+    try:
+        trio.run(run_until_signal, config)
+    except OSError as exc:
+        print(f"sonde hub: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the process boundary: say why, exit non-zero
+        cause = innermost(exc)
+        message = f"{type(cause).__name__}: {cause}"
+        print(f"sonde hub: stopped: {message}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,72 @@
+"""Run the hub: one hypercorn (trio worker) serving the root ASGI app.
+
+`serve_hub` is started with ``nursery.start`` and reports the URL it listens
+on, so tests bind port 0 and never race.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from sonde.hub.asgi import RootApp
+from sonde.hub.config import HubConfig
+from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
+from sonde.hub.mcp_server import build_session_manager, transport_security
+from sonde.hub.rest import create_rest_app
+
+log = logging.getLogger(__name__)
+
+
+def hypercorn_config(config: HubConfig) -> HypercornConfig:
+    hc = HypercornConfig()
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    hc.bind = [f"{host}:{config.port}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.websocket_max_message_size = config.max_frame_bytes
+    hc.graceful_timeout = 5.0
+    hc.keep_alive_timeout = 75.0
+    if config.certfile:
+        hc.certfile = str(config.certfile)
+        hc.keyfile = str(config.keyfile) if config.keyfile else None
+    return hc
+
+
+def bound_url(config: HubConfig, binds: list[str]) -> str:
+    """The hub's base URL from hypercorn's bound addresses (port 0 resolved)."""
+    first = binds[0]
+    return first if first.startswith("http") else f"{config.scheme}://{first}"
+
+
+async def serve_hub(
+    config: HubConfig,
+    *,
+    hub_ready: trio.MemorySendChannel[Hub] | None = None,
+    shutdown: trio.Event | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until ``shutdown`` is set (or forever); reports the base URL when bound."""
+    admin_secret = bootstrap_admin_key(config)
+    async with open_hub(config) as hub:
+        manager = build_session_manager(hub, config.port)
+        root = RootApp(hub, manager, create_rest_app(hub))
+        hc = hypercorn_config(config)
+        trigger = shutdown.wait if shutdown is not None else None
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                lambda task_status: serve(root, hc, shutdown_trigger=trigger, task_status=task_status)
+            )
+            url = bound_url(config, binds)
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            manager.security_settings = transport_security(hub, port)
+            if admin_secret:
+                announce_admin_key(admin_secret)
+            print(f"sonde hub listening on {url}  (MCP: {url}/mcp)", file=sys.stderr, flush=True)
+            if hub_ready is not None:
+                await hub_ready.send(hub)
+            task_status.started(url)

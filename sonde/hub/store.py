@@ -1,0 +1,293 @@
+"""The async face of the hub's database: one writer task with group commit, threaded readers.
+
+How it works. ``write`` and ``submit`` put an op (a plain function of the database) on a
+bounded channel. One writer task takes up to MAX_BATCH_OPS queued ops and runs them in a
+worker thread inside one ``BEGIN IMMEDIATE`` transaction, each op under its own SAVEPOINT
+so a failing op is rolled back alone; one COMMIT then covers the batch (group commit) and
+the waiting callers are woken with their op's result or exception. ``read`` runs a
+function in a worker thread (at most READ_THREADS at once) on that thread's own read-only
+connection, inside one read transaction (a consistent snapshot); with WAL, readers and
+the writer never block each other.
+
+Ops run in a worker thread and must not open or end transactions themselves
+(``write_transaction`` / ``db.atomic()`` nest as savepoints and are fine); they should
+return plain values, not lazy iterators over the connection.
+
+Memory bound: at most WRITE_QUEUE_SIZE queued ops plus one batch in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import outcome
+import trio
+from sqlite_utils import Database
+
+from sonde.hub.db import open_database, open_read_database
+
+WRITE_QUEUE_SIZE = 1024
+MAX_BATCH_OPS = 256
+READ_THREADS = 4
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+class StoreClosed(RuntimeError):
+    """The store is closed (or closing) and takes no more work."""
+
+
+class StoreCommitFailed(RuntimeError):
+    """The transaction holding this op could not begin or commit; the op was not saved."""
+
+
+@dataclass(frozen=True)
+class StoreStatistics:
+    """Counters since the store opened: ``batches`` is the number of write transactions."""
+
+    batches: int
+    ops: int
+    failed_ops: int
+    queued_ops: int
+
+
+@dataclass
+class _Counters:
+    batches: int = 0
+    ops: int = 0
+    failed_ops: int = 0
+
+
+@dataclass(eq=False)
+class _WriteOp:
+    call: Callable[[Database], Any]
+    name: str
+    done: trio.Event | None  # None for submit(): nobody waits, failures are logged
+    result: outcome.Outcome[Any] | None = None
+
+
+@dataclass(eq=False)
+class _ReadConnections:
+    """One read-only connection per worker thread, all closed together."""
+
+    path: Path
+    _local: threading.local = field(default_factory=threading.local)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _opened: list[Database] = field(default_factory=list)
+    _closed: bool = False
+
+    def get(self) -> Database:
+        """This thread's connection (runs in a worker thread)."""
+        db: Database | None = getattr(self._local, "db", None)
+        if db is not None:
+            return db
+        db = open_read_database(self.path)
+        with self._lock:
+            if self._closed:
+                db.close()
+                raise StoreClosed("the store is closed")
+            self._opened.append(db)
+        self._local.db = db
+        return db
+
+    def close_all(self) -> None:
+        with self._lock:
+            self._closed, opened, self._opened = True, self._opened, []
+        for db in opened:
+            db.close()
+
+
+class Store:
+    """The hub's database for async code; get one from :func:`open_store`."""
+
+    def __init__(self, path: Path, send: trio.MemorySendChannel[_WriteOp], counters: _Counters) -> None:
+        self.path = path
+        self._send = send
+        self._counters = counters
+        self._readers = _ReadConnections(path)
+        self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self._closed = False
+
+    async def write(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(db, *args, **kwargs)`` in the writer and wait until its batch is committed.
+
+        Returns fn's result or raises fn's exception (fn's changes are then rolled back,
+        its batch-mates are not). Raises StoreClosed after close, StoreCommitFailed if the
+        batch could not commit. Cancelled while waiting, the op may still be committed.
+        """
+        done = trio.Event()
+        op = _WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), done)
+        await self._enqueue(op)
+        await done.wait()
+        assert op.result is not None
+        result: T = op.result.unwrap()
+        return result
+
+    async def submit(
+        self, fn: Callable[Concatenate[Database, P], Any], *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """Queue ``fn(db, *args, **kwargs)`` without waiting for it; a failure is logged.
+
+        Blocks only while the queue is full (back-pressure). Raises StoreClosed after close.
+        """
+        await self._enqueue(_WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), None))
+
+    async def read(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(db, *args, **kwargs)`` on a read-only connection in a worker thread.
+
+        Sees everything committed before it started. Raises fn's exception, or StoreClosed.
+        Cancellation waits for fn to finish (SQLite calls cannot be abandoned safely).
+        """
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return await trio.to_thread.run_sync(
+            self._run_read, lambda db: fn(db, *args, **kwargs), limiter=self._read_limiter
+        )
+
+    def statistics(self) -> StoreStatistics:
+        """Write counters, for tests and the hub's metrics."""
+        counters = self._counters
+        queued = self._send.statistics().current_buffer_used
+        return StoreStatistics(counters.batches, counters.ops, counters.failed_ops, queued)
+
+    async def _enqueue(self, op: _WriteOp) -> None:
+        try:
+            await self._send.send(op)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise StoreClosed("the store is closed") from None
+
+    def _run_read(self, call: Callable[[Database], T]) -> T:
+        db = self._readers.get()
+        with db.atomic():  # one snapshot for every query fn makes
+            return call(db)
+
+    def _close(self) -> None:
+        """Refuse new work; the writer drains what is queued."""
+        self._closed = True
+        self._send.close()
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+@asynccontextmanager
+async def open_store(path: Path) -> AsyncIterator[Store]:
+    """Open the database at ``path`` (migrating it) and run its writer until the block exits.
+
+    On a normal exit every queued write is committed before this returns. If the block is
+    cancelled, the batch in flight completes and ops still queued fail with StoreClosed.
+    """
+    path = Path(path)
+    write_db = await trio.to_thread.run_sync(open_database, path)
+    send, receive = trio.open_memory_channel[_WriteOp](WRITE_QUEUE_SIZE)
+    store = Store(path, send, _Counters())
+    try:
+        body_error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_run_writer, write_db, receive, store._counters)
+            try:
+                yield store
+            except Exception as exc:  # not handled: re-raised below, unwrapped from the nursery's group
+                body_error = exc
+            finally:
+                store._close()
+        if body_error is not None:
+            raise body_error
+    finally:
+        _fail_leftovers(receive)
+        store._readers.close_all()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(write_db.close)
+
+
+async def _run_writer(
+    db: Database, receive: trio.MemoryReceiveChannel[_WriteOp], counters: _Counters
+) -> None:
+    """Take batches off the queue and commit them, until the queue is closed and empty."""
+    limiter = trio.CapacityLimiter(1)
+    async for first in receive:
+        batch = _take_batch(first, receive)
+        # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
+        # callers always hear how it ended, even when the store is being cancelled.
+        with trio.CancelScope(shield=True):
+            results = await trio.to_thread.run_sync(_commit_batch, db, batch, limiter=limiter)
+        _deliver(batch, results, counters)
+
+
+def _take_batch(first: _WriteOp, receive: trio.MemoryReceiveChannel[_WriteOp]) -> list[_WriteOp]:
+    batch = [first]
+    while len(batch) < MAX_BATCH_OPS:
+        try:
+            batch.append(receive.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            break
+    return batch
+
+
+def _commit_batch(db: Database, batch: list[_WriteOp]) -> list[outcome.Outcome[Any]]:
+    """Run one batch in one transaction (in a worker thread)."""
+    try:
+        db.conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        return [_commit_failed(exc) for _ in batch]
+    results = [_run_op(db, op) for op in batch]
+    try:
+        db.commit()
+    except sqlite3.Error as exc:
+        db.rollback()
+        return [_commit_failed(exc) for _ in batch]
+    return results
+
+
+def _run_op(db: Database, op: _WriteOp) -> outcome.Outcome[Any]:
+    # The supervision boundary of one op: whatever it raises goes back to its caller.
+    db.conn.execute("SAVEPOINT store_op")
+    result: outcome.Outcome[Any] = outcome.capture(op.call, db)
+    if db.conn.in_transaction and isinstance(result, outcome.Error):
+        db.conn.execute("ROLLBACK TO store_op")
+    if db.conn.in_transaction:
+        db.conn.execute("RELEASE store_op")
+    return result
+
+
+def _commit_failed(exc: sqlite3.Error) -> outcome.Error:
+    error = StoreCommitFailed(f"the write transaction failed: {exc}")
+    error.__cause__ = exc
+    return outcome.Error(error)
+
+
+def _deliver(batch: list[_WriteOp], results: list[outcome.Outcome[Any]], counters: _Counters) -> None:
+    counters.batches += 1
+    counters.ops += len(batch)
+    for op, result in zip(batch, results, strict=True):
+        if isinstance(result, outcome.Error):
+            counters.failed_ops += 1
+            if op.done is None:
+                logger.error("store op %s failed", op.name, exc_info=result.error)
+        if op.done is not None:
+            op.result = result
+            op.done.set()
+
+
+def _fail_leftovers(receive: trio.MemoryReceiveChannel[_WriteOp]) -> None:
+    """Ops still queued when the writer stopped early (cancelled): fail their callers."""
+    while True:
+        try:
+            op = receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            break
+        if op.done is not None:
+            op.result = outcome.Error(StoreClosed("the store closed before this write ran"))
+            op.done.set()
+    receive.close()

@@ -1,0 +1,77 @@
+"""What an MCP tool is here: a typed input, a typed output, one async handler.
+
+Handlers raise `ToolError` with a message that tells the model what to do
+next; the MCP layer turns it into a tool error result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from sonde.hub.auth import Caller
+    from sonde.hub.core import Hub
+
+InT = TypeVar("InT", bound=BaseModel)
+OutT = TypeVar("OutT", bound=BaseModel)
+
+AGENT_FIELD = Field(
+    min_length=1,
+    max_length=64,
+    pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+    description="Agent name (or id), exactly as list_agents shows it.",
+)
+TAGS_FIELD = Field(
+    default_factory=list,
+    max_length=16,
+    description="Only agents carrying ALL these tags. A leading '#' is ignored. "
+    "Use tags only when the user names them (e.g. '#prod').",
+)
+
+
+class ToolInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolError(Exception):
+    """A refusal or failure the model should read and act on."""
+
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+async def no_progress(progress: float, total: float | None, message: str | None) -> None:
+    return None
+
+
+@dataclass
+class ToolCall:
+    hub: Hub
+    caller: Caller
+    progress: ProgressFn = no_progress
+
+
+@dataclass(frozen=True)
+class ToolSpec(Generic[InT, OutT]):
+    name: str
+    description: str
+    input_model: type[InT]
+    output_model: type[OutT]
+    handler: Callable[[ToolCall, InT], Awaitable[OutT]]
+
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.input_model.model_json_schema()
+        schema.setdefault("properties", {})
+        schema["additionalProperties"] = False
+        return schema
+
+    def output_schema(self) -> dict[str, Any]:
+        return self.output_model.model_json_schema()

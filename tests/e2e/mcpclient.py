@@ -1,0 +1,33 @@
+"""The mcp SDK's own client, under trio, with our API key."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str, mode: str = "legacy") -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool that must succeed; return its structured content."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def call_error(client: Client, tool: str, **arguments: Any) -> str:
+    """Call a tool that must fail; return its error text."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    return result.content[0].text  # type: ignore[union-attr]

@@ -1,0 +1,177 @@
+"""Real processes for end-to-end tests: a `sonde hub` and `sonde start` agents.
+
+Everything binds 127.0.0.1 port 0; every wait has a deadline; every process
+is killed when its context ends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+SONDE = [sys.executable, "-m", "sonde"]
+URL_LINE = re.compile(r"sonde hub listening on (\S+)")
+KEY_LINE = re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$")
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    pumper: threading.Thread | None = None
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def pump(self) -> None:
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 20.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    match = pattern.search(line)
+                    if match:
+                        return match
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.popen.poll() is not None and seen == len(self.lines)):
+                    raise AssertionError(
+                        f"no line matching {pattern.pattern!r} within {timeout}s; stderr:\n"
+                        + "\n".join(self.lines)
+                    )
+                self._changed.wait(min(left, 0.2))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        if self.pumper is not None:
+            self.pumper.join(5)
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+        return self.popen.returncode
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def spawn(args: list[str], env: dict[str, str], stdout: int = subprocess.DEVNULL) -> Proc:
+    popen = subprocess.Popen(
+        [*SONDE, *args], env=env, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
+    proc = Proc(popen)
+    proc.pumper = threading.Thread(target=proc.pump, daemon=True)
+    proc.pumper.start()
+    return proc
+
+
+def base_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SONDE_")}
+    env["HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class RunningHub:
+    proc: Proc
+    url: str
+    admin_key: str
+    data_dir: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SONDE, *args, "--data-dir", str(self.data_dir)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def token(self, *extra: str) -> str:
+        done = self.cli("hub", "token", "create", *extra)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def client(self, key: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key or self.admin_key}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+
+
+@contextmanager
+def running_hub(tmp: Path, *extra: str) -> Iterator[RunningHub]:
+    data_dir = tmp / "hubdata"
+    env = base_env(tmp / "hubhome")
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), *extra], env)
+    try:
+        key = proc.wait_for(KEY_LINE).group(1)
+        url = proc.wait_for(URL_LINE).group(1)
+        yield RunningHub(proc, url, key, data_dir, env)
+    finally:
+        proc.stop()
+
+
+@dataclass
+class EnrolledAgent:
+    name: str
+    home: Path
+    env: dict[str, str]
+    proc: Proc | None = None
+
+    def start(self, *extra: str) -> Proc:
+        self.proc = spawn(["start", "--allow-root", *extra], self.env)
+        return self.proc
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        return self.proc.stop(sig)
+
+
+def enroll_agent(hub: RunningHub, tmp: Path, name: str) -> EnrolledAgent:
+    home = tmp / f"home-{name}"
+    home.mkdir(parents=True, exist_ok=True)
+    env = base_env(home)
+    token = hub.token()
+    done = subprocess.run(
+        [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return EnrolledAgent(name, home, env)
+
+
+def wait_until(predicate: object, timeout: float = 15.0, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

@@ -1,0 +1,48 @@
+"""A real hub, two real agents, the real mcp client: the issue's main scenario."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import enroll_agent, running_hub, wait_until
+
+
+def agent_statuses(hub) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    with hub.client() as http:
+        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
+
+
+async def test_two_agents_probe_die_and_come_back(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agents = [enroll_agent(hub, tmp_path, name) for name in ("alpha", "beta")]
+        for agent in agents:
+            agent.start()
+        wait_until(lambda: agent_statuses(hub) == {"alpha": "online", "beta": "online"})
+
+        async with mcp_client(hub.url, hub.admin_key) as client:
+            listed = await call(client, "list_agents")
+            assert {a["name"] for a in listed["agents"]} == {"alpha", "beta"}
+            assert listed["online"] == 2
+            for name in ("alpha", "beta"):
+                reading = await call(client, "probe", agent=name, probe="system.memory.usage")
+                assert reading["agent"] == name
+                assert reading["result"]["total_bytes"] > 0
+
+            # kill beta hard: it must go offline, and a probe to it fails at once
+            agents[1].stop(signal.SIGKILL)
+            wait_until(lambda: agent_statuses(hub)["beta"] == "offline", timeout=10)
+            started = time.monotonic()
+            text = await call_error(client, "probe", agent="beta", probe="system.memory.usage")
+            assert time.monotonic() - started < 2
+            assert "offline since" in text
+
+            # restart it: back online without re-enrolling
+            agents[1].start()
+            wait_until(lambda: agent_statuses(hub)["beta"] == "online")
+            reading = await call(client, "probe", agent="beta", probe="system.memory.usage")
+            assert reading["result"]["total_bytes"] > 0
+        for agent in agents:
+            assert agent.stop() == 0

@@ -1,0 +1,163 @@
+"""Opening the hub database: file modes, pragmas, migrations, meta."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from sonde.hub import db as hub_db
+from sonde.hub.db import (
+    SCHEMA_VERSION,
+    get_meta,
+    open_database,
+    open_read_database,
+    schema_version,
+    set_meta,
+    write_transaction,
+)
+
+TABLES = {"meta", "agents", "revoked_agents", "enrollment_tokens", "api_keys", "audit"}
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_creates_private_dir_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "hub.db"
+    db = open_database(path)
+    db.close()
+    assert mode_of(path.parent) == 0o700
+    assert mode_of(path) == 0o600
+
+
+def test_pragmas(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "hub.db")
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        assert db.conn.isolation_level is None
+    finally:
+        db.close()
+
+
+def test_first_open_creates_schema(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "hub.db")
+    try:
+        assert schema_version(db) == SCHEMA_VERSION == 1
+        assert TABLES <= set(db.table_names())
+        indexes = {index.name for index in db.table("audit").indexes}
+        assert {"idx_audit_ts", "idx_audit_actor", "idx_audit_target"} <= indexes
+    finally:
+        db.close()
+
+
+def test_migrations_run_once_and_upgrade_existing_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "hub.db"
+    open_database(path).close()
+    calls: list[int] = []
+
+    def add_notes(db: Database) -> None:
+        calls.append(1)
+        db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+
+    monkeypatch.setattr(hub_db, "MIGRATIONS", (*hub_db.MIGRATIONS, add_notes))
+    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", 2)
+    for _ in range(3):
+        db = open_database(path)
+        assert schema_version(db) == 2
+        assert "notes" in db.table_names()
+        db.close()
+    assert calls == [1]
+
+
+def test_failed_migration_is_rolled_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "hub.db"
+    open_database(path).close()
+
+    def broken(db: Database) -> None:
+        db.execute("CREATE TABLE half_done (id INTEGER)")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(hub_db, "MIGRATIONS", (*hub_db.MIGRATIONS, broken))
+    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", 2)
+    with pytest.raises(RuntimeError, match="migration bug"):
+        open_database(path)
+    monkeypatch.undo()
+    db = open_database(path)
+    try:
+        assert schema_version(db) == 1
+        assert "half_done" not in db.table_names()
+    finally:
+        db.close()
+
+
+def test_newer_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "hub.db"
+    open_database(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(RuntimeError, match=r"schema version 99 .* upgrade Sonde"):
+        open_database(path)
+
+
+def test_meta_get_and_set(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "hub.db")
+    try:
+        assert get_meta(db, "missing") is None
+        set_meta(db, "k", "one")
+        set_meta(db, "k", "two")
+        assert get_meta(db, "k") == "two"
+    finally:
+        db.close()
+
+
+def write_then_fail(db: Database, key: str) -> None:
+    with write_transaction(db):
+        set_meta(db, key, "x")
+        raise ValueError(key)
+
+
+def test_write_transaction_rolls_back_and_nests(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "hub.db")
+    try:
+        with pytest.raises(ValueError, match="lost"):
+            write_then_fail(db, "lost")
+        assert get_meta(db, "lost") is None
+        with write_transaction(db):
+            set_meta(db, "kept", "x")
+            with pytest.raises(ValueError, match="inner"):
+                write_then_fail(db, "inner")
+        assert get_meta(db, "kept") == "x"
+        assert get_meta(db, "inner") is None
+        assert not db.conn.in_transaction
+    finally:
+        db.close()
+
+
+def test_read_connection_cannot_write(tmp_path: Path) -> None:
+    path = tmp_path / "hub.db"
+    writer = open_database(path)
+    set_meta(writer, "k", "v")
+    reader = open_read_database(path)
+    try:
+        assert get_meta(reader, "k") == "v"
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            set_meta(reader, "k", "changed")
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_read_connection_needs_an_existing_file(tmp_path: Path) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        open_read_database(tmp_path / "absent.db")

@@ -1,0 +1,248 @@
+"""API keys and enrollment tokens: shown once, stored hashed, tokens single use."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from sonde.hub.db import open_database
+from sonde.hub.keys import (
+    EnrollmentRefused,
+    consume_enrollment_token,
+    count_active_admin_keys,
+    create_api_key,
+    create_enrollment_token,
+    find_api_key,
+    get_api_key,
+    list_api_keys,
+    list_enrollment_tokens,
+    parse_duration,
+    peek_enrollment_token,
+    revoke_api_key,
+    touch_api_key,
+)
+from sonde.protocol.enrollment import TOKEN_PATTERN
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_database(tmp_path / "hub.db")
+    yield database
+    database.close()
+
+
+def raw_bytes(path: Path) -> bytes:
+    """The database file and its WAL side files, as stored on disk."""
+    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
+
+
+# --- API keys ------------------------------------------------------------------
+
+
+def test_create_api_key_returns_secret_once(db: Database) -> None:
+    record, secret = create_api_key(db, "ci bot", role="admin", policy={"agents": ["web-*"]}, now=T0)
+    assert secret.startswith("sonde_")
+    assert record.prefix == secret[:12]
+    assert record.role == "admin"
+    assert record.policy == {"agents": ["web-*"]}
+    assert record.created_at == T0
+    assert record.revoked_at is None
+    assert "key_hash" not in record.model_dump()
+    assert secret not in repr(record)
+    assert get_api_key(db, record.id) == record
+    assert list_api_keys(db) == [record]
+
+
+def test_only_the_hash_of_a_secret_is_stored(tmp_path: Path) -> None:
+    path = tmp_path / "hub.db"
+    db = open_database(path)
+    _, key_secret = create_api_key(db, "laptop")
+    _, token_secret = create_enrollment_token(db)
+    on_disk_open = raw_bytes(path)
+    db.close()
+    for data in (on_disk_open, raw_bytes(path)):
+        assert key_secret.encode() not in data
+        assert token_secret.encode() not in data
+    assert hashlib.sha256(key_secret.encode()).hexdigest().encode() in raw_bytes(path)
+
+
+def test_find_and_revoke(db: Database) -> None:
+    record, secret = create_api_key(db, "alice")
+    assert find_api_key(db, secret) == record
+    assert find_api_key(db, secret + "x") is None
+    assert revoke_api_key(db, record.id, now=T0) is True
+    assert find_api_key(db, secret) is None
+    assert revoke_api_key(db, record.id) is False
+    assert revoke_api_key(db, "no-such-id") is False
+    revoked = get_api_key(db, record.id)
+    assert revoked is not None
+    assert revoked.revoked_at == T0
+
+
+@pytest.mark.parametrize("secret", ["", "sonde_" + "a" * 1000, "not a key"])
+def test_find_unknown_secret(db: Database, secret: str) -> None:
+    create_api_key(db, "alice")
+    assert find_api_key(db, secret) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "role", "message"),
+    [
+        ("", "member", "invalid API key name"),
+        ("   ", "member", "invalid API key name"),
+        ("x" * 65, "member", "invalid API key name"),
+        ("bad/name", "member", "invalid API key name"),
+        ("ok", "root", "invalid role 'root'"),
+    ],
+)
+def test_create_api_key_validates(db: Database, name: str, role: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        create_api_key(db, name, role=role)
+    assert list_api_keys(db) == []
+
+
+def test_policy_must_be_an_object(db: Database) -> None:
+    with pytest.raises(ValueError, match="JSON object"):
+        create_api_key(db, "bob", policy=["web-*"])  # type: ignore[arg-type]
+
+
+def test_count_active_admin_keys_and_touch(db: Database) -> None:
+    first, _ = create_api_key(db, "admin 1", role="admin")
+    create_api_key(db, "admin 2", role="admin")
+    create_api_key(db, "member", role="member")
+    assert count_active_admin_keys(db) == 2
+    revoke_api_key(db, first.id)
+    assert count_active_admin_keys(db) == 1
+    touch_api_key(db, first.id, T0 + 5)
+    touched = get_api_key(db, first.id)
+    assert touched is not None
+    assert touched.last_used_at == T0 + 5
+
+
+# --- enrollment tokens -----------------------------------------------------------
+
+
+def test_token_format_and_record(db: Database) -> None:
+    record, secret = create_enrollment_token(db, ttl_s=900, now=T0)
+    assert re.fullmatch(TOKEN_PATTERN, secret)
+    assert record.expires_at == T0 + 900
+    assert record.used_at is None
+    assert list_enrollment_tokens(db) == [record]
+
+
+@pytest.mark.parametrize("ttl_s", [59.0, 7 * 86400 + 1, float("nan")])
+def test_token_ttl_bounds(db: Database, ttl_s: float) -> None:
+    with pytest.raises(ValueError, match="between 60 s and 7 days"):
+        create_enrollment_token(db, ttl_s=ttl_s)
+
+
+def test_reserved_name_must_be_valid(db: Database) -> None:
+    with pytest.raises(ValueError, match="invalid agent name"):
+        create_enrollment_token(db, name="not a name")
+
+
+def test_token_is_single_use(db: Database) -> None:
+    _, secret = create_enrollment_token(db, now=T0)
+    used = consume_enrollment_token(db, secret, "web-1", "agent-1", now=T0 + 10)
+    assert used.used_at == T0 + 10
+    assert used.used_by == "agent-1"
+    with pytest.raises(EnrollmentRefused) as refused:
+        consume_enrollment_token(db, secret, "web-2", "agent-2", now=T0 + 20)
+    assert refused.value.code == "token_used"
+    assert refused.value.message == (
+        "enrollment token was already used at 2023-11-14T22:13:30Z; ask an admin for a new one"
+    )
+
+
+def test_expired_token(db: Database) -> None:
+    _, secret = create_enrollment_token(db, ttl_s=60, now=T0)
+    with pytest.raises(EnrollmentRefused) as refused:
+        consume_enrollment_token(db, secret, "web-1", "agent-1", now=T0 + 60)
+    assert refused.value.code == "token_expired"
+    assert "expired at 2023-11-14T22:14:20Z; ask an admin for a new one" in refused.value.message
+
+
+@pytest.mark.parametrize("secret", ["A" * 32, "short", "has spaces in it!!"])
+def test_unknown_token(db: Database, secret: str) -> None:
+    create_enrollment_token(db)
+    with pytest.raises(EnrollmentRefused) as refused:
+        consume_enrollment_token(db, secret, "web-1", "agent-1")
+    assert refused.value.code == "unknown_token"
+    assert refused.value.message == "enrollment token is not known to this hub"
+
+
+def test_token_reserved_for_another_name(db: Database) -> None:
+    _, secret = create_enrollment_token(db, name="db-1", now=T0)
+    with pytest.raises(EnrollmentRefused) as refused:
+        consume_enrollment_token(db, secret, "web-1", "agent-1", now=T0 + 1)
+    assert refused.value.code == "token_name_mismatch"
+    assert "'db-1'" in refused.value.message
+    # the refusal did not burn the token: its rightful agent can still use it
+    assert consume_enrollment_token(db, secret, "db-1", "agent-2", now=T0 + 2).used_by == "agent-2"
+
+
+def test_concurrent_consumption_has_one_winner(tmp_path: Path) -> None:
+    path = tmp_path / "hub.db"
+    setup = open_database(path)
+    secrets = [create_enrollment_token(setup)[1] for _ in range(20)]
+    connections = [open_database(path), open_database(path)]
+    outcomes: list[list[str]] = [[], []]
+    barrier = threading.Barrier(2, timeout=10)
+
+    def race(index: int) -> None:
+        for secret in secrets:
+            barrier.wait()
+            try:
+                consume_enrollment_token(connections[index], secret, f"web-{index}", f"agent-{index}")
+            except EnrollmentRefused as refused:
+                outcomes[index].append(refused.code)
+            else:
+                outcomes[index].append("won")
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for database in (*connections, setup):
+        database.close()
+    for first, second in zip(*outcomes, strict=True):
+        assert sorted([first, second]) == ["token_used", "won"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90.0), ("15m", 900.0), ("2h", 7200.0), ("1d", 86400.0), ("600", 600.0), (" 1.5h ", 5400.0)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "15x", "-5m", "1h30m", "15 minutes", "1e3"])
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_peek_shows_the_reserved_name_without_spending(db: Database) -> None:
+    _, reserved = create_enrollment_token(db, name="db-1", now=T0)
+    _, free = create_enrollment_token(db, now=T0)
+    assert peek_enrollment_token(db, reserved, now=T0 + 1) == "db-1"
+    assert peek_enrollment_token(db, free, now=T0 + 1) is None
+    consume_enrollment_token(db, free, "web-1", "agent-1", now=T0 + 2)
+    for secret, now, code in [
+        (free, T0 + 3, "token_used"),
+        (reserved, T0 + 900, "token_expired"),
+        ("B" * 32, T0, "unknown_token"),
+    ]:
+        with pytest.raises(EnrollmentRefused) as refused:
+            peek_enrollment_token(db, secret, now=now)
+        assert refused.value.code == code
