@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SEND_BUFFER_FRAMES = 32
 CANCEL_SEND_TIMEOUT_S = 2.0
+CLOSE_TIMEOUT_S = 1.0
 CLOSE_NORMAL = 1000
 CLOSE_POLICY = 1008
 
@@ -241,9 +242,10 @@ class Link:
 
     async def _supervise(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
         """Run one link task; whatever ends it ends the whole link."""
-        reason = f"{name} ended"
+        reason = "closed by owner"  # kept when the task is cancelled from outside
         try:
             await job()
+            reason = f"{name} ended"
         except LinkClosed as exc:
             reason = str(exc) or "connection closed"
         except AgentUnavailable:
@@ -288,7 +290,7 @@ async def open_link(
                 nursery.cancel_scope.cancel()
     finally:
         send_channel.close()
-        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
             try:
                 await transport.close(CLOSE_NORMAL, link.close_reason)
             except LinkClosed:

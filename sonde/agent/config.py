@@ -1,0 +1,217 @@
+"""The agent's config file, ``~/.sonde/config.json`` (mode 0600).
+
+It holds the agent's identity (written by `sonde enroll`) and its settings.
+Every field is optional so a file holding only ``hubUrl`` and ``apiKey``
+(written by `sonde login`) is valid. Keys are camelCase, like the wire.
+
+`save_config` merges: keys already in the file that the new config does not
+set are kept, so two commands each owning a few keys never erase each other.
+The write is atomic (a temp file in the same directory, then `os.replace`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from sonde.packs.context import DEFAULT_ALLOWED_PATHS, ProbeSettings
+from sonde.protocol.signing import public_key_from_text
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE_NAME = "config.json"
+CONFIG_DIR_MODE = 0o700
+CONFIG_FILE_MODE = 0o600
+MAX_CONFIG_BYTES = 1024 * 1024
+IDENTITY_FIELDS = ("hub_url", "agent_id", "private_key", "hub_public_key")
+
+
+class ConfigError(Exception):
+    """The config file is unreadable or wrong; the message names the file."""
+
+
+def config_path() -> Path:
+    """Where the config lives: ``$SONDE_HOME/config.json``, default ``~/.sonde/config.json``."""
+    return Path(os.environ.get("SONDE_HOME") or Path.home() / ".sonde") / CONFIG_FILE_NAME
+
+
+class AgentConfig(BaseModel):
+    """The agent's identity and settings, as stored in the config file."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        validate_assignment=True,
+    )
+
+    hub_url: str | None = None
+    agent_id: str | None = None
+    name: str | None = None
+    private_key: str | None = None
+    hub_public_key: str | None = None
+    api_key: str | None = None
+    allowed_paths: list[str] = list(DEFAULT_ALLOWED_PATHS)
+    packs: dict[str, dict[str, JsonValue]] = {}
+    enabled_packs: list[str] | None = None
+    scrub_patterns: list[str] = []
+
+    @field_validator("hub_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_hub_url(value)
+            return value.rstrip("/")
+        return value
+
+    @field_validator("private_key")
+    @classmethod
+    def _raw_ed25519_private_key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                raw = base64.b64decode(value, validate=True)
+            except binascii.Error:
+                raise ValueError("not base64") from None
+            if len(raw) != 32:
+                raise ValueError("an Ed25519 private key is 32 bytes")
+        return value
+
+    @field_validator("hub_public_key")
+    @classmethod
+    def _raw_ed25519_public_key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                public_key_from_text(value)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"not an Ed25519 public key: {exc}") from None
+        return value
+
+    def missing_identity(self) -> list[str]:
+        """The camelCase names of the enrollment fields this config lacks (empty once enrolled)."""
+        return [to_camel(name) for name in IDENTITY_FIELDS if getattr(self, name) is None]
+
+    @property
+    def enrolled(self) -> bool:
+        return not self.missing_identity()
+
+    def probe_settings(self) -> ProbeSettings:
+        """The settings probes consult (allowed paths, per-pack settings)."""
+        return ProbeSettings(allowed_paths=tuple(self.allowed_paths), packs=dict(self.packs))
+
+
+def check_hub_url(url: str) -> None:
+    """Raise `ValueError` unless ``url`` is an http(s) URL with a host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"hub URL {url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"hub URL {url!r} has no host")
+    if parts.query or parts.fragment:
+        raise ValueError(f"hub URL {url!r} must not have a query or fragment")
+
+
+def describe_config_error(exc: ValidationError) -> str:
+    """The first few problems, as ``field: what`` phrases."""
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(part) for part in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)
+
+
+def read_config_data(path: Path) -> dict[str, Any] | None:
+    """The raw JSON object in ``path``; None if the file does not exist. Raises `ConfigError`."""
+    try:
+        with path.open("rb") as file:
+            text = file.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read it: {exc.strerror or exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config {path}: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"config {path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path}: must hold a JSON object")
+    return data
+
+
+def load_config(path: Path | None = None) -> AgentConfig | None:
+    """Read the config; None if the file does not exist. Raises `ConfigError` naming the file."""
+    path = path or config_path()
+    data = read_config_data(path)
+    if data is None:
+        return None
+    warn_if_readable_by_others(path)
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"config {path}: {describe_config_error(exc)}") from None
+
+
+def save_config(config: AgentConfig, path: Path | None = None) -> AgentConfig:
+    """Merge the fields ``config`` sets into the file and write it atomically.
+
+    Creates the directory (0700) if needed; the file is 0600. Keys already in
+    the file that ``config`` does not set are kept. Returns the merged config.
+    Raises `ConfigError` if the existing file is unreadable or the result invalid.
+    """
+    path = path or config_path()
+    merged = read_config_data(path) or {}
+    merged.update(config.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    try:
+        result = AgentConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(f"config {path}: {describe_config_error(exc)}") from None
+    ensure_private_dir(path.parent)
+    write_atomically(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def ensure_private_dir(directory: Path) -> None:
+    """Create ``directory`` (mode 0700) if it is missing; an existing one is left as it is."""
+    if directory.is_dir():
+        return
+    directory.mkdir(parents=True, mode=CONFIG_DIR_MODE, exist_ok=True)
+    os.chmod(directory, CONFIG_DIR_MODE)  # mkdir's mode is filtered by the umask
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600) through a temp file and `os.replace`."""
+    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), CONFIG_FILE_MODE)
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+        raise
+
+
+def warn_if_readable_by_others(path: Path) -> None:
+    """Log a warning when the file holding the private key is open to group or others."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning("config %s has mode %o; it holds a private key, run `chmod 600 %s`", path, mode, path)

@@ -1,0 +1,138 @@
+"""The agent's WebSocket to the hub: URL, connect, keepalive, error words.
+
+`connect_websocket` owns the TCP (or TLS) stream itself and closes it on
+every way out, then runs trio-websocket's client handshake over it; errors
+raised in its body come out unwrapped, as they went in.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+import trio_websocket
+
+from sonde.protocol.messages import MAX_FRAME_BYTES
+from sonde.runtime import LinkClosed, Transport, WebSocketTransport
+
+log = logging.getLogger(__name__)
+
+WS_PATH = "/ws/agent"
+CONNECT_TIMEOUT_S = 10.0  # TCP + TLS, then again for the WebSocket handshake
+DISCONNECT_TIMEOUT_S = 5.0
+KEEPALIVE_INTERVAL_S = 30.0  # websocket ping; a hub that does not pong within one more interval is dead
+CLOSE_GOING_AWAY = 1001
+
+Connector = Callable[[str], AbstractAsyncContextManager[Transport]]
+TRANSPORT_ERRORS = (
+    trio_websocket.HandshakeError,
+    trio_websocket.ConnectionClosed,
+    trio.BrokenResourceError,
+    OSError,
+    LinkClosed,
+)
+
+
+def websocket_url(hub_url: str) -> str:
+    """The agent endpoint for ``hub_url``: http -> ws, https -> wss, path + ``/ws/agent``."""
+    parts = urlsplit(hub_url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
+    if scheme is None:
+        raise ValueError(f"hub URL {hub_url!r} must start with http:// or https://")
+    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + WS_PATH, "", ""))
+
+
+@asynccontextmanager
+async def connect_websocket(url: str) -> AsyncIterator[Transport]:
+    """Open the WebSocket to the hub (TLS for wss, 1 MiB frames); yields the transport.
+
+    Raises `OSError` or a `trio_websocket.HandshakeError` (timeout, refusal)
+    when no WebSocket could be opened. The TCP stream is opened here and
+    closed on every way out: trio-websocket's own client leaves it to the
+    garbage collector when the hub refuses the handshake or closes first.
+    Errors from the body come out unwrapped, as they went in.
+    """
+    parts = urlsplit(url)
+    host, tls = parts.hostname or "", parts.scheme == "wss"
+    port = parts.port or (443 if tls else 80)
+    with trio.move_on_after(CONNECT_TIMEOUT_S) as connecting:
+        stream = await open_stream(host, port, tls)
+    if connecting.cancelled_caught:
+        raise trio_websocket.ConnectionTimeout
+    async with stream:
+        try:
+            async with trio.open_nursery() as nursery:
+                ws = await open_handshake(nursery, stream, parts.netloc.rpartition("@")[2], parts.path)
+                try:
+                    yield WebSocketTransport(ws)
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(DISCONNECT_TIMEOUT_S):
+                        await ws.aclose()
+                    nursery.cancel_scope.cancel()  # trio-websocket's reader task
+        except BaseExceptionGroup as group:
+            raise sole_error(group) from None
+
+
+async def open_stream(
+    host: str, port: int, tls: bool
+) -> trio.SocketStream | trio.SSLStream[trio.SocketStream]:
+    """A TCP stream to ``host:port``, wrapped in TLS (certificates checked) when ``tls``."""
+    if tls:
+        context = ssl.create_default_context()
+        return await trio.open_ssl_over_tcp_stream(host, port, ssl_context=context, https_compatible=True)
+    return await trio.open_tcp_stream(host, port)
+
+
+async def open_handshake(
+    nursery: trio.Nursery, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream], host: str, path: str
+) -> trio_websocket.WebSocketConnection:
+    """The client handshake over ``stream``; its reader task runs in ``nursery``."""
+    with trio.move_on_after(CONNECT_TIMEOUT_S) as handshaking:
+        return await trio_websocket.wrap_client_stream(
+            nursery, stream, host, path, max_message_size=MAX_FRAME_BYTES
+        )
+    assert handshaking.cancelled_caught
+    raise trio_websocket.ConnectionTimeout
+
+
+def sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception in ``group`` that is not `trio.Cancelled`, else ``group`` itself."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop()
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        elif not isinstance(error, trio.Cancelled):
+            leaves.append(error)
+    return leaves[0] if len(leaves) == 1 else group
+
+
+async def keep_alive(ws: trio_websocket.WebSocketConnection, interval_s: float) -> None:
+    """Ping the hub every ``interval_s``; close the socket if a pong takes longer than that."""
+    while True:
+        await trio.sleep(interval_s)
+        with trio.move_on_after(interval_s) as waited:
+            try:
+                await ws.ping()
+            except trio_websocket.ConnectionClosed:
+                return
+        if waited.cancelled_caught:
+            log.warning("the hub did not answer a ping within %gs; dropping the connection", interval_s)
+            await ws.aclose(CLOSE_GOING_AWAY, "keepalive timeout")
+            return
+
+
+def describe_transport_error(exc: BaseException) -> str:
+    """A short phrase for a transport failure."""
+    if isinstance(exc, trio_websocket.ConnectionRejected):
+        return f"the hub refused the WebSocket (HTTP {exc.status_code})"
+    if isinstance(exc, trio_websocket.ConnectionTimeout):
+        return f"no WebSocket handshake within {CONNECT_TIMEOUT_S:g}s"
+    if isinstance(exc, trio_websocket.ConnectionClosed):
+        return f"connection closed ({exc.reason})"
+    return str(exc) or type(exc).__name__

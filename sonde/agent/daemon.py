@@ -1,0 +1,313 @@
+"""`sonde start`: keep one signed link to the hub and answer its probes.
+
+The connect loop, per connection: open ``ws(s)://HUB/ws/agent``, send a
+signed ``agent.register`` as the first frame, wait up to `ACK_TIMEOUT_S` for
+the hub's first frame (verified with the pinned hub key). ``hub.ack`` starts
+the link (probe runner + heartbeats at the interval the hub chose) until it
+dies. ``hub.reject`` with ``unknown_agent`` or ``revoked`` stops the agent
+(exit 3); any other reject, a transport error, a bad or missing ack, or a
+dropped link is retried after a full-jitter exponential backoff
+(`backoff_delay`), reset after a connection that stayed up
+`STABLE_CONNECTION_S`. SIGTERM/SIGINT close the socket with code 1000,
+cancel the probes in flight and exit 0 (`AgentDaemon.stop`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from sonde.agent.config import AgentConfig
+from sonde.agent.connection import (
+    DISCONNECT_TIMEOUT_S,
+    KEEPALIVE_INTERVAL_S,
+    TRANSPORT_ERRORS,
+    Connector,
+    connect_websocket,
+    describe_transport_error,
+    keep_alive,
+    websocket_url,
+)
+from sonde.agent.identity import active_packs, default_agent_name, register_payload
+from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
+from sonde.packs.context import ProbeContext
+from sonde.packs.registry import PackRegistry, load_packs
+from sonde.protocol.codec import FrameCodec
+from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.messages import (
+    AckPayload,
+    AgentHeartbeat,
+    AgentRegister,
+    HeartbeatPayload,
+    HubAck,
+    HubReject,
+    RejectPayload,
+)
+from sonde.protocol.signing import private_key_from_text, public_key_from_text
+from sonde.runtime import CLOSE_NORMAL, Link, Transport, WebSocketTransport, open_link
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 15.0
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 60.0
+STABLE_CONNECTION_S = 30.0
+FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
+
+EXIT_OK = 0
+EXIT_NOT_ENROLLED = 1
+EXIT_ROOT = 2
+EXIT_REJECTED = 3
+NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL --token TOKEN` first"
+ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (or pass --allow-root)"
+
+
+def backoff_delay(attempt: int, rng: random.Random, *, max_s: float = BACKOFF_MAX_S) -> float:
+    """Full-jitter backoff: uniform in ``[0, min(max_s, BACKOFF_BASE_S * 2**attempt)]`` seconds."""
+    return rng.uniform(0, min(max_s, BACKOFF_BASE_S * 2 ** min(attempt, 32)))
+
+
+@dataclass
+class ConnectionEnd:
+    """How one connection attempt ended."""
+
+    acked_at: float | None = None
+    closed_at: float | None = None
+    rejection: RejectPayload | None = None
+
+    @property
+    def up_s(self) -> float:
+        """Seconds the link was up after the ack (0 when there was no ack)."""
+        if self.acked_at is None or self.closed_at is None:
+            return 0.0
+        return self.closed_at - self.acked_at
+
+
+class AgentDaemon:
+    """The connect loop of one agent. Use `agent_main`; this class holds its state."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        registry: PackRegistry,
+        *,
+        connect: Connector,
+        rng: random.Random,
+        max_delay_s: float,
+    ) -> None:
+        hub_url, private_key, hub_key = config.hub_url, config.private_key, config.hub_public_key
+        if hub_url is None or private_key is None or hub_key is None or config.agent_id is None:
+            raise ValueError(f"{NOT_ENROLLED_MESSAGE} (missing {', '.join(config.missing_identity())})")
+        self.config = config
+        self.registry = registry
+        self.url = websocket_url(hub_url)
+        self.codec = FrameCodec(
+            signing_key=private_key_from_text(private_key),
+            peer_key=public_key_from_text(hub_key),
+            agent_id=config.agent_id,
+        )
+        self.ctx = ProbeContext(settings=config.probe_settings())
+        # computed once: a few file reads, at start-up before any connection
+        self.register = register_payload(config.name or default_agent_name(), registry)
+        self._connect = connect
+        self._rng = rng
+        self._max_delay_s = max_delay_s
+        self._started = False
+        self._stopping = False
+        self._run_scope = trio.CancelScope()
+        self._link: Link | None = None
+
+    async def run(self, task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED) -> int:
+        """Connect, serve, reconnect, until a fatal reject (returns `EXIT_REJECTED`) or `stop` (0)."""
+        with self._run_scope:
+            return await self._connect_loop(task_status)
+        return EXIT_OK
+
+    async def _connect_loop(self, task_status: trio.TaskStatus[AgentDaemon]) -> int:
+        attempt = 0
+        while True:
+            end = await self.connect_once(task_status)
+            if self._stopping:
+                return EXIT_OK
+            if end.rejection is not None and end.rejection.code in FATAL_REJECT_CODES:
+                log.error(
+                    "this agent's identity is unknown to / was revoked by the hub (%s: %s); "
+                    "re-enroll with `sonde enroll --hub URL --token TOKEN`",
+                    end.rejection.code,
+                    end.rejection.reason,
+                )
+                return EXIT_REJECTED
+            if end.up_s >= STABLE_CONNECTION_S:
+                attempt = 0
+            delay = backoff_delay(attempt, self._rng, max_s=self._max_delay_s)
+            attempt += 1
+            log.info("reconnecting to %s in %.2fs (attempt %d)", self.url, delay, attempt)
+            await trio.sleep(delay)
+
+    async def connect_once(self, task_status: trio.TaskStatus[AgentDaemon]) -> ConnectionEnd:
+        """One connection, from connect to close; transport and peer errors end it, logged."""
+        end = ConnectionEnd()
+        log.info("connecting to %s", self.url)
+        try:
+            async with self._connect(self.url) as transport:
+                await self._session(transport, end, task_status)
+        except TRANSPORT_ERRORS as exc:
+            log.warning("connection to %s failed: %s", self.url, describe_transport_error(exc))
+        except RemoteProtocolError as exc:
+            log.warning("the hub at %s answered badly: %s", self.url, exc.message)
+        except trio.TooSlowError:
+            log.warning("the hub at %s did not answer the register within %gs", self.url, ACK_TIMEOUT_S)
+        return end
+
+    async def _session(
+        self, transport: Transport, end: ConnectionEnd, task_status: trio.TaskStatus[AgentDaemon]
+    ) -> None:
+        await transport.send_text(self.codec.encode(AgentRegister(payload=self.register)))
+        with trio.fail_after(ACK_TIMEOUT_S):
+            first = self.codec.decode(await transport.receive_text())
+        if isinstance(first, HubReject):
+            log.warning("the hub rejected the register: %s (%s)", first.payload.reason, first.payload.code)
+            end.rejection = first.payload
+            return
+        if not isinstance(first, HubAck):
+            raise RemoteProtocolError("unexpected_frame", f"expected hub.ack or hub.reject, got {first.type}")
+        end.acked_at = trio.current_time()
+        self._log_connected(first.payload)
+        if not self._started:
+            self._started = True
+            task_status.started(self)
+        try:
+            end.rejection = await self._serve_link(transport, first.payload)
+        finally:
+            end.closed_at = trio.current_time()
+
+    async def _serve_link(self, transport: Transport, ack: AckPayload) -> RejectPayload | None:
+        async with trio.open_nursery() as probes:
+            limit = min(MAX_PROBES_IN_FLIGHT, ack.max_probes_in_flight)
+            runner = ProbeRunner(self.registry, self.ctx, probes, max_in_flight=limit)
+            if isinstance(transport, WebSocketTransport):
+                probes.start_soon(keep_alive, transport.ws, KEEPALIVE_INTERVAL_S)
+            async with open_link(
+                transport,
+                self.codec,
+                runner.on_message,
+                heartbeat_interval_s=ack.heartbeat_interval_s,
+                make_heartbeat=lambda: AgentHeartbeat(
+                    payload=HeartbeatPayload(probes_in_flight=runner.probes_in_flight)
+                ),
+            ) as link:
+                runner.bind(link)
+                self._link = link
+                try:
+                    await runner.wait_rejected()
+                finally:
+                    self._link = None
+            probes.cancel_scope.cancel()  # the hub stopped waiting for these
+        log.info("disconnected from %s: %s", self.url, link.close_reason or "closed")
+        return runner.rejection
+
+    def _log_connected(self, ack: AckPayload) -> None:
+        if ack.agent_id != self.config.agent_id:
+            log.warning(
+                "the hub acknowledged agent %s, but this agent is %s", ack.agent_id, self.config.agent_id
+            )
+        log.info(
+            "connected to %s as %s (agent %s), heartbeat every %gs",
+            self.url,
+            self.register.name,
+            ack.agent_id,
+            ack.heartbeat_interval_s,
+        )
+
+    async def stop(self, reason: str) -> None:
+        """Close the live link (if any) with code 1000, cancel in-flight probes and end `run` (returns 0)."""
+        self._stopping = True
+        link = self._link
+        if link is not None and not link.closed:
+            with trio.move_on_after(DISCONNECT_TIMEOUT_S):
+                await link.transport.close(CLOSE_NORMAL, reason)
+        self._run_scope.cancel()
+
+
+async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[None]) -> None:
+    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`)."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            await daemon.stop("agent stopping")
+            return
+
+
+async def agent_main(
+    config: AgentConfig,
+    registry: PackRegistry,
+    *,
+    connect: Connector = connect_websocket,
+    rng: random.Random | None = None,
+    max_delay_s: float = BACKOFF_MAX_S,
+    handle_signals: bool = True,
+    task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run the agent until a signal (returns 0) or a fatal reject (returns 3).
+
+    ``config`` must be enrolled (`ValueError` otherwise). ``task_status`` is
+    reported, with the `AgentDaemon`, once the hub first acknowledges; its
+    `AgentDaemon.stop` ends the agent gracefully (returns 0). ``connect``,
+    ``rng`` and ``max_delay_s`` exist for tests.
+    """
+    daemon = AgentDaemon(
+        config, registry, connect=connect, rng=rng or random.Random(), max_delay_s=max_delay_s
+    )
+    exit_code = EXIT_OK
+    async with trio.open_nursery() as nursery:
+        if handle_signals:
+            await nursery.start(stop_on_signal, daemon)
+        exit_code = await daemon.run(task_status)
+        nursery.cancel_scope.cancel()
+    log.info("agent stopped")
+    return exit_code
+
+
+def configure_logging(level: str | int = "INFO") -> None:
+    """Log to stderr at ``level`` (a name like "DEBUG" or a number)."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level.upper() if isinstance(level, str) else level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def run_agent(
+    config: AgentConfig,
+    *,
+    allow_root: bool = False,
+    log_level: str | int = "INFO",
+    registry: PackRegistry | None = None,
+) -> int:
+    """The `sonde start` entry point: checks, then runs the agent; returns the exit code.
+
+    2 when run as root without ``allow_root``, 1 when not enrolled, 3 when the
+    hub no longer knows this agent, 0 after SIGTERM/SIGINT.
+    """
+    if os.geteuid() == 0 and not allow_root:
+        print(f"sonde: {ROOT_MESSAGE}", file=sys.stderr)
+        return EXIT_ROOT
+    if not config.enrolled:
+        print(f"sonde: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
+        return EXIT_NOT_ENROLLED
+    configure_logging(log_level)
+    registry = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
+    if not registry.packs:
+        log.warning("no packs are enabled or detected: this agent has no probes to offer")
+    try:
+        return trio.run(partial(agent_main, config, registry))
+    except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
+        return EXIT_OK

@@ -1,0 +1,135 @@
+"""A scripted fake hub for agent tests: speaks the protocol with the real codec.
+
+Each connection follows the next step of the script: ``"refuse"`` (HTTP 503
+on the WebSocket handshake), ``"drop"`` (read the register, then close),
+``"reject:CODE"`` (answer `hub.reject`), ``"impostor"`` (an ack signed by
+another key), ``"silent"`` (never answer), ``"ack"`` (answer `hub.ack` and run
+a hub-side link until the agent goes), ``"ack:SECONDS"`` (the same, but the
+hub closes the link after that many seconds). Past the script: ``"ack"``.
+It serves real sockets (`serve`) or any `Transport` (`serve_transport`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import trio
+import trio_websocket
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sonde.agent.config import AgentConfig
+from sonde.protocol.codec import FrameCodec
+from sonde.protocol.messages import (
+    AckPayload,
+    AgentHeartbeat,
+    AgentRegister,
+    HubAck,
+    HubReject,
+    Message,
+    RejectPayload,
+)
+from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
+from sonde.runtime import Link, Transport, WebSocketTransport, open_link
+
+AGENT_ID = "agent-0001"
+
+
+def agent_config(hub_url: str, agent_key: Ed25519PrivateKey, hub_key: Ed25519PrivateKey) -> AgentConfig:
+    return AgentConfig(
+        hub_url=hub_url,
+        agent_id=AGENT_ID,
+        name="test-agent",
+        private_key=private_key_to_text(agent_key),
+        hub_public_key=public_key_to_text(hub_key.public_key()),
+    )
+
+
+@dataclass
+class FakeHub:
+    script: list[str] = field(default_factory=list)
+    heartbeat_interval_s: float = 1.0
+    hub_key: Ed25519PrivateKey = field(default_factory=new_private_key)
+    agent_key: Ed25519PrivateKey = field(default_factory=new_private_key)
+    connections: list[float] = field(default_factory=list)
+    registers: list[AgentRegister] = field(default_factory=list)
+    heartbeats: list[tuple[float, int]] = field(default_factory=list)
+    close_codes: list[int | None] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    first_heartbeat: trio.Event = field(default_factory=trio.Event)
+    disconnected: trio.Event = field(default_factory=trio.Event)
+    _linked: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        self.codec = FrameCodec(signing_key=self.hub_key, peer_key=self.agent_key.public_key())
+
+    def config(self, hub_url: str) -> AgentConfig:
+        return agent_config(hub_url, self.agent_key, self.hub_key)
+
+    def next_step(self) -> str:
+        self.connections.append(trio.current_time())
+        return self.script.pop(0) if self.script else "ack"
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the agent endpoint on 127.0.0.1, port 0; reports the port."""
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(trio_websocket.serve_websocket, self._handle, "127.0.0.1", 0, None)
+            task_status.started(server.port)
+
+    async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
+        assert request.path == "/ws/agent"
+        step = self.next_step()
+        if step == "refuse":
+            await request.reject(503, body=b"not now")
+            return
+        ws = await request.accept()
+        await self._follow(step, WebSocketTransport(ws))
+        await ws.aclose()
+        self.close_codes.append(ws.closed.code if ws.closed else None)
+        self.disconnected.set()
+
+    async def serve_transport(self, transport: Transport) -> None:
+        """Follow the next step of the script over an already open transport."""
+        await self._follow(self.next_step(), transport)
+
+    async def _follow(self, step: str, transport: Transport) -> None:
+        register = self.codec.decode(await transport.receive_text())  # verifies the agent's signature
+        assert isinstance(register, AgentRegister)
+        assert register.agent_id == AGENT_ID
+        self.registers.append(register)
+        if step == "drop":
+            await transport.close(1011, "dropped by the test")
+        elif step == "silent":
+            await trio.sleep_forever()
+        elif step == "impostor":
+            impostor = FrameCodec(signing_key=new_private_key())
+            ack = AckPayload(agent_id=AGENT_ID, heartbeat_interval_s=1, hub_version="impostor")
+            await transport.send_text(impostor.encode(HubAck(payload=ack)))
+        elif step.startswith("reject:"):
+            reject = RejectPayload(code=step.split(":", 1)[1], reason="scripted reject")  # type: ignore[arg-type]
+            await transport.send_text(self.codec.encode(HubReject(payload=reject)))
+        else:
+            _, _, hold = step.partition(":")
+            await self._ack_and_link(transport, float(hold) if hold else None)
+
+    async def _ack_and_link(self, transport: Transport, hold_s: float | None) -> None:
+        ack = AckPayload(
+            agent_id=AGENT_ID, heartbeat_interval_s=self.heartbeat_interval_s, hub_version="test"
+        )
+        await transport.send_text(self.codec.encode(HubAck(payload=ack)))
+        async with open_link(transport, self.codec, self._on_message) as link:
+            self.links.append(link)
+            self._linked.set()
+            self._linked = trio.Event()
+            with trio.move_on_after(hold_s if hold_s is not None else float("inf")):
+                await link.wait_closed()
+
+    async def wait_for_links(self, count: int) -> list[Link]:
+        """Wait until ``count`` agents have been acknowledged and linked."""
+        while len(self.links) < count:
+            await self._linked.wait()
+        return self.links
+
+    async def _on_message(self, message: Message) -> None:
+        if isinstance(message, AgentHeartbeat):
+            self.heartbeats.append((trio.current_time(), message.payload.probes_in_flight))
+            self.first_heartbeat.set()

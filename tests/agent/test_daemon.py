@@ -1,0 +1,321 @@
+"""The daemon against a scripted fake hub: register, ack, heartbeats, probes, rejects, reconnects."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+
+import pytest
+import trio
+
+from sonde.agent import daemon
+from sonde.agent.config import AgentConfig
+from sonde.agent.connection import sole_error, websocket_url
+from sonde.agent.daemon import (
+    ACK_TIMEOUT_S,
+    EXIT_NOT_ENROLLED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_ROOT,
+    STABLE_CONNECTION_S,
+    AgentDaemon,
+    agent_main,
+    backoff_delay,
+    run_agent,
+)
+from sonde.agent.identity import code_hash
+from sonde.protocol.errors import AgentUnavailable
+from sonde.protocol.messages import HubReject, JsonValue, ProbeRequest, ProbeRequestPayload, RejectPayload
+from sonde.runtime import Transport
+from tests.agent.fakehub import AGENT_ID, FakeHub
+from tests.agent.probes import gone, registry_for_tests, wait_for_child
+from tests.runtime.wspair import websocket_pair
+
+TINY_DELAY_S = 0.01
+
+
+def probe(request_id: str, name: str, params: dict[str, JsonValue] | None = None) -> ProbeRequest:
+    return ProbeRequest(payload=ProbeRequestPayload(request_id=request_id, probe=name, params=params or {}))
+
+
+# --- pure parts -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempt", [0, 1, 2, 3, 5, 6, 7, 100, 10_000])
+def test_backoff_delay_is_full_jitter_within_bounds(attempt: int) -> None:
+    rng = random.Random(attempt)
+    bound = min(60, 2**attempt) if attempt < 64 else 60
+    delays = [backoff_delay(attempt, rng) for _ in range(2000)]
+    assert all(0 <= d <= bound for d in delays)
+    assert max(delays) > bound * 0.95
+    assert min(delays) < bound * 0.05
+
+
+def test_backoff_delay_respects_a_smaller_cap() -> None:
+    rng = random.Random(3)
+    assert all(backoff_delay(9, rng, max_s=0.5) <= 0.5 for _ in range(100))
+
+
+@pytest.mark.parametrize(
+    ("hub_url", "ws_url"),
+    [
+        ("http://127.0.0.1:3000", "ws://127.0.0.1:3000/ws/agent"),
+        ("https://hub.example.com/", "wss://hub.example.com/ws/agent"),
+        ("https://example.com/sonde", "wss://example.com/sonde/ws/agent"),
+    ],
+)
+def test_websocket_url(hub_url: str, ws_url: str) -> None:
+    assert websocket_url(hub_url) == ws_url
+
+
+def test_refuses_root_unless_allowed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(daemon.os, "geteuid", lambda: 0)
+    assert run_agent(FakeHub().config("http://127.0.0.1:1")) == EXIT_ROOT
+    assert "refusing to run as root" in capsys.readouterr().err
+    # allowed: it gets past the root check (and stops at the enrollment check)
+    assert run_agent(AgentConfig(hub_url="http://127.0.0.1:1"), allow_root=True) == EXIT_NOT_ENROLLED
+
+
+def test_requires_an_enrolled_config(capsys: pytest.CaptureFixture[str]) -> None:
+    login_only = AgentConfig(hub_url="http://127.0.0.1:1", api_key="sk_1")
+    assert run_agent(login_only, allow_root=True) == EXIT_NOT_ENROLLED
+    assert "not enrolled: run `sonde enroll --hub URL --token TOKEN` first" in capsys.readouterr().err
+
+
+# --- against a real trio-websocket server on 127.0.0.1 ------------------------
+
+
+@asynccontextmanager
+async def hub_on_a_port(hub: FakeHub) -> AsyncIterator[tuple[trio.Nursery, AgentConfig]]:
+    """Serve ``hub`` on a port; the yielded nursery (for the agent) ends first, while the hub still answers."""
+    async with trio.open_nursery() as hub_nursery:
+        port = await hub_nursery.start(hub.serve)
+        async with trio.open_nursery() as agent_nursery:
+            yield agent_nursery, hub.config(f"http://127.0.0.1:{port}")
+            agent_nursery.cancel_scope.cancel()
+        hub_nursery.cancel_scope.cancel()
+
+
+async def test_registers_signed_heartbeats_and_answers_probes() -> None:
+    hub = FakeHub(heartbeat_interval_s=1.0)
+    with trio.fail_after(15):
+        async with hub_on_a_port(hub) as (nursery, config):
+            agent = await nursery.start(
+                partial(agent_main, config, registry_for_tests(), handle_signals=False)
+            )
+            (link,) = await hub.wait_for_links(1)
+            response = await link.request(probe("mem-1", "system.memory.usage"))
+            await hub.first_heartbeat.wait()
+            await agent.stop("test over")
+            await hub.disconnected.wait()
+    assert response.payload.request_id == "mem-1"
+    assert response.payload.result["total_bytes"] > 0  # type: ignore[operator]
+    register = hub.registers[0]  # the fake hub verified its signature with the agent's key
+    assert register.agent_id == AGENT_ID
+    assert register.payload.name == "test-agent"
+    assert register.payload.attestation.code_hash == code_hash()
+    assert {p.name for p in register.payload.packs} == {"system", "testpack"}
+    assert hub.heartbeats[0][1] == 0
+    assert hub.close_codes == [1000]
+
+
+@pytest.mark.parametrize("code", ["revoked", "unknown_agent"])
+async def test_revoked_or_unknown_agent_stops_without_retrying(code: str) -> None:
+    hub = FakeHub(script=[f"reject:{code}"])
+    with trio.fail_after(10):
+        async with hub_on_a_port(hub) as (_, config):
+            exit_code = await agent_main(
+                config, registry_for_tests(), handle_signals=False, max_delay_s=TINY_DELAY_S
+            )
+    assert exit_code == EXIT_REJECTED
+    assert len(hub.connections) == 1
+
+
+async def test_reconnects_through_refusals_drops_rejects_and_impostors() -> None:
+    hub = FakeHub(script=["refuse", "drop", "reject:hub_shutting_down", "impostor", "drop", "ack"])
+    with trio.fail_after(15):
+        async with hub_on_a_port(hub) as (nursery, config):
+            main = partial(
+                agent_main, config, registry_for_tests(), handle_signals=False, max_delay_s=TINY_DELAY_S
+            )
+            agent = await nursery.start(main)
+            (link,) = await hub.wait_for_links(1)
+            response = await link.request(probe("after", "testpack.echo.value", {"value": 3}))
+            await agent.stop("test over")
+    assert len(hub.connections) == 6
+    assert len(hub.registers) == 5  # the refused handshake never got to register
+    assert response.payload.result == {"value": 3, "secret": ""}
+
+
+async def test_sigterm_cancels_probes_and_closes_normally() -> None:
+    hub = FakeHub(heartbeat_interval_s=30)
+    exit_codes: list[int] = []
+    agent_done = trio.Event()
+    with trio.fail_after(15):
+        async with hub_on_a_port(hub) as (nursery, config):
+
+            async def run_agent_task(task_status: trio.TaskStatus[AgentDaemon]) -> None:
+                exit_codes.append(await agent_main(config, registry_for_tests(), task_status=task_status))
+                agent_done.set()
+
+            await nursery.start(run_agent_task)
+            (link,) = await hub.wait_for_links(1)
+
+            async def ask_then_lose_the_agent() -> None:
+                with pytest.raises(AgentUnavailable):
+                    await link.request(probe("sleeper", "testpack.sleep.process"))
+
+            nursery.start_soon(ask_then_lose_the_agent)
+            child = await wait_for_child("sleep")
+            os.kill(os.getpid(), signal.SIGTERM)
+            await hub.disconnected.wait()
+            await agent_done.wait()
+    assert exit_codes == [EXIT_OK]
+    assert hub.close_codes == [1000]
+    assert gone(child)
+
+
+async def test_a_dropped_link_kills_its_probes_and_the_agent_reconnects() -> None:
+    hub = FakeHub()
+    with trio.fail_after(15):
+        async with hub_on_a_port(hub) as (nursery, config):
+            main = partial(
+                agent_main, config, registry_for_tests(), handle_signals=False, max_delay_s=TINY_DELAY_S
+            )
+            agent = await nursery.start(main)
+            (first,) = await hub.wait_for_links(1)
+
+            async def ask_then_lose_the_agent() -> None:
+                with pytest.raises(AgentUnavailable):
+                    await first.request(probe("sleeper", "testpack.sleep.process"))
+
+            nursery.start_soon(ask_then_lose_the_agent)
+            child = await wait_for_child("sleep")
+            await first.transport.close(1001, "hub going away")
+            _, second = await hub.wait_for_links(2)
+            response = await second.request(probe("again", "testpack.echo.value", {"value": 5}))
+            await agent.stop("test over")
+    assert response.payload.result["value"] == 5
+    assert gone(child)
+
+
+# --- in memory, on the autojump clock: exact backoff schedule ------------------
+
+
+@dataclass
+class ScriptedConnector:
+    """Refuses the first ``failures`` connections, then joins the agent to ``hub`` in memory."""
+
+    hub: FakeHub
+    failures: int = 0
+    calls: list[float] = field(default_factory=list)
+
+    @asynccontextmanager
+    async def __call__(self, url: str) -> AsyncIterator[Transport]:
+        assert url == "ws://hub.test/ws/agent"
+        self.calls.append(trio.current_time())
+        if len(self.calls) <= self.failures:
+            raise OSError("connection refused")
+        try:
+            async with websocket_pair() as (agent_transport, hub_transport), trio.open_nursery() as nursery:
+                nursery.start_soon(self.hub.serve_transport, hub_transport)
+                yield agent_transport
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # errors of the body come out as they went in
+            raise sole_error(group) from None
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [round(b - a, 6) for a, b in itertools.pairwise(times)]
+
+
+async def test_backoff_schedule_on_the_virtual_clock(autojump_clock: trio.abc.Clock) -> None:
+    hub = FakeHub()
+    connector = ScriptedConnector(hub, failures=5)
+    expected_rng = random.Random(42)
+    expected = [round(backoff_delay(attempt, expected_rng), 6) for attempt in range(5)]
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        main = partial(
+            agent_main,
+            config,
+            registry_for_tests(),
+            connect=connector,
+            rng=random.Random(42),
+            handle_signals=False,
+        )
+        await nursery.start(main)
+        nursery.cancel_scope.cancel()
+    assert gaps(connector.calls) == expected
+    assert all(0 <= d <= 2**attempt for attempt, d in enumerate(expected))
+
+
+async def test_stable_connection_resets_the_backoff(autojump_clock: trio.abc.Clock) -> None:
+    hold_s = STABLE_CONNECTION_S + 10
+    hub = FakeHub(script=[f"ack:{hold_s}", "ack:5", "ack:5"], heartbeat_interval_s=10)
+    connector = ScriptedConnector(hub)
+    expected_rng = random.Random(7)
+    # stable first link -> attempt 0; then two short links -> attempts 1 and 2
+    delays = [backoff_delay(attempt, expected_rng) for attempt in (0, 1, 2)]
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        main = partial(
+            agent_main,
+            config,
+            registry_for_tests(),
+            connect=connector,
+            rng=random.Random(7),
+            handle_signals=False,
+        )
+        nursery.start_soon(main)
+        await hub.wait_for_links(4)
+        nursery.cancel_scope.cancel()
+    assert gaps(connector.calls) == [round(d, 6) for d in (hold_s + delays[0], 5 + delays[1], 5 + delays[2])]
+    beats = [round(at - connector.calls[0], 6) for at, _ in hub.heartbeats[:3]]
+    assert beats == [10.0, 20.0, 30.0]
+
+
+async def test_no_ack_within_the_timeout_is_retried(autojump_clock: trio.abc.Clock) -> None:
+    hub = FakeHub(script=["silent"])
+    connector = ScriptedConnector(hub)
+    expected_rng = random.Random(5)
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        main = partial(
+            agent_main,
+            config,
+            registry_for_tests(),
+            connect=connector,
+            rng=random.Random(5),
+            handle_signals=False,
+        )
+        agent = await nursery.start(main)
+        await agent.stop("test over")
+    assert gaps(connector.calls) == [round(ACK_TIMEOUT_S + backoff_delay(0, expected_rng), 6)]
+
+
+async def test_revoked_mid_link_stops_the_agent(autojump_clock: trio.abc.Clock) -> None:
+    hub = FakeHub()
+    connector = ScriptedConnector(hub)
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        exit_codes: list[int] = []
+
+        async def run() -> None:
+            exit_codes.append(
+                await agent_main(config, registry_for_tests(), connect=connector, handle_signals=False)
+            )
+
+        nursery.start_soon(run)
+        (link,) = await hub.wait_for_links(1)
+        await link.send(HubReject(payload=RejectPayload(code="revoked", reason="revoked by an admin")))
+    assert exit_codes == [EXIT_REJECTED]
+    assert len(connector.calls) == 1

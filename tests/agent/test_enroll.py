@@ -1,0 +1,214 @@
+"""Enrollment against a tiny real HTTP server on 127.0.0.1 (stdlib, in a thread)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.agent.config import AgentConfig, load_config, save_config
+from sonde.agent.enroll import EnrollError, enroll
+from sonde.protocol.enrollment import EnrollRequest
+from sonde.protocol.signing import (
+    new_private_key,
+    private_key_from_text,
+    private_key_to_text,
+    public_key_to_text,
+)
+from tests.agent.probes import registry_for_tests
+
+TOKEN = "tok_0123456789abcdef"
+HUB_PUBLIC_KEY = public_key_to_text(new_private_key().public_key())
+
+
+@dataclass
+class ScriptedHub:
+    """Answers every POST with ``status`` and ``body``; records what it received."""
+
+    url: str = ""
+    status: int = 201
+    body: bytes = b""
+    received: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+
+    def answer_json(self, status: int, data: Any) -> None:
+        self.status, self.body = status, json.dumps(data).encode()
+
+    def answer_success(self, name: str = "web-1") -> None:
+        self.answer_json(
+            201,
+            {"agentId": "agent-42", "name": name, "hubPublicKey": HUB_PUBLIC_KEY, "heartbeatIntervalS": 30},
+        )
+
+    def answer_error(self, status: int, code: str, message: str) -> None:
+        self.answer_json(status, {"error": {"code": code, "message": message}})
+
+
+@pytest.fixture
+def hub() -> Iterator[ScriptedHub]:
+    scripted = ScriptedHub()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            scripted.received.append((self.path, dict(self.headers), self.rfile.read(length)))
+            self.send_response(scripted.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(scripted.body)))
+            self.end_headers()
+            self.wfile.write(scripted.body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    scripted.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield scripted
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def do_enroll(hub: ScriptedHub, path: Path, **kw: Any) -> AgentConfig:
+    kw.setdefault("name", "web-1")
+    return enroll(hub.url, TOKEN, config_path=path, registry=registry_for_tests(), timeout_s=5, **kw)
+
+
+def test_success_saves_the_identity(hub: ScriptedHub, tmp_path: Path) -> None:
+    hub.answer_success()
+    path = tmp_path / "sonde" / "config.json"
+    config = do_enroll(hub, path)
+    assert config.agent_id == "agent-42"
+    assert config.name == "web-1"
+    assert config.hub_url == hub.url
+    assert config.hub_public_key == HUB_PUBLIC_KEY
+    assert load_config(path) == config
+    request_path, headers, body = hub.received[0]
+    assert request_path == "/api/v1/agents/enroll"
+    assert headers["Content-Type"] == "application/json"
+    sent = EnrollRequest.model_validate_json(body)
+    assert sent.token == TOKEN
+    assert "publicKey" in json.loads(body)  # camelCase on the wire
+    assert config.private_key is not None
+    # only the public half left the machine, and it matches the saved private key
+    assert sent.public_key == public_key_to_text(private_key_from_text(config.private_key).public_key())
+    assert config.private_key not in body.decode()
+    assert {p.name for p in sent.packs} == {"system", "testpack"}
+    assert sent.attestation.packs["testpack"] == "0.0.1"
+
+
+def test_success_keeps_other_keys_and_replaces_an_old_identity(hub: ScriptedHub, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    old_key = private_key_to_text(new_private_key())
+    save_config(
+        AgentConfig(hub_url="http://old:1", agent_id="old", private_key=old_key, api_key="sk_1"), path
+    )
+    hub.answer_success()
+    config = do_enroll(hub, path)
+    assert config.agent_id == "agent-42"
+    assert config.private_key != old_key
+    assert config.api_key == "sk_1"
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [
+        (401, "token_used", "this enrollment token was already used"),
+        (401, "token_expired", "this enrollment token expired 3 minutes ago"),
+        (409, "name_taken", "an agent named web-1 already exists"),
+    ],
+)
+def test_hub_refusal_carries_its_code_and_writes_nothing(
+    hub: ScriptedHub, tmp_path: Path, status: int, code: str, message: str
+) -> None:
+    hub.answer_error(status, code, message)
+    path = tmp_path / "config.json"
+    with pytest.raises(EnrollError) as caught:
+        do_enroll(hub, path)
+    assert (caught.value.code, caught.value.message) == (code, message)
+    assert not path.exists()
+
+
+def test_refused_re_enrollment_keeps_the_old_identity(hub: ScriptedHub, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    old = save_config(AgentConfig(hub_url="http://old:1", agent_id="old", name="web-1"), path)
+    before = path.read_bytes()
+    hub.answer_error(401, "token_unknown", "no such enrollment token")
+    with pytest.raises(EnrollError, match="no such enrollment token"):
+        do_enroll(hub, path)
+    assert path.read_bytes() == before
+    assert load_config(path) == old
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        (201, b"<html>hello</html>", "bad_response"),
+        (200, b'{"agentId": "a"}', "bad_response"),
+        (
+            201,
+            b'{"agentId": "a", "name": "n", "hubPublicKey": "AAAA", "heartbeatIntervalS": 30}',
+            "bad_response",
+        ),
+        (500, b"<html>Internal Server Error</html>", "http_500"),
+        (404, b"", "http_404"),
+    ],
+)
+def test_garbage_answers_are_clear_errors(
+    hub: ScriptedHub, tmp_path: Path, status: int, body: bytes, code: str
+) -> None:
+    hub.status, hub.body = status, body
+    path = tmp_path / "config.json"
+    with pytest.raises(EnrollError) as caught:
+        do_enroll(hub, path)
+    assert caught.value.code == code
+    assert not path.exists()
+
+
+def test_unreachable_hub(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(EnrollError) as caught:
+        enroll(url, TOKEN, "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests())
+    assert caught.value.code == "unreachable"
+    assert caught.value.message.startswith(f"cannot reach the hub at {url}: ")
+
+
+@pytest.mark.parametrize("url", ["ftp://hub", "hub.example.com", "http://", "https://hub/?x=1"])
+def test_bad_hub_url(tmp_path: Path, url: str) -> None:
+    with pytest.raises(EnrollError) as caught:
+        enroll(url, TOKEN, "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests())
+    assert caught.value.code == "invalid_url"
+
+
+def test_malformed_token_or_name_never_reaches_the_hub(hub: ScriptedHub, tmp_path: Path) -> None:
+    with pytest.raises(EnrollError) as caught:
+        enroll(hub.url, "short", "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests())
+    assert caught.value.code == "invalid_token"
+    with pytest.raises(EnrollError) as caught:
+        do_enroll(hub, tmp_path / "c.json", name="-bad name")
+    assert caught.value.code == "invalid_name"
+    assert hub.received == []
+
+
+def test_broken_config_fails_before_the_token_is_spent(hub: ScriptedHub, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("{broken")
+    hub.answer_success()
+    with pytest.raises(EnrollError) as caught:
+        do_enroll(hub, path)
+    assert caught.value.code == "bad_config"
+    assert str(path) in caught.value.message
+    assert hub.received == []
