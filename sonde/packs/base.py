@@ -27,6 +27,7 @@ from sonde.protocol.messages import PROBE_NAME_PATTERN, PackDescriptor, ProbeDes
 
 if typing.TYPE_CHECKING:
     from sonde.packs.context import ProbeContext
+    from sonde.packs.runbook import Runbook
 
 DEFAULT_PROBE_TIMEOUT_S = 15.0
 
@@ -112,6 +113,7 @@ class Pack:
     detect: Callable[[], Detection] | None = None
     categories: tuple[str, ...] = ()
     probes: dict[str, ProbeSpec[Any, Any]] = field(default_factory=dict)
+    runbooks: dict[str, Runbook] = field(default_factory=dict)
 
     def probe(
         self,
@@ -154,7 +156,7 @@ class Pack:
             name=self.name,
             version=self.version,
             description=self.description,
-            categories=self.categories,
+            categories=tuple(sorted({*self.categories, *self.runbooks})),
             probes=tuple(spec.descriptor() for spec in self.probes.values()),
         )
 

@@ -22,4 +22,5 @@ from sonde.packs.system import (  # noqa: E402,F401
     network,
     process_info,
     processes,
+    runbook,
 )
