@@ -12,8 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The quick start's local agent refuses root unless told; a root shell (a container) gets --allow-root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 run: $(STAMP)
-	$(BIN)/sonde up
+	$(BIN)/sonde up $(ROOT_FLAG)
 
 test: lint typecheck pytest
 

@@ -254,6 +254,49 @@ def start(
     return run_agent(config, allow_root=allow_root, log_level=log_level)
 
 
+@app.command
+def up(
+    *,
+    bind: Annotated[str, Parameter(env_var="SONDE_BIND")] = "127.0.0.1:3000",
+    data_dir: DataDir = None,
+    allow_root: Annotated[bool, Parameter(negative="")] = False,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "WARNING",
+) -> int:
+    """Quick start: a hub plus an agent for this machine, enrolled automatically.
+
+    Prints the MCP URL, an API key and the `claude mcp add` line.
+
+    Parameters
+    ----------
+    bind
+        HOST:PORT for the hub (port 0 picks a free port).
+    data_dir
+        Where the hub's store and the local agent's identity live.
+    allow_root
+        Let the local agent run as root.
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    """
+    from sonde.hub.run import build_config
+    from sonde.quickstart import up as quick_start
+
+    config = build_config(
+        bind=bind,
+        data_dir=data_dir_or_default(data_dir),
+        tls_cert=None,
+        tls_key=None,
+        heartbeat_interval=30.0,
+        probe_timeout=30.0,
+        log_format="text",
+        log_level=log_level,
+        allowed_hosts=(),
+    )
+    if isinstance(config, str):
+        print(f"sonde up: {config}", file=sys.stderr)
+        return 2
+    return quick_start(config, allow_root)
+
+
 def main() -> None:
     result = app(sys.argv[1:], result_action="return_value")
     sys.exit(result if isinstance(result, int) else 0)

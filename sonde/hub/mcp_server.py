@@ -33,12 +33,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """Sonde gives you read-only, structured probes of a fleet of machines (agents).
-Workflow:
-1. Broad question ("is something wrong?"): call list_agents to see the machines, then probe them.
-2. Never guess probe names: list_agents shows each agent's packs; probe errors list what exists.
-3. probe runs one reading, e.g. probe(agent="web-1", probe="system.memory.usage").
-4. Use tags only when the user names them with '#', e.g. tags=["prod"] for '#prod'.
-Nothing you call can change a machine."""
+Nothing you call can change a machine. Workflow:
+1. Broad question ("is something wrong?", "how is prod?"): start with health_check. It runs every
+   applicable diagnostic category on the matching agents and returns ranked findings.
+2. To learn what exists, call list_capabilities: agents, their probes with parameter schemas, and
+   diagnostic categories. Never guess a probe name; use only names list_capabilities returns.
+3. For one area on one agent use diagnose(agent, category), e.g. category "system".
+4. For one reading use probe(agent, probe, params), e.g. probe="system.memory.usage" or
+   probe="system.disk.usage".
+5. For root cause use query_logs (systemd journal, docker, nginx, log files, or the hub's audit trail).
+6. list_agents and agent_overview describe the machines themselves.
+Use tags only when the user names them with '#': "#prod" means tags=["prod"]."""
 
 
 def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:

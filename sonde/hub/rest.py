@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException
 from sonde.hub.agent_socket import QuartTransport, serve_agent
 from sonde.hub.auth import Caller
 from sonde.hub.enrollment import enroll_agent
+from sonde.hub.errors import HubError
 from sonde.hub.keys import EnrollmentRefused
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
@@ -33,10 +34,8 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 256 * 1024
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+def ApiError(status: int, code: str, message: str) -> HubError:
+    return HubError(message, code, status)
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -82,8 +81,8 @@ def create_rest_app(hub: Hub) -> QuartTrio:
 
 
 def install_error_handlers(app: QuartTrio) -> None:
-    @app.errorhandler(ApiError)
-    async def api_error(exc: ApiError) -> Response:
+    @app.errorhandler(HubError)
+    async def api_error(exc: HubError) -> Response:
         return error_response(exc.status, exc.code, exc.message)
 
     @app.errorhandler(HTTPException)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from quart import request
 from quart_trio import QuartTrio
 
 from sonde import __version__
+from sonde.hub.agent_records import delete_agent, set_tags
+from sonde.hub.audit import query_audit, verify_audit
 from sonde.hub.keys import (
     create_api_key,
     create_enrollment_token,
@@ -16,9 +19,16 @@ from sonde.hub.keys import (
     list_enrollment_tokens,
     revoke_api_key,
 )
+from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import Policy
+from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
-from sonde.hub.tools.views import summarize, visible_agents
+from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
+from sonde.hub.tools.base import ToolCall
+from sonde.hub.tools.health import DiagnoseInput, diagnose
+from sonde.hub.tools.probe import ProbeInput, ProbeOutput
+from sonde.hub.tools.views import summarize
+from sonde.packs.executor import describe_params_error
 from sonde.protocol.messages import NAME_PATTERN
 
 if TYPE_CHECKING:
@@ -38,7 +48,23 @@ class NewEnrollmentToken(BaseModel):
     name: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None
 
 
+class TagsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tags: list[Annotated[str, Field(max_length=65)]] = Field(max_length=64)
+
+
 def install_routes(app: QuartTrio, hub: Hub) -> None:
+    install_key_routes(app, hub)
+    install_agent_routes(app, hub)
+    install_probe_routes(app, hub)
+    install_audit_routes(app, hub)
+
+    @app.get("/api/v1/openapi.json")
+    async def openapi() -> dict[str, Any]:
+        return openapi_document()
+
+
+def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
@@ -46,11 +72,6 @@ def install_routes(app: QuartTrio, hub: Hub) -> None:
     @app.post("/api/v1/agents/enroll")
     async def enroll_route() -> tuple[dict[str, Any], int]:
         return await enroll(hub)
-
-    @app.get("/api/v1/agents")
-    async def agents() -> dict[str, Any]:
-        caller = await require_caller(hub)
-        return {"agents": [summarize(hub, r).model_dump() for r in visible_agents(hub, caller)]}
 
     @app.post("/api/v1/api-keys")
     async def new_key() -> tuple[dict[str, Any], int]:
@@ -90,3 +111,108 @@ def install_routes(app: QuartTrio, hub: Hub) -> None:
         await require_caller(hub, admin=True)
         records = await hub.store.read(list_enrollment_tokens)
         return {"tokens": [r.model_dump(mode="json") for r in records]}
+
+
+def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
+    @app.get("/api/v1/agents")
+    async def agents() -> dict[str, Any]:
+        caller = await require_caller(hub)
+        tags = request.args.getlist("tag")
+        return {"agents": [summarize(hub, r).model_dump() for r in visible_agents(hub, caller, tags)]}
+
+    @app.get("/api/v1/agents/<agent>")
+    async def agent(agent: str) -> dict[str, Any]:
+        caller = await require_caller(hub)
+        args = AgentOverviewInput(agent=agent)
+        return (await agent_overview(ToolCall(hub, caller), args)).model_dump(mode="json")
+
+    @app.delete("/api/v1/agents/<agent>")
+    async def remove_agent(agent: str) -> dict[str, Any]:
+        caller = await require_caller(hub, admin=True)
+        record = resolve_agent(hub, caller, agent)
+        await hub.store.write(delete_agent, record.id, time.time())
+        hub.fleet.forget(record.id)
+        await hub.audit(caller.key_id, "rest.agent.remove", record.name, "ok", detail={"agentId": record.id})
+        return {"removed": record.id, "name": record.name}
+
+    @app.put("/api/v1/agents/<agent>/tags")
+    async def put_tags(agent: str) -> dict[str, Any]:
+        caller = await require_caller(hub, admin=True)
+        record = resolve_agent(hub, caller, agent)
+        body = await parse_body(TagsBody)
+        try:
+            updated = await hub.store.write(set_tags, record.id, body.tags)
+        except ValueError as exc:
+            raise ApiError(400, "invalid_body", str(exc)) from None
+        if updated is None:
+            raise ApiError(404, "not_found", f"agent {agent!r} was removed")
+        hub.fleet.remember(updated)
+        await hub.audit(caller.key_id, "rest.agent.tags", record.name, "ok", detail={"tags": updated.tags})
+        return {"agent": record.name, "tags": updated.tags}
+
+    @app.get("/api/v1/packs")
+    async def packs() -> dict[str, Any]:
+        caller = await require_caller(hub)
+        listed = []
+        for pack in hub.packs.packs.values():
+            descriptor = pack.descriptor().model_dump(mode="json", by_alias=True)
+            descriptor["probes"] = [p for p in descriptor["probes"] if caller.allows_probe(p["name"])]
+            listed.append(descriptor)
+        return {"packs": listed}
+
+
+def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
+    @app.post("/api/v1/probe")
+    async def probe() -> dict[str, Any]:
+        caller = await require_caller(hub)
+        body = await parse_body(ProbeInput)
+        record = resolve_agent(hub, caller, body.agent)
+        reading = await run_probe_for(hub, caller, record, body.probe, dict(body.params), via="rest.probe")
+        return ProbeOutput(**reading.__dict__).model_dump(mode="json")
+
+    @app.post("/api/v1/diagnose")
+    async def diagnose_route() -> dict[str, Any]:
+        caller = await require_caller(hub)
+        body = await parse_body(DiagnoseInput)
+        return (await diagnose(ToolCall(hub, caller), body)).model_dump(mode="json")
+
+
+def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
+    @app.get("/api/v1/audit")
+    async def audit() -> dict[str, Any]:
+        await require_caller(hub, admin=True)
+        try:
+            filters = AuditFilters.model_validate(request.args.to_dict())
+        except ValidationError as exc:
+            raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
+        rows = await hub.store.read(
+            query_audit,
+            agent=filters.agent,
+            actor=filters.key,
+            since=filters.since,
+            until=filters.until,
+            action_prefix=filters.action,
+            limit=filters.limit,
+        )
+        return {"entries": rows}
+
+    @app.get("/api/v1/audit/verify")
+    async def verify() -> dict[str, Any]:
+        await require_caller(hub, admin=True)
+        report = await hub.store.read(verify_audit)
+        return {
+            "ok": report.ok,
+            "rows": report.rows,
+            "firstBadSeq": report.first_bad_seq,
+            "problem": report.problem,
+        }
+
+
+class AuditFilters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str | None = Field(default=None, max_length=64)
+    key: str | None = Field(default=None, max_length=64)
+    action: str | None = Field(default=None, max_length=64)
+    since: float | None = Field(default=None, ge=0)
+    until: float | None = Field(default=None, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)

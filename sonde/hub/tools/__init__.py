@@ -1,11 +1,18 @@
-"""The MCP tools, one module per job; `all_tools()` lists them in order."""
+"""The seven MCP tools, one module per job; `all_tools()` lists them in order."""
 
 from __future__ import annotations
 
 from sonde.hub.tools.base import ToolSpec
 
 
-def all_tools() -> list[ToolSpec]:
-    from sonde.hub.tools import agents, probe
+def all_tools() -> list[ToolSpec]:  # type: ignore[type-arg]
+    from sonde.hub.tools import agents, capabilities, health, logs, probe
 
-    return [*probe.TOOLS, *agents.TOOLS]
+    return [
+        *health.TOOLS[:1],
+        *capabilities.TOOLS,
+        *health.TOOLS[1:],
+        *probe.TOOLS,
+        *agents.TOOLS,
+        *logs.TOOLS,
+    ]

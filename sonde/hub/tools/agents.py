@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
-from sonde.hub.tools.base import TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
-from sonde.hub.tools.views import AgentSummary, summarize, visible_agents
+from pydantic import BaseModel, Field
+
+from sonde.hub.audit import query_audit
+from sonde.hub.diagnostics import runbooks_for
+from sonde.hub.probing import resolve_agent, visible_agents
+from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.views import AgentSummary, iso, summarize
 
 
 class ListAgentsInput(ToolInput):
@@ -30,3 +36,107 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
 
 
 TOOLS = [ToolSpec("list_agents", LIST_AGENTS, ListAgentsInput, ListAgentsOutput, list_agents)]
+
+
+# --- agent_overview ----------------------------------------------------------
+
+
+class AttestationSummary(BaseModel):
+    agent_version: str | None
+    code_hash: str | None
+    packs: dict[str, str]
+    os: str | None
+    kernel: str | None
+    pending_change: bool
+
+
+class RecentProbe(BaseModel):
+    ts: str | None
+    action: str
+    probe: str | None
+    outcome: str
+    duration_ms: float | None
+    by_you: bool
+
+
+class AgentOverviewInput(ToolInput):
+    agent: Annotated[str, AGENT_FIELD]
+    recent: int = Field(default=10, ge=0, le=50, description="How many recent probes to show.")
+
+
+class AgentOverviewOutput(ToolOutput):
+    id: str
+    name: str
+    status: str
+    hostname: str | None
+    os: str | None
+    kernel: str | None
+    arch: str | None
+    agent_version: str | None
+    enrolled_at: str | None
+    last_seen: str | None
+    connected_since: str | None
+    uptime_s: float | None
+    packs: list[str]
+    categories: list[str]
+    tags: list[str]
+    attestation: AttestationSummary
+    recent_probes: list[RecentProbe]
+
+
+AGENT_OVERVIEW = """Everything about ONE agent: identity (hostname, OS, kernel, arch), status and
+last seen, machine uptime, agent version and attestation (code hash, packs; pending_change=true means
+it is held until an admin accepts it), packs, tags, categories, and its most recent probes from the
+audit log. Use it when the user asks about a specific machine."""
+
+
+async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverviewOutput:
+    hub, caller = call.hub, call.caller
+    record = resolve_agent(hub, caller, args.agent)
+    session = hub.fleet.sessions.get(record.id)
+    boot = session.register.boot_time if session else None
+    entries = await hub.store.read(query_audit, agent=record.name, limit=200) if args.recent else []
+    recent = [
+        RecentProbe(
+            ts=iso(e["ts"]),
+            action=e["action"],
+            probe=(e["detail"] or {}).get("probe"),
+            outcome=e["outcome"],
+            duration_ms=e["duration_ms"],
+            by_you=e["actor"] == caller.key_id,
+        )
+        for e in entries
+        if (e["detail"] or {}).get("probe") and caller.allows_probe((e["detail"] or {})["probe"])
+    ][: args.recent]
+    baseline = record.attestation or {}
+    return AgentOverviewOutput(
+        id=record.id,
+        name=record.name,
+        status=hub.fleet.status(record.id),
+        hostname=record.hostname,
+        os=" ".join(p for p in (record.os, record.os_version) if p) or None,
+        kernel=record.kernel,
+        arch=record.arch,
+        agent_version=record.agent_version,
+        enrolled_at=iso(record.enrolled_at),
+        last_seen=iso(hub.fleet.last_seen(record.id)),
+        connected_since=iso(session.connected_at) if session else None,
+        uptime_s=round(time.time() - boot, 1) if boot else None,
+        packs=[f"{p['name']}@{p['version']}" for p in record.packs],
+        categories=sorted(runbooks_for(hub, record)),
+        tags=list(record.tags),
+        attestation=AttestationSummary(
+            agent_version=baseline.get("agentVersion"),
+            code_hash=baseline.get("codeHash"),
+            packs=baseline.get("packs", {}),
+            os=baseline.get("os"),
+            kernel=baseline.get("kernel"),
+            pending_change=record.pending_attestation is not None,
+        ),
+        recent_probes=recent,
+    )
+
+
+TOOLS.append(
+    ToolSpec("agent_overview", AGENT_OVERVIEW, AgentOverviewInput, AgentOverviewOutput, agent_overview)
+)

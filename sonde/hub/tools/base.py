@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sonde.hub.errors import HubError
+
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
     from sonde.hub.core import Hub
@@ -41,8 +43,7 @@ class ToolOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ToolError(Exception):
-    """A refusal or failure the model should read and act on."""
+ToolError = HubError  # a refusal or failure the model should read and act on
 
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]

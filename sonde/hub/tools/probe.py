@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import Field, JsonValue, ValidationError
+from pydantic import Field, JsonValue
 
-from sonde.hub.tools.base import AGENT_FIELD, ToolCall, ToolError, ToolInput, ToolOutput, ToolSpec
-from sonde.hub.tools.views import probe_names, resolve_agent
-from sonde.packs.executor import describe_params_error
-from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
+from sonde.hub.probing import resolve_agent, run_probe_for
+from sonde.hub.tools.base import AGENT_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.protocol.messages import PROBE_NAME_PATTERN
 
 
@@ -44,69 +41,10 @@ Probe names and their parameters come from list_capabilities: never guess a prob
 Example: agent="web-1", probe="system.memory.usage", params={}."""
 
 
-def check_params(call: ToolCall, probe: str, params: dict[str, Any]) -> None:
-    spec = call.hub.packs.probe(probe)
-    if spec is None:
-        return  # a pack the hub does not have: the agent validates
-    try:
-        spec.params.model_validate(params)
-    except ValidationError as exc:
-        raise ToolError(
-            f"Invalid params for {probe}: {describe_params_error(exc)}. "
-            f"Its parameter schema is in list_capabilities."
-        ) from None
-
-
 async def run_probe(call: ToolCall, args: ProbeInput) -> ProbeOutput:
-    hub, caller = call.hub, call.caller
-    record = resolve_agent(hub, caller, args.agent)
-    available = probe_names(record)
-    if args.probe not in available:
-        raise ToolError(
-            f"Unknown probe {args.probe!r} on agent {record.name}. "
-            f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
-        )
-    if not caller.allows_probe(args.probe):
-        raise ToolError(
-            f"Your API key's policy does not allow probe {args.probe!r} ({caller.policy.describe()})."
-        )
-    check_params(call, args.probe, dict(args.params))
-    if hub.fleet.status(record.id) == "degraded":
-        raise ToolError(
-            f"Agent {record.name} is held as degraded: its attestation changed. "
-            "An admin must accept it (`sonde hub agent accept NAME`) before it runs probes."
-        )
-    started = time.perf_counter()
-    outcome, detail = "ok", ""
-    try:
-        response = await hub.fleet.run_probe(
-            record.id, args.probe, dict(args.params), hub.config.probe_timeout_s
-        )
-    except (AgentUnavailable, ProbeTimeout) as exc:
-        outcome, detail = "error", str(exc)
-        raise ToolError(f"{exc}. Check list_agents for its status, or try another agent.") from None
-    except ProbeFailed as exc:
-        outcome, detail = "error", f"{exc.code}: {exc.message}"
-        raise ToolError(f"Probe {args.probe} failed on {record.name} ({exc.code}): {exc.message}") from None
-    finally:
-        await hub.audit(
-            caller.key_id,
-            "mcp.probe",
-            record.name,
-            outcome,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            detail={"agentId": record.id, "probe": args.probe, "params": dict(args.params), "error": detail},
-        )
-    payload = response.payload
-    return ProbeOutput(
-        agent=record.name,
-        agent_id=record.id,
-        probe=args.probe,
-        result=payload.result,
-        duration_ms=payload.duration_ms,
-        truncated=payload.meta.truncated,
-        redactions=payload.meta.redactions,
-    )
+    record = resolve_agent(call.hub, call.caller, args.agent)
+    reading = await run_probe_for(call.hub, call.caller, record, args.probe, dict(args.params))
+    return ProbeOutput(**reading.__dict__)
 
 
 TOOLS = [ToolSpec("probe", DESCRIPTION, ProbeInput, ProbeOutput, run_probe)]

@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from sonde.hub.agent_records import AgentRecord
-from sonde.hub.policy import has_tags
-from sonde.hub.tools.base import ToolError
 
 if TYPE_CHECKING:
-    from sonde.hub.auth import Caller
     from sonde.hub.core import Hub
 
 
@@ -46,27 +43,3 @@ def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
         packs=[f"{p['name']}@{p['version']}" for p in pack_descriptors(record)],
         tags=list(record.tags or []),
     )
-
-
-def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
-    """The agents this caller may see, filtered by tags (AND), sorted by name."""
-    records = sorted(hub.fleet.records.values(), key=lambda r: r.name)
-    return [
-        r for r in records if caller.allows_agent(r.name, r.tags or []) and has_tags(r.tags or [], tags or [])
-    ]
-
-
-def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
-    """The agent named ``agent`` if this caller may see it; otherwise a ToolError listing the choices."""
-    record = hub.fleet.find(agent)
-    if record is None or not caller.allows_agent(record.name, record.tags or []):
-        names = [r.name for r in visible_agents(hub, caller)]
-        shown = ", ".join(names[:20]) or "none"
-        raise ToolError(
-            f"Unknown agent {agent!r}. Agents you can reach: {shown}. Call list_agents for details."
-        )
-    return record
-
-
-def probe_names(record: AgentRecord) -> list[str]:
-    return sorted(p["name"] for pack in pack_descriptors(record) for p in pack.get("probes", []))

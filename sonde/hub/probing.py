@@ -1,0 +1,144 @@
+"""Running probes for a caller: policy, validation, routing, audit.
+
+Every surface (the `probe` tool, `POST /api/v1/probe`, runbooks inside
+`health_check` and `diagnose`) goes through `run_probe_for`, so the policy
+and the audit record are the same whichever door a call came in by.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+from pydantic import JsonValue, ValidationError
+
+from sonde.hub.agent_records import AgentRecord
+from sonde.hub.errors import HubError, forbidden, not_found, unavailable
+from sonde.hub.policy import has_tags
+from sonde.packs.executor import describe_params_error
+from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
+
+if TYPE_CHECKING:
+    from sonde.hub.auth import Caller
+    from sonde.hub.core import Hub
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One probe's answer, as the hub returns it."""
+
+    agent: str
+    agent_id: str
+    probe: str
+    result: dict[str, JsonValue]
+    duration_ms: float
+    truncated: bool
+    redactions: int
+
+
+def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
+    """The agents this caller may see, filtered by tags (AND), sorted by name."""
+    records = sorted(hub.fleet.records.values(), key=lambda r: r.name)
+    return [r for r in records if caller.allows_agent(r.name, r.tags) and has_tags(r.tags, tags or [])]
+
+
+def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
+    """The agent named (or with id) ``agent`` if this caller may see it; else a not-found listing the choices.
+
+    An agent outside the caller's policy is reported exactly like one that does not exist.
+    """
+    record = hub.fleet.find(agent)
+    if record is None or not caller.allows_agent(record.name, record.tags):
+        names = [r.name for r in visible_agents(hub, caller)]
+        shown = ", ".join(names[:20]) or "none"
+        raise not_found(
+            f"Unknown agent {agent!r}. Agents you can reach: {shown}. Call list_agents for details."
+        )
+    return record
+
+
+def agent_probes(record: AgentRecord) -> dict[str, dict[str, Any]]:
+    """Probe descriptors the agent registered, by name."""
+    return {p["name"]: p for pack in record.packs for p in pack.get("probes", [])}
+
+
+def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, params: dict[str, Any]) -> None:
+    """Refuse a probe the agent lacks, the policy forbids, or whose params are invalid."""
+    available = sorted(agent_probes(record))
+    if probe not in available:
+        raise not_found(
+            f"Unknown probe {probe!r} on agent {record.name}. "
+            f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
+        )
+    if not caller.allows_probe(probe):
+        raise forbidden(f"Your API key's policy does not allow probe {probe!r} ({caller.policy.describe()}).")
+    spec = hub.packs.probe(probe)
+    if spec is not None:  # a pack the hub does not have: the agent validates
+        try:
+            spec.params.model_validate(params)
+        except ValidationError as exc:
+            raise HubError(
+                f"Invalid params for {probe}: {describe_params_error(exc)}. "
+                "Its parameter schema is in list_capabilities.",
+                "invalid_params",
+            ) from None
+
+
+async def run_probe_for(
+    hub: Hub,
+    caller: Caller,
+    record: AgentRecord,
+    probe: str,
+    params: dict[str, Any],
+    *,
+    via: str = "mcp.probe",
+    timeout_s: float | None = None,
+) -> Reading:
+    """Check, run and audit one probe; raises `HubError` with a next step on any failure."""
+    check_probe(hub, caller, record, probe, params)
+    if hub.fleet.status(record.id) == "degraded":
+        raise HubError(
+            f"Agent {record.name} is held as degraded: its attestation changed. An admin must accept it "
+            "(`sonde hub agent accept NAME`) before it runs probes.",
+            "agent_degraded",
+            409,
+        )
+    started = time.perf_counter()
+    outcome, error = "ok", ""
+    try:
+        response = await hub.fleet.run_probe(
+            record.id, probe, params, timeout_s or hub.config.probe_timeout_s
+        )
+    except (AgentUnavailable, ProbeTimeout) as exc:
+        outcome, error = "error", str(exc)
+        raise unavailable(f"{exc}. Check list_agents for its status, or try another agent.") from None
+    except ProbeFailed as exc:
+        outcome, error = "error", f"{exc.code}: {exc.message}"
+        raise HubError(
+            f"Probe {probe} failed on {record.name} ({exc.code}): {exc.message}", exc.code, 502
+        ) from None
+    except trio.Cancelled:
+        outcome, error = "cancelled", "the caller went away or the deadline passed"
+        raise
+    finally:
+        with trio.CancelScope(shield=True):
+            await hub.audit(
+                caller.key_id,
+                via,
+                record.name,
+                outcome,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                detail={"agentId": record.id, "probe": probe, "params": params, "error": error},
+            )
+    payload = response.payload
+    return Reading(
+        agent=record.name,
+        agent_id=record.id,
+        probe=probe,
+        result=payload.result,
+        duration_ms=payload.duration_ms,
+        truncated=payload.meta.truncated,
+        redactions=payload.meta.redactions,
+    )

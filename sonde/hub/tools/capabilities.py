@@ -1,0 +1,92 @@
+"""`list_capabilities`: what every reachable agent can be asked, so a model never guesses."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel
+
+from sonde.hub.diagnostics import describe_categories, runbooks_for
+from sonde.hub.probing import agent_probes, visible_agents
+from sonde.hub.tools.base import TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+
+
+class PackOut(BaseModel):
+    name: str
+    version: str
+    probes: list[str]
+
+
+class AgentCapabilities(BaseModel):
+    agent: str
+    status: str
+    packs: list[PackOut]
+    categories: list[str]
+
+
+class ProbeInfo(BaseModel):
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+
+
+class CategoryInfo(BaseModel):
+    category: str
+    description: str
+
+
+class CapabilitiesInput(ToolInput):
+    tags: Annotated[list[str], TAGS_FIELD]
+
+
+class CapabilitiesOutput(ToolOutput):
+    agents: list[AgentCapabilities]
+    probes: list[ProbeInfo]
+    categories: list[CategoryInfo]
+
+
+LIST_CAPABILITIES = """Discover what you can ask: every agent you can reach with its status, packs
+(with versions), probe names and diagnostic categories; then each probe ONCE with its description
+and parameter JSON schema, and each category with what it checks. Call it before probe or diagnose
+whenever you are not sure of a probe or category name."""
+
+
+async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> CapabilitiesOutput:
+    hub, caller = call.hub, call.caller
+    agents: list[AgentCapabilities] = []
+    catalogue: dict[str, ProbeInfo] = {}
+    used_categories: set[str] = set()
+    for record in visible_agents(hub, caller, args.tags):
+        described = agent_probes(record)
+        packs = []
+        for pack in record.packs:
+            names = [p["name"] for p in pack.get("probes", []) if caller.allows_probe(p["name"])]
+            packs.append(PackOut(name=pack["name"], version=pack["version"], probes=names))
+            for name in names:
+                probe = described[name]
+                catalogue.setdefault(
+                    name,
+                    ProbeInfo(
+                        name=name, description=probe["description"], params_schema=probe["paramsSchema"]
+                    ),
+                )
+        categories = sorted(runbooks_for(hub, record))
+        used_categories.update(categories)
+        agents.append(
+            AgentCapabilities(
+                agent=record.name, status=hub.fleet.status(record.id), packs=packs, categories=categories
+            )
+        )
+    descriptions = describe_categories(hub)
+    return CapabilitiesOutput(
+        agents=agents,
+        probes=sorted(catalogue.values(), key=lambda p: p.name),
+        categories=[
+            CategoryInfo(category=c, description=descriptions.get(c, "")) for c in sorted(used_categories)
+        ],
+    )
+
+
+TOOLS = [
+    ToolSpec("list_capabilities", LIST_CAPABILITIES, CapabilitiesInput, CapabilitiesOutput, list_capabilities)
+]

@@ -1,0 +1,291 @@
+"""`health_check` (every category on many agents) and `diagnose` (one category on one agent)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+import trio
+from pydantic import BaseModel, Field, JsonValue
+
+from sonde.hub.diagnostics import RunbookOutcome, run_runbook, runbooks_for
+from sonde.hub.errors import not_found, unavailable
+from sonde.hub.executor_limits import FANOUT_LIMIT
+from sonde.hub.probing import resolve_agent, visible_agents
+from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.packs.executor import cap_result
+
+CATEGORY = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+READING_CAP_BYTES = 16 * 1024
+
+
+class FindingOut(BaseModel):
+    severity: Literal["critical", "warning", "info"]
+    agent: str
+    category: str
+    title: str
+    detail: str
+    probe: str
+
+
+class Summary(BaseModel):
+    critical: int
+    warning: int
+    info: int
+    agents_checked: int
+    probes_run: int
+    probes_succeeded: int
+    probes_failed: int
+    duration_ms: float
+
+
+class Unreachable(BaseModel):
+    agent: str
+    reason: str
+
+
+class CategoryStatus(BaseModel):
+    category: str
+    status: Literal["ok", "warning", "critical", "incomplete"]
+    agents: int
+
+
+class Skipped(BaseModel):
+    agent: str
+    probe: str
+    reason: str
+
+
+class HealthCheckInput(ToolInput):
+    agent: Annotated[str | None, Field(default=None, description="Only this agent (name or id).")]
+    tags: Annotated[list[str], TAGS_FIELD]
+    categories: list[CATEGORY] = Field(
+        default_factory=list, max_length=32, description="Only these categories (default: all that apply)."
+    )
+    deadline_s: float = Field(
+        default=10.0, ge=1, le=120, description="Return what has come back after this many seconds (partial)."
+    )
+
+
+class HealthCheckOutput(ToolOutput):
+    summary: Summary
+    findings: list[FindingOut]
+    unreachable: list[Unreachable]
+    categories: list[CategoryStatus]
+    skipped: list[Skipped]
+    partial: bool
+
+
+HEALTH_CHECK = """Start here for broad questions ("is something wrong?", "how is #prod?").
+Runs every applicable diagnostic category (system, and each pack's: postgres, nginx, ...) on the
+matching online agents in parallel and returns a short ranked answer: findings sorted
+critical > warning > info, each naming agent, category and the probe it came from; the agents it
+could not reach; and per-category status. Follow up with diagnose (one category on one agent),
+probe (one reading) or query_logs (root cause). Pass tags only when the user names them with '#'."""
+
+
+def finding_outs(outcome: RunbookOutcome) -> list[FindingOut]:
+    return [
+        FindingOut(
+            severity=f.severity,
+            agent=outcome.agent.name,
+            category=outcome.runbook.category,
+            title=f.title,
+            detail=f.detail,
+            probe=f.probe,
+        )
+        for f in outcome.findings
+    ]
+
+
+def summarize_outcomes(
+    outcomes: list[RunbookOutcome], unreachable: list[Unreachable], started: float
+) -> HealthCheckOutput:
+    findings = sorted(
+        (f for o in outcomes for f in finding_outs(o)),
+        key=lambda f: (("critical", "warning", "info").index(f.severity), f.agent, f.title),
+    )
+    steps = [s for o in outcomes for s in o.steps if s.status != "skipped"]
+    by_category: dict[str, list[RunbookOutcome]] = {}
+    for outcome in outcomes:
+        by_category.setdefault(outcome.runbook.category, []).append(outcome)
+    categories = [category_status(cat, group) for cat, group in sorted(by_category.items())]
+    skipped = [
+        Skipped(agent=o.agent.name, probe=s.probe, reason=s.error or "")
+        for o in outcomes
+        for s in o.steps
+        if s.status == "skipped"
+    ]
+    summary = Summary(
+        critical=sum(f.severity == "critical" for f in findings),
+        warning=sum(f.severity == "warning" for f in findings),
+        info=sum(f.severity == "info" for f in findings),
+        agents_checked=len({o.agent.id for o in outcomes}),
+        probes_run=len(steps),
+        probes_succeeded=sum(s.status == "ok" for s in steps),
+        probes_failed=sum(s.status != "ok" for s in steps),
+        duration_ms=round((time.perf_counter() - started) * 1000, 1),
+    )
+    partial = any(s.status == "timeout" for s in steps)
+    return HealthCheckOutput(
+        summary=summary,
+        findings=findings,
+        unreachable=unreachable,
+        categories=categories,
+        skipped=skipped,
+        partial=partial,
+    )
+
+
+def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategoryStatus:
+    severities = {f.severity for o in outcomes for f in o.findings}
+    if "critical" in severities:
+        status: Literal["ok", "warning", "critical", "incomplete"] = "critical"
+    elif "warning" in severities:
+        status = "warning"
+    elif any(s.status in ("timeout", "error") for o in outcomes for s in o.steps):
+        status = "incomplete"
+    else:
+        status = "ok"
+    return CategoryStatus(category=category, status=status, agents=len(outcomes))
+
+
+async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOutput:
+    hub, caller = call.hub, call.caller
+    started = time.perf_counter()
+    records = (
+        [resolve_agent(hub, caller, args.agent)] if args.agent else visible_agents(hub, caller, args.tags)
+    )
+    unreachable: list[Unreachable] = []
+    plans: list[list[RunbookOutcome]] = []
+    for record in records:
+        if hub.fleet.status(record.id) != "online":
+            unreachable.append(Unreachable(agent=record.name, reason=hub.fleet.offline_reason(record.id)))
+            continue
+        runbooks = runbooks_for(hub, record)
+        wanted = [rb for cat, rb in runbooks.items() if not args.categories or cat in args.categories]
+        plans.append([RunbookOutcome(record, rb) for rb in wanted])
+    limiter = trio.CapacityLimiter(FANOUT_LIMIT)
+    done = 0
+
+    async def check_agent(outcomes: list[RunbookOutcome]) -> None:
+        nonlocal done
+        async with trio.open_nursery() as nursery:
+            for outcome in outcomes:
+                nursery.start_soon(
+                    lambda o=outcome: run_runbook(hub, caller, o, via="mcp.health_check", limiter=limiter)
+                )
+        done += 1
+        if outcomes:
+            await call.progress(done, len(plans), f"{outcomes[0].agent.name} checked")
+
+    with trio.move_on_after(args.deadline_s):
+        async with trio.open_nursery() as nursery:
+            for outcomes in plans:
+                nursery.start_soon(check_agent, outcomes)
+    await hub.audit(
+        caller.key_id,
+        "mcp.health_check",
+        args.agent,
+        "ok",
+        duration_ms=(time.perf_counter() - started) * 1000,
+        detail={"agents": len(records), "tags": args.tags, "categories": args.categories},
+    )
+    return summarize_outcomes([o for outcomes in plans for o in outcomes], unreachable, started)
+
+
+# --- diagnose ----------------------------------------------------------------
+
+
+class DiagnoseInput(ToolInput):
+    agent: Annotated[str, AGENT_FIELD]
+    category: CATEGORY = Field(description="A runbook category from list_capabilities, e.g. 'system'.")
+    description: str | None = Field(
+        default=None, max_length=500, description="What the user reported, for the audit trail."
+    )
+
+
+class ReadingOut(BaseModel):
+    probe: str
+    status: str
+    result: dict[str, JsonValue] | None
+    error: str | None
+    duration_ms: float | None
+    truncated: bool
+
+
+class DiagnoseOutput(ToolOutput):
+    agent: str
+    category: str
+    findings: list[FindingOut]
+    readings: list[ReadingOut]
+    complete: bool
+
+
+DIAGNOSE = """Deep look at ONE category on ONE agent (e.g. "check postgres on db-1"): runs that
+category's runbook and returns its findings plus the raw reading of each probe (large readings are
+truncated, marked truncated=true). Categories per agent come from list_capabilities.
+Use it after health_check points at an area, or when the user names one."""
+
+
+async def diagnose(call: ToolCall, args: DiagnoseInput) -> DiagnoseOutput:
+    outcome = await diagnose_agent(call, args.agent, args.category, args.description)
+    readings = []
+    for step in outcome.steps:
+        result, truncated = step.result, False
+        if result is not None:
+            result, truncated, _ = cap_result(result, READING_CAP_BYTES)
+        readings.append(
+            ReadingOut(
+                probe=step.probe,
+                status=step.status,
+                result=result,
+                error=step.error,
+                duration_ms=step.duration_ms,
+                truncated=truncated,
+            )
+        )
+    return DiagnoseOutput(
+        agent=outcome.agent.name,
+        category=args.category,
+        findings=finding_outs(outcome),
+        readings=readings,
+        complete=all(s.status in ("ok", "skipped") for s in outcome.steps),
+    )
+
+
+async def diagnose_agent(
+    call: ToolCall, agent: str, category: str, description: str | None
+) -> RunbookOutcome:
+    """Run one category on one agent for this caller (shared with the REST route)."""
+    hub, caller = call.hub, call.caller
+    record = resolve_agent(hub, caller, agent)
+    runbooks = runbooks_for(hub, record)
+    runbook = runbooks.get(category)
+    if runbook is None:
+        raise not_found(
+            f"Agent {record.name} has no {category!r} category. Its categories: {', '.join(runbooks) or 'none'}."
+        )
+    if hub.fleet.status(record.id) != "online":
+        raise unavailable(f"{hub.fleet.offline_reason(record.id)}. Check list_agents.")
+    outcome = RunbookOutcome(record, runbook)
+    started = time.perf_counter()
+    with trio.move_on_after(hub.config.probe_timeout_s + 2):
+        await run_runbook(
+            hub, caller, outcome, via="mcp.diagnose", limiter=trio.CapacityLimiter(FANOUT_LIMIT)
+        )
+    await hub.audit(
+        caller.key_id,
+        "mcp.diagnose",
+        record.name,
+        "ok" if outcome.complete else "partial",
+        duration_ms=(time.perf_counter() - started) * 1000,
+        detail={"category": category, "description": description or ""},
+    )
+    return outcome
+
+
+TOOLS = [
+    ToolSpec("health_check", HEALTH_CHECK, HealthCheckInput, HealthCheckOutput, health_check),
+    ToolSpec("diagnose", DIAGNOSE, DiagnoseInput, DiagnoseOutput, diagnose),
+]

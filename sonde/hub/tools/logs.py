@@ -1,0 +1,133 @@
+"""`query_logs`: root-cause digging in an agent's logs, or in the hub's own audit trail."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, JsonValue
+
+from sonde.hub.audit import query_audit
+from sonde.hub.errors import HubError
+from sonde.hub.keys import parse_duration
+from sonde.hub.probing import resolve_agent, run_probe_for
+from sonde.hub.tools.base import ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.views import iso
+
+# source -> (probe, {our argument: the probe's parameter})
+LOG_PROBES: dict[str, tuple[str, dict[str, str]]] = {
+    "systemd": (
+        "systemd.journal.query",
+        {"unit": "unit", "priority": "priority", "since": "since", "grep": "grep", "lines": "lines"},
+    ),
+    "docker": ("docker.container.logs", {"container": "container", "lines": "lines", "since": "since"}),
+    "nginx": ("nginx.log.tail", {"kind": "kind", "path": "path", "lines": "lines", "grep": "grep"}),
+    "system": ("system.log.tail", {"path": "path", "lines": "lines", "grep": "grep"}),
+}
+SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
+
+
+class QueryLogsInput(ToolInput):
+    source: Literal["systemd", "docker", "nginx", "system", "audit"] = Field(
+        description="systemd journal, docker container logs, nginx logs, a log file under an allowed path "
+        "(system), or the hub's own audit trail (audit)."
+    )
+    agent: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="The agent whose logs to read (required except for audit).",
+    )
+    lines: int = Field(default=100, ge=1, le=1000, description="At most this many lines (newest).")
+    since: str | None = Field(
+        default=None,
+        pattern=r"^(\d+[smhd]|\d{4}-\d{2}-\d{2}[T ][0-9:]{5,8}Z?)$",
+        description="Only lines newer than this: '15m', '2h', '1d' or an ISO time.",
+    )
+    unit: str | None = Field(default=None, pattern=r"^[A-Za-z0-9@:._-]{1,128}$", description="systemd unit.")
+    priority: Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"] | None = None
+    container: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    kind: Literal["access", "error"] | None = Field(default=None, description="nginx log kind.")
+    path: str | None = Field(
+        default=None,
+        pattern=r"^/[^\x00-\x1f]{0,4095}$",
+        description="A log file under the agent's allowed paths (system, nginx).",
+    )
+    grep: str | None = Field(default=None, pattern=SAFE_TEXT, description="Only lines containing this text.")
+
+
+class AuditEntryOut(BaseModel):
+    seq: int
+    ts: str | None
+    actor: str
+    action: str
+    target: str | None
+    outcome: str
+    duration_ms: float | None
+    detail: dict[str, JsonValue]
+
+
+class QueryLogsOutput(ToolOutput):
+    source: str
+    agent: str | None
+    probe: str | None
+    result: dict[str, JsonValue] | None
+    audit: list[AuditEntryOut] | None
+    truncated: bool
+
+
+QUERY_LOGS = """Read logs to find a root cause: source='systemd' (journal; unit, priority, since, grep),
+'docker' (a container's logs), 'nginx' (access or error log), 'system' (a log file under the agent's
+allowed paths, e.g. /var/log/syslog), or 'audit' (the hub's own trail of who ran what; members see
+their own calls). Lines are bounded (default 100, at most 1000); 'since' takes '15m', '2h' or an ISO time."""
+
+
+def since_epoch(since: str | None) -> float | None:
+    if since is None:
+        return None
+    if since[-1] in "smhd" and since[:-1].isdigit():
+        return time.time() - parse_duration(since)
+    return datetime.fromisoformat(since.replace("Z", "+00:00").replace(" ", "T")).timestamp()
+
+
+async def query_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
+    if args.source == "audit":
+        return await audit_logs(call, args)
+    if args.agent is None:
+        raise HubError(f"query_logs with source={args.source!r} needs an agent; see list_agents.")
+    record = resolve_agent(call.hub, call.caller, args.agent)
+    probe, mapping = LOG_PROBES[args.source]
+    values: dict[str, Any] = args.model_dump(exclude_none=True)
+    params = {param: values[ours] for ours, param in mapping.items() if ours in values}
+    reading = await run_probe_for(call.hub, call.caller, record, probe, params, via="mcp.query_logs")
+    return QueryLogsOutput(
+        source=args.source,
+        agent=record.name,
+        probe=probe,
+        result=reading.result,
+        audit=None,
+        truncated=reading.truncated,
+    )
+
+
+async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
+    hub, caller = call.hub, call.caller
+    target = resolve_agent(hub, caller, args.agent).name if args.agent else None
+    actor = None if caller.is_admin else caller.key_id
+    rows = await hub.store.read(
+        query_audit, agent=target, actor=actor, since=since_epoch(args.since), limit=args.lines
+    )
+    if args.grep:
+        rows = [r for r in rows if args.grep in r["action"] or args.grep in str(r["detail"])]
+    entries = [AuditEntryOut(**{**r, "ts": iso(r["ts"])}) for r in rows]
+    return QueryLogsOutput(
+        source="audit",
+        agent=target,
+        probe=None,
+        result=None,
+        audit=entries,
+        truncated=len(rows) >= args.lines,
+    )
+
+
+TOOLS = [ToolSpec("query_logs", QUERY_LOGS, QueryLogsInput, QueryLogsOutput, query_logs)]

@@ -1,0 +1,135 @@
+"""`sonde up`: a hub with its embedded store plus one agent for this machine.
+
+The hub and the local agent run in one trio nursery. The agent is enrolled
+automatically on first start (its identity lives in the data directory, not
+in ~/.sonde, so a quick start never touches a real enrollment), and the
+quick-start API key is kept in ``quickstart.json`` (0600) so every run can
+print the same connection line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from sonde.agent.config import AgentConfig, load_config, save_config
+from sonde.agent.daemon import ROOT_MESSAGE, agent_main
+from sonde.agent.enroll import enroll
+from sonde.agent.identity import active_packs, default_agent_name
+from sonde.hub.agent_records import get_agent
+from sonde.hub.config import HubConfig
+from sonde.hub.db import open_database
+from sonde.hub.keys import create_api_key, create_enrollment_token, find_api_key
+from sonde.hub.serve import serve_hub
+from sonde.packs.registry import load_packs
+
+STATE_FILE = "quickstart.json"
+
+
+def quickstart_key(data_dir: Path) -> str:
+    """The quick start's admin API key: read back, or created once and saved 0600."""
+    state_path = data_dir / STATE_FILE
+    db = open_database(data_dir / "sonde.db")
+    try:
+        if state_path.exists():
+            secret = json.loads(state_path.read_text()).get("apiKey")
+            if isinstance(secret, str) and find_api_key(db, secret) is not None:
+                return secret
+        _, secret = create_api_key(db, "quickstart", role="admin")
+    finally:
+        db.close()
+    fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"apiKey": secret}, handle)
+    return secret
+
+
+def local_agent(data_dir: Path, url: str) -> AgentConfig:
+    """The local agent's config, enrolled against ``url`` if it is not yet (blocking: run in a thread)."""
+    path = data_dir / "local-agent" / "config.json"
+    config = load_config(path)
+    if config is not None and config.enrolled and known_agent(data_dir, config.agent_id):
+        if config.hub_url != url:
+            config = save_config(AgentConfig(hub_url=url), path)
+        return config
+    db = open_database(data_dir / "sonde.db")
+    try:
+        name = default_agent_name()
+        _, token = create_enrollment_token(db, 600.0, name)
+    finally:
+        db.close()
+    return enroll(url, token, name, config_path=path)
+
+
+def known_agent(data_dir: Path, agent_id: str | None) -> bool:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        return agent_id is not None and get_agent(db, agent_id) is not None
+    finally:
+        db.close()
+
+
+def announce(url: str, key: str, agent: str) -> None:
+    print(
+        f"""
+  Sonde is up.
+    MCP endpoint : {url}/mcp
+    API key      : {key}
+    local agent  : {agent}
+
+  Connect Claude Code:
+    claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {key}"
+
+  Press Ctrl-C to stop.
+""",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+async def run_up(config: HubConfig) -> None:
+    shutdown = trio.Event()
+    key = quickstart_key(config.data_dir)
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            url = await nursery.start(
+                lambda task_status: serve_hub(config, shutdown=shutdown, task_status=task_status)
+            )
+            agent = await trio.to_thread.run_sync(local_agent, config.data_dir, url)
+            registry = active_packs(load_packs(), agent.enabled_packs)
+            daemon = await nursery.start(
+                lambda task_status: agent_main(agent, registry, handle_signals=False, task_status=task_status)
+            )
+            announce(url, key, agent.name or "?")
+            async for _ in signals:
+                print("sonde up: shutting down", file=sys.stderr, flush=True)
+                await daemon.stop("quick start stopping")
+                shutdown.set()
+                break
+
+
+def up(config: HubConfig, allow_root: bool) -> int:
+    if os.geteuid() == 0 and not allow_root:
+        print(f"sonde up: {ROOT_MESSAGE}", file=sys.stderr)
+        return 2
+    from sonde.hub.logs import configure_logging
+    from sonde.hub.run import innermost
+
+    configure_logging(config.log_format, config.log_level)
+    started = time.monotonic()
+    try:
+        trio.run(run_up, config)
+    except Exception as exc:  # the process boundary
+        cause = innermost(exc)
+        print(
+            f"sonde up: stopped after {time.monotonic() - started:.0f}s: {type(cause).__name__}: {cause}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
