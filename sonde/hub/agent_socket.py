@@ -27,8 +27,9 @@ from sonde.protocol.messages import (
     RejectCode,
     RejectPayload,
     VersionRange,
+    utc_now,
 )
-from sonde.protocol.signing import public_key_from_text
+from sonde.protocol.signing import public_key_from_text, verify_frame
 from sonde.runtime import CLOSE_POLICY, LinkClosed, Transport, open_link
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Age
             raise Refused("revoked", "this agent was removed by an admin; enroll it again with a new token")
         raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
     try:
-        codec.verify(message, raw, public_key_from_text(record.public_key))
+        verify_frame(raw, public_key_from_text(record.public_key))
+        hub.fleet.register_replay_guard.check(message.nonce, message.ts, utc_now())
     except SignatureError as exc:
         raise Refused("bad_signature", f"register frame rejected: {exc.message}") from None
     if message.payload.name != record.name:

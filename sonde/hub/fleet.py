@@ -28,6 +28,7 @@ from sonde.protocol.messages import (
     ProbeResponse,
     RegisterPayload,
 )
+from sonde.protocol.signing import ReplayGuard
 from sonde.runtime import Link
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class Fleet:
         self.records: dict[str, AgentRecord] = {r.id: r for r in records}
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
+        # hub-wide, not per connection: a register replayed on a new socket must be refused
+        self.register_replay_guard = ReplayGuard()
         self._changed = trio.Condition()
 
     # --- lookup ----------------------------------------------------------
@@ -80,6 +83,9 @@ class Fleet:
     # --- records ---------------------------------------------------------
 
     def remember(self, record: AgentRecord) -> None:
+        """Keep ``record``; an older agent under its name (re-enrolled) is forgotten and cut off."""
+        for other in [r.id for r in self.records.values() if r.name == record.name and r.id != record.id]:
+            self.forget(other)
         self.records[record.id] = record
 
     def forget(self, agent_id: str) -> None:

@@ -25,6 +25,7 @@ from sonde.protocol.messages import NAME_PATTERN
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")
+ENROLLMENT_TOKEN_PREFIX = "enr_"
 API_KEY_PREFIX = "sonde_"
 API_KEY_SECRET_BYTES = 32
 ENROLLMENT_TOKEN_BYTES = 24
@@ -205,7 +206,8 @@ def create_enrollment_token(
         raise ValueError(f"token lifetime must be between 60 s and 7 days, not {ttl_s} s")
     if name is not None and not _AGENT_NAME_RE.fullmatch(name):
         raise ValueError(f"invalid agent name {name!r}")
-    secret = secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
+    # a fixed prefix: a token starting with '-' would read as an option on a command line
+    secret = ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
     created_at = _now(now)
     record = EnrollmentTokenRecord(
         id=uuid.uuid4().hex, name=name, created_at=created_at, expires_at=created_at + ttl_s

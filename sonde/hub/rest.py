@@ -101,6 +101,10 @@ def install_error_handlers(app: QuartTrio) -> None:
 def install_security_headers(app: QuartTrio) -> None:
     @app.after_request
     async def headers(response: Response) -> Response:
+        # A refused request may leave its body unread (even one too large to read at all):
+        # end the keep-alive connection so the next request is not stuck behind that body.
+        if request.method in ("POST", "PUT", "PATCH", "DELETE") and response.status_code >= 400:
+            response.headers["Connection"] = "close"
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("Referrer-Policy", "no-referrer")

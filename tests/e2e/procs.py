@@ -123,9 +123,10 @@ class RunningHub:
 
 
 @contextmanager
-def running_hub(tmp: Path, *extra: str) -> Iterator[RunningHub]:
+def running_hub(tmp: Path, *extra: str, site: Path | None = None) -> Iterator[RunningHub]:
+    """A `sonde hub` on port 0; ``site`` goes on its PYTHONPATH (test-only packs)."""
     data_dir = tmp / "hubdata"
-    env = base_env(tmp / "hubhome")
+    env = with_site(base_env(tmp / "hubhome"), site)
     proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), *extra], env)
     try:
         key = proc.wait_for(KEY_LINE).group(1)
@@ -151,10 +152,19 @@ class EnrolledAgent:
         return self.proc.stop(sig)
 
 
-def enroll_agent(hub: RunningHub, tmp: Path, name: str) -> EnrolledAgent:
+def with_site(env: dict[str, str], site: Path | None) -> dict[str, str]:
+    if site is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)}
+    return env
+
+
+def enroll_agent(
+    hub: RunningHub, tmp: Path, name: str, site: Path | None = None, extra_env: dict[str, str] | None = None
+) -> EnrolledAgent:
+    """Enroll ``name`` with its own HOME; ``site`` and ``extra_env`` stay with it for `start`."""
     home = tmp / f"home-{name}"
     home.mkdir(parents=True, exist_ok=True)
-    env = base_env(home)
+    env = {**with_site(base_env(home), site), **(extra_env or {})}
     token = hub.token()
     done = subprocess.run(
         [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", name],

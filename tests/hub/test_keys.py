@@ -246,3 +246,14 @@ def test_peek_shows_the_reserved_name_without_spending(db: Database) -> None:
         with pytest.raises(EnrollmentRefused) as refused:
             peek_enrollment_token(db, secret, now=now)
         assert refused.value.code == code
+
+
+def test_secrets_never_look_like_command_line_options(tmp_path: Path) -> None:
+    """A secret starting with '-' would be read as an option by `sonde enroll --token X`."""
+    from sonde.hub.db import open_database
+    from sonde.hub.keys import create_api_key, create_enrollment_token
+
+    db = open_database(tmp_path / "keys.db")
+    for _ in range(200):
+        assert not create_enrollment_token(db)[1].startswith("-")
+        assert not create_api_key(db, "k")[1].startswith("-")

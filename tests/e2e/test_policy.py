@@ -1,0 +1,196 @@
+"""The policy matrix: a scoped member key through every MCP tool and every REST route.
+
+The key may see agent alpha only, and run system.memory.* and system.info
+only. Nothing about beta, and no other probe, may be seen or run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
+
+ALLOWED_PROBES = {"system.memory.usage", "system.info"}
+
+
+def statuses(hub: RunningHub) -> dict[str, str]:
+    with hub.client() as http:
+        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
+
+
+@pytest.fixture(scope="module")
+def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub, str]]:
+    tmp = tmp_path_factory.mktemp("policy")
+    with running_hub(tmp, "--heartbeat-interval", "1") as hub:
+        agents = [enroll_agent(hub, tmp, name) for name in ("alpha", "beta")]
+        for agent in agents:
+            agent.start()
+        wait_until(lambda: statuses(hub) == {"alpha": "online", "beta": "online"}, timeout=30)
+        done = hub.cli(
+            "hub",
+            "key",
+            "create",
+            "--name",
+            "scoped",
+            "--agents",
+            "alpha",
+            "--probes",
+            "system.memory.*",
+            "--probes",
+            "system.info",
+        )
+        assert done.returncode == 0, done.stderr
+        try:
+            yield hub, done.stdout.strip()
+        finally:
+            for agent in agents:
+                agent.stop()
+
+
+def mentions_beta(value: object) -> bool:
+    return "beta" in json.dumps(value)
+
+
+async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]) -> None:
+    hub, key = scoped
+    async with mcp_client(hub.url, key) as client:
+        listed = await call(client, "list_agents")
+        assert [a["name"] for a in listed["agents"]] == ["alpha"]
+
+        caps = await call(client, "list_capabilities")
+        assert [a["agent"] for a in caps["agents"]] == ["alpha"]
+        assert {p["name"] for p in caps["probes"]} == ALLOWED_PROBES
+        system_pack = next(p for p in caps["agents"][0]["packs"] if p["name"] == "system")
+        assert set(system_pack["probes"]) == ALLOWED_PROBES
+        assert all(not p["probes"] for p in caps["agents"][0]["packs"] if p["name"] != "system")
+
+        report = await call(client, "health_check")
+        assert report["summary"]["agents_checked"] == 1
+        assert not mentions_beta(report)
+        skipped = {s["probe"] for s in report["skipped"]}
+        assert {"system.disk.usage", "system.cpu.usage"} <= skipped
+        assert not skipped & ALLOWED_PROBES
+        assert report["summary"]["probes_run"] == 1  # only the memory probe ran
+
+        diag = await call(client, "diagnose", agent="alpha", category="system")
+        ran = {r["probe"]: r["status"] for r in diag["readings"]}
+        assert ran == {
+            "system.disk.usage": "skipped",
+            "system.memory.usage": "ok",
+            "system.cpu.usage": "skipped",
+        }
+
+        assert (await call(client, "probe", agent="alpha", probe="system.memory.usage"))["agent"] == "alpha"
+        denied = await call_error(client, "probe", agent="alpha", probe="system.disk.usage")
+        assert "policy does not allow" in denied
+
+        overview = await call(client, "agent_overview", agent="alpha")
+        assert {p["probe"] for p in overview["recent_probes"]} <= ALLOWED_PROBES
+
+        own = await call(client, "query_logs", source="audit", lines=50)
+        actors = {e["actor"] for e in own["audit"]}
+        assert len(actors) == 1  # only this key's own calls
+
+        for tool, args in [
+            ("probe", {"agent": "beta", "probe": "system.memory.usage"}),
+            ("diagnose", {"agent": "beta", "category": "system"}),
+            ("agent_overview", {"agent": "beta"}),
+            ("health_check", {"agent": "beta"}),
+            ("query_logs", {"source": "system", "agent": "beta"}),
+            ("query_logs", {"source": "audit", "agent": "beta"}),
+        ]:
+            text = await call_error(client, tool, **args)
+            assert "Unknown agent 'beta'" in text, (tool, text)
+            assert "Agents you can reach: alpha." in text
+
+
+def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]) -> None:
+    hub, key = scoped
+    with hub.client(key) as http:
+        assert [a["name"] for a in http.get("/api/v1/agents").json()["agents"]] == ["alpha"]
+        assert http.get("/api/v1/agents/alpha").status_code == 200
+        assert http.get("/api/v1/agents/beta").status_code == 404
+        packs = http.get("/api/v1/packs").json()["packs"]
+        assert {p["name"] for pack in packs for p in pack["probes"]} == ALLOWED_PROBES
+        ok = http.post("/api/v1/probe", json={"agent": "alpha", "probe": "system.info"})
+        assert ok.status_code == 200
+        assert (
+            http.post("/api/v1/probe", json={"agent": "alpha", "probe": "system.disk.usage"}).status_code
+            == 403
+        )
+        assert http.post("/api/v1/probe", json={"agent": "beta", "probe": "system.info"}).status_code == 404
+        diag = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"}).json()
+        assert {r["probe"] for r in diag["readings"] if r["status"] == "ok"} == {"system.memory.usage"}
+        assert http.post("/api/v1/diagnose", json={"agent": "beta", "category": "system"}).status_code == 404
+        admin_only = [
+            ("DELETE", "/api/v1/agents/alpha", None),
+            ("PUT", "/api/v1/agents/alpha/tags", {"tags": ["x"]}),
+            ("GET", "/api/v1/audit", None),
+            ("GET", "/api/v1/audit/verify", None),
+            ("GET", "/api/v1/api-keys", None),
+            ("POST", "/api/v1/api-keys", {"name": "sneaky", "role": "admin"}),
+            ("DELETE", "/api/v1/api-keys/whatever", None),
+            ("GET", "/api/v1/enrollment-tokens", None),
+            ("POST", "/api/v1/enrollment-tokens", {}),
+        ]
+        for method, path, body in admin_only:
+            answer = http.request(method, path, json=body)
+            assert answer.status_code == 403, (method, path, answer.text)
+            assert answer.json()["error"]["code"] == "forbidden"
+    # nothing changed: alpha still there with no tags, no key named sneaky
+    with hub.client() as admin:
+        assert statuses(hub) == {"alpha": "online", "beta": "online"}
+        assert "sneaky" not in {k["name"] for k in admin.get("/api/v1/api-keys").json()["keys"]}
+
+
+def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:
+    hub, _ = scoped
+    with hub.client() as http:
+        for answer, status in [
+            (http.get("/api/v1/nope"), 404),
+            (http.delete("/api/v1/health"), 405),
+            (http.post("/api/v1/probe", content=b"x" * (300 * 1024)), 413),
+            (http.post("/api/v1/probe", json={"agent": "alpha"}), 400),
+            (http.get("/api/v1/agents", headers={"Authorization": "Bearer wrong"}), 401),
+        ]:
+            assert answer.status_code == status, answer.text
+            assert set(answer.json()["error"]) == {"code", "message"}
+        assert http.get("/api/v1/health").json()["status"] == "ok"
+        assert "agents" not in http.get("/api/v1/health").text
+        spec = http.get("/api/v1/openapi.json").json()
+        assert "/api/v1/audit/verify" in spec["paths"]
+
+
+def test_audit_chain_detects_edits_and_deletions(scoped: tuple[RunningHub, str]) -> None:
+    hub, _ = scoped
+    from sonde.hub.db import open_database
+
+    with hub.client() as http:
+        http.post("/api/v1/probe", json={"agent": "alpha", "probe": "system.info"})
+        wait_until(lambda: http.get("/api/v1/audit/verify").json()["rows"] > 3)
+        assert http.get("/api/v1/audit/verify").json()["ok"] is True
+        assert hub.cli("hub", "audit", "verify").returncode == 0
+        db = open_database(hub.data_dir / "sonde.db")
+        try:
+            victim, outcome = db.execute(
+                "SELECT seq, outcome FROM audit ORDER BY seq LIMIT 1 OFFSET 2"
+            ).fetchone()
+            db.execute("UPDATE audit SET outcome = 'edited' WHERE seq = ?", [victim])
+            edited = http.get("/api/v1/audit/verify").json()
+            assert edited["ok"] is False
+            assert edited["firstBadSeq"] == victim
+            done = hub.cli("hub", "audit", "verify")
+            assert done.returncode == 1
+            assert f"seq {victim}" in done.stderr
+            db.execute("UPDATE audit SET outcome = ? WHERE seq = ?", [outcome, victim])
+            assert http.get("/api/v1/audit/verify").json()["ok"] is True  # restored: the chain is whole again
+            db.execute("DELETE FROM audit WHERE seq = ?", [victim + 1])
+            deleted = http.get("/api/v1/audit/verify").json()
+            assert deleted["ok"] is False
+            assert hub.cli("hub", "audit", "verify").returncode == 1
+        finally:
+            db.close()

@@ -1,0 +1,203 @@
+"""All seven MCP tools against a real hub with real agents, through the mcp SDK client.
+
+Three agents: alpha (#prod #web), beta (#staging) and gamma (#prod), whose
+`toolcheck` probe hangs, so a health_check over #prod must come back partial
+at its deadline with everything else in it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
+from tests.e2e.toolpack import write_toolpack
+
+TAGS = {"alpha": ["prod", "web"], "beta": ["staging"], "gamma": ["#prod"]}
+
+
+def statuses(hub: RunningHub) -> dict[str, str]:
+    with hub.client() as http:
+        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub, dict[str, EnrolledAgent]]]:
+    tmp = tmp_path_factory.mktemp("tools")
+    site = write_toolpack(tmp / "site")
+    with running_hub(tmp, "--heartbeat-interval", "1", "--probe-timeout", "20", site=site) as hub:
+        agents = {
+            name: enroll_agent(
+                hub, tmp, name, site, {"SONDE_TOOLCHECK_HANG": "1"} if name == "gamma" else None
+            )
+            for name in TAGS
+        }
+        for agent in agents.values():
+            agent.start()
+        wait_until(lambda: statuses(hub) == dict.fromkeys(TAGS, "online"), timeout=30)
+        with hub.client() as http:
+            for name, tags in TAGS.items():
+                assert http.put(f"/api/v1/agents/{name}/tags", json={"tags": tags}).status_code == 200
+        try:
+            yield hub, agents
+        finally:
+            for agent in agents.values():
+                if agent.proc is not None:
+                    agent.stop()
+
+
+async def test_list_agents_and_tag_filtering(fleet: tuple[RunningHub, dict[str, EnrolledAgent]]) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        listed = await call(client, "list_agents")
+        assert [a["name"] for a in listed["agents"]] == ["alpha", "beta", "gamma"]
+        alpha = listed["agents"][0]
+        assert alpha["status"] == "online"
+        assert alpha["tags"] == ["prod", "web"]
+        assert any(p.startswith("system@") for p in alpha["packs"])
+        assert alpha["os"]
+        assert alpha["agent_version"]
+        assert alpha["last_seen"]
+        names = lambda result: [a["name"] for a in result["agents"]]  # noqa: E731
+        assert names(await call(client, "list_agents", tags=["#prod"])) == ["alpha", "gamma"]
+        assert names(await call(client, "list_agents", tags=["prod", "web"])) == ["alpha"]
+        assert names(await call(client, "list_agents", tags=["PROD", "#Web"])) == ["alpha"]
+        assert names(await call(client, "list_agents", tags=["nope"])) == []
+
+
+async def test_list_capabilities_names_every_probe_once(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        caps = await call(client, "list_capabilities", tags=["staging"])
+        assert [a["agent"] for a in caps["agents"]] == ["beta"]
+        beta = caps["agents"][0]
+        assert set(beta["categories"]) >= {"system", "toolcheck"}
+        probe_names = [p["name"] for p in caps["probes"]]
+        assert len(probe_names) == len(set(probe_names))
+        assert "system.memory.usage" in probe_names
+        cpu = next(p for p in caps["probes"] if p["name"] == "system.cpu.usage")
+        assert cpu["params_schema"]["additionalProperties"] is False
+        assert "interval_s" in cpu["params_schema"]["properties"]
+        assert {c["category"] for c in caps["categories"]} >= {"system", "toolcheck"}
+
+
+async def test_health_check_is_partial_at_the_deadline_with_progress(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, _ = fleet
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        started = time.monotonic()
+        result = await client.call_tool(
+            "health_check",
+            {"tags": ["#prod"], "categories": ["system", "toolcheck"], "deadline_s": 5},
+            progress_callback=on_progress,
+        )
+        elapsed = time.monotonic() - started
+    assert not result.is_error
+    report = result.structured_content
+    assert report is not None
+    assert 4.5 < elapsed < 12
+    assert report["partial"] is True
+    assert report["summary"]["agents_checked"] == 2
+    severities = [f["severity"] for f in report["findings"]]
+    assert severities == sorted(severities, key=["critical", "warning", "info"].index)
+    alpha_toolcheck = [
+        f for f in report["findings"] if f["agent"] == "alpha" and f["category"] == "toolcheck"
+    ]
+    assert [f["severity"] for f in alpha_toolcheck] == ["critical", "warning", "info"]
+    assert all(f["probe"] == "toolcheck.state.read" for f in alpha_toolcheck)
+    assert not [f for f in report["findings"] if f["agent"] == "gamma" and f["category"] == "toolcheck"]
+    assert report["summary"]["critical"] >= 1
+    assert report["summary"]["probes_failed"] >= 1  # gamma's hung probe
+    statuses_by_category = {c["category"]: c["status"] for c in report["categories"]}
+    assert statuses_by_category["toolcheck"] == "critical"
+    assert report["unreachable"] == []
+    # progress came as agents finished: alpha finished, gamma never did
+    assert progress
+    assert progress[0][1] == 2
+    assert any("alpha" in (message or "") for _, _, message in progress)
+
+
+async def test_health_check_whole_fleet_one_category(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        report = await call(client, "health_check", categories=["system"])
+        assert report["partial"] is False
+        assert report["summary"]["agents_checked"] == 3
+        assert report["summary"]["probes_run"] == 9
+        assert report["summary"]["probes_failed"] == 0
+        assert [c["category"] for c in report["categories"]] == ["system"]
+        single = await call(client, "health_check", agent="beta", categories=["system"])
+        assert single["summary"]["agents_checked"] == 1
+
+
+async def test_diagnose_returns_findings_and_readings(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        report = await call(client, "diagnose", agent="alpha", category="system", description="slow site")
+        assert report["complete"] is True
+        assert [r["probe"] for r in report["readings"]] == [
+            "system.disk.usage",
+            "system.memory.usage",
+            "system.cpu.usage",
+        ]
+        assert all(r["status"] == "ok" and r["result"] for r in report["readings"])
+        toolcheck = await call(client, "diagnose", agent="alpha", category="toolcheck")
+        assert [f["title"] for f in toolcheck["findings"]] == [
+            "toolcheck critical",
+            "toolcheck warning",
+            "toolcheck info",
+        ]
+        text = await call_error(client, "diagnose", agent="alpha", category="nosuch")
+        assert "system" in text
+        assert "toolcheck" in text
+
+
+async def test_probe_overview_and_audit_logs(fleet: tuple[RunningHub, dict[str, EnrolledAgent]]) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        info = await call(client, "probe", agent="beta", probe="system.info")
+        assert info["agent"] == "beta"
+        assert info["result"]["kernel"]
+        overview = await call(client, "agent_overview", agent="beta")
+        assert overview["name"] == "beta"
+        assert overview["status"] == "online"
+        assert overview["uptime_s"] > 0
+        assert overview["attestation"]["code_hash"].startswith("sha256:")
+        assert overview["attestation"]["pending_change"] is False
+        assert "system" in overview["categories"]
+        assert overview["recent_probes"][0]["probe"] == "system.info"
+        audit = await call(client, "query_logs", source="audit", agent="beta", lines=5)
+        assert audit["audit"]
+        assert all(e["target"] == "beta" for e in audit["audit"])
+        text = await call_error(client, "query_logs", source="systemd")
+        assert "needs an agent" in text
+
+
+async def test_offline_agent_is_reported_unreachable(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, agents = fleet
+    agents["beta"].stop()
+    wait_until(lambda: statuses(hub)["beta"] == "offline", timeout=10)
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        report = await call(client, "health_check", categories=["system"])
+        assert [u["agent"] for u in report["unreachable"]] == ["beta"]
+        assert "offline since" in report["unreachable"][0]["reason"]
+        assert report["summary"]["agents_checked"] == 2
+        text = await call_error(client, "diagnose", agent="beta", category="system")
+        assert "offline" in text
