@@ -25,7 +25,9 @@ token_app = App(name="token", help="Single-use enrollment tokens for new agents.
 audit_app = App(name="audit", help="The hub's hash-chained audit log.")
 hub_app.command(key_app)
 hub_app.command(token_app)
+agent_admin_app = App(name="agent", help="Agents known to the hub.")
 hub_app.command(audit_app)
+hub_app.command(agent_admin_app)
 app.command(hub_app)
 
 DataDir = Annotated[Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR")]
@@ -189,6 +191,14 @@ def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir
     return create(data_dir_or_default(data_dir), ttl, name)
 
 
+@agent_admin_app.command(name="accept")
+def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
+    """Accept an agent's changed attestation (it is held as degraded until then)."""
+    from sonde.hub.admin import agent_accept as accept
+
+    return accept(data_dir_or_default(data_dir), name)
+
+
 @audit_app.command(name="verify")
 def audit_verify(*, data_dir: DataDir = None) -> int:
     """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
@@ -295,6 +305,106 @@ def up(
         print(f"sonde up: {config}", file=sys.stderr)
         return 2
     return quick_start(config, allow_root)
+
+
+@app.command
+def login(*, hub: str, api_key: str, check: bool = True) -> int:
+    """Store a hub URL and API key in ~/.sonde/config.json for `sonde mcp-bridge`.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL, e.g. https://hub.example:3000.
+    api_key
+        An API key from `sonde hub key create` (the agent's enrollment is not an MCP key).
+    check
+        Try the key with GET /api/v1/agents first; a key the hub refuses is not saved.
+    """
+    from sonde.bridge.login import login as do_login
+
+    return do_login(hub, api_key, check=check)
+
+
+@app.command(name="mcp-bridge")
+def mcp_bridge(
+    *,
+    hub: str | None = None,
+    api_key: str | None = None,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+) -> int:
+    """Serve the hub's MCP tools on stdin/stdout, for stdio MCP clients such as Claude Code.
+
+    The hub URL and API key come from `sonde login` (~/.sonde/config.json);
+    --hub, --api-key, SONDE_HUB_URL and SONDE_API_KEY override them.
+    stdout carries only JSON-RPC; diagnostics go to stderr.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL (default: $SONDE_HUB_URL, then hubUrl in the config).
+    api_key
+        The API key (default: $SONDE_API_KEY, then apiKey in the config).
+    log_level
+        DEBUG, INFO, WARNING or ERROR (on stderr).
+    """
+    from sonde.bridge.run import run_mcp_bridge
+
+    return run_mcp_bridge(hub, api_key, log_level)
+
+
+service_app = App(name="service", help="Run the agent under systemd as user `sonde`, hardened.")
+app.command(service_app)
+UnitDir = Annotated[Path, Parameter(name="--unit-dir")]
+
+
+@service_app.command(name="install")
+def service_install(
+    *, unit_dir: UnitDir = Path("/etc/systemd/system"), now: Annotated[bool, Parameter(negative="")] = False
+) -> int:
+    """Write sonde-agent.service (runs `sonde start` as user sonde) and print the next steps.
+
+    Parameters
+    ----------
+    unit_dir
+        Where to write the unit (default /etc/systemd/system).
+    now
+        Also run `systemctl daemon-reload` and `systemctl enable --now sonde-agent`.
+    """
+    from sonde.agent.service import install_service
+
+    return install_service(unit_dir, now=now)
+
+
+@service_app.command(name="uninstall")
+def service_uninstall(
+    *, unit_dir: UnitDir = Path("/etc/systemd/system"), now: Annotated[bool, Parameter(negative="")] = False
+) -> int:
+    """Remove sonde-agent.service.
+
+    Parameters
+    ----------
+    unit_dir
+        Where the unit is (default /etc/systemd/system).
+    now
+        Stop and disable the service first, and reload systemd after.
+    """
+    from sonde.agent.service import uninstall_service
+
+    return uninstall_service(unit_dir, now=now)
+
+
+@service_app.command(name="status")
+def service_status(*, unit_dir: UnitDir = Path("/etc/systemd/system")) -> int:
+    """Is the unit installed, does it match what install would write now, is it active? Exit 1 if not current.
+
+    Parameters
+    ----------
+    unit_dir
+        Where the unit is (default /etc/systemd/system).
+    """
+    from sonde.agent.service import service_status as report
+
+    return report(unit_dir)
 
 
 def main() -> None:

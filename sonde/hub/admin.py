@@ -102,3 +102,35 @@ def audit_verify(data_dir: Path) -> int:
         return 0
     err(f"audit chain BROKEN at seq {report.first_bad_seq}: {report.problem}")
     return 1
+
+
+def agent_accept(data_dir: Path, name: str) -> int:
+    """Accept a held agent's new attestation as its baseline."""
+    from sonde.hub.agent_records import find_agent_by_name, get_agent
+    from sonde.hub.attestation import accept_pending
+    from sonde.hub.audit import AuditEntry, append_audit
+
+    db = open_database(data_dir / "sonde.db")
+    try:
+        record = find_agent_by_name(db, name) or get_agent(db, name)
+        if record is None:
+            err(f"no agent named {name!r}")
+            return 1
+        pending = record.pending_attestation
+        if pending is None:
+            err(f"agent {record.name} has no changed attestation waiting; nothing to accept")
+            return 0
+        accept_pending(db, record.id)
+        entry = AuditEntry(
+            actor="cli",
+            action="attestation.accept",
+            target=record.name,
+            outcome="ok",
+            detail={"accepted": pending},
+            ts=time.time(),
+        )
+        append_audit(db, entry)
+    finally:
+        db.close()
+    err(f"accepted the new attestation of {record.name}; its probes run again")
+    return 0

@@ -15,6 +15,7 @@ import trio
 
 from sonde import __version__
 from sonde.hub.agent_records import is_revoked
+from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
@@ -122,6 +123,9 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Age
 async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, register: AgentRegister) -> None:
     agent_id = register.agent_id
     assert agent_id is not None
+    record = hub.fleet.records[agent_id]
+    claimed = register.payload.attestation.model_dump(mode="json", by_alias=True)
+    hub.fleet.remember(await check_attestation(hub, record, claimed))
     interval = hub.config.heartbeat_interval_s
     ack = HubAck(
         payload=AckPayload(

@@ -31,6 +31,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
         "admin",
     ),
     ("put", "/api/v1/agents/{agent}/tags", 'Replace an agent\'s tags: {"tags": [...]}', "admin"),
+    ("post", "/api/v1/agents/{agent}/attestation/accept", "Accept an agent's changed attestation", "admin"),
     ("get", "/api/v1/packs", "Packs the hub knows, with their probes", "member"),
     ("post", "/api/v1/probe", "Run one probe: {agent, probe, params}", "member"),
     ("post", "/api/v1/diagnose", "Run one category's runbook: {agent, category, description?}", "member"),

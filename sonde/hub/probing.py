@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from pydantic import JsonValue, ValidationError
 
-from sonde.hub.agent_records import AgentRecord
+from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import HubError, forbidden, not_found, unavailable
 from sonde.hub.policy import has_tags
 from sonde.packs.executor import describe_params_error
@@ -86,6 +86,14 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             ) from None
 
 
+async def refresh_record(hub: Hub, record: AgentRecord) -> AgentRecord:
+    fresh = await hub.store.read(get_agent, record.id)
+    if fresh is None:
+        return record
+    hub.fleet.remember(fresh)
+    return fresh
+
+
 async def run_probe_for(
     hub: Hub,
     caller: Caller,
@@ -98,6 +106,8 @@ async def run_probe_for(
 ) -> Reading:
     """Check, run and audit one probe; raises `HubError` with a next step on any failure."""
     check_probe(hub, caller, record, probe, params)
+    if hub.fleet.status(record.id) == "degraded":
+        record = await refresh_record(hub, record)  # an admin may have accepted it from the CLI
     if hub.fleet.status(record.id) == "degraded":
         raise HubError(
             f"Agent {record.name} is held as degraded: its attestation changed. An admin must accept it "

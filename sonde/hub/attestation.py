@@ -1,0 +1,89 @@
+"""Attestation: does what an agent says about itself match what was accepted?
+
+At enrollment the agent's attestation becomes its baseline. On every
+connect the new one is compared:
+
+- a new agent version explains a new code hash and new pack versions: the
+  baseline moves forward (recorded in the audit log);
+- an OS or kernel change (an upgrade and reboot) moves the baseline forward too;
+- a different code hash under the same agent version, or packs added or
+  removed without a version change, is unexplained: the agent is held as
+  ``degraded``, the old baseline is kept, and its probes are refused until an
+  admin accepts the new state;
+- the first connect after enrollment sets the baseline (no false alarm even
+  if the packs detected at start differ from those at enrollment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+Verdict = Literal["same", "first", "upgraded", "unexplained"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    verdict: Verdict
+    changes: list[str]
+
+
+def compare(baseline: dict[str, Any] | None, current: dict[str, Any], first_connect: bool) -> Comparison:
+    """Pure: classify the difference between the accepted baseline and the agent's claim."""
+    if baseline is None or first_connect:
+        return Comparison("first", [])
+    changes = [
+        f"{key}: {baseline.get(key)!r} -> {current.get(key)!r}"
+        for key in ("agentVersion", "codeHash", "os", "kernel")
+        if baseline.get(key) != current.get(key)
+    ]
+    old_packs, new_packs = baseline.get("packs", {}), current.get("packs", {})
+    if old_packs != new_packs:
+        changes.append(f"packs: {old_packs} -> {new_packs}")
+    if not changes:
+        return Comparison("same", [])
+    if baseline.get("agentVersion") != current.get("agentVersion"):
+        return Comparison("upgraded", changes)
+    if baseline.get("codeHash") != current.get("codeHash") or set(old_packs) != set(new_packs):
+        return Comparison("unexplained", changes)
+    return Comparison("upgraded", changes)  # OS, kernel or a pack's own version moved
+
+
+async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, Any]) -> AgentRecord:
+    """Apply the rules above; returns the agent's updated record."""
+    result = compare(record.attestation, claimed, first_connect=record.last_seen is None)
+    if result.verdict == "same":
+        if record.status == "degraded" and record.pending_attestation != claimed:
+            return await hold(hub, record, claimed, ["changed again while held"])
+        return record
+    if result.verdict == "unexplained":
+        return await hold(hub, record, claimed, result.changes)
+    fields = {"attestation": claimed, "pending_attestation": None}
+    updated = await hub.store.write(update_agent, record.id, **fields)
+    await hub.audit(
+        "hub", f"attestation.{result.verdict}", record.name, "ok", detail={"changes": result.changes}
+    )
+    return updated or record
+
+
+async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: list[str]) -> AgentRecord:
+    updated = await hub.store.write(update_agent, record.id, status="degraded", pending_attestation=claimed)
+    await hub.audit("hub", "attestation.held", record.name, "degraded", detail={"changes": changes})
+    return updated or record
+
+
+def accept_pending(db: Any, agent_id: str) -> AgentRecord | None:
+    """Make the held attestation the new baseline (store op: runs in the writer or the CLI)."""
+    record = get_agent(db, agent_id)
+    if record is None:
+        return None
+    if record.pending_attestation is None:
+        return record
+    return update_agent(
+        db, agent_id, attestation=record.pending_attestation, pending_attestation=None, status="offline"
+    )

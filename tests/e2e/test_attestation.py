@@ -1,0 +1,57 @@
+"""Attestation end to end: a pack appearing without a version change holds the agent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until, with_site
+from tests.e2e.toolpack import write_toolpack
+
+
+def status(hub: RunningHub, name: str) -> str:
+    with hub.client() as http:
+        return http.get(f"/api/v1/agents/{name}").json()["status"]
+
+
+async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path) -> None:
+    site = write_toolpack(tmp_path / "site")
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agent = enroll_agent(hub, tmp_path, "delta")
+        agent.start()
+        wait_until(lambda: status(hub, "delta") == "online")  # first connect: no false alarm
+        async with mcp_client(hub.url, hub.admin_key) as client:
+            assert (await call(client, "agent_overview", agent="delta"))["attestation"][
+                "pending_change"
+            ] is False
+        agent.stop()
+        wait_until(lambda: status(hub, "delta") == "offline")
+
+        # same agent version, a new pack appears: unexplained
+        agent.env = with_site(agent.env, site)
+        agent.start()
+        wait_until(lambda: status(hub, "delta") == "degraded")
+        async with mcp_client(hub.url, hub.admin_key) as client:
+            text = await call_error(client, "probe", agent="delta", probe="system.memory.usage")
+            assert "degraded" in text
+            assert "sonde hub agent accept" in text
+            overview = await call(client, "agent_overview", agent="delta")
+            assert overview["attestation"]["pending_change"] is True
+            assert "toolcheck" not in overview["attestation"]["packs"]  # the old baseline is kept
+
+            done = hub.cli("hub", "agent", "accept", "delta")
+            assert done.returncode == 0, done.stderr
+            reading = await call(client, "probe", agent="delta", probe="system.memory.usage")
+            assert reading["result"]["total_bytes"] > 0
+            assert (
+                "toolcheck" in (await call(client, "agent_overview", agent="delta"))["attestation"]["packs"]
+            )
+        with hub.client() as http:
+            actions = [
+                e["action"] for e in http.get("/api/v1/audit", params={"agent": "delta"}).json()["entries"]
+            ]
+            assert "attestation.held" in actions
+            assert "attestation.accept" in actions
+            again = http.post("/api/v1/agents/delta/attestation/accept").json()
+            assert again["accepted"] is False
+        agent.stop()
