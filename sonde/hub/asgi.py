@@ -65,6 +65,16 @@ class RootApp:
 
     async def serve_mcp(self, scope: Scope, receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        client = (scope.get("client") or ("?",))[0]
+        retry = self.hub.keys.failures.retry_after(client)
+        if retry is not None:
+            await send_json(
+                send,
+                429,
+                {"error": {"code": "too_many_failures", "message": "too many failed authentications; wait"}},
+                [(b"retry-after", str(int(retry) + 1).encode())],
+            )
+            return
         caller = await self.hub.keys.authenticate(headers.get("authorization"))
 
         async def send_with_headers(message: dict[str, Any]) -> None:
@@ -73,7 +83,7 @@ class RootApp:
             await send(message)
 
         if caller is None:
-            client = (scope.get("client") or ("?",))[0]
+            self.hub.keys.failures.failed(client)
             await self.hub.audit(
                 "anonymous", "mcp.auth", None, "denied", detail={"client": client, "path": scope["path"]}
             )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sonde.hub.keys import ApiKeyRecord, find_api_key, touch_api_key
 from sonde.hub.policy import UNRESTRICTED, Policy
+from sonde.hub.ratelimit import FailureLimiter
 from sonde.hub.store import Store
 
 KEY_CACHE_TTL_S = 5.0
@@ -58,6 +59,7 @@ def bearer_secret(authorization: str | None) -> str | None:
 class KeyRing:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.failures = FailureLimiter()
         self._cache: dict[str, tuple[float, Caller]] = {}
         self._touched: dict[str, float] = {}
 

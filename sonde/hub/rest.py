@@ -56,8 +56,13 @@ async def parse_body(model: type[M]) -> M:
 
 
 async def require_caller(hub: Hub, admin: bool = False) -> Caller:
+    client = str(request.remote_addr)
+    retry = hub.keys.failures.retry_after(client)
+    if retry is not None:
+        raise HubError("too many failed authentications; wait and try again", "too_many_failures", 429)
     caller = await hub.keys.authenticate(request.headers.get("Authorization"))
     if caller is None:
+        hub.keys.failures.failed(client)
         await hub.audit(
             "anonymous", "rest.auth", request.path, "denied", detail={"client": request.remote_addr}
         )

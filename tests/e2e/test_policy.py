@@ -194,3 +194,17 @@ def test_audit_chain_detects_edits_and_deletions(scoped: tuple[RunningHub, str])
             assert hub.cli("hub", "audit", "verify").returncode == 1
         finally:
             db.close()
+
+
+def test_failed_authentication_is_rate_limited(scoped: tuple[RunningHub, str]) -> None:
+    """Runs last on this hub: afterwards 127.0.0.1 is blocked for a minute."""
+    hub, key = scoped
+    with hub.client("sonde_wrong-key") as http:
+        codes = [http.get("/api/v1/agents").status_code for _ in range(32)]
+        first_block = codes.index(429)
+        assert 25 <= first_block <= 30  # earlier tests on this hub failed once on purpose
+        assert set(codes[:first_block]) == {401}
+        assert set(codes[first_block:]) == {429}
+        blocked = http.post(f"{hub.url}/mcp", json={}, headers={"Authorization": f"Bearer {key}"})
+        assert blocked.status_code == 429  # even a good key waits: the address is guessing
+        assert int(blocked.headers["retry-after"]) > 0
