@@ -12,8 +12,9 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from sonde.hub.audit import verify_audit
+from sonde.hub.audit import AuditEntry, append_audit, verify_audit
 from sonde.hub.db import open_database
 from sonde.hub.keys import (
     create_api_key,
@@ -29,15 +30,24 @@ def err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
+    """Put a CLI admin action on the audit chain (actor ``cli``)."""
+    append_audit(
+        db,
+        AuditEntry(actor="cli", action=action, target=target, outcome=outcome, detail=detail, ts=time.time()),
+    )
+
+
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
     policy = Policy(agents=tuple(agents), probes=tuple(probes))
     db = open_database(data_dir / "sonde.db")
     try:
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
-        record, secret = create_api_key(db, name, role=role, policy=policy_data)
+        key, secret = create_api_key(db, name, role=role, policy=policy_data)
+        record(db, "cli.api_key.create", key.id, name=name, role=role)
     finally:
         db.close()
-    err(f"created {record.role} API key {record.id} ({record.name}); {policy.describe()}")
+    err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
     err("the secret is shown once:")
     print(secret, flush=True)
     return 0
@@ -64,6 +74,7 @@ def key_revoke(data_dir: Path, key_id: str) -> int:
     db = open_database(data_dir / "sonde.db")
     try:
         revoked = revoke_api_key(db, key_id, time.time())
+        record(db, "cli.api_key.revoke", key_id, "ok" if revoked else "not_found")
     finally:
         db.close()
     if not revoked:
@@ -81,11 +92,12 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         return 2
     db = open_database(data_dir / "sonde.db")
     try:
-        record, secret = create_enrollment_token(db, ttl_s, name)
+        token, secret = create_enrollment_token(db, ttl_s, name)
+        record(db, "cli.token.create", token.id, name=name)
     finally:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
-    expires = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(record.expires_at))
+    expires = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(token.expires_at))
     err(f"created single-use enrollment token{reserved}, valid until {expires}:")
     print(secret, flush=True)
     return 0
@@ -108,29 +120,20 @@ def agent_accept(data_dir: Path, name: str) -> int:
     """Accept a held agent's new attestation as its baseline."""
     from sonde.hub.agent_records import find_agent_by_name, get_agent
     from sonde.hub.attestation import accept_pending
-    from sonde.hub.audit import AuditEntry, append_audit
 
     db = open_database(data_dir / "sonde.db")
     try:
-        record = find_agent_by_name(db, name) or get_agent(db, name)
-        if record is None:
+        agent = find_agent_by_name(db, name) or get_agent(db, name)
+        if agent is None:
             err(f"no agent named {name!r}")
             return 1
-        pending = record.pending_attestation
+        pending = agent.pending_attestation
         if pending is None:
-            err(f"agent {record.name} has no changed attestation waiting; nothing to accept")
+            err(f"agent {agent.name} has no changed attestation waiting; nothing to accept")
             return 0
-        accept_pending(db, record.id)
-        entry = AuditEntry(
-            actor="cli",
-            action="attestation.accept",
-            target=record.name,
-            outcome="ok",
-            detail={"accepted": pending},
-            ts=time.time(),
-        )
-        append_audit(db, entry)
+        accept_pending(db, agent.id)
+        record(db, "attestation.accept", agent.name, accepted=pending)
     finally:
         db.close()
-    err(f"accepted the new attestation of {record.name}; its probes run again")
+    err(f"accepted the new attestation of {agent.name}; its probes run again")
     return 0

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
+import trio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -119,20 +120,36 @@ async def call_tool(
     hub: Hub, spec: ToolSpec[Any, Any], ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
 ) -> types.CallToolResult:
     started = time.perf_counter()
+    caller: Caller | None = None
+    outcome = "error"
     try:
         caller = caller_of(ctx)
         args = spec.input_model.model_validate(arguments)
-        call = ToolCall(hub, caller, ctx.session.report_progress)
-        output = await spec.handler(call, args)
+        output = await spec.handler(ToolCall(hub, caller, ctx.session.report_progress), args)
+        outcome = "ok"
+        return tool_result(output.model_dump(mode="json"))
     except ValidationError as exc:
+        outcome = "invalid"
         return tool_error(f"Invalid arguments for {spec.name}: {describe_params_error(exc)}")
     except ToolError as exc:
+        outcome = exc.code
         return tool_error(str(exc))
+    except trio.Cancelled:
+        outcome = "cancelled"
+        raise
     except Exception:  # the supervision boundary of one tool call
         log.exception("tool %s failed", spec.name)
         return tool_error(f"Internal error in {spec.name}; the hub logged it. Try again or use another tool.")
-    log.debug("tool %s took %.1f ms", spec.name, (time.perf_counter() - started) * 1000)
-    return tool_result(output.model_dump(mode="json"))
+    finally:
+        with trio.CancelScope(shield=True):
+            await hub.audit(
+                caller.key_id if caller else "anonymous",
+                f"mcp.call.{spec.name}",
+                arguments.get("agent") if isinstance(arguments.get("agent"), str) else None,
+                outcome,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                detail={"tool": spec.name},
+            )
 
 
 def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:

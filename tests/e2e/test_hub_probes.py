@@ -1,0 +1,163 @@
+"""End to end, probes through the real mcp client: validation, correlation, cancellation, restarts.
+
+The session's shared fleet (a `sonde hub`, agents ``alpha`` and ``beta``
+offering the test-only ``e2e`` pack) serves every test but the hub restart,
+which kills its own hub.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+
+from tests.e2e.harness import (
+    SharedFleet,
+    agent_identity,
+    audit_rows,
+    descendants_running,
+    enroll_named,
+    eventually,
+    status_of,
+)
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import URL_LINE, running_hub, spawn, wait_until
+
+pytestmark = pytest.mark.e2e
+
+SLEEP_ARGV = ["sleep", "300"]
+CONCURRENT_PROBES = 200
+
+
+def probes_sent(fleet: SharedFleet, agent: str, probes: set[str]) -> list[dict[str, Any]]:
+    """The audit's record of the probes the hub sent to ``agent``, among ``probes``."""
+    rows = [
+        {**row, "detail": json.loads(row["detail"] or "{}")} for row in audit_rows(fleet.hub, "mcp.probe")
+    ]
+    return [row for row in rows if row["target"] == agent and row["detail"].get("probe") in probes]
+
+
+async def test_invalid_params_and_unknown_probes_never_reach_the_agent(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    watched = {"system.cpu.usage", "system.nope.missing"}
+    sent_before = len(probes_sent(fleet, "beta", watched))
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        too_long = await call_error(
+            client, "probe", agent="beta", probe="system.cpu.usage", params={"interval_s": 99}
+        )
+        assert "interval_s" in too_long
+        unknown_field = await call_error(
+            client, "probe", agent="beta", probe="system.cpu.usage", params={"interval_s": 0, "bogus": 1}
+        )
+        assert "bogus" in unknown_field
+        unknown = await call_error(client, "probe", agent="beta", probe="system.nope.missing")
+        assert "Available:" in unknown
+        assert "system.memory.usage" in unknown
+        assert "e2e.echo.value" in unknown
+        # a pack the hub lacks is validated by the agent, which names the field too
+        agent_side = await call_error(
+            client, "probe", agent="beta", probe="e2e.echo.value", params={"value": -1}
+        )
+        assert "value" in agent_side
+
+        reading = await call(
+            client, "probe", agent="beta", probe="system.cpu.usage", params={"interval_s": 0}
+        )
+        assert reading["result"]["interval_s"] == 0
+
+    # only the valid call went out (the audit records every probe sent to an agent)
+    await eventually(lambda: len(probes_sent(fleet, "beta", watched)) > sent_before)
+    sent = probes_sent(fleet, "beta", watched)[sent_before:]
+    assert [(row["detail"]["probe"], row["detail"]["params"], row["outcome"]) for row in sent] == [
+        ("system.cpu.usage", {"interval_s": 0}, "ok")
+    ]
+
+
+async def test_concurrent_probes_come_back_to_their_callers(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    names = sorted(fleet.agents)
+    pids = {name: agent.proc.popen.pid for name, agent in fleet.agents.items() if agent.proc is not None}
+    ids = {name: agent_identity(agent)[0] for name, agent in fleet.agents.items()}
+    answers: dict[int, dict[str, Any]] = {}
+
+    async def probe_one(client: Any, i: int) -> None:
+        agent = names[i % len(names)]
+        if i % 10 >= 8:  # both agents get some
+            answers[i] = await call(client, "probe", agent=agent, probe="system.memory.usage")
+        else:
+            answers[i] = await call(client, "probe", agent=agent, probe="e2e.echo.value", params={"value": i})
+
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for i in range(CONCURRENT_PROBES):
+                    nursery.start_soon(probe_one, client, i)
+
+    assert len(answers) == CONCURRENT_PROBES
+    for i, answer in answers.items():
+        agent = names[i % len(names)]
+        assert answer["agent"] == agent
+        assert answer["agent_id"] == ids[agent]
+        if i % 10 >= 8:
+            assert answer["result"]["total_bytes"] > 0
+        else:
+            assert answer["result"] == {"value": i, "pid": pids[agent]}, (i, agent)
+
+
+async def test_cancelled_probe_kills_its_subprocess(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    alpha = fleet.agents["alpha"]
+    assert alpha.proc is not None
+    agent_pid = alpha.proc.popen.pid
+    assert not descendants_running(agent_pid, SLEEP_ARGV)
+
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.call_tool, "probe", {"agent": "alpha", "probe": "e2e.sleep.long"})
+            await eventually(lambda: bool(descendants_running(agent_pid, SLEEP_ARGV)))
+            nursery.cancel_scope.cancel()  # the MCP client gives up on the call
+
+        took = await eventually(lambda: not descendants_running(agent_pid, SLEEP_ARGV), timeout_s=10)
+        assert took < 5
+        # the agent is still healthy, on the same connection
+        reading = await call(client, "probe", agent="alpha", probe="e2e.echo.value", params={"value": 7})
+        assert reading["result"] == {"value": 7, "pid": agent_pid}
+    assert alpha.proc.popen.poll() is None
+    assert status_of(hub, "alpha") == "online"
+    await eventually(
+        lambda: any(
+            json.loads(row["detail"])["probe"] == "e2e.sleep.long" and row["outcome"] == "cancelled"
+            for row in audit_rows(hub, "mcp.probe")
+        )
+    )
+
+
+async def test_agent_reconnects_to_a_restarted_hub(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agent = enroll_named(hub, tmp_path / "home-phoenix", "phoenix")
+        agent.start()
+        assert agent.proc is not None
+        wait_until(lambda: status_of(hub, "phoenix") == "online")
+        port = urlsplit(hub.url).port
+        hub.proc.stop(signal.SIGKILL)
+
+        # the agent keeps trying (a failed attempt, then the next) and does not give up
+        agent.proc.wait_for(re.compile(r"reconnecting to \S+ in [0-9.]+s \(attempt 2\)"), timeout=15)
+        assert agent.proc.popen.poll() is None
+
+        again = spawn(["hub", "--bind", f"127.0.0.1:{port}", "--data-dir", str(hub.data_dir)], hub.env)
+        try:
+            assert again.wait_for(URL_LINE).group(1) == hub.url
+            wait_until(lambda: status_of(hub, "phoenix") == "online", timeout=60)
+            async with mcp_client(hub.url, hub.admin_key) as client:
+                reading = await call(client, "probe", agent="phoenix", probe="system.memory.usage")
+            assert reading["result"]["total_bytes"] > 0
+            assert agent.stop() == 0
+        finally:
+            again.stop()
