@@ -7,8 +7,10 @@ at its deadline with everything else in it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,13 @@ def statuses(hub: RunningHub) -> dict[str, str]:
         return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
 
 
+def allow_paths(agent: EnrolledAgent, directory: Path) -> None:
+    config_file = agent.home / ".sonde" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["allowedPaths"] = [str(directory)]
+    config_file.write_text(json.dumps(config))
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub, dict[str, EnrolledAgent]]]:
     tmp = tmp_path_factory.mktemp("tools")
@@ -35,6 +44,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub
             )
             for name in TAGS
         }
+        logs = tmp / "logs"
+        logs.mkdir()
+        (logs / "app.log").write_text(
+            "".join(f"line {i} {'ERROR' if i % 3 == 0 else 'ok'}\n" for i in range(30))
+        )
+        allow_paths(agents["alpha"], logs)
         for agent in agents.values():
             agent.start()
         wait_until(lambda: statuses(hub) == dict.fromkeys(TAGS, "online"), timeout=30)
@@ -186,6 +201,23 @@ async def test_probe_overview_and_audit_logs(fleet: tuple[RunningHub, dict[str, 
         assert all(e["target"] == "beta" for e in audit["audit"])
         text = await call_error(client, "query_logs", source="systemd")
         assert "needs an agent" in text
+
+
+async def test_query_logs_reads_an_allowed_log_file(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, agents = fleet
+    log_file = agents["alpha"].home.parent / "logs" / "app.log"
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        found = await call(
+            client, "query_logs", source="system", agent="alpha", path=str(log_file), grep="ERROR", lines=5
+        )
+        assert found["probe"] == "system.logs.tail"
+        text = json.dumps(found["result"])
+        assert "line 27 ERROR" in text
+        assert "line 28 ok" not in text
+        refused = await call_error(client, "query_logs", source="system", agent="alpha", path="/etc/shadow")
+        assert "allowed" in refused
 
 
 async def test_offline_agent_is_reported_unreachable(

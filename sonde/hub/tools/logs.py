@@ -15,16 +15,6 @@ from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso
 
-# source -> (probe, {our argument: the probe's parameter})
-LOG_PROBES: dict[str, tuple[str, dict[str, str]]] = {
-    "systemd": (
-        "systemd.journal.query",
-        {"unit": "unit", "priority": "priority", "since": "since", "grep": "grep", "lines": "lines"},
-    ),
-    "docker": ("docker.container.logs", {"container": "container", "lines": "lines", "since": "since"}),
-    "nginx": ("nginx.log.tail", {"kind": "kind", "path": "path", "lines": "lines", "grep": "grep"}),
-    "system": ("system.log.tail", {"path": "path", "lines": "lines", "grep": "grep"}),
-}
 SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
 
 
@@ -90,15 +80,42 @@ def since_epoch(since: str | None) -> float | None:
     return datetime.fromisoformat(since.replace("Z", "+00:00").replace(" ", "T")).timestamp()
 
 
+def journal_since(since: str) -> str:
+    """Our '15m' / ISO forms in the shape journalctl takes ('-15m', 'YYYY-MM-DD HH:MM:SS')."""
+    if since[-1] in "smhd" and since[:-1].isdigit():
+        return f"-{since}"
+    return since.replace("T", " ").rstrip("Z")[:19]
+
+
+def log_probe(args: QueryLogsInput) -> tuple[str, dict[str, Any]]:
+    """The agent probe that answers this query, with its parameters."""
+    if args.source == "systemd":
+        params = {"unit": args.unit, "priority": args.priority, "grep": args.grep, "lines": args.lines}
+        if args.since:
+            params["since"] = journal_since(args.since)
+        return "systemd.journal.query", params
+    if args.source == "docker":
+        if args.container is None:
+            raise HubError(
+                "query_logs with source='docker' needs a container (see probe docker.containers.list)."
+            )
+        return "docker.container.logs", {"container": args.container, "lines": args.lines}
+    if args.source == "nginx":
+        probe = "nginx.logs.access" if args.kind == "access" else "nginx.logs.error"
+        return probe, {"path": args.path, "lines": args.lines}
+    if args.path is None:
+        raise HubError("query_logs with source='system' needs a path, e.g. /var/log/syslog.")
+    return "system.logs.tail", {"path": args.path, "lines": args.lines, "contains": args.grep}
+
+
 async def query_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     if args.source == "audit":
         return await audit_logs(call, args)
     if args.agent is None:
         raise HubError(f"query_logs with source={args.source!r} needs an agent; see list_agents.")
     record = resolve_agent(call.hub, call.caller, args.agent)
-    probe, mapping = LOG_PROBES[args.source]
-    values: dict[str, Any] = args.model_dump(exclude_none=True)
-    params = {param: values[ours] for ours, param in mapping.items() if ours in values}
+    probe, params = log_probe(args)
+    params = {key: value for key, value in params.items() if value is not None}
     reading = await run_probe_for(call.hub, call.caller, record, probe, params, via="mcp.query_logs")
     return QueryLogsOutput(
         source=args.source,
