@@ -42,6 +42,7 @@ def test_json_lists_every_installed_pack(tmp_path: Path) -> None:
             "detected",
             "reason",
             "groupsNeeded",
+            "groupsMissing",
             "probes",
         }
         assert entry["version"] == pack.version

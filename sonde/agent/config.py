@@ -98,6 +98,16 @@ class AgentConfig(BaseModel):
                 raise ValueError(f"not an Ed25519 public key: {exc}") from None
         return value
 
+    @field_validator("scrub_patterns")
+    @classmethod
+    def _compilable_patterns(cls, value: list[str]) -> list[str]:
+        if value:  # imported here: the scrubber's own patterns take a while to compile
+            from sonde.agent.scrub_rules import compile_operator_pattern
+
+            for index, pattern in enumerate(value):
+                compile_operator_pattern(index, pattern)  # ValueError names the pattern
+        return value
+
     def missing_identity(self) -> list[str]:
         """The camelCase names of the enrollment fields this config lacks (empty once enrolled)."""
         return [to_camel(name) for name in IDENTITY_FIELDS if getattr(self, name) is None]

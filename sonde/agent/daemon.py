@@ -37,6 +37,7 @@ from sonde.agent.connection import (
 )
 from sonde.agent.identity import active_packs, default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
+from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import FrameCodec
@@ -114,6 +115,7 @@ class AgentDaemon:
             agent_id=config.agent_id,
         )
         self.ctx = ProbeContext(settings=config.probe_settings())
+        self.scrubber = Scrubber.from_config(config)  # every result and error is scrubbed before it is sent
         # computed once: a few file reads, at start-up before any connection
         self.register = register_payload(config.name or default_agent_name(), registry)
         self._connect = connect
@@ -191,7 +193,9 @@ class AgentDaemon:
     async def _serve_link(self, transport: Transport, ack: AckPayload) -> RejectPayload | None:
         async with trio.open_nursery() as probes:
             limit = min(MAX_PROBES_IN_FLIGHT, ack.max_probes_in_flight)
-            runner = ProbeRunner(self.registry, self.ctx, probes, max_in_flight=limit)
+            runner = ProbeRunner(
+                self.registry, self.ctx, probes, max_in_flight=limit, scrub=self.scrubber.scrub_result
+            )
             if isinstance(transport, WebSocketTransport):
                 probes.start_soon(keep_alive, transport.ws, KEEPALIVE_INTERVAL_S)
             async with open_link(

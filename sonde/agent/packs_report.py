@@ -5,17 +5,26 @@ prints one JSON document:
 
     {"ok": true, "apiVersion": "1.0.0", "command": "packs list",
      "packs": [{"name", "version", "description", "detected", "reason",
-                "groupsNeeded": [...], "probes": [{"name", "description"}]}]}
+                "groupsNeeded": [...], "groupsMissing": [...],
+                "probes": [{"name", "description"}]}]}
+
+``groupsMissing`` are the declared groups the current user is not in, for the
+packs that apply here (detected, or named in ``enabledPacks``): the probes that
+need them will be refused until the user (or the service's
+``SupplementaryGroups=``) has them.
 """
 
 from __future__ import annotations
 
+import grp
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sonde.agent.config import ConfigError, load_config
 from sonde.agent.manifest import pack_detection
 from sonde.packs.base import Pack
 from sonde.packs.registry import load_packs
@@ -41,6 +50,7 @@ class PackReport:
     reason: str
     groups_needed: tuple[str, ...]
     probes: tuple[ProbeLine, ...]
+    groups_missing: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +60,7 @@ class PackReport:
             "detected": self.detected,
             "reason": self.reason,
             "groupsNeeded": list(self.groups_needed),
+            "groupsMissing": list(self.groups_missing),
             "probes": [{"name": p.name, "description": p.summary} for p in self.probes],
         }
 
@@ -59,21 +70,57 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def report_pack(pack: Pack) -> PackReport:
-    """Detection, groups and probe summaries of ``pack``."""
+def report_pack(pack: Pack, member_of: set[str] | None = None, *, enabled: bool = False) -> PackReport:
+    """Detection, groups and probe summaries of ``pack``.
+
+    With ``member_of`` (the current user's group names), a pack that applies
+    here (detected or ``enabled``) lists the groups it needs that are not among them.
+    """
     detection = pack_detection(pack)
     probes = tuple(
         ProbeLine(name, first_line(spec.description)) for name, spec in sorted(pack.probes.items())
     )
+    needed = tuple(sorted(pack.groups_needed()))
+    applies = detection.detected or enabled
+    missing = tuple(g for g in needed if g not in member_of) if member_of is not None and applies else ()
     return PackReport(
         name=pack.name,
         version=pack.version,
         description=pack.description,
         detected=detection.detected,
         reason=detection.reason,
-        groups_needed=tuple(sorted(pack.groups_needed())),
+        groups_needed=needed,
         probes=probes,
+        groups_missing=missing,
     )
+
+
+def current_group_names() -> set[str]:
+    """The names of the groups this process runs with (effective and supplementary)."""
+    names = set()
+    for gid in {os.getegid(), *os.getgroups()}:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return names
+
+
+def describe_missing_group(name: str) -> str:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return f"needs group {name} (no such group here)"
+    return f"needs group {name} (not a member)"
+
+
+def enabled_pack_names() -> set[str]:
+    """``enabledPacks`` from the agent config; empty when unset or unreadable."""
+    try:
+        config = load_config()
+    except ConfigError:
+        return set()
+    return set(config.enabled_packs or ()) if config is not None else set()
 
 
 def aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
@@ -98,6 +145,7 @@ def render_text(reports: Sequence[PackReport]) -> str:
     for report in reports:
         count = len(report.probes)
         lines += ["", f"{report.name}: {count} probe{'' if count == 1 else 's'}"]
+        lines += [f"  {describe_missing_group(group)}" for group in report.groups_missing]
         if report.probes:
             lines += aligned([(p.name, p.summary) for p in report.probes], indent="  ")
     return "\n".join(lines)
@@ -116,7 +164,10 @@ def render_json(reports: Sequence[PackReport]) -> str:
 
 def print_packs(as_json: bool) -> int:
     """Print every installed pack (JSON with ``as_json``); returns the exit code 0."""
-    reports = [report_pack(pack) for pack in load_packs().packs.values()]
+    member_of, enabled = current_group_names(), enabled_pack_names()
+    reports = [
+        report_pack(pack, member_of, enabled=pack.name in enabled) for pack in load_packs().packs.values()
+    ]
     sys.stdout.write((render_json(reports) if as_json else render_text(reports)) + "\n")
     sys.stdout.flush()
     return 0

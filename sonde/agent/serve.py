@@ -25,7 +25,9 @@ from pathlib import Path
 
 import trio
 
+from sonde.agent.config import ConfigError, load_config
 from sonde.agent.manifest import ManifestError, select_tools
+from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry, load_packs
@@ -63,6 +65,7 @@ class ToolServer:
     registry: PackRegistry
     tools: tuple[ToolDescription, ...]
     ctx: ProbeContext = field(default_factory=ProbeContext)
+    scrubber: Scrubber = field(default_factory=Scrubber)
 
     def exposes(self, name: str) -> bool:
         return any(tool.name == name for tool in self.tools)
@@ -76,18 +79,25 @@ class ToolServer:
                 return await self.call_tool(request)
 
     async def call_tool(self, request: CallToolRequest) -> SuccessResponse | ErrorResponse:
-        """Run the probe; a probe error becomes an ``ok: false`` line with its message."""
+        """Run the probe; a probe error becomes an ``ok: false`` line with its message.
+
+        The output and the error message are scrubbed of secrets first.
+        """
         if not self.exposes(request.name):
             return unknown_tool_response(request.id, request.name)
         try:
             outcome = await execute_probe(self.registry, request.name, request.input, self.ctx)
         except ProbeExecutionError as exc:
-            return error_response(request.id, exc.message)
-        return tool_call_response(request.id, request.name, outcome.result)
+            message, _ = self.scrubber.scrub_text(exc.message)
+            return error_response(request.id, message)
+        output, _ = self.scrubber.scrub_result(outcome.result)
+        return tool_call_response(request.id, request.name, output)
 
 
-def create_tool_server(registry: PackRegistry, names: list[str]) -> ToolServer:
-    """A `ToolServer` exposing the probes ``names`` of ``registry``."""
+def create_tool_server(
+    registry: PackRegistry, names: list[str], scrubber: Scrubber | None = None
+) -> ToolServer:
+    """A `ToolServer` exposing the probes ``names`` of ``registry`` (scrubbed by ``scrubber``)."""
     tools = []
     for name in names:
         spec = registry.probe(name)
@@ -96,7 +106,7 @@ def create_tool_server(registry: PackRegistry, names: list[str]) -> ToolServer:
             tools.append(
                 ToolDescription(name=name, description=description, input_schema=spec.params_schema())
             )
-    return ToolServer(registry, tuple(tools))
+    return ToolServer(registry, tuple(tools), scrubber=scrubber or Scrubber())
 
 
 @dataclass
@@ -196,15 +206,17 @@ def print_startup_failure(message: str) -> None:
 
 
 def run_serve(manifest: Path | None) -> int:
-    """Run `sonde serve --json`: 0 after a clean stop, 2 when the manifest is wrong."""
+    """Run `sonde serve --json`: 0 after a clean stop, 2 when the manifest or the agent config
+    (whose ``scrubPatterns`` must apply) is wrong."""
     configure_logging()
     registry = load_packs()
     try:
         names = select_tools(registry, manifest, Path.cwd())
-    except ManifestError as exc:
+        scrubber = Scrubber.from_config(load_config())
+    except (ManifestError, ConfigError) as exc:
         print_startup_failure(str(exc))
         return 2
     try:
-        return trio.run(serve_stdio, create_tool_server(registry, names))
+        return trio.run(serve_stdio, create_tool_server(registry, names, scrubber))
     except KeyboardInterrupt:  # SIGINT before the signal receiver was installed
         return 0

@@ -1,0 +1,332 @@
+"""`sonde service install|uninstall|status`: the agent as a hardened systemd service.
+
+The unit runs ``sonde start`` as user ``sonde`` with no capabilities, a
+read-only view of the system and of /home, a private /tmp, and write access
+to its own state only (``HOME=/var/lib/sonde``, so the agent's config is
+``/var/lib/sonde/.sonde/config.json``). Its ``SupplementaryGroups=`` are the
+groups the enabled packs declare (``systemd-journal``, ``adm``, ``docker`` ...)
+that exist on this machine.
+
+`render_unit` is pure and makes the whole text from a `UnitSpec`; `status`
+compares the installed file with what `install` would write now. Nothing here
+creates users or runs systemctl unless asked (``--now``), and then only as
+argv lists.
+"""
+
+from __future__ import annotations
+
+import difflib
+import grp
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonde.agent.config import CONFIG_FILE_NAME, ConfigError, config_path, load_config, write_atomically
+from sonde.agent.identity import active_packs
+from sonde.packs.registry import PackRegistry, load_packs
+
+UNIT_NAME = "sonde-agent.service"
+DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
+SERVICE_USER = "sonde"
+SERVICE_HOME = Path("/var/lib/sonde")  # the unit's HOME and StateDirectory
+UNIT_FILE_MODE = 0o644
+SYSTEMCTL_TIMEOUT_S = 60
+CommandRunner = Callable[[list[str]], int]
+
+HARDENING = (
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectControlGroups=yes",
+    "ProtectHostname=yes",
+    "RestrictSUIDSGID=yes",
+    "RestrictRealtime=yes",
+    "RestrictNamespaces=yes",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "LockPersonality=yes",
+    "SystemCallArchitectures=native",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "UMask=0077",
+)
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """Everything the unit text depends on."""
+
+    exec_start: tuple[str, ...]  # absolute program, then its arguments
+    supplementary_groups: tuple[str, ...] = ()
+    user: str = SERVICE_USER
+    home: Path = SERVICE_HOME
+
+
+def render_unit(spec: UnitSpec) -> str:
+    """The text of ``sonde-agent.service`` for ``spec``. Raises `ValueError` if the program is relative."""
+    if not Path(spec.exec_start[0]).is_absolute():
+        raise ValueError(f"ExecStart needs an absolute program path, got {spec.exec_start[0]!r}")
+    lines = [
+        "# Written by `sonde service install`; `sonde service status` reports any drift.",
+        "[Unit]",
+        "Description=Sonde agent: read-only probes of this machine for AI assistants",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"ExecStart={' '.join(spec.exec_start)}",
+        f"User={spec.user}",
+        f"Group={spec.user}",
+        f"SupplementaryGroups={' '.join(spec.supplementary_groups)}",
+        f"Environment=HOME={spec.home}",
+        f"StateDirectory={spec.home.name}",
+        "StateDirectoryMode=0700",
+        f"ReadWritePaths={spec.home}",
+        "Restart=on-failure",
+        "RestartSec=5",
+        *HARDENING,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- what this machine says -------------------------------------------------------------
+
+
+def sonde_command() -> tuple[str, ...]:
+    """The absolute command that runs this ``sonde``: its console script, else ``python -m sonde``."""
+    candidates = [sys.argv[0] if Path(sys.argv[0]).name == "sonde" else None]
+    candidates += [str(Path(sys.executable).with_name("sonde")), shutil.which("sonde")]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return (os.path.abspath(candidate),)
+    return (os.path.abspath(sys.executable), "-m", "sonde")
+
+
+def group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def split_groups(
+    needed: Iterable[str], exists: Callable[[str], bool] = group_exists
+) -> tuple[list[str], list[str]]:
+    """(the needed groups that exist here, those that do not), each sorted."""
+    names = sorted(set(needed))
+    return [n for n in names if exists(n)], [n for n in names if not exists(n)]
+
+
+def service_registry() -> tuple[PackRegistry, str]:
+    """The packs the service will offer, and where that answer came from.
+
+    Read from the service's own config (``/var/lib/sonde/.sonde/config.json``)
+    when it exists, else from the caller's; without either, the packs detected here.
+    """
+    for path in (SERVICE_HOME / ".sonde" / CONFIG_FILE_NAME, config_path()):
+        config = load_config(path)  # ConfigError names the file
+        if config is not None:
+            described = "enabledPacks" if config.enabled_packs is not None else "the packs detected here"
+            return active_packs(load_packs(), config.enabled_packs), f"{described} (config {path})"
+    return active_packs(load_packs(), None), "the packs detected here (no agent config)"
+
+
+def run_command(argv: list[str]) -> int:
+    """Run ``argv`` (never a shell), inheriting stdout/stderr; its exit status."""
+    return subprocess.run(argv, check=False, timeout=SYSTEMCTL_TIMEOUT_S).returncode
+
+
+def unit_dir_writable(unit_dir: Path) -> bool:
+    return os.access(unit_dir, os.W_OK)
+
+
+# --- the commands ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `install` would write, and the facts behind it."""
+
+    spec: UnitSpec
+    packs_from: str
+    missing_groups: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return render_unit(self.spec)
+
+
+def plan_unit(registry: PackRegistry | None = None, command: tuple[str, ...] | None = None) -> Plan:
+    """The unit `install` would write now, for ``registry`` (default: `service_registry`)."""
+    packs_from = "the given packs"
+    if registry is None:
+        registry, packs_from = service_registry()
+    needed = [group for pack in registry.packs.values() for group in pack.groups_needed()]
+    present, missing = split_groups(needed)
+    spec = UnitSpec(exec_start=command or (*sonde_command(), "start"), supplementary_groups=tuple(present))
+    return Plan(spec, packs_from, tuple(missing))
+
+
+def install_service(
+    unit_dir: Path = DEFAULT_UNIT_DIR,
+    *,
+    now: bool = False,
+    plan: Plan | None = None,
+    runner: CommandRunner = run_command,
+    systemctl: str | None = None,
+) -> int:
+    """Write the unit and say what to do next; with ``now``, also reload and start it. 0 on success."""
+    if not unit_dir.is_dir():
+        return refuse(f"{unit_dir} does not exist (is systemd here?); pass --unit-dir DIR to write elsewhere")
+    if not unit_dir_writable(unit_dir):
+        return refuse(
+            f"cannot write to {unit_dir}: run it as root (`sudo sonde service install`) or pass --unit-dir"
+        )
+    try:
+        plan = plan or plan_unit()
+    except ConfigError as exc:
+        return refuse(str(exc))
+    if now and not user_exists(plan.spec.user):
+        return refuse(f"user {plan.spec.user} does not exist; create it first: {useradd_command(plan.spec)}")
+    path = unit_dir / UNIT_NAME
+    write_atomically(path, plan.text)
+    os.chmod(path, UNIT_FILE_MODE)
+    report_install(path, plan)
+    if not now:
+        return 0
+    return run_systemctl(runner, systemctl, [["daemon-reload"], ["enable", "--now", "sonde-agent"]])
+
+
+def report_install(path: Path, plan: Plan) -> None:
+    spec = plan.spec
+    print(f"wrote {path}")
+    print(f"  runs:   {' '.join(spec.exec_start)}")
+    print(f"  as:     user {spec.user}, HOME={spec.home} (its config: {spec.home}/.sonde/config.json)")
+    print(f"  groups: {' '.join(spec.supplementary_groups) or '(none)'}, for {plan.packs_from}")
+    if plan.missing_groups:
+        print(f"  not on this machine, left out: {', '.join(plan.missing_groups)}")
+    if spec.exec_start[0].startswith("/root/"):
+        print(f"  warning: user {spec.user} cannot read {spec.exec_start[0]}; install sonde system-wide")
+    print("next:")
+    if not user_exists(spec.user):
+        print(f"  {useradd_command(spec)}")
+    if not (spec.home / ".sonde" / CONFIG_FILE_NAME).exists():
+        print(
+            f"  sudo -u {spec.user} env HOME={spec.home} {' '.join(spec.exec_start[:-1])} enroll --hub URL --token TOKEN"
+        )
+    print("  systemctl daemon-reload && systemctl enable --now sonde-agent")
+
+
+def useradd_command(spec: UnitSpec) -> str:
+    return f"useradd --system --home {spec.home} --create-home --shell /usr/sbin/nologin {spec.user}"
+
+
+def uninstall_service(
+    unit_dir: Path = DEFAULT_UNIT_DIR,
+    *,
+    now: bool = False,
+    runner: CommandRunner = run_command,
+    systemctl: str | None = None,
+) -> int:
+    """Remove the unit (with ``now``, stop and disable it first, reload after). 0 on success."""
+    path = unit_dir / UNIT_NAME
+    if not path.exists():
+        print(f"{path} is not installed; nothing to do")
+        return 0
+    if not unit_dir_writable(unit_dir):
+        return refuse(f"cannot remove {path}: run it as root (`sudo sonde service uninstall`)")
+    if now and run_systemctl(runner, systemctl, [["disable", "--now", "sonde-agent"]]) != 0:
+        return 1
+    path.unlink()
+    print(f"removed {path}")
+    if now:
+        return run_systemctl(runner, systemctl, [["daemon-reload"]])
+    print("next: systemctl disable --now sonde-agent; systemctl daemon-reload")
+    return 0
+
+
+def service_status(
+    unit_dir: Path = DEFAULT_UNIT_DIR,
+    *,
+    plan: Plan | None = None,
+    ask: Callable[[list[str]], str] | None = None,
+    systemctl: str | None = None,
+) -> int:
+    """Say whether the unit is installed, whether it matches what `install` would write now,
+    and (with systemctl) whether it is active (``ask`` runs ``systemctl is-active``).
+    0 when installed and current, else 1."""
+    path = unit_dir / UNIT_NAME
+    installed = path.exists()
+    current = False
+    print(f"unit: {path} ({'installed' if installed else 'not installed'})")
+    if installed:
+        try:
+            plan = plan or plan_unit()
+        except ConfigError as exc:
+            return refuse(str(exc))
+        drift = list(
+            difflib.unified_diff(
+                path.read_text().splitlines(),
+                plan.text.splitlines(),
+                "installed",
+                "install would write",
+                lineterm="",
+            )
+        )
+        current = not drift
+        print(
+            "content: matches what `sonde service install` would write now" if current else "content: drifted"
+        )
+        for line in drift:
+            print(f"  {line}")
+    systemctl = systemctl or shutil.which("systemctl")
+    if systemctl is not None:
+        print(f"service: {(ask or is_active)([systemctl, 'is-active', 'sonde-agent'])}")
+    else:
+        print("service: unknown (no systemctl here)")
+    return 0 if installed and current else 1
+
+
+def is_active(argv: list[str]) -> str:
+    """The first line ``systemctl is-active`` prints (active, inactive, failed, or why it cannot tell)."""
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S)
+    said = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return said[0] if said else f"exit status {done.returncode}"
+
+
+def run_systemctl(runner: CommandRunner, systemctl: str | None, calls: list[list[str]]) -> int:
+    """Run each ``systemctl`` call in order, stopping at the first failure; 1 without systemctl."""
+    systemctl = systemctl or shutil.which("systemctl")
+    if systemctl is None:
+        return refuse("systemctl is not available here; start the agent with `sonde start` instead")
+    for args in calls:
+        argv = [systemctl, *args]
+        print(f"running: {' '.join(argv)}")
+        if (status := runner(argv)) != 0:
+            return refuse(f"`{' '.join(argv)}` failed with exit status {status}")
+    return 0
+
+
+def refuse(message: str) -> int:
+    print(f"sonde service: {message}", file=sys.stderr)
+    return 1

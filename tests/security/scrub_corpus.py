@@ -1,0 +1,385 @@
+"""The scrubber corpus: secret shapes that must disappear, look-alikes that must survive.
+
+Each `SecretCase` is a realistic string with a secret embedded in ordinary
+text; ``secret`` is the exact substring that must be gone after scrubbing, and
+``expected`` (when given) the exact scrubbed text. Each `LookAlike` must come
+out byte-identical with zero redactions; ``why`` says what it resembles.
+
+Every credential here is fake. Vendor tokens are assembled from pieces
+(``"sk_" + "live_" + ...``) so that secret scanners do not flag this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SecretCase:
+    name: str
+    text: str
+    secret: str
+    expected: str | None = None
+    redactions: int = 1
+
+
+@dataclass(frozen=True)
+class LookAlike:
+    name: str
+    text: str
+    why: str
+
+
+RSA_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0"
+PKCS8_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+EC_BODY = "MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oYbTB+3bg1qRoAoGCCqGSM49"
+OPENSSH_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW"
+PGP_BODY = "lQOYBGWmUq4BCADJ2nVj4q3Yf2W3x8LQbXg0mY6mZ7kPp1Zrj8mJ6r9qY1Hq"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkphbmUiLCJpYXQiOjE1MTYyMzkwMjJ9"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+GITHUB_PAT = "gh" + "p_" + "R7cK2mYq9WvX4tZ8bN1sL6dF3hJ0pQ5uE2aC"
+GITHUB_FINE = "github" + "_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEF0123456789"
+GITHUB_OAUTH = "gh" + "o_" + "16C7e42F292c6912E7710c838347Ae178B4a"
+GITLAB = "gl" + "pat-" + "xR4nD0mT0k3nV4lu3zQ1"
+SLACK_BOT = "xo" + "xb-" + "2401234567890-2409876543210-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"
+SLACK_USER = "xo" + "xp-" + "2401234567890-2401234567891-2409876543211-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+STRIPE = "sk" + "_live_" + "51HxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123"
+STRIPE_RESTRICTED = "rk" + "_test_" + "4eC39HqLyjWDarjtT1zdp7dc"
+OPENAI = "sk-" + "proj-" + "Xy7aB3cD9eF1gH5iJ2kL8mN4oP6qR0sT-uVwXyZ_12"
+ANTHROPIC = "sk-" + "ant-api03-" + "Q2x9vB7nM4kL1pO8iU6yT3rE5wQ0aS2dF4gH6jK8lZ"
+NPM = "np" + "m_" + "aBcD3fGh1jKlMn0pQrStUvWxYz0123456789"
+PYPI = "py" + "pi-" + "AgEIcHlwaS5vcmcCJDEyMzQ1Njc4LTkwYWItY2RlZi0xMjM0LTU2Nzg5MGFiY2RlZgACKlszLCJ0ZXN0Il0"
+HUGGING_FACE = "h" + "f_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+VAULT = "hv" + "s." + "CAESIJ4xW9kq7wQ8mZ3rT1yU5oP2sD6fG0hJ"
+SENDGRID = "S" + "G." + "ngeVfQFYQlKU0ufo8x5d1A" + "." + "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"
+DIGITALOCEAN = "do" + "p_v1_" + "b7d03a6947b217efb6f3ec3bd3504582b7d03a6947b217efb6f3ec3bd3504582"
+DOCKER_HUB = "dck" + "r_pat_" + "2b3e36beeb386dfdaacb9b46004ccb7c"
+GOOGLE_API = "AI" + "za" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"
+GOOGLE_OAUTH = "ya" + "29." + "a0AfH6SMBx3kP9qZ2vL7wN4rT1yU8oI5eW0sD"
+
+SECRETS: tuple[SecretCase, ...] = (
+    # --- private key blocks
+    SecretCase(
+        "pem_rsa",
+        f"cat id_rsa:\n-----BEGIN RSA PRIVATE KEY-----\n{RSA_BODY}\n-----END RSA PRIVATE KEY-----\ndone",
+        RSA_BODY,
+        "cat id_rsa:\n[REDACTED]\ndone",
+    ),
+    SecretCase(
+        "pem_pkcs8",
+        f"key file:\n-----BEGIN PRIVATE KEY-----\n{PKCS8_BODY}\n-----END PRIVATE KEY-----\n",
+        PKCS8_BODY,
+        "key file:\n[REDACTED]\n",
+    ),
+    SecretCase(
+        "pem_ec",
+        f"-----BEGIN EC PRIVATE KEY-----\n{EC_BODY}\n-----END EC PRIVATE KEY-----",
+        EC_BODY,
+        "[REDACTED]",
+    ),
+    SecretCase(
+        "pem_encrypted",
+        f"-----BEGIN ENCRYPTED PRIVATE KEY-----\n{PKCS8_BODY}\n-----END ENCRYPTED PRIVATE KEY-----",
+        PKCS8_BODY,
+    ),
+    SecretCase(
+        "openssh_private_key",
+        f"~/.ssh/id_ed25519: -----BEGIN OPENSSH PRIVATE KEY-----\n{OPENSSH_BODY}\n"
+        "-----END OPENSSH PRIVATE KEY-----",
+        OPENSSH_BODY,
+        "~/.ssh/id_ed25519: [REDACTED]",
+    ),
+    SecretCase(
+        "pgp_private_key_block",
+        f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n{PGP_BODY}\n=Ab3x\n-----END PGP PRIVATE KEY BLOCK-----\n",
+        PGP_BODY,
+    ),
+    SecretCase(
+        "pem_truncated_without_end",
+        f"tail of a capped file: -----BEGIN RSA PRIVATE KEY-----\n{RSA_BODY}\nMIIEowIBAAK…[truncated]",
+        RSA_BODY,
+        "tail of a capped file: [REDACTED]",
+    ),
+    SecretCase(
+        "putty_ppk_private_lines",
+        "PuTTY-User-Key-File-3: ssh-ed25519\nPrivate-Lines: 1\nAAAAIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oYbTB+3bg1qR\n"
+        "Private-MAC: 1a2b3c",
+        "AAAAIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oYbTB+3bg1qR",
+    ),
+    SecretCase(
+        "gcp_service_account_json",
+        '{"type": "service_account", "project_id": "demo", "private_key": '
+        f'"-----BEGIN PRIVATE KEY-----\\n{PKCS8_BODY}\\n-----END PRIVATE KEY-----\\n", "client_email": "a@b.iam"}}',
+        PKCS8_BODY,
+    ),
+    SecretCase(
+        "gcp_private_key_id",
+        '{"private_key_id": "8f3c2a1b9e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b", "client_id": "1234"}',
+        "8f3c2a1b9e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b",
+        '{"private_key_id": "[REDACTED]", "client_id": "1234"}',
+    ),
+    # --- cloud access keys
+    SecretCase("aws_access_key_id", "using credentials AKIAIOSFODNN7EXAMPLE for s3", "AKIAIOSFODNN7EXAMPLE"),
+    SecretCase(
+        "aws_session_key_id", "assumed role, key ASIAY34FZKBOKMUTVV7A expires", "ASIAY34FZKBOKMUTVV7A"
+    ),
+    SecretCase(
+        "aws_credentials_file",
+        "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n"
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "[default]\naws_access_key_id = [REDACTED]\naws_secret_access_key = [REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "aws_secret_env",
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY aws s3 ls",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    SecretCase("google_api_key", f"maps?key={GOOGLE_API}&q=paris", GOOGLE_API),
+    SecretCase("google_oauth_token", f"gcloud token {GOOGLE_OAUTH} cached", GOOGLE_OAUTH),
+    SecretCase(
+        "azure_storage_connection_string",
+        "DefaultEndpointsProtocol=https;AccountName=logs;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;EndpointSuffix=core.windows.net",
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+    ),
+    SecretCase(
+        "azure_sas_url",
+        "GET https://logs.blob.core.windows.net/c/app.log?sv=2022-11-02&ss=b&srt=o&sp=r"
+        "&se=2030-01-01T00:00:00Z&sig=2Zk9Xx%2Fq8R1vO0mN3bL4kJ6hG7fD5sA%3D HTTP/1.1",
+        "2Zk9Xx%2Fq8R1vO0mN3bL4kJ6hG7fD5sA%3D",
+    ),
+    SecretCase(
+        "s3_presigned_url",
+        "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20240101T000000Z"
+        "&X-Amz-Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024",
+        "fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024",
+    ),
+    # --- vendor tokens
+    SecretCase("github_pat_classic", f"remote: https://github.com (token {GITHUB_PAT})", GITHUB_PAT),
+    SecretCase("github_pat_fine_grained", f"GH_AUTH={GITHUB_FINE}", GITHUB_FINE),
+    SecretCase("github_oauth", f'{{"oauth": "{GITHUB_OAUTH}"}}', GITHUB_OAUTH),
+    SecretCase("gitlab_pat", f"git clone https://ci@gitlab.com/x.git using {GITLAB}", GITLAB),
+    SecretCase("slack_bot_token", f"slack client init with {SLACK_BOT}", SLACK_BOT),
+    SecretCase("slack_user_token", f"'{SLACK_USER}'", SLACK_USER),
+    SecretCase(
+        "slack_webhook",
+        "POST https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX 200",
+        "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    ),
+    SecretCase("stripe_live_secret", f"charge failed for key {STRIPE}: card_declined", STRIPE),
+    SecretCase("stripe_restricted", f"stripe.api_base ok; using {STRIPE_RESTRICTED}", STRIPE_RESTRICTED),
+    SecretCase("openai_project_key", f"OPENAI={OPENAI}", OPENAI),
+    SecretCase("anthropic_key", f"client = Anthropic({ANTHROPIC})", ANTHROPIC),
+    SecretCase("npm_token", f"//registry.npmjs.org/:_authToken={NPM}", NPM),
+    SecretCase("pypi_token", f"twine upload -u __token__ -p {PYPI} dist/*", PYPI),
+    SecretCase("hugging_face_token", f"huggingface-cli login {HUGGING_FACE}", HUGGING_FACE),
+    SecretCase("vault_token", f"vault login {VAULT}", VAULT),
+    SecretCase("sendgrid_key", f"mailer: {SENDGRID}", SENDGRID),
+    SecretCase("digitalocean_token", f"doctl auth init -t {DIGITALOCEAN}", DIGITALOCEAN),
+    SecretCase("docker_hub_pat", f"echo {DOCKER_HUB} | docker login", DOCKER_HUB),
+    SecretCase("jwt_in_log", f"session {JWT} accepted", JWT, "session [REDACTED] accepted"),
+    # --- bearer and basic credentials
+    SecretCase(
+        "authorization_bearer_header",
+        "> GET /v1/me HTTP/1.1\n> Authorization: Bearer 8f14e45fceea167a5a36dedd4bea2543\n> Accept: */*",
+        "8f14e45fceea167a5a36dedd4bea2543",
+        "> GET /v1/me HTTP/1.1\n> Authorization: Bearer [REDACTED]\n> Accept: */*",
+    ),
+    SecretCase(
+        "authorization_basic_header",
+        "Authorization: Basic YWRtaW46czNjcjN0UGFzcw==",
+        "YWRtaW46czNjcjN0UGFzcw==",
+        "Authorization: Basic [REDACTED]",
+    ),
+    SecretCase(
+        "bearer_in_curl_command",
+        "curl -H 'Authorization: Bearer 0b7a1c2d3e4f5a6b7c8d9e0f' https://api",
+        "0b7a1c2d3e4f5a6b7c8d9e0f",
+    ),
+    SecretCase("bearer_without_header", "retrying with bearer tok_9Z8y7X6w5V4u3T2s", "tok_9Z8y7X6w5V4u3T2s"),
+    SecretCase("basic_without_header", "proxy sent Basic dXNlcjpodW50ZXIy upstream", "dXNlcjpodW50ZXIy"),
+    SecretCase(
+        "cookie_header",
+        "Cookie: sessionid=3f2a9c1b7e; csrftoken=Zx81kq",
+        "sessionid=3f2a9c1b7e; csrftoken=Zx81kq",
+        "Cookie: [REDACTED]",
+    ),
+    SecretCase(
+        "set_cookie_header",
+        "Set-Cookie: SESSION=aGVsbG8td29ybGQ; Path=/; HttpOnly",
+        "SESSION=aGVsbG8td29ybGQ",
+    ),
+    SecretCase("x_api_key_header", "X-API-Key: 5up3r-s3cr3t-k3y-42", "5up3r-s3cr3t-k3y-42"),
+    # --- passwords in URLs and connection strings
+    SecretCase(
+        "postgres_url",
+        "DATABASE_URL=postgres://app:s3cr3t-Pa55@db:5432/x",
+        "s3cr3t-Pa55",
+        "DATABASE_URL=postgres://app:[REDACTED]@db:5432/x",
+    ),
+    SecretCase(
+        "postgresql_url_with_at_sign_in_password",
+        "dsn postgresql://report:p@ss:w0rd@10.0.0.5/reports?sslmode=require",
+        "p@ss:w0rd",
+        "dsn postgresql://report:[REDACTED]@10.0.0.5/reports?sslmode=require",
+    ),
+    SecretCase("mysql_url", "mysql://root:r00tPw@127.0.0.1:3306/shop", "r00tPw"),
+    SecretCase(
+        "mongodb_srv_url",
+        "mongodb+srv://svc:Mongo%21Pass@cluster0.ab1cd.mongodb.net/?retryWrites=true",
+        "Mongo%21Pass",
+        "mongodb+srv://svc:[REDACTED]@cluster0.ab1cd.mongodb.net/?retryWrites=true",
+    ),
+    SecretCase(
+        "redis_url_empty_user",
+        "redis://:foobared@cache:6379/0",
+        "foobared",
+        "redis://:[REDACTED]@cache:6379/0",
+    ),
+    SecretCase("rediss_url", "broker rediss://default:AVNS_x9yZ@redis.cloud:25061", "AVNS_x9yZ"),
+    SecretCase("amqp_url", "amqp://guest:gu3st-pw@rabbit:5672/%2F", "gu3st-pw"),
+    SecretCase("amqps_url", "CELERY_BROKER=amqps://celery:c3l3ry@mq.internal/vhost", "c3l3ry"),
+    SecretCase(
+        "https_url_credentials", "fetching https://deploy:hunter2@git.example.com/repo.git", "hunter2"
+    ),
+    SecretCase("ftp_url", "mirror ftp://anon:ftp-s3cret@files.example.org/pub", "ftp-s3cret"),
+    SecretCase(
+        "libpq_conninfo",
+        "connection: host=db port=5432 dbname=app user=app password=Pg-Pa55w0rd sslmode=require",
+        "Pg-Pa55w0rd",
+        "connection: host=db port=5432 dbname=app user=app password=[REDACTED] sslmode=require",
+    ),
+    SecretCase(
+        "ado_net_connection_string",
+        "Server=tcp:sql.example.net,1433;Database=app;User ID=app;Password=Ad0-N3t!pw;Encrypt=True;",
+        "Ad0-N3t!pw",
+        "Server=tcp:sql.example.net,1433;Database=app;User ID=app;Password=[REDACTED];Encrypt=True;",
+    ),
+    SecretCase("odbc_pwd", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=0dbcPw!;", "0dbcPw!"),
+    SecretCase(
+        "go_mysql_dsn",
+        "dsn: app:g0-dsn-pw@tcp(mysql:3306)/app?parseTime=true",
+        "g0-dsn-pw",
+        "dsn: app:[REDACTED]@tcp(mysql:3306)/app?parseTime=true",
+    ),
+    # --- assignments in text
+    SecretCase("yaml_password", "database:\n  user: app\n  password: yaml-pw-123\n", "yaml-pw-123"),
+    SecretCase(
+        "yaml_quoted_secret",
+        "client:\n  secret: 'q8 w7 e6'\n",
+        "q8 w7 e6",
+        "client:\n  secret: '[REDACTED]'\n",
+    ),
+    SecretCase("env_db_password", "export DB_PASSWORD=env-pw-456", "env-pw-456"),
+    SecretCase("ini_passwd", "[smtp]\nhost = mail\npasswd = 1ni-pw\n", "1ni-pw"),
+    SecretCase("logfmt_token", "level=info msg=login token=abc123tok user=bob", "abc123tok"),
+    SecretCase("api_key_assignment", "api_key=ak_live_77aa88bb99cc", "ak_live_77aa88bb99cc"),
+    SecretCase(
+        "json_text_api_key",
+        '{"service": "maps", "apiKey": "AK-5544-3322", "region": "eu"}',
+        "AK-5544-3322",
+        '{"service": "maps", "apiKey": "[REDACTED]", "region": "eu"}',
+    ),
+    SecretCase("json_text_client_secret", '{"client_id":"web","client_secret":"cs-9f8e7d"}', "cs-9f8e7d"),
+    SecretCase("escaped_json_in_log", 'payload="{\\"password\\":\\"esc-pw-1\\"}"', "esc-pw-1"),
+    SecretCase("cli_flag_equals", "app --db-password=flag-pw-1 --verbose", "flag-pw-1"),
+    SecretCase("cli_flag_space", "worker --password 'flag pw 2' --port 80", "flag pw 2"),
+    SecretCase("redis_requirepass_flag", "redis-server *:6379 --requirepass r3dis-pw", "r3dis-pw"),
+    SecretCase("redis_conf_directive", "bind 127.0.0.1\nrequirepass c0nf-pw\nport 6379", "c0nf-pw"),
+    SecretCase("mysql_p_flag", "mysqldump -uroot -pmy-dump-pw shop > shop.sql", "my-dump-pw"),
+    SecretCase("netrc", "machine api.example.com login bot password n3trc-pw", "n3trc-pw"),
+    SecretCase(
+        "xml_password_element",
+        "<datasource><user>app</user><password>xml-pw-7</password></datasource>",
+        "xml-pw-7",
+        "<datasource><user>app</user><password>[REDACTED]</password></datasource>",
+    ),
+    SecretCase("php_array", "'password' => 'php-pw-8',", "php-pw-8"),
+    SecretCase("java_properties", "spring.datasource.password=jdbc-pw-9", "jdbc-pw-9"),
+    SecretCase("pgpassword_env", "PGPASSWORD=pg-env-pw psql -h db", "pg-env-pw"),
+    SecretCase("mysql_pwd_env", "MYSQL_PWD=my-env-pw", "my-env-pw"),
+    SecretCase("smtp_pass_env", "SMTP_PASS=smtp-pw-10", "smtp-pw-10"),
+    SecretCase("query_access_token", "GET /callback?code=ok&access_token=qat-123456 HTTP/1.1", "qat-123456"),
+    SecretCase(
+        "docker_config_auth",
+        '{"auths": {"ghcr.io": {"auth": "dXNlcjpkb2NrZXItcHc="}}}',
+        "dXNlcjpkb2NrZXItcHc=",
+    ),
+    SecretCase(
+        "k8s_secret_data",
+        "apiVersion: v1\nkind: Secret\ndata:\n  password: cGFzc3dvcmQxMjM=\n",
+        "cGFzc3dvcmQxMjM=",
+    ),
+)
+
+LOOK_ALIKES: tuple[LookAlike, ...] = (
+    LookAlike(
+        "redis_info",
+        "keyspace_hits:42\r\nkeyspace_misses:7\r\nevicted_keys:0\r\n",
+        "key inside a counter name",
+    ),
+    LookAlike("mysql_status", "Key_reads\t1234\nKey_blocks_used\t56\nKey_writes: 9", "Key_ counters"),
+    LookAlike("monkey", "monkey: 3 bananas", "ends with 'key'"),
+    LookAlike("primary_key", "primary_key: id, key_count=12", "key as a word part, not a secret key"),
+    LookAlike(
+        "tokenizer_version", "tokenizer_version: 3, max_tokens: 4096, tokens_used: 12", "token-ish names"
+    ),
+    LookAlike("password_policy", "password_policy: strict\npassword_min_length: 12", "describes a password"),
+    LookAlike("passed_tests", "passed_tests: 41 of 42; bypass: none", "pass as part of a word"),
+    LookAlike("author_authority", "author: Jane Doe, authority: ca.example.com", "auth as part of a word"),
+    LookAlike("git_sha", "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904 (HEAD -> main)", "long hex"),
+    LookAlike("uuid", "request_id=123e4567-e89b-12d3-a456-426614174000 done", "UUID"),
+    LookAlike(
+        "akia_in_longer_word", "XAKIAIOSFODNN7EXAMPLE AKIAIOSFODNN7EXAMPLE99", "AKIA inside a longer word"
+    ),
+    LookAlike("url_without_credentials", "GET https://example.com:8443/path?q=1#top", "URL with a port"),
+    LookAlike(
+        "url_user_only", "postgres://app@db:5432/app and ssh://git@host:22/repo", "user without password"
+    ),
+    LookAlike("email", "contact ops@example.com or git@github.com:org/repo.git", "user@host"),
+    LookAlike(
+        "bearer_in_prose", "The Bearer of this letter is a friend; bearer tokens expire.", "Bearer as a word"
+    ),
+    LookAlike("basic_in_prose", "Basic authentication is enabled for /admin", "Basic as a word"),
+    LookAlike("token_type", "token_type: Bearer\nauth_method: scram-sha-256", "describes the credential"),
+    LookAlike(
+        "png_base64",
+        "thumbnail: iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+        "base64 image header",
+    ),
+    LookAlike("masked_password", "password: ********", "already masked"),
+    LookAlike("pwd_env", "PWD=/home/sonde OLDPWD=/tmp", "working directory, not a password"),
+    LookAlike(
+        "certificate",
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUWq3VZMq0\n-----END CERTIFICATE-----",
+        "PEM, but public",
+    ),
+    LookAlike("public_key", "public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGh0 sonde@web-1", "public key"),
+    LookAlike("libpq_without_password", "host=db port=5432 dbname=app user=app sslmode=require", "conninfo"),
+    LookAlike(
+        "dpkg_package_arch",
+        "status installed google-cloud-cli-gke-gcloud-auth-plugin:amd64 528.0.0-0",
+        "pkg:arch",
+    ),
+    LookAlike("libsecret_package", "configure libsecret-common:all 0.21.4-1", "secret inside a package name"),
+    LookAlike("host_port", "upstream auth.example.com:443 and auth-server:9000", "host:port"),
+    LookAlike("k8s_secret_name", "secretName: db-creds\nsecret_name: tls-cert", "names a secret"),
+    LookAlike(
+        "ssh_fingerprint",
+        "ED25519 key fingerprint is SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s.",
+        "hash",
+    ),
+    LookAlike("jwt_header_only", "alg header eyJhbGciOiJIUzI1NiJ9 only", "half a JWT"),
+    LookAlike(
+        "disk_service_name", "disk-usage-monitoring-service-prod-eu-west-1 running", "sk- inside a word"
+    ),
+    LookAlike(
+        "key_path", "ssl_certificate_key /etc/ssl/private/server.key; private_key_path: /etc/k.pem", "a path"
+    ),
+    LookAlike("requirepass_in_prose", "# requirepass is not set by default", "directive named in a comment"),
+    LookAlike("cookie_domain", "cookie_domain: .example.com\nsession: c2 (seat0)", "describes a cookie"),
+)

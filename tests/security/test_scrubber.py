@@ -1,0 +1,341 @@
+"""The scrubber: the corpus, secret-named fields, argv lists, operator patterns, counts, speed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.agent.config import AgentConfig, ConfigError, load_config
+from sonde.agent.scrubber import Scrubber
+from sonde.agent.secret_names import is_secret_name
+from tests.security.scrub_corpus import LOOK_ALIKES, SECRETS, LookAlike, SecretCase
+
+REDACTED = "[REDACTED]"
+SPEED_BOUND_S = 0.2  # a sanity bound for a loaded CI machine; the design target is a few ms
+HOSTILE_BOUND_S = 2.0  # text crafted against the patterns must still scrub in linear time
+
+
+@pytest.fixture(scope="module")
+def scrubber() -> Scrubber:
+    return Scrubber()
+
+
+def secret_case(name: str) -> SecretCase:
+    return next(case for case in SECRETS if case.name == name)
+
+
+# --- the corpus -------------------------------------------------------------------
+
+
+def test_corpus_is_big_enough_and_well_formed() -> None:
+    assert len(SECRETS) >= 40
+    assert len(LOOK_ALIKES) >= 20
+    assert len({case.name for case in SECRETS}) == len(SECRETS)
+    assert len({case.name for case in LOOK_ALIKES}) == len(LOOK_ALIKES)
+    for case in SECRETS:
+        assert case.secret in case.text, case.name
+        assert case.text.strip() != case.secret, f"{case.name}: embed the secret in surrounding text"
+
+
+@pytest.mark.parametrize("case", SECRETS, ids=lambda case: case.name)
+def test_secret_is_gone_and_counted(scrubber: Scrubber, case: SecretCase) -> None:
+    scrubbed, count = scrubber.scrub(case.text)
+    assert case.secret not in scrubbed
+    assert REDACTED in scrubbed
+    assert count == case.redactions
+    if case.expected is not None:
+        assert scrubbed == case.expected
+
+
+@pytest.mark.parametrize("case", SECRETS, ids=lambda case: case.name)
+def test_scrubbing_twice_changes_nothing_more(scrubber: Scrubber, case: SecretCase) -> None:
+    once, _ = scrubber.scrub(case.text)
+    twice, count = scrubber.scrub(once)
+    assert (twice, count) == (once, 0)
+
+
+@pytest.mark.parametrize("case", LOOK_ALIKES, ids=lambda case: case.name)
+def test_look_alike_survives_byte_for_byte(scrubber: Scrubber, case: LookAlike) -> None:
+    scrubbed, count = scrubber.scrub(case.text)
+    assert count == 0
+    assert scrubbed is case.text  # not even copied
+
+
+def test_the_whole_corpus_in_one_result(scrubber: Scrubber) -> None:
+    result = {
+        "samples": [{"line": case.text} for case in SECRETS],
+        "ordinary": [case.text for case in LOOK_ALIKES],
+    }
+    scrubbed, count = scrubber.scrub(result)
+    assert count == sum(case.redactions for case in SECRETS)
+    assert scrubbed["ordinary"] == result["ordinary"]
+    wire = json.dumps(scrubbed["samples"])
+    for case in SECRETS:
+        assert json.dumps(case.secret)[1:-1] not in wire, case.name
+    assert result["samples"][0]["line"] == SECRETS[0].text  # the input is not modified
+
+
+def test_secrets_deep_in_nested_structures(scrubber: Scrubber) -> None:
+    postgres, jwt = secret_case("postgres_url"), secret_case("jwt_in_log")
+    result = {"a": [{"b": [[postgres.text]], "c": (jwt.text, 3, None, True)}], "n": 1.5}
+    scrubbed, count = scrubber.scrub(result)
+    assert count == 2
+    assert scrubbed == {
+        "a": [{"b": [[postgres.expected]], "c": [jwt.expected, 3, None, True]}],
+        "n": 1.5,
+    }
+
+
+# --- field names ----------------------------------------------------------------------
+
+SECRET_NAMES = [
+    "password", "Password", "db_password", "dbPassword", "DB_PASSWORD", "PGPASSWORD", "passwd",
+    "passphrase", "pwd", "mysql_pwd", "db_pass", "SMTP_PASS", "secret", "client_secret",
+    "clientSecret", "token", "access_token", "authToken", "X-Auth-Token", "api_key", "apiKey",
+    "APIKey", "x-api-key", "apikey", "access_key", "AccessKey", "aws_secret_access_key",
+    "private_key", "privateKey", "private_key_id", "secret_key", "auth_key", "AccountKey",
+    "SharedAccessKey", "session_key", "credentials", "creds", "auth", "basic_auth",
+    "authorization", "Proxy-Authorization", "cookie", "Set-Cookie", "session_cookie", "jwt",
+    "requirepass", "masterauth", "storepass", "spring.datasource.password",
+]  # fmt: skip
+ORDINARY_NAMES = [
+    "keyspace_hits", "keyspace_misses", "evicted_keys", "expired_keys", "Key_reads",
+    "Key_blocks_used", "Key_writes", "monkey", "key", "keys", "primary_key", "foreign_keys",
+    "key_count", "public_key", "hub_public_key", "tokenizer_version", "max_tokens",
+    "tokens_used", "token_count", "token_type", "password_policy", "password_min_length",
+    "password_file", "secret_name", "secretName", "private_key_path", "auth_method",
+    "auth_plugin", "passed_tests", "pass_rate", "bypass", "author", "authority", "oauth",
+    "authorized_keys", "cookie_domain", "session", "PWD", "OLDPWD", "message", "name", "value",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ORDINARY_NAMES)
+def test_ordinary_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_secret_named_fields_are_redacted_whatever_their_type(scrubber: Scrubber) -> None:
+    result = {
+        "password": "hunter2",
+        "apiKey": 123456,
+        "auth": True,
+        "client_secret": 1.5,
+        "credentials": {"user": "bob", "pass": "x"},
+        "secrets": ["a", "b"],
+        "token": "",
+        "privateKey": None,
+        "cookie": [],
+        "session_key": "********",
+    }
+    scrubbed, count = scrubber.scrub(result)
+    assert scrubbed == {
+        "password": REDACTED,
+        "apiKey": REDACTED,
+        "auth": REDACTED,
+        "client_secret": REDACTED,
+        "credentials": REDACTED,
+        "secrets": REDACTED,
+        "token": "",
+        "privateKey": None,
+        "cookie": [],
+        "session_key": "********",
+    }
+    assert count == 6
+
+
+def test_ordinary_fields_survive(scrubber: Scrubber) -> None:
+    result: dict[str, Any] = {name: 42 for name in ORDINARY_NAMES}
+    result |= {"keyspace": "db0:keys=12,expires=0", "Key_reads": "1234", "monkey": "banana"}
+    scrubbed, count = scrubber.scrub(result)
+    assert (scrubbed, count) == (result, 0)
+
+
+def test_a_secret_in_a_key_is_redacted_too(scrubber: Scrubber) -> None:
+    scrubbed, count = scrubber.scrub({"postgres://app:pw@db/x": {"ok": True}, 7: "seven"})
+    assert scrubbed == {"postgres://app:[REDACTED]@db/x": {"ok": True}, 7: "seven"}
+    assert count == 1
+
+
+def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
+    result = {"processes": [{"name": "nginx", "cmdline": ["nginx", "-g", "daemon off;"]}]}
+    scrubbed, count = scrubber.scrub(result)
+    assert scrubbed is result
+    assert count == 0
+
+
+# --- argv lists ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "count"),
+    [
+        (["redis-server", "--requirepass", "foo"], ["redis-server", "--requirepass", REDACTED], 1),
+        (["app", "--token", "t0k", "--verbose"], ["app", "--token", REDACTED, "--verbose"], 1),
+        (["app", "--password", "--verbose"], ["app", "--password", "--verbose"], 0),
+        (["app", "--password=x"], ["app", "--password=" + REDACTED], 1),
+        (
+            ["/usr/bin/mysql", "-uroot", "-ps3cret", "shop"],
+            ["/usr/bin/mysql", "-uroot", "-p" + REDACTED, "shop"],
+            1,
+        ),
+        (["mysql", "-p", "shop"], ["mysql", "-p", "shop"], 0),
+        (["keytool", "-storepass", "changeit"], ["keytool", "-storepass", REDACTED], 1),
+        (["ls", "-l", "--color", "auto"], ["ls", "-l", "--color", "auto"], 0),
+        ([1, "--token", 2], [1, "--token", 2], 0),
+    ],
+)
+def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
+    assert scrubber.scrub({"cmdline": argv}) == ({"cmdline": expected}, count)
+
+
+# --- operator patterns and config -------------------------------------------------------
+
+
+def test_operator_patterns_redact_whole_matches_or_the_secret_group() -> None:
+    scrubber = Scrubber([r"EMP-\d{6}", r"pin (?P<secret>\d{4})"])
+    scrubbed, count = scrubber.scrub({"note": "badge EMP-123456, pin 4321; password=x"})
+    assert scrubbed == {"note": f"badge {REDACTED}, pin {REDACTED}; password={REDACTED}"}
+    assert count == 3
+    assert scrubber.scrub(scrubbed) == (scrubbed, 0)
+
+
+def test_operator_patterns_apply_to_strings_holding_a_nul() -> None:
+    scrubber = Scrubber([r"EMP-\d{6}"])
+    assert scrubber.scrub(["a\x00EMP-123456", "password=x"]) == (
+        [f"a\x00{REDACTED}", f"password={REDACTED}"],
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [("(unclosed", "not a valid regular expression"), ("x*", "matches the empty string")],
+)
+def test_a_bad_operator_pattern_is_a_clear_error(pattern: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem) as caught:
+        Scrubber(["fine", pattern])
+    assert f"scrub pattern 1 {pattern!r}" in str(caught.value)
+
+
+def test_a_bad_operator_pattern_fails_loading_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"scrubPatterns": ["ok", "(bad"]}))
+    path.chmod(0o600)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "scrubPatterns" in str(caught.value)
+    assert "'(bad'" in str(caught.value)
+
+
+def test_from_config_uses_the_operator_patterns() -> None:
+    scrubber = Scrubber.from_config(AgentConfig(scrub_patterns=[r"EMP-\d{6}"]))
+    assert scrubber.scrub("EMP-123456") == (REDACTED, 1)
+    assert Scrubber.from_config(None).scrub("EMP-123456") == ("EMP-123456", 0)
+
+
+def test_error_messages(scrubber: Scrubber) -> None:
+    message = "cannot connect to postgres://app:pw@db/x: password authentication failed"
+    assert scrubber.scrub_text(message) == (
+        "cannot connect to postgres://app:[REDACTED]@db/x: password authentication failed",
+        1,
+    )
+
+
+# --- speed --------------------------------------------------------------------------------
+
+
+def big_structured_result() -> dict[str, Any]:
+    processes = [
+        {
+            "pid": pid,
+            "name": f"worker-{pid % 17}",
+            "username": "www-data" if pid % 3 else "postgres",
+            "cmdline": [
+                "/usr/bin/python3",
+                "-m",
+                "gunicorn",
+                f"app.wsgi:application-{pid}",
+                "--workers",
+                "4",
+            ],
+            "status": "sleeping",
+            "memory_rss_bytes": 10_000_000 + pid,
+            "cpu_percent": 0.25,
+            "keyspace_hits": pid,
+        }
+        for pid in range(1, 900)
+    ]
+    return {"processes": processes}
+
+
+def big_text_result() -> dict[str, Any]:
+    lines = [
+        f"2024-05-01T12:{i % 60:02d}:00Z web-1 nginx[{1000 + i}]: 10.0.{i % 256}.7 - - "
+        f'"GET /api/v1/items/{i}?page=2 HTTP/1.1" 200 {512 + i} "-" "Mozilla/5.0 (X11; Linux x86_64)" '
+        f"key_count={i} user=app"
+        for i in range(1200)
+    ]
+    return {"path": "/var/log/nginx/access.log", "lines": lines[:600], "text": "\n".join(lines[600:])}
+
+
+@pytest.mark.parametrize("make", [big_structured_result, big_text_result])
+def test_a_200_kib_result_scrubs_fast(scrubber: Scrubber, make: Any) -> None:
+    result = make()
+    size = len(json.dumps(result))
+    assert size >= 200 * 1024
+    best = min(_timed(scrubber, result) for _ in range(5))
+    encode = min(_timed_json(result) for _ in range(5))
+    print(
+        f"\nscrubbed {size / 1024:.0f} KiB ({make.__name__}) in {best * 1000:.1f} ms; json.dumps {encode * 1000:.1f} ms"
+    )
+    assert best < SPEED_BOUND_S
+
+
+def _timed_json(result: dict[str, Any]) -> float:
+    started = time.process_time()
+    json.dumps(result)
+    return time.process_time() - started
+
+
+def _timed(scrubber: Scrubber, result: dict[str, Any]) -> float:
+    started = time.process_time()  # CPU time: other processes on a busy machine do not count
+    scrubbed, count = scrubber.scrub(result)
+    elapsed = time.process_time() - started
+    assert (scrubbed, count) == (result, 0)
+    return elapsed
+
+
+HOSTILE_SIZE = 200 * 1024
+HOSTILE_TEXTS = {
+    "colons_then_dsn": ":" * HOSTILE_SIZE + "@tcp(",
+    "jwt_prefixes": "eyJ" * (HOSTILE_SIZE // 3),
+    "mysql_words": "mysql " * (HOSTILE_SIZE // 6),
+    "unclosed_quotes": 'password: "' * (HOSTILE_SIZE // 11),
+    "url_heads": "://a:" * (HOSTILE_SIZE // 5),
+    "url_without_at": "://a:" + "b" * HOSTILE_SIZE,
+    "dashes": "-" * HOSTILE_SIZE,
+    "underscores": "_" * HOSTILE_SIZE,
+    "bearer_words": "bearer " * (HOSTILE_SIZE // 7),
+    "basic_without_end": "Basic " + "A" * HOSTILE_SIZE + "_",
+    "key_headers": "-----BEGIN RSA PRIVATE KEY-----" * (HOSTILE_SIZE // 31),
+    "xml_openers": "<password>" * (HOSTILE_SIZE // 10),
+    "stems": "passkeytokenauth" * (HOSTILE_SIZE // 16),
+    "flags": "--password " * (HOSTILE_SIZE // 11),
+    "directives": "\n requirepass" * (HOSTILE_SIZE // 13),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_TEXTS)
+def test_hostile_text_scrubs_in_linear_time(scrubber: Scrubber, name: str) -> None:
+    started = time.process_time()
+    scrubber.scrub({"line": HOSTILE_TEXTS[name]})
+    assert time.process_time() - started < HOSTILE_BOUND_S
