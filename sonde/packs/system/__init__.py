@@ -14,13 +14,20 @@ PACK = Pack(
 
 # Importing the probe modules declares their probes on PACK.
 from sonde.packs.system import (  # noqa: E402,F401
+    blockdev,
+    connections,
     cpu,
     disk,
+    files,
+    hardware,
     info,
+    kernel,
     listening,
+    logs,
     memory,
     network,
     process_info,
     processes,
+    reachability,
     runbook,
 )

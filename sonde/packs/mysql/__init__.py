@@ -1,0 +1,30 @@
+"""The `mysql` pack (MySQL and MariaDB): databases, process list, global status, InnoDB.
+
+Queries run through PyMySQL (pure Python) in a worker thread on a read-only
+session. Other users' threads in the process list are only visible with the
+PROCESS privilege: grant it to the agent's database user.
+"""
+
+from __future__ import annotations
+
+from sonde import __version__
+from sonde.packs.base import Detection, Pack
+from sonde.packs.services import detect_service
+
+DEFAULTS = {"host": "127.0.0.1", "port": 3306, "user": "root", "database": None}
+SOCKETS = ("/run/mysqld/mysqld.sock", "/var/run/mysqld/mysqld.sock", "/var/lib/mysql/mysql.sock")
+
+
+def detect_mysql() -> Detection:
+    return detect_service("MySQL/MariaDB", "pymysql", "PyMySQL", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+
+
+PACK = Pack(
+    name="mysql",
+    version=__version__,
+    description="MySQL and MariaDB: database sizes, process list, QPS and connection usage, slow queries, InnoDB.",
+    detect=detect_mysql,
+    categories=("mysql",),
+)
+
+from sonde.packs.mysql import probes, runbook, status  # noqa: E402,F401

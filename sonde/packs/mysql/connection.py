@@ -1,0 +1,82 @@
+"""Run read-only SQL against MySQL/MariaDB in a worker thread, errors turned into our vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sonde.packs.base import ProbeUnavailable
+from sonde.packs.context import ProbeContext
+from sonde.packs.mysql import DEFAULTS
+from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
+
+READ_TIMEOUT_S = 10
+ACCESS_DENIED = {1044, 1045, 1142, 1227, 1698}  # db access, login (1698: no password), table, privilege
+PRIVILEGE_HINT = "grant the agent's database user the PROCESS privilege (and SELECT on information_schema)"
+
+Query = tuple[str, Sequence[Any]]
+
+
+class MysqlParams(ServiceParams):
+    """Connection to MySQL/MariaDB (password only from the agent config)."""
+
+
+def mysql_endpoint(ctx: ProbeContext, params: MysqlParams) -> Endpoint:
+    return endpoint(params, ctx.settings.for_pack("mysql"), DEFAULTS)
+
+
+def _connect(where: Endpoint) -> Any:
+    # imported here so the pack loads (and reports "not detected") without the driver
+    import pymysql
+    import pymysql.cursors
+
+    address: dict[str, Any] = (
+        {"unix_socket": where.host}
+        if where.host.startswith("/")
+        else {"host": where.host, "port": where.port}
+    )
+    return pymysql.connect(
+        **address,
+        user=where.user,
+        password=where.password or "",
+        database=where.database,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        autocommit=True,
+        cursorclass=pymysql.cursors.DictCursor,
+    )
+
+
+def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]]:
+    try:
+        import pymysql
+    except ImportError:
+        raise ProbeUnavailable("the PyMySQL driver is missing: install sonde[databases]") from None
+    try:
+        with _connect(where) as connection, connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION READ ONLY")
+            results = []
+            for sql, args in queries:
+                cursor.execute(sql, args or None)
+                results.append(list(cursor.fetchall()))
+            return results
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        text = str(exc.args[1] if len(exc.args) > 1 else exc)[:300]
+        if code in ACCESS_DENIED:
+            raise PermissionError(f"MySQL at {where.where()} refused: {text}; {PRIVILEGE_HINT}") from None
+        if not isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+            raise  # our SQL is wrong for this server: a probe failure, not an absent service
+        raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
+
+
+async def run_queries(ctx: ProbeContext, params: MysqlParams, *queries: Query) -> list[list[dict[str, Any]]]:
+    """Each query's rows (as dicts), over one connection opened and closed in a worker thread."""
+    return await ctx.in_thread(_run, mysql_endpoint(ctx, params), queries)
+
+
+def as_number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

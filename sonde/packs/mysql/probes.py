@@ -1,0 +1,112 @@
+"""MySQL/MariaDB databases with their sizes, and the process list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from sonde.packs.base import Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.mysql import PACK
+from sonde.packs.mysql.connection import MysqlParams, run_queries
+
+QUERY_MAX_CHARS = 1000
+DATABASES = """
+SELECT s.SCHEMA_NAME AS name,
+       CAST(COALESCE(SUM(t.DATA_LENGTH + t.INDEX_LENGTH), 0) AS UNSIGNED) AS size_bytes,
+       CAST(COALESCE(SUM(t.DATA_FREE), 0) AS UNSIGNED) AS free_bytes,
+       COUNT(t.TABLE_NAME) AS tables
+FROM information_schema.SCHEMATA s
+LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
+WHERE %s OR s.SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
+GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name LIMIT %s"""
+PROCESSES = f"""
+SELECT ID AS id, USER AS user, HOST AS host, DB AS db, COMMAND AS command, TIME AS time_s,
+       STATE AS state, LEFT(INFO, {QUERY_MAX_CHARS}) AS query
+FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep') AND TIME >= %s
+ORDER BY TIME DESC, ID LIMIT %s"""
+
+
+class DatabasesParams(MysqlParams):
+    include_system: bool = Field(
+        default=False, strict=True, description="Include mysql, sys and the schemas."
+    )
+    limit: int = Field(default=100, ge=1, le=1000, strict=True, description="At most this many databases.")
+
+
+class Database(Result):
+    name: str
+    size_bytes: int
+    free_bytes: int
+    tables: int
+
+
+class Databases(Result):
+    databases: list[Database]
+    total_size_bytes: int
+    truncated: bool
+
+
+@PACK.probe(
+    "mysql.databases.sizes",
+    """MySQL/MariaDB databases, largest first: data plus index size in bytes, reclaimable
+    free bytes and table count (from information_schema; only databases this user can
+    see), with the total. Use it for 'what fills the disk' on a database server.""",
+    timeout_s=20,
+)
+async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
+    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_system, params.limit + 1)))
+    shown = [Database(**row) for row in rows[: params.limit]]
+    return Databases(
+        databases=shown,
+        total_size_bytes=sum(db.size_bytes for db in shown),
+        truncated=len(rows) > params.limit,
+    )
+
+
+class ProcessParams(MysqlParams):
+    include_sleeping: bool = Field(
+        default=False, strict=True, description="Include idle ('Sleep') connections."
+    )
+    min_time_s: int = Field(
+        default=0, ge=0, le=86_400, strict=True, description="In its state at least this long."
+    )
+    limit: int = Field(default=50, ge=1, le=500, strict=True, description="At most this many threads.")
+
+
+class Thread(Result):
+    id: int
+    user: str | None
+    host: str | None
+    db: str | None
+    command: str | None
+    time_s: int | None
+    state: str | None
+    query: str | None
+
+
+class ProcessList(Result):
+    threads: list[Thread]
+    truncated: bool
+
+
+def thread(row: dict[str, Any]) -> Thread:
+    return Thread(**{**row, "time_s": int(row["time_s"]) if row["time_s"] is not None else None})
+
+
+@PACK.probe(
+    "mysql.processes.list",
+    """MySQL/MariaDB threads (the process list), longest-running first: ID, user, client
+    host, database, command, seconds in the current state, state and the statement (cut to
+    1000 characters). Idle connections are left out unless include_sleeping. Other users'
+    threads need the PROCESS privilege.""",
+    timeout_s=15,
+)
+async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
+    args = (params.include_sleeping, params.min_time_s, params.limit + 1)
+    [rows] = await run_queries(ctx, params, (PROCESSES, args))
+    return ProcessList(
+        threads=[thread(row) for row in rows[: params.limit]], truncated=len(rows) > params.limit
+    )

@@ -1,0 +1,163 @@
+"""Global status of MySQL/MariaDB: QPS, connection usage, slow queries, and the InnoDB summary.
+
+``SHOW GLOBAL STATUS`` counters are cumulative since start. QPS and the slow
+query rate are measured over a short sample (`interval_s`): the counters are
+read twice with a `trio.sleep` in between (no thread sleeps), and the
+differences divided by the time that passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+from pydantic import Field
+
+from sonde.packs.base import Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.mysql import PACK
+from sonde.packs.mysql.connection import MysqlParams, as_number, run_queries
+
+STATUS = "SHOW GLOBAL STATUS"
+VARIABLES = (
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+    "('max_connections', 'long_query_time', 'slow_query_log', 'version', 'version_comment', "
+    "'innodb_buffer_pool_size')"
+)
+
+
+def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {str(row["Variable_name"]).lower(): str(row["Value"]) for row in rows}
+
+
+class StatusParams(MysqlParams):
+    interval_s: float = Field(
+        default=1.0, ge=0, le=10, strict=True, description="Sample QPS over this long (0: since start)."
+    )
+
+
+class StatusSummary(Result):
+    version: str
+    uptime_s: int
+    threads_connected: int
+    threads_running: int
+    max_connections: int
+    connection_usage_percent: float
+    max_used_connections: int
+    aborted_connects: int
+    refused_max_connections: int | None
+    queries_per_second: float
+    qps_since_start: float
+    slow_queries_total: int
+    slow_queries_per_minute: float
+    long_query_time_s: float | None
+    slow_query_log: bool
+    sample_s: float
+
+
+def _int(status: Mapping[str, str], name: str) -> int:
+    value = as_number(status.get(name))
+    return int(value) if value is not None else 0
+
+
+def summarize_status(
+    before: Mapping[str, str], after: Mapping[str, str], variables: Mapping[str, str], elapsed_s: float
+) -> StatusSummary:
+    """The summary from two ``SHOW GLOBAL STATUS`` readings ``elapsed_s`` apart (the same one twice for 0)."""
+    uptime = max(_int(after, "uptime"), 1)
+    max_connections = _int(variables, "max_connections") or 1
+    connected = _int(after, "threads_connected")
+    slow_delta = _int(after, "slow_queries") - _int(before, "slow_queries")
+    questions_delta = _int(after, "questions") - _int(before, "questions")
+    refused = as_number(after.get("connection_errors_max_connections"))
+    return StatusSummary(
+        version=" ".join(filter(None, (variables.get("version"), variables.get("version_comment")))),
+        uptime_s=uptime,
+        threads_connected=connected,
+        threads_running=_int(after, "threads_running"),
+        max_connections=max_connections,
+        connection_usage_percent=round(connected * 100 / max_connections, 1),
+        max_used_connections=_int(after, "max_used_connections"),
+        aborted_connects=_int(after, "aborted_connects"),
+        refused_max_connections=int(refused) if refused is not None else None,
+        queries_per_second=round(questions_delta / elapsed_s, 2)
+        if elapsed_s > 0
+        else round(_int(after, "questions") / uptime, 2),
+        qps_since_start=round(_int(after, "questions") / uptime, 2),
+        slow_queries_total=_int(after, "slow_queries"),
+        slow_queries_per_minute=round(slow_delta * 60 / elapsed_s, 2)
+        if elapsed_s > 0
+        else round(_int(after, "slow_queries") * 60 / uptime, 2),
+        long_query_time_s=as_number(variables.get("long_query_time")),
+        slow_query_log=variables.get("slow_query_log", "").upper() in {"ON", "1"},
+        sample_s=round(elapsed_s, 3),
+    )
+
+
+@PACK.probe(
+    "mysql.status.summary",
+    """MySQL/MariaDB global status: version, uptime, connected and running threads against
+    max_connections (percent used), highest use since start, aborted and refused
+    connections, queries per second over an `interval_s` sample and since start, slow
+    queries (total and per minute over the sample), long_query_time and whether the slow
+    query log is on. Use it for 'is the database overloaded' or 'too many connections'.""",
+    timeout_s=25,
+)
+async def status_summary(ctx: ProbeContext, params: StatusParams) -> StatusSummary:
+    before_rows, variables = await run_queries(ctx, params, (STATUS, ()), (VARIABLES, ()))
+    started = trio.current_time()
+    if params.interval_s > 0:
+        await trio.sleep(params.interval_s)
+        [after_rows] = await run_queries(ctx, params, (STATUS, ()))
+    else:
+        after_rows = before_rows
+    elapsed = trio.current_time() - started if params.interval_s > 0 else 0.0
+    return summarize_status(as_dict(before_rows), as_dict(after_rows), as_dict(variables), elapsed)
+
+
+class InnodbSummary(Result):
+    buffer_pool_size_bytes: int | None
+    buffer_pool_hit_percent: float | None
+    read_requests: int
+    disk_reads: int
+    pages_total: int
+    pages_free: int
+    pages_dirty: int
+    row_lock_waits: int
+    row_lock_current_waits: int
+    row_lock_time_avg_ms: float | None
+    deadlocks: int | None
+
+
+def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) -> InnodbSummary:
+    requests = _int(status, "innodb_buffer_pool_read_requests")
+    reads = _int(status, "innodb_buffer_pool_reads")
+    size = as_number(variables.get("innodb_buffer_pool_size"))
+    deadlocks = as_number(status.get("innodb_deadlocks"))
+    return InnodbSummary(
+        buffer_pool_size_bytes=int(size) if size is not None else None,
+        buffer_pool_hit_percent=round((1 - reads / requests) * 100, 2) if requests else None,
+        read_requests=requests,
+        disk_reads=reads,
+        pages_total=_int(status, "innodb_buffer_pool_pages_total"),
+        pages_free=_int(status, "innodb_buffer_pool_pages_free"),
+        pages_dirty=_int(status, "innodb_buffer_pool_pages_dirty"),
+        row_lock_waits=_int(status, "innodb_row_lock_waits"),
+        row_lock_current_waits=_int(status, "innodb_row_lock_current_waits"),
+        row_lock_time_avg_ms=as_number(status.get("innodb_row_lock_time_avg")),
+        deadlocks=int(deadlocks) if deadlocks is not None else None,
+    )
+
+
+@PACK.probe(
+    "mysql.innodb.summary",
+    """InnoDB since start: buffer pool size, hit ratio (read requests served without a disk
+    read, percent), pages total/free/dirty, row lock waits (total and now), average row
+    lock wait in ms, and deadlocks where the server counts them (MariaDB). Use it for
+    slow queries caused by I/O or lock contention.""",
+    timeout_s=15,
+)
+async def innodb_summary(ctx: ProbeContext, params: MysqlParams) -> InnodbSummary:
+    status, variables = await run_queries(ctx, params, (STATUS, ()), (VARIABLES, ()))
+    return summarize_innodb(as_dict(status), as_dict(variables))

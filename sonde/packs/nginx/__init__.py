@@ -1,0 +1,29 @@
+"""The `nginx` pack: config test, error and access logs, and a status summary from the access log.
+
+Log paths come from the probe's ``path`` param, else the agent config
+(``packs: {nginx: {access_log: ..., error_log: ..., config: ...}}``), else
+Debian's defaults; every path must lie inside the agent's allowed paths.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from sonde import __version__
+from sonde.packs.base import Detection, Pack, Requirements
+
+
+def detect_nginx() -> Detection:
+    return Detection(True, f"nginx is installed at {shutil.which('nginx')}")
+
+
+PACK = Pack(
+    name="nginx",
+    version=__version__,
+    description="nginx config test, error and access log tails, and requests by status from the access log.",
+    requires=Requirements(commands=("nginx",), groups=("adm",)),
+    detect=detect_nginx,
+    categories=("nginx",),
+)
+
+from sonde.packs.nginx import probes, runbook  # noqa: E402,F401

@@ -1,0 +1,196 @@
+"""nginx's log formats and `nginx -t` output. Pure: text in, values out.
+
+Access log, the predefined ``combined`` format::
+
+    $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
+    "$http_referer" "$http_user_agent"
+
+(``common`` is the same without the last two fields.) Error log::
+
+    2024/05/06 10:11:12 [error] 1234#1234: *5 connect() failed (111: ...) while
+    connecting to upstream, client: 127.0.0.1, server: _, request: "GET /x HTTP/1.1", ...
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+QUOTED = r'"((?:[^"\\]|\\.)*)"'
+ACCESS_LINE = re.compile(
+    r"^(?P<addr>\S+) \S+ (?P<user>\S+) \[(?P<time>[^\]]+)\] "
+    + QUOTED.replace("(", "(?P<request>", 1)
+    + r" (?P<status>\d{3}) (?P<bytes>\d+|-)"
+    + r"(?: "
+    + QUOTED.replace("(", "(?P<referer>", 1)
+    + " "
+    + QUOTED.replace("(", "(?P<agent>", 1)
+    + ")?"
+)
+ERROR_LINE = re.compile(
+    r"^(?P<time>\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}) \[(?P<level>[a-z]+)\] (?P<pid>\d+)#\d+: (?:\*(?P<conn>\d+) )?(?P<msg>.*)$"
+)
+ERROR_CONTEXT = re.compile(r', (client|server|request|upstream|host): "?([^",]*)"?')
+# "nginx: [emerg] ..." by default; error-log style "2024/05/06 10:11:12 [emerg] 1#1: ..." with -e stderr
+TEST_MESSAGE = re.compile(
+    r"^(?:nginx: |\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} )\[(?P<level>[a-z]+)\] (?:\d+#\d+: )?"
+    r"(?P<text>.*?)(?: in (?P<file>/\S+?):(?P<line>\d+))?$"
+)
+ERROR_LEVELS = ("debug", "info", "notice", "warn", "error", "crit", "alert", "emerg")
+TEXT_MAX_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class AccessEntry:
+    address: str
+    time: str | None
+    method: str | None
+    path: str | None
+    status: int
+    bytes_sent: int
+    user_agent: str | None
+
+
+def parse_time_local(text: str) -> str | None:
+    """``06/May/2024:10:11:12 +0200`` as ISO 8601 UTC."""
+    try:
+        moment = datetime.datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z")
+    except ValueError:
+        return None
+    return moment.astimezone(datetime.UTC).isoformat()
+
+
+def parse_access_line(line: str) -> AccessEntry | None:
+    match = ACCESS_LINE.match(line)
+    if match is None:
+        return None
+    parts = match["request"].split(" ")
+    method, path = (parts[0], parts[1].split("?", 1)[0]) if len(parts) >= 2 else (None, None)
+    return AccessEntry(
+        address=match["addr"],
+        time=parse_time_local(match["time"]),
+        method=method,
+        path=path[:TEXT_MAX_CHARS] if path else None,
+        status=int(match["status"]),
+        bytes_sent=int(match["bytes"]) if match["bytes"].isdigit() else 0,
+        user_agent=match["agent"][:TEXT_MAX_CHARS] if match["agent"] else None,
+    )
+
+
+@dataclass(frozen=True)
+class AccessSummary:
+    lines: int
+    requests: int
+    unparsed: int
+    by_status_class: dict[str, int]
+    server_error_percent: float | None
+    client_error_percent: float | None
+    bytes_sent: int
+    first_time: str | None
+    last_time: str | None
+    top_paths: list[tuple[str, int, int]]  # path, requests, of which 5xx
+    top_clients: list[tuple[str, int]]
+
+
+def summarize_access(lines: Iterable[str], top: int) -> AccessSummary:
+    """Requests by status class, 5xx and 4xx share, top paths and clients over ``lines``."""
+    entries = []
+    count = 0
+    for line in lines:
+        count += 1
+        entry = parse_access_line(line)
+        if entry is not None:
+            entries.append(entry)
+    classes = Counter(f"{entry.status // 100}xx" for entry in entries)
+    paths = Counter(entry.path or "-" for entry in entries)
+    failing = Counter(entry.path or "-" for entry in entries if entry.status >= 500)
+    total = len(entries)
+    times = [entry.time for entry in entries if entry.time]
+    return AccessSummary(
+        lines=count,
+        requests=total,
+        unparsed=count - total,
+        by_status_class={name: classes.get(name, 0) for name in ("1xx", "2xx", "3xx", "4xx", "5xx")},
+        server_error_percent=round(classes["5xx"] * 100 / total, 2) if total else None,
+        client_error_percent=round(classes["4xx"] * 100 / total, 2) if total else None,
+        bytes_sent=sum(entry.bytes_sent for entry in entries),
+        first_time=min(times) if times else None,
+        last_time=max(times) if times else None,
+        top_paths=[(path, n, failing.get(path, 0)) for path, n in paths.most_common(top)],
+        top_clients=Counter(entry.address for entry in entries).most_common(top),
+    )
+
+
+@dataclass(frozen=True)
+class ErrorEntry:
+    time: str
+    level: str
+    pid: int
+    connection: int | None
+    message: str
+    client: str | None
+    request: str | None
+    upstream: str | None
+
+
+def parse_error_line(line: str) -> ErrorEntry | None:
+    match = ERROR_LINE.match(line)
+    if match is None:
+        return None
+    context = dict(ERROR_CONTEXT.findall(match["msg"]))
+    return ErrorEntry(
+        time=match["time"].replace("/", "-").replace(" ", "T"),
+        level=match["level"],
+        pid=int(match["pid"]),
+        connection=int(match["conn"]) if match["conn"] else None,
+        message=match["msg"][:TEXT_MAX_CHARS],
+        client=context.get("client"),
+        request=context.get("request"),
+        upstream=context.get("upstream"),
+    )
+
+
+@dataclass(frozen=True)
+class TestMessage:
+    level: str
+    text: str
+    file: str | None
+    line: int | None
+
+
+@dataclass(frozen=True)
+class ConfigTest:
+    syntax_ok: bool
+    successful: bool
+    config_file: str | None
+    messages: list[TestMessage]
+
+
+def parse_config_test(output: str) -> ConfigTest:
+    """What ``nginx -t`` printed (it writes to stderr)."""
+    messages = []
+    config_file = None
+    for line in output.splitlines():
+        found = re.search(r"configuration file (\S+) (?:syntax is|test)", line)
+        if found:
+            config_file = found[1]
+        match = TEST_MESSAGE.match(line.strip())
+        if match:
+            number = match["line"]
+            messages.append(
+                TestMessage(
+                    match["level"],
+                    match["text"][:TEXT_MAX_CHARS],
+                    match["file"],
+                    int(number) if number else None,
+                )
+            )
+    return ConfigTest(
+        syntax_ok="syntax is ok" in output,
+        successful="test is successful" in output,
+        config_file=config_file,
+        messages=messages,
+    )

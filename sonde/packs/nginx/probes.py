@@ -1,0 +1,235 @@
+"""nginx probes: config test, error log, access log and a status summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from sonde.packs.base import NoParams, Params, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.nginx import PACK
+from sonde.packs.nginx.logformat import (
+    ERROR_LEVELS,
+    parse_access_line,
+    parse_config_test,
+    parse_error_line,
+    summarize_access,
+)
+from sonde.packs.system.textfile import AbsolutePath, tail_lines
+
+DEFAULT_ACCESS_LOG = "/var/log/nginx/access.log"
+DEFAULT_ERROR_LOG = "/var/log/nginx/error.log"
+PERMISSION_NOTE = (
+    "nginx -t could not open files it needs as this user; run the agent with read access to the "
+    "config (and the 'adm' group for the logs), or read this as a permission problem, not a config error"
+)
+
+
+def log_path(ctx: ProbeContext, given: str | None, key: str, default: str) -> Path:
+    configured = ctx.settings.for_pack("nginx").get(key)
+    return ctx.allowed_path(given or (str(configured) if configured else default))
+
+
+class ConfigMessage(Result):
+    level: str
+    text: str
+    file: str | None
+    line: int | None
+
+
+class ConfigTestResult(Result):
+    ok: bool
+    syntax_ok: bool
+    config_file: str | None
+    version: str | None
+    messages: list[ConfigMessage]
+    permission_problem: bool
+    note: str | None
+
+
+async def _version(ctx: ProbeContext) -> str | None:
+    output = await ctx.run(["nginx", "-v"])
+    text = (output.stderr or output.stdout).strip()
+    return text.split("nginx/", 1)[1].split()[0] if "nginx/" in text else None
+
+
+@PACK.probe(
+    "nginx.config.test",
+    """Run `nginx -t` on the configured config file (agent config nginx.config, else
+    nginx's default): whether the test passed, whether the syntax is ok, the config file,
+    the nginx version and every message with level, file and line. `permission_problem`
+    says the failure is about what this user may open, not the configuration itself.""",
+    timeout_s=20,
+)
+async def config_test(ctx: ProbeContext, params: NoParams) -> ConfigTestResult:
+    config = ctx.settings.for_pack("nginx").get("config")
+    argv = ["nginx", "-t", "-e", "stderr"]
+    if config:
+        argv += ["-c", str(config)]
+    output = await ctx.run(argv)
+    if "invalid option" in output.stderr:  # nginx before 1.19.5 has no -e
+        output = await ctx.run([item for item in argv if item not in ("-e", "stderr")])
+    tested = parse_config_test(output.stderr + output.stdout)
+    denied = "Permission denied" in output.stderr
+    return ConfigTestResult(
+        ok=tested.successful and output.returncode == 0,
+        syntax_ok=tested.syntax_ok,
+        config_file=tested.config_file,
+        version=await _version(ctx),
+        messages=[
+            ConfigMessage(level=m.level, text=m.text, file=m.file, line=m.line) for m in tested.messages
+        ],
+        permission_problem=denied,
+        note=PERMISSION_NOTE if denied else None,
+    )
+
+
+class LogParams(Params):
+    path: AbsolutePath | None = Field(default=None, description="Log file; default from the agent config.")
+    lines: int = Field(default=100, ge=1, le=2000, strict=True, description="The last N lines.")
+
+
+class ErrorLogParams(LogParams):
+    min_level: Literal["debug", "info", "notice", "warn", "error", "crit", "alert", "emerg"] = "warn"
+
+
+class ErrorLogEntry(Result):
+    time: str
+    level: str
+    pid: int
+    connection: int | None
+    message: str
+    client: str | None
+    request: str | None
+    upstream: str | None
+
+
+class ErrorLog(Result):
+    path: str
+    counts_by_level: dict[str, int]
+    entries: list[ErrorLogEntry]
+    unparsed: int
+
+
+@PACK.probe(
+    "nginx.logs.error",
+    """The last `lines` lines of nginx's error log (allowed paths only), parsed: time (server
+    local time), level, worker PID, connection, message, and the client, request and
+    upstream it names; entries below `min_level` are counted but not listed. Use it for
+    'why does nginx answer 502' (upstream refused, timed out) or failing reloads.""",
+    timeout_s=15,
+)
+async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
+    path = log_path(ctx, params.path, "error_log", DEFAULT_ERROR_LOG)
+    found = await ctx.in_thread(tail_lines, path, params.lines)
+    parsed = [parse_error_line(line) for line in found.lines]
+    entries = [entry for entry in parsed if entry is not None]
+    counts = {level: sum(1 for e in entries if e.level == level) for level in ERROR_LEVELS}
+    floor = ERROR_LEVELS.index(params.min_level)
+    return ErrorLog(
+        path=str(path),
+        counts_by_level=counts,
+        entries=[ErrorLogEntry(**vars(e)) for e in entries if e.level in ERROR_LEVELS[floor:]],
+        unparsed=len(parsed) - len(entries),
+    )
+
+
+class AccessLogEntry(Result):
+    address: str
+    time: str | None
+    method: str | None
+    path: str | None
+    status: int
+    bytes_sent: int
+    user_agent: str | None
+
+
+class AccessLog(Result):
+    path: str
+    entries: list[AccessLogEntry]
+    unparsed_lines: list[str]
+
+
+@PACK.probe(
+    "nginx.logs.access",
+    """The last `lines` requests of nginx's access log (combined or common format, allowed
+    paths only): client address, time (ISO 8601 UTC), method, path without query string,
+    status, bytes sent and user agent. Lines in another format are returned raw (at most
+    20).""",
+    timeout_s=15,
+)
+async def access_log(ctx: ProbeContext, params: LogParams) -> AccessLog:
+    path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
+    found = await ctx.in_thread(tail_lines, path, params.lines)
+    entries, unparsed = [], []
+    for line in found.lines:
+        entry = parse_access_line(line)
+        if entry is None:
+            unparsed.append(line)
+        else:
+            entries.append(AccessLogEntry(**vars(entry)))
+    return AccessLog(path=str(path), entries=entries, unparsed_lines=unparsed[:20])
+
+
+class SummaryParams(Params):
+    path: AbsolutePath | None = Field(default=None, description="Access log; default from the agent config.")
+    lines: int = Field(default=1000, ge=1, le=100_000, strict=True, description="Summarize the last N lines.")
+    top: int = Field(default=10, ge=1, le=50, strict=True, description="How many top paths and clients.")
+
+
+class PathCount(Result):
+    path: str
+    requests: int
+    server_errors: int
+
+
+class ClientCount(Result):
+    address: str
+    requests: int
+
+
+class StatusSummary(Result):
+    path: str
+    lines: int
+    requests: int
+    unparsed: int
+    by_status_class: dict[str, int]
+    server_error_percent: float | None
+    client_error_percent: float | None
+    bytes_sent: int
+    first_time: str | None
+    last_time: str | None
+    top_paths: list[PathCount]
+    top_clients: list[ClientCount]
+    complete: bool
+
+
+@PACK.probe(
+    "nginx.status.summary",
+    """Traffic over the last `lines` requests of the access log: requests by status class
+    (1xx-5xx), the share of 5xx and 4xx in percent, bytes sent, the time span covered, the
+    top paths (with their 5xx count) and the top clients. Use it for 'is nginx serving
+    errors', 'what is hammering this server'.""",
+    timeout_s=20,
+)
+async def status_summary(ctx: ProbeContext, params: SummaryParams) -> StatusSummary:
+    path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
+    found = await ctx.in_thread(tail_lines, path, params.lines)
+    summary = await ctx.in_thread(summarize_access, found.lines, params.top)
+    return StatusSummary(
+        path=str(path),
+        lines=summary.lines,
+        requests=summary.requests,
+        unparsed=summary.unparsed,
+        by_status_class=summary.by_status_class,
+        server_error_percent=summary.server_error_percent,
+        client_error_percent=summary.client_error_percent,
+        bytes_sent=summary.bytes_sent,
+        first_time=summary.first_time,
+        last_time=summary.last_time,
+        top_paths=[PathCount(path=p, requests=n, server_errors=e) for p, n, e in summary.top_paths],
+        top_clients=[ClientCount(address=a, requests=n) for a, n in summary.top_clients],
+        complete=found.complete,
+    )

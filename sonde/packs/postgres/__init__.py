@@ -1,0 +1,32 @@
+"""The `postgres` pack: databases, connections, long and blocked queries, replication, cache.
+
+Queries run through psycopg 3 in a worker thread (`ctx.in_thread`), on a
+read-only session with a statement timeout. Numbers from probe params are
+bound as query parameters, never pasted into SQL text. Other users' query text
+is only visible to superusers and members of ``pg_monitor`` (or
+``pg_read_all_stats``): grant the agent's database user that role.
+"""
+
+from __future__ import annotations
+
+from sonde import __version__
+from sonde.packs.base import Detection, Pack
+from sonde.packs.services import detect_service
+
+DEFAULTS = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": "postgres"}
+SOCKETS = ("/var/run/postgresql/.s.PGSQL.5432", "/tmp/.s.PGSQL.5432")
+
+
+def detect_postgres() -> Detection:
+    return detect_service("PostgreSQL", "psycopg", "psycopg", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+
+
+PACK = Pack(
+    name="postgres",
+    version=__version__,
+    description="PostgreSQL: database sizes, connections vs max, long and blocked queries, replication, cache hits.",
+    detect=detect_postgres,
+    categories=("postgres",),
+)
+
+from sonde.packs.postgres import activity, runbook, server  # noqa: E402,F401

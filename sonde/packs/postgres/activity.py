@@ -1,0 +1,189 @@
+"""What PostgreSQL's clients are doing: connections by state, long-running and blocked queries.
+
+All of it reads ``pg_stat_activity`` (client backends only, the probe's own
+session left out) and ``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from sonde.packs.base import Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.postgres import PACK
+from sonde.packs.postgres.connection import PostgresParams, run_queries
+
+QUERY_MAX_CHARS = 1000
+CLIENTS = "backend_type = 'client backend' AND pid <> pg_backend_pid()"
+
+CONNECTIONS_BY_STATE = f"""
+SELECT coalesce(state, 'unknown') AS state, count(*) AS n
+FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 1"""
+CONNECTIONS_BY_DATABASE = f"""
+SELECT coalesce(datname, '') AS name, count(*) AS n
+FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"""
+CONNECTIONS_BY_USER = f"""
+SELECT coalesce(usename, '') AS name, count(*) AS n
+FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"""
+SETTINGS = """
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       current_setting('server_version') AS version"""
+SESSION_COLUMNS = f"""
+pid, usename AS user, datname AS database, application_name, client_addr::text AS client,
+state, wait_event_type, wait_event,
+extract(epoch FROM now() - query_start)::float8 AS duration_s,
+extract(epoch FROM now() - xact_start)::float8 AS transaction_s,
+left(query, {QUERY_MAX_CHARS}) AS query"""
+LONG_RUNNING = f"""
+SELECT {SESSION_COLUMNS} FROM pg_stat_activity
+WHERE {CLIENTS} AND state IS DISTINCT FROM 'idle'
+  AND query_start < now() - make_interval(secs => %s)
+ORDER BY query_start LIMIT %s"""
+BLOCKED = f"""
+SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
+WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
+BLOCKERS = f"SELECT {SESSION_COLUMNS} FROM pg_stat_activity WHERE pid = ANY(%s)"
+LOCK_COUNTS = "SELECT mode, granted, count(*) AS n FROM pg_locks GROUP BY 1, 2 ORDER BY 1, 2"
+
+
+class Counted(Result):
+    name: str
+    connections: int
+
+
+class ConnectionUsage(Result):
+    server_version: str
+    max_connections: int
+    superuser_reserved: int
+    total: int
+    usage_percent: float
+    by_state: dict[str, int]
+    by_database: list[Counted]
+    by_user: list[Counted]
+
+
+@PACK.probe(
+    "postgres.connections.usage",
+    """PostgreSQL client connections against max_connections: total, percent used, counts by
+    state (active, idle, idle in transaction, ...), and the top databases and users by
+    connections; plus the server version. Use it for 'too many connections' errors.""",
+    timeout_s=15,
+)
+async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
+    by_state, by_database, by_user, settings = await run_queries(
+        ctx,
+        params,
+        (CONNECTIONS_BY_STATE, ()),
+        (CONNECTIONS_BY_DATABASE, ()),
+        (CONNECTIONS_BY_USER, ()),
+        (SETTINGS, ()),
+    )
+    limits = settings[0]
+    total = sum(row["n"] for row in by_state) + 1  # the probe's own session counts against the limit too
+    return ConnectionUsage(
+        server_version=limits["version"],
+        max_connections=limits["max_connections"],
+        superuser_reserved=limits["reserved"],
+        total=total,
+        usage_percent=round(total * 100 / limits["max_connections"], 1),
+        by_state={row["state"]: row["n"] for row in by_state},
+        by_database=[Counted(name=row["name"], connections=row["n"]) for row in by_database],
+        by_user=[Counted(name=row["name"], connections=row["n"]) for row in by_user],
+    )
+
+
+class Session(Result):
+    pid: int
+    user: str | None
+    database: str | None
+    application_name: str | None
+    client: str | None
+    state: str | None
+    wait_event_type: str | None
+    wait_event: str | None
+    duration_s: float | None
+    transaction_s: float | None
+    query: str | None
+
+
+class LongParams(PostgresParams):
+    min_duration_s: float = Field(
+        default=60, ge=0, le=86_400, strict=True, description="Running at least this long."
+    )
+    limit: int = Field(default=20, ge=1, le=200, strict=True, description="At most this many queries.")
+
+
+class LongRunning(Result):
+    min_duration_s: float
+    queries: list[Session]
+    truncated: bool
+
+
+def session(row: dict[str, Any]) -> Session:
+    return Session(**{key: row[key] for key in Session.model_fields})
+
+
+@PACK.probe(
+    "postgres.queries.long_running",
+    """Queries (and open transactions) running for at least `min_duration_s` seconds, longest
+    first: PID, user, database, application, client, state, what it waits on, seconds
+    running, seconds in its transaction, and the query (cut to 1000 characters; other users'
+    text needs pg_monitor).""",
+    timeout_s=15,
+)
+async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
+    [rows] = await run_queries(ctx, params, (LONG_RUNNING, (params.min_duration_s, params.limit + 1)))
+    return LongRunning(
+        min_duration_s=params.min_duration_s,
+        queries=[session(row) for row in rows[: params.limit]],
+        truncated=len(rows) > params.limit,
+    )
+
+
+class BlockedSession(Session):
+    blocking_pids: list[int]
+
+
+class LockParams(PostgresParams):
+    limit: int = Field(
+        default=50, ge=1, le=500, strict=True, description="At most this many blocked sessions."
+    )
+
+
+class LockCount(Result):
+    mode: str
+    granted: bool
+    count: int
+
+
+class Locks(Result):
+    blocked: list[BlockedSession]
+    blockers: list[Session]
+    lock_counts: list[LockCount]
+    truncated: bool
+
+
+@PACK.probe(
+    "postgres.locks.blocked",
+    """Sessions waiting on a lock held by another, with the PIDs blocking them
+    (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction');
+    plus lock counts by mode, granted or waiting. Use it for 'queries hang' or 'deadlock'.""",
+    timeout_s=15,
+)
+async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:
+    blocked, counts = await run_queries(ctx, params, (BLOCKED, (params.limit + 1,)), (LOCK_COUNTS, ()))
+    blocked = blocked[: params.limit + 1]
+    blocker_pids = sorted({pid for row in blocked for pid in row["blocking_pids"]})
+    [blockers] = await run_queries(ctx, params, (BLOCKERS, (blocker_pids,))) if blocker_pids else [[]]
+    return Locks(
+        blocked=[
+            BlockedSession(**session(row).model_dump(), blocking_pids=row["blocking_pids"])
+            for row in blocked[: params.limit]
+        ],
+        blockers=[session(row) for row in blockers],
+        lock_counts=[LockCount(mode=row["mode"], granted=row["granted"], count=row["n"]) for row in counts],
+        truncated=len(blocked) > params.limit,
+    )

@@ -1,0 +1,70 @@
+"""Run read-only SQL against PostgreSQL in a worker thread, errors turned into our vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sonde.packs.base import ProbeUnavailable
+from sonde.packs.context import ProbeContext
+from sonde.packs.postgres import DEFAULTS
+from sonde.packs.services import CONNECT_TIMEOUT_S, DatabaseName, Endpoint, ServiceParams, endpoint
+
+STATEMENT_TIMEOUT_MS = 10_000
+SESSION_OPTIONS = f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+MONITOR_HINT = "grant the agent's database user the pg_monitor role"
+
+Query = tuple[str, Sequence[Any]]
+
+
+class PostgresParams(ServiceParams):
+    """Connection to PostgreSQL (password only from the agent config)."""
+
+    database: DatabaseName | None = None
+
+
+def postgres_endpoint(ctx: ProbeContext, params: PostgresParams) -> Endpoint:
+    return endpoint(params, ctx.settings.for_pack("postgres"), DEFAULTS, params.database)
+
+
+def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]]:
+    try:
+        import psycopg
+        from psycopg.rows import dict_row
+    except ImportError:
+        raise ProbeUnavailable("the psycopg driver is missing: install sonde[databases]") from None
+    try:
+        with psycopg.connect(
+            host=where.host,
+            port=where.port,
+            user=where.user,
+            password=where.password,
+            dbname=where.database,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name="sonde",
+            options=SESSION_OPTIONS,
+            autocommit=True,
+            row_factory=dict_row,
+        ) as connection:
+            results = []
+            for sql, args in queries:
+                with connection.cursor() as cursor:
+                    cursor.execute(sql, args)  # type: ignore[arg-type]  # constant SQL, bound args
+                    results.append(cursor.fetchall())
+            return results
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise PermissionError(f"PostgreSQL refused: {exc}; {MONITOR_HINT}") from None
+    except psycopg.OperationalError as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "authentication failed" in text or "no pg_hba.conf entry" in text:
+            raise PermissionError(
+                f"PostgreSQL at {where.where()} refused user {where.user!r}: {text}"
+            ) from None
+        raise ProbeUnavailable(f"PostgreSQL is not available at {where.where()}: {text}") from None
+
+
+async def run_queries(
+    ctx: ProbeContext, params: PostgresParams, *queries: Query
+) -> list[list[dict[str, Any]]]:
+    """Each query's rows (as dicts), over one connection opened and closed in a worker thread."""
+    return await ctx.in_thread(_run, postgres_endpoint(ctx, params), queries)

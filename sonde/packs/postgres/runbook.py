@@ -1,0 +1,133 @@
+"""The `postgres` category: connection usage, long and blocked queries, cache hits, replication lag."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+
+from sonde.packs.postgres import PACK
+from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check
+
+MIB = 1024 * 1024
+THRESHOLDS: dict[str, Threshold] = {
+    "connection_usage_percent": Threshold(warning=80, critical=90, unit="%"),
+    "long_query_s": Threshold(warning=60, critical=300, unit=" s"),
+    "blocked_queries": Threshold(warning=1, critical=5),
+    "cache_hit_percent": Threshold(warning=90, critical=80, above=False, unit="%"),
+    "replication_lag_s": Threshold(warning=30, critical=300, unit=" s"),
+    "replication_lag_bytes": Threshold(warning=64 * MIB, critical=1024 * MIB, unit=" bytes"),
+}
+MIN_BLOCK_ACCESSES = 10_000  # a hit ratio over fewer block accesses says little
+
+
+def connection_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    states = ", ".join(f"{state} {n}" for state, n in reading.get("by_state", {}).items())
+    return check(
+        thresholds["connection_usage_percent"],
+        reading.get("usage_percent"),
+        "postgres.connections.usage",
+        "PostgreSQL uses {value} of max_connections",
+        f"{reading.get('total')} of {reading.get('max_connections')} connections ({states}); new clients "
+        "will be refused at the limit. Look for leaks ('idle') or add a pooler.",
+    )
+
+
+def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    queries = reading.get("queries", [])
+    if not queries:
+        return []
+    longest = max(queries, key=lambda q: q["duration_s"] or 0)
+    return check(
+        thresholds["long_query_s"],
+        round(longest["duration_s"] or 0, 1),
+        "postgres.queries.long_running",
+        "A PostgreSQL query has been running for {value}",
+        f"{len(queries)} long-running; the longest is PID {longest['pid']} ({longest['state']}, user "
+        f"{longest['user']}): {(longest['query'] or '')[:200]}",
+    )
+
+
+def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    blocked = reading.get("blocked", [])
+    blockers = sorted({pid for row in blocked for pid in row["blocking_pids"]})
+    return check(
+        thresholds["blocked_queries"],
+        len(blocked),
+        "postgres.locks.blocked",
+        "{value} PostgreSQL sessions are blocked by locks",
+        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on PIDs {blockers[:10]}.",
+    )
+
+
+def cache_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    if reading.get("hits", 0) + reading.get("reads", 0) < MIN_BLOCK_ACCESSES:
+        return []
+    return check(
+        thresholds["cache_hit_percent"],
+        reading.get("hit_percent"),
+        "postgres.cache.hit_ratio",
+        "PostgreSQL buffer cache hit ratio is only {value}",
+        "Many reads miss shared_buffers; consider raising it or look for sequential scans.",
+    )
+
+
+def replication_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    probe = "postgres.replication.status"
+    found: list[Finding] = []
+    standby = reading.get("standby")
+    if standby is not None:
+        found += check(
+            thresholds["replication_lag_s"],
+            standby.get("replay_delay_s"),
+            probe,
+            "This standby replays {value} behind its primary",
+            f"WAL receiver: {standby.get('receiver_status')}.",
+        )
+    for replica in reading.get("replicas", []):
+        name = replica.get("application_name") or replica.get("client")
+        found += check(
+            thresholds["replication_lag_s"],
+            replica.get("replay_lag_s"),
+            probe,
+            f"Replica {name} lags {{value}} behind",
+            f"state {replica.get('state')}, {replica.get('sync_state')}.",
+        )
+        found += check(
+            thresholds["replication_lag_bytes"],
+            replica.get("replay_lag_bytes"),
+            probe,
+            f"Replica {name} lags {{value}} of WAL behind",
+            f"state {replica.get('state')}.",
+        )
+    for slot in reading.get("slots", []):
+        if not slot.get("active"):
+            found += check(
+                thresholds["replication_lag_bytes"],
+                slot.get("retained_wal_bytes"),
+                probe,
+                f"Inactive replication slot {slot['name']} retains {{value}} of WAL",
+                "An unused slot keeps WAL until the disk fills; drop it if its consumer is gone.",
+            )
+    return found
+
+
+def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
+    return Runbook(
+        category="postgres",
+        description="PostgreSQL connection usage, long and blocked queries, cache hit ratio and replication lag.",
+        steps=(
+            RunbookStep("postgres.connections.usage", partial(connection_findings, thresholds)),
+            RunbookStep(
+                "postgres.queries.long_running",
+                partial(long_query_findings, thresholds),
+                {"min_duration_s": thresholds["long_query_s"].warning},
+            ),
+            RunbookStep("postgres.locks.blocked", partial(blocked_findings, thresholds)),
+            RunbookStep("postgres.cache.hit_ratio", partial(cache_findings, thresholds)),
+            RunbookStep("postgres.replication.status", partial(replication_findings, thresholds)),
+        ),
+    )
+
+
+RUNBOOK = build_runbook()
+PACK.runbooks[RUNBOOK.category] = RUNBOOK

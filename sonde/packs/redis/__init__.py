@@ -1,0 +1,30 @@
+"""The `redis` pack: server info, keyspace, memory, slow log and replication.
+
+Commands go through redis-py (pure Python) in a worker thread; only read
+commands are sent (INFO, SLOWLOG GET/LEN). Where Redis ACLs are on, the agent's
+user needs ``+info +slowlog``; its password only comes from the agent config.
+"""
+
+from __future__ import annotations
+
+from sonde import __version__
+from sonde.packs.base import Detection, Pack
+from sonde.packs.services import detect_service
+
+DEFAULTS = {"host": "127.0.0.1", "port": 6379, "user": None, "database": None}
+SOCKETS = ("/run/redis/redis-server.sock", "/var/run/redis/redis-server.sock", "/run/redis/redis.sock")
+
+
+def detect_redis() -> Detection:
+    return detect_service("Redis", "redis", "redis-py", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+
+
+PACK = Pack(
+    name="redis",
+    version=__version__,
+    description="Redis: version, clients, memory vs maxmemory, evictions, keyspace, slow log and replication.",
+    detect=detect_redis,
+    categories=("redis",),
+)
+
+from sonde.packs.redis import probes, runbook  # noqa: E402,F401

@@ -1,0 +1,75 @@
+"""Talk to Redis in a worker thread; INFO comes back as raw text for `parse_info`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sonde.packs.base import ProbeUnavailable
+from sonde.packs.context import ProbeContext
+from sonde.packs.redis import DEFAULTS
+from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
+
+T = TypeVar("T")
+COMMAND_TIMEOUT_S = 10
+ACL_HINT = "the agent's Redis user needs '+info +slowlog' (ACL) and its password in the agent config"
+
+
+class RedisParams(ServiceParams):
+    """Connection to Redis (password only from the agent config)."""
+
+
+def redis_endpoint(ctx: ProbeContext, params: RedisParams) -> Endpoint:
+    return endpoint(params, ctx.settings.for_pack("redis"), DEFAULTS)
+
+
+def _client(where: Endpoint) -> Any:
+    # imported here so the pack loads (and reports "not detected") without the driver
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    address: dict[str, Any] = (
+        {"unix_socket_path": where.host}
+        if where.host.startswith("/")
+        else {"host": where.host, "port": where.port}
+    )
+    client = redis.Redis(
+        **address,
+        username=where.user,
+        password=where.password,
+        socket_timeout=COMMAND_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),  # one attempt: a probe reports, the hub decides whether to ask again
+    )
+    client.set_response_callback("INFO", lambda response, **options: response)
+    return client
+
+
+def _run(where: Endpoint, work: Callable[[Any], T]) -> T:
+    try:
+        import redis
+    except ImportError:
+        raise ProbeUnavailable("the redis-py driver is missing: install sonde[databases]") from None
+    try:
+        with _client(where) as client:
+            return work(client)
+    except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+        raise PermissionError(f"Redis at {where.where()} refused: {exc}; {ACL_HINT}") from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise ProbeUnavailable(f"Redis is not available at {where.where()}: {exc}") from None
+    except redis.exceptions.ResponseError as exc:
+        if "NOAUTH" in str(exc) or "NOPERM" in str(exc):
+            raise PermissionError(f"Redis at {where.where()} refused: {exc}; {ACL_HINT}") from None
+        raise
+
+
+async def with_redis(ctx: ProbeContext, params: RedisParams, work: Callable[[Any], T]) -> T:
+    """``work(client)`` over one connection opened and closed in a worker thread."""
+    return await ctx.in_thread(_run, redis_endpoint(ctx, params), work)
+
+
+def info_text(client: Any) -> str:
+    """The default INFO sections (server, clients, memory, stats, replication, keyspace, ...)."""
+    return str(client.execute_command("INFO"))

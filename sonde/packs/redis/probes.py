@@ -1,0 +1,251 @@
+"""Redis probes: server info, keyspace, memory, slow log and replication."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
+
+from sonde.packs.base import Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.redis import PACK
+from sonde.packs.redis.connection import RedisParams, info_text, with_redis
+from sonde.packs.redis.info import hit_percent, integer, keyspace, number, parse_info, replicas
+from sonde.packs.system.info import iso_utc
+
+COMMAND_MAX_CHARS = 200
+
+
+async def read_info(ctx: ProbeContext, params: RedisParams) -> dict[str, str]:
+    return parse_info(await with_redis(ctx, params, info_text))
+
+
+class ServerInfo(Result):
+    version: str | None
+    mode: str | None
+    role: str | None
+    uptime_s: int | None
+    connected_clients: int | None
+    blocked_clients: int | None
+    maxclients: int | None
+    used_memory_bytes: int | None
+    maxmemory_bytes: int | None
+    total_keys: int
+    ops_per_second: int | None
+    total_commands: int | None
+    rejected_connections: int | None
+    evicted_keys: int | None
+    expired_keys: int | None
+    keyspace_hit_percent: float | None
+
+
+def server_info(info: Mapping[str, str]) -> ServerInfo:
+    return ServerInfo(
+        version=info.get("redis_version"),
+        mode=info.get("redis_mode"),
+        role=info.get("role"),
+        uptime_s=integer(info, "uptime_in_seconds"),
+        connected_clients=integer(info, "connected_clients"),
+        blocked_clients=integer(info, "blocked_clients"),
+        maxclients=integer(info, "maxclients"),
+        used_memory_bytes=integer(info, "used_memory"),
+        maxmemory_bytes=integer(info, "maxmemory"),
+        total_keys=sum(db.get("keys", 0) for db in keyspace(info).values()),
+        ops_per_second=integer(info, "instantaneous_ops_per_sec"),
+        total_commands=integer(info, "total_commands_processed"),
+        rejected_connections=integer(info, "rejected_connections"),
+        evicted_keys=integer(info, "evicted_keys"),
+        expired_keys=integer(info, "expired_keys"),
+        keyspace_hit_percent=hit_percent(integer(info, "keyspace_hits"), integer(info, "keyspace_misses")),
+    )
+
+
+@PACK.probe(
+    "redis.server.info",
+    """Redis at a glance: version, mode, role, uptime, connected and blocked clients against
+    maxclients, used memory and maxmemory in bytes, total keys, ops per second, commands
+    processed, connections rejected (maxclients reached), keys evicted and expired since
+    start, and the keyspace hit percent.""",
+    timeout_s=15,
+)
+async def redis_server_info(ctx: ProbeContext, params: RedisParams) -> ServerInfo:
+    return server_info(await read_info(ctx, params))
+
+
+class Database(Result):
+    db: int
+    keys: int
+    expires: int
+    avg_ttl_ms: int | None
+
+
+class Keyspace(Result):
+    total_keys: int
+    databases: list[Database]
+
+
+@PACK.probe(
+    "redis.keyspace.summary",
+    """Keys per Redis database: key count, keys with a TTL and average TTL in ms, with the
+    total. Use it to see which database holds the data and whether keys expire.""",
+    timeout_s=15,
+)
+async def redis_keyspace(ctx: ProbeContext, params: RedisParams) -> Keyspace:
+    found = keyspace(await read_info(ctx, params))
+    databases = [
+        Database(db=db, keys=v.get("keys", 0), expires=v.get("expires", 0), avg_ttl_ms=v.get("avg_ttl"))
+        for db, v in found.items()
+    ]
+    return Keyspace(total_keys=sum(d.keys for d in databases), databases=databases)
+
+
+class Memory(Result):
+    used_bytes: int | None
+    rss_bytes: int | None
+    peak_bytes: int | None
+    dataset_bytes: int | None
+    fragmentation_ratio: float | None
+    maxmemory_bytes: int | None
+    maxmemory_policy: str | None
+    used_percent_of_max: float | None
+    evicted_keys: int | None
+    allocator: str | None
+
+
+def memory(info: Mapping[str, str]) -> Memory:
+    used = integer(info, "used_memory")
+    limit = integer(info, "maxmemory")
+    return Memory(
+        used_bytes=used,
+        rss_bytes=integer(info, "used_memory_rss"),
+        peak_bytes=integer(info, "used_memory_peak"),
+        dataset_bytes=integer(info, "used_memory_dataset"),
+        fragmentation_ratio=number(info, "mem_fragmentation_ratio"),
+        maxmemory_bytes=limit,
+        maxmemory_policy=info.get("maxmemory_policy"),
+        used_percent_of_max=round(used * 100 / limit, 2) if used is not None and limit else None,
+        evicted_keys=integer(info, "evicted_keys"),
+        allocator=info.get("mem_allocator"),
+    )
+
+
+@PACK.probe(
+    "redis.memory.details",
+    """Redis memory: used, RSS, peak and dataset bytes, fragmentation ratio, maxmemory and
+    its policy, percent of maxmemory used (null when there is no limit) and keys evicted
+    since start. Near maxmemory Redis evicts keys or, with noeviction, refuses writes.""",
+    timeout_s=15,
+)
+async def redis_memory(ctx: ProbeContext, params: RedisParams) -> Memory:
+    return memory(await read_info(ctx, params))
+
+
+class SlowlogParams(RedisParams):
+    limit: int = Field(default=20, ge=1, le=128, strict=True, description="The latest N entries.")
+
+
+class SlowEntry(Result):
+    id: int
+    time: str
+    duration_us: int
+    command: str
+    client: str | None
+    client_name: str | None
+
+
+class Slowlog(Result):
+    length: int
+    entries: list[SlowEntry]
+    truncated: bool
+
+
+def _slowlog(client: Any, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    return int(client.slowlog_len()), list(client.slowlog_get(limit))
+
+
+def slow_entry(raw: Mapping[str, Any]) -> SlowEntry:
+    command = str(raw.get("command", ""))
+    return SlowEntry(
+        id=int(raw["id"]),
+        time=iso_utc(int(raw["start_time"])),
+        duration_us=int(raw["duration"]),
+        command=command if len(command) <= COMMAND_MAX_CHARS else command[: COMMAND_MAX_CHARS - 1] + "…",
+        client=raw.get("client_address") or None,
+        client_name=raw.get("client_name") or None,
+    )
+
+
+@PACK.probe(
+    "redis.slowlog.entries",
+    """The latest Redis slow log entries (commands slower than slowlog-log-slower-than):
+    id, time, duration in µs, the command with its arguments (cut to 200 characters:
+    arguments may hold data), client address and name; with the log length.""",
+    timeout_s=15,
+)
+async def redis_slowlog(ctx: ProbeContext, params: SlowlogParams) -> Slowlog:
+    length, raw = await with_redis(ctx, params, lambda client: _slowlog(client, params.limit))
+    return Slowlog(length=length, entries=[slow_entry(r) for r in raw], truncated=length > len(raw))
+
+
+class Replica(Result):
+    address: str
+    state: str | None
+    offset: int | None
+    lag_bytes: int | None
+    lag_s: int | None
+
+
+class Replication(Result):
+    role: str | None
+    connected_replicas: int | None
+    replicas: list[Replica]
+    master_offset: int | None
+    master_host: str | None
+    master_port: int | None
+    master_link_status: str | None
+    master_last_io_s: int | None
+    master_link_down_s: int | None
+    sync_in_progress: bool | None
+
+
+def replication(info: Mapping[str, str]) -> Replication:
+    master_offset = integer(info, "master_repl_offset")
+    rows = []
+    for replica in replicas(info):
+        offset = integer(replica, "offset")
+        rows.append(
+            Replica(
+                address=f"{replica.get('ip')}:{replica.get('port')}",
+                state=replica.get("state"),
+                offset=offset,
+                lag_bytes=master_offset - offset
+                if master_offset is not None and offset is not None
+                else None,
+                lag_s=integer(replica, "lag"),
+            )
+        )
+    sync = info.get("master_sync_in_progress")
+    return Replication(
+        role=info.get("role"),
+        connected_replicas=integer(info, "connected_slaves"),
+        replicas=rows,
+        master_offset=master_offset,
+        master_host=info.get("master_host"),
+        master_port=integer(info, "master_port"),
+        master_link_status=info.get("master_link_status"),
+        master_last_io_s=integer(info, "master_last_io_seconds_ago"),
+        master_link_down_s=integer(info, "master_link_down_since_seconds"),
+        sync_in_progress=sync == "1" if sync is not None else None,
+    )
+
+
+@PACK.probe(
+    "redis.replication.status",
+    """Redis replication: role; on a primary each replica's address, state, offset, lag in
+    bytes and seconds; on a replica its primary, link status (up/down), seconds since the
+    last I/O with it, how long the link has been down and whether a sync is in progress.""",
+    timeout_s=15,
+)
+async def redis_replication(ctx: ProbeContext, params: RedisParams) -> Replication:
+    return replication(await read_info(ctx, params))

@@ -1,0 +1,89 @@
+"""The `redis` category: memory near maxmemory, evictions, rejected connections, replication link down."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+
+from sonde.packs.redis import PACK
+from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check
+
+THRESHOLDS: dict[str, Threshold] = {
+    "memory_percent_of_max": Threshold(warning=80, critical=95, unit="%"),
+    "evicted_keys": Threshold(warning=1, critical=10_000),
+    "rejected_connections": Threshold(warning=1, critical=100),
+    "replica_lag_s": Threshold(warning=10, critical=60, unit=" s"),
+}
+
+
+def memory_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    probe = "redis.memory.details"
+    found = check(
+        thresholds["memory_percent_of_max"],
+        reading.get("used_percent_of_max"),
+        probe,
+        "Redis uses {value} of maxmemory",
+        f"{reading.get('used_bytes')} of {reading.get('maxmemory_bytes')} bytes; policy "
+        f"{reading.get('maxmemory_policy')}: at the limit Redis "
+        f"{'refuses writes' if reading.get('maxmemory_policy') == 'noeviction' else 'evicts keys'}.",
+    )
+    found += check(
+        thresholds["evicted_keys"],
+        reading.get("evicted_keys"),
+        probe,
+        "Redis has evicted {value} keys since start",
+        f"Keys were dropped to stay under maxmemory ({reading.get('maxmemory_bytes')} bytes, policy "
+        f"{reading.get('maxmemory_policy')}); if Redis is not a pure cache, data was lost.",
+    )
+    return found
+
+
+def client_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    return check(
+        thresholds["rejected_connections"],
+        reading.get("rejected_connections"),
+        "redis.server.info",
+        "Redis has rejected {value} connections since start",
+        f"maxclients ({reading.get('maxclients')}) was reached; {reading.get('connected_clients')} "
+        "clients are connected now.",
+    )
+
+
+def replication_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    probe = "redis.replication.status"
+    found: list[Finding] = []
+    if reading.get("master_link_status") == "down":
+        found.append(
+            Finding(
+                "critical",
+                "Redis replica has lost its primary",
+                f"Link to {reading.get('master_host')}:{reading.get('master_port')} is down "
+                f"(for {reading.get('master_link_down_s')} s); this replica serves stale data.",
+                probe,
+            )
+        )
+    for replica in reading.get("replicas", []):
+        found += check(
+            thresholds["replica_lag_s"],
+            replica.get("lag_s"),
+            probe,
+            f"Redis replica {replica['address']} lags {{value}}",
+            f"state {replica.get('state')}.",
+        )
+    return found
+
+
+def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
+    return Runbook(
+        category="redis",
+        description="Redis memory against maxmemory, evictions, rejected connections and replication.",
+        steps=(
+            RunbookStep("redis.memory.details", partial(memory_findings, thresholds)),
+            RunbookStep("redis.server.info", partial(client_findings, thresholds)),
+            RunbookStep("redis.replication.status", partial(replication_findings, thresholds)),
+        ),
+    )
+
+
+RUNBOOK = build_runbook()
+PACK.runbooks[RUNBOOK.category] = RUNBOOK

@@ -1,0 +1,106 @@
+"""Helpers for packs that talk to a local service (postgres, mysql, redis).
+
+Connection details come from three places, first one wins: the probe's params
+(host, port, user, database: bounded and patterned), the agent config
+(``packs: {postgres: {host: ..., password: ...}}``), then the pack's defaults.
+A password is only ever read from the agent config, never from probe params,
+so it cannot travel through the hub or appear in an audit log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from sonde.packs.base import Detection, Params
+
+DETECT_CONNECT_TIMEOUT_S = 0.3
+CONNECT_TIMEOUT_S = 5
+
+ServiceHost = Annotated[
+    str,
+    Field(
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}|/[A-Za-z0-9._/-]{1,200})$",
+        strict=True,
+        description="Host name, IP address, or (postgres, mysql) the directory or path of a unix socket.",
+    ),
+]
+ServicePort = Annotated[int, Field(ge=1, le=65535, strict=True, description="TCP port.")]
+ServiceUser = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,62}$", strict=True, description="User to log in as.")
+]
+DatabaseName = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_$.-]{0,62}$", strict=True, description="Database name.")
+]
+
+
+class ServiceParams(Params):
+    """Where the service is; every field falls back to the agent config, then the default."""
+
+    host: ServiceHost | None = None
+    port: ServicePort | None = None
+    user: ServiceUser | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    database: str | None
+
+    def where(self) -> str:
+        return self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
+
+
+def endpoint(
+    params: ServiceParams, config: Mapping[str, Any], defaults: Mapping[str, Any], database: str | None = None
+) -> Endpoint:
+    """The endpoint for ``params``, completed from the pack's agent ``config``, then ``defaults``."""
+
+    def pick(name: str, given: Any) -> Any:
+        if given is not None:
+            return given
+        return config.get(name, defaults.get(name))
+
+    return Endpoint(
+        host=str(pick("host", params.host)),
+        port=int(pick("port", params.port)),
+        user=pick("user", params.user),
+        password=config.get("password"),
+        database=pick("database", database),
+    )
+
+
+def driver_installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def port_answers(host: str, port: int, timeout_s: float = DETECT_CONNECT_TIMEOUT_S) -> bool:
+    """True when a TCP connect to ``host:port`` succeeds within ``timeout_s`` (for detection only)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def detect_service(
+    name: str, module: str, package: str, sockets: tuple[str, ...], host: str, port: int
+) -> Detection:
+    """Detected when the driver is importable and a unix socket exists or the port answers."""
+    if not driver_installed(module):
+        return Detection(False, f"the {package} driver is missing: install sonde[databases]")
+    for path in sockets:
+        if os.path.exists(path):
+            return Detection(True, f"{name} socket at {path}")
+    if port_answers(host, port):
+        return Detection(True, f"{name} answers on {host}:{port}")
+    return Detection(False, f"no {name} here: no socket ({', '.join(sockets)}) and nothing on {host}:{port}")

@@ -1,0 +1,230 @@
+"""Directory and file listings, and a bounded file read, inside the allowed paths only.
+
+Every path goes through ``ProbeContext.allowed_path`` (symlinks resolved, then
+checked against the agent's allow-list). Directory sizes are summed with
+``os.scandir`` without following symlinks; the walk stops after
+`MAX_WALK_ENTRIES` entries and says so (``complete: false``), so a huge tree
+costs a bounded amount of time.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from sonde.packs.base import Params, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.system import PACK
+from sonde.packs.system.info import iso_utc
+from sonde.packs.system.textfile import AbsolutePath, permission_error, read_text
+
+MAX_WALK_ENTRIES = 200_000
+READ_MAX_BYTES = 1024 * 1024
+SortKey = Literal["name", "size", "mtime"]
+EntryKind = Literal["file", "directory", "symlink", "other"]
+
+
+class ListingParams(Params):
+    path: AbsolutePath
+    sort_by: SortKey = "name"
+    descending: bool = Field(default=False, strict=True, description="Largest/newest/last name first.")
+    limit: int = Field(default=100, ge=1, le=1000, strict=True, description="Top-N entries to return.")
+
+
+class Entry(Result):
+    name: str
+    kind: EntryKind
+    size_bytes: int
+    mtime: str
+    mode: str
+    uid: int
+
+
+class Listing(Result):
+    path: str
+    sort_by: SortKey
+    total_entries: int
+    entries: list[Entry]
+    truncated: bool
+    complete: bool = Field(description="False when a directory size walk hit its entry cap.")
+    unreadable: list[str]
+
+
+@dataclass(frozen=True)
+class Stat:
+    name: str
+    kind: EntryKind
+    size: int
+    mtime: float
+    mode: int
+    uid: int
+
+
+def kind_of(mode: int) -> EntryKind:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def sort_entries(entries: list[Stat], sort_by: SortKey, descending: bool, limit: int) -> list[Stat]:
+    """``entries`` ordered by ``sort_by`` (name breaks ties), cut to ``limit``."""
+    keys: dict[str, Callable[[Stat], tuple[float | str, str]]] = {
+        "name": lambda e: (e.name, e.name),
+        "size": lambda e: (e.size, e.name),
+        "mtime": lambda e: (e.mtime, e.name),
+    }
+    return sorted(entries, key=keys[sort_by], reverse=descending)[:limit]
+
+
+def _entry(item: Stat) -> Entry:
+    return Entry(
+        name=item.name,
+        kind=item.kind,
+        size_bytes=item.size,
+        mtime=iso_utc(item.mtime),
+        mode=stat.filemode(item.mode),
+        uid=item.uid,
+    )
+
+
+def _scan(directory: Path) -> tuple[list[Stat], list[str]]:
+    found: list[Stat] = []
+    unreadable: list[str] = []
+    try:
+        items = list(os.scandir(directory))
+    except PermissionError:
+        raise permission_error(directory) from None
+    except NotADirectoryError:
+        raise ValueError(f"{directory}: not a directory") from None
+    except FileNotFoundError:
+        raise ValueError(f"{directory}: no such directory") from None
+    for item in items:
+        try:
+            info = item.stat(follow_symlinks=False)
+        except OSError:  # vanished or unreadable meanwhile
+            unreadable.append(item.name)
+            continue
+        found.append(
+            Stat(item.name, kind_of(info.st_mode), info.st_size, info.st_mtime, info.st_mode, info.st_uid)
+        )
+    return found, unreadable
+
+
+def tree_size(root: Path, budget: list[int]) -> tuple[int, bool]:
+    """Bytes under ``root`` (no symlinks followed); ``budget[0]`` entries may be visited in all."""
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            items = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for item in items:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return total, False
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_size
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(Path(item.path))
+    return total, True
+
+
+def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
+    found, unreadable = _scan(directory)
+    chosen = [item for item in found if item.kind == only]
+    complete = True
+    if only == "directory" and params.sort_by == "size":
+        budget = [MAX_WALK_ENTRIES]
+        sized = []
+        for item in chosen:
+            size, done = tree_size(directory / item.name, budget)
+            complete = complete and done
+            sized.append(Stat(item.name, item.kind, size, item.mtime, item.mode, item.uid))
+        chosen = sized
+    top = sort_entries(chosen, params.sort_by, params.descending, params.limit)
+    return Listing(
+        path=str(directory),
+        sort_by=params.sort_by,
+        total_entries=len(chosen),
+        entries=[_entry(item) for item in top],
+        truncated=len(chosen) > len(top),
+        complete=complete,
+        unreadable=unreadable[:100],
+    )
+
+
+@PACK.probe(
+    "system.files.list",
+    """Regular files directly inside a directory (allowed paths only): name, size in bytes,
+    modification time (ISO 8601 UTC), mode and owner uid, sorted by name, size or mtime
+    (`descending` for largest/newest first) and cut to `limit`. Use it to find big or
+    recently changed files, e.g. in /var/log.""",
+    timeout_s=15,
+)
+async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
+    directory = ctx.allowed_path(params.path)
+    return await ctx.in_thread(_list, directory, params, "file")
+
+
+@PACK.probe(
+    "system.files.directories",
+    """Subdirectories directly inside a directory (allowed paths only), sorted by name,
+    mtime or size; with sort_by=size each size is the total of everything beneath it (like
+    `du`, symlinks not followed, at most 200,000 entries walked: `complete` says whether
+    the walk finished). Use it to find what fills a disk.""",
+    timeout_s=30,
+)
+async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing:
+    directory = ctx.allowed_path(params.path)
+    return await ctx.in_thread(_list, directory, params, "directory")
+
+
+class ReadParams(Params):
+    path: AbsolutePath
+    max_bytes: int = Field(
+        default=64 * 1024, ge=1, le=READ_MAX_BYTES, strict=True, description="Read at most this many bytes."
+    )
+
+
+class FileContent(Result):
+    path: str
+    size_bytes: int
+    bytes_read: int
+    content: str
+    truncated: bool
+
+
+def _read(path: Path, max_bytes: int) -> FileContent:
+    read = read_text(path, max_bytes)
+    return FileContent(
+        path=str(path),
+        size_bytes=read.size_bytes,
+        bytes_read=read.bytes_read,
+        content=read.text,
+        truncated=read.truncated,
+    )
+
+
+@PACK.probe(
+    "system.files.read",
+    """The start of a text file (allowed paths only, symlinks resolved first), up to
+    `max_bytes` (default 64 KiB, at most 1 MiB): content, file size and whether it was
+    cut. Binary files, directories, devices and FIFOs are refused. Use it to read a config
+    file or a small report; for logs prefer system.logs.tail.""",
+    timeout_s=10,
+)
+async def files_read(ctx: ProbeContext, params: ReadParams) -> FileContent:
+    path = ctx.allowed_path(params.path)
+    return await ctx.in_thread(_read, path, params.max_bytes)

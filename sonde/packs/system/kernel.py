@@ -1,0 +1,164 @@
+"""The kernel ring buffer (dmesg), filtered by level.
+
+``dmesg --json`` (util-linux 2.38+) gives ``{"dmesg": [{"pri", "time", "msg"}]}``
+where ``pri`` is facility * 8 + level. Older dmesg has no --json; then
+``dmesg -x`` text is parsed instead: ``kern  :err   : [   12.345678] message``.
+Reading the buffer needs CAP_SYSLOG when ``kernel.dmesg_restrict`` is 1 (the
+default on most distributions).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import psutil
+from pydantic import Field
+
+from sonde.packs.base import Params, ProbeUnavailable, Requirements, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.system import PACK
+from sonde.packs.system.info import iso_utc
+
+Level = Literal["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
+LEVELS: tuple[Level, ...] = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+FACILITIES = (
+    "kern",
+    "user",
+    "mail",
+    "daemon",
+    "auth",
+    "syslog",
+    "lpr",
+    "news",
+    "uucp",
+    "cron",
+    "authpriv",
+    "ftp",
+)
+TEXT_LINE = re.compile(
+    r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*: \[\s*(?P<time>\d+\.\d+)\] ?(?P<msg>.*)$"
+)
+MESSAGE_MAX_CHARS = 2000
+DMESG_MAX_BYTES = 32 * 1024 * 1024  # the largest log_buf_len is 32 MiB
+RESTRICTED_HINT = (
+    "reading the kernel ring buffer is restricted (kernel.dmesg_restrict=1): the agent needs "
+    "CAP_SYSLOG (e.g. AmbientCapabilities=CAP_SYSLOG in its unit), or read /var/log/kern.log "
+    "with the 'adm' group through system.logs.tail"
+)
+
+
+class KernelParams(Params):
+    max_level: Level = Field(default="warn", description="Keep messages of this level and more severe.")
+    limit: int = Field(default=100, ge=1, le=2000, strict=True, description="The last N matching messages.")
+
+
+class KernelMessage(Result):
+    level: Level
+    facility: str
+    seconds_since_boot: float
+    time: str
+    message: str
+
+
+class KernelMessages(Result):
+    max_level: Level
+    counts_by_level: dict[str, int]
+    messages: list[KernelMessage]
+    truncated: bool
+    source: Literal["json", "text"]
+
+
+def _message(level: int, facility: str, seconds: float, text: str, boot_time: float) -> KernelMessage:
+    cut = text if len(text) <= MESSAGE_MAX_CHARS else text[: MESSAGE_MAX_CHARS - 1] + "…"
+    return KernelMessage(
+        level=LEVELS[level],
+        facility=facility,
+        seconds_since_boot=seconds,
+        time=iso_utc(boot_time + seconds),
+        message=cut,
+    )
+
+
+def parse_dmesg_json(text: str, boot_time: float) -> list[KernelMessage]:
+    entries: list[dict[str, Any]] = json.loads(text).get("dmesg", []) if text.strip() else []
+    messages = []
+    for entry in entries:
+        pri = int(entry.get("pri", 6))
+        facility_index = pri >> 3
+        facility = (
+            FACILITIES[facility_index] if facility_index < len(FACILITIES) else f"local{facility_index - 16}"
+        )
+        messages.append(
+            _message(pri & 7, facility, float(entry.get("time", 0.0)), str(entry.get("msg", "")), boot_time)
+        )
+    return messages
+
+
+def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
+    """``dmesg -x`` output; continuation lines are appended to the message before them."""
+    messages: list[KernelMessage] = []
+    for line in text.splitlines():
+        match = TEXT_LINE.match(line)
+        if match and match["level"] in LEVELS:
+            level = LEVELS.index(match["level"])  # type: ignore[arg-type]
+            messages.append(_message(level, match["facility"], float(match["time"]), match["msg"], boot_time))
+        elif messages and line.strip():
+            last = messages[-1]
+            messages[-1] = last.model_copy(
+                update={"message": (last.message + "\n" + line)[:MESSAGE_MAX_CHARS]}
+            )
+    return messages
+
+
+def select(
+    messages: list[KernelMessage], max_level: Level, limit: int
+) -> tuple[list[KernelMessage], dict[str, int]]:
+    """The last ``limit`` messages at ``max_level`` or more severe, and counts per level of all."""
+    counts = {level: 0 for level in LEVELS}
+    for message in messages:
+        counts[message.level] += 1
+    ceiling = LEVELS.index(max_level)
+    kept = [m for m in messages if LEVELS.index(m.level) <= ceiling]
+    return kept[-limit:], counts
+
+
+def _refusal(stderr: str) -> Exception:
+    if "Operation not permitted" in stderr or "Permission denied" in stderr:
+        return PermissionError(RESTRICTED_HINT)
+    return ProbeUnavailable(f"dmesg failed: {stderr.strip()[:300]}")
+
+
+@PACK.probe(
+    "system.kernel.messages",
+    """Kernel ring buffer (dmesg) messages at `max_level` or more severe (default warn:
+    emerg, alert, crit, err, warn), the last `limit` of them, each with level, facility,
+    seconds since boot, an ISO 8601 UTC time and the message; plus counts per level over
+    the whole buffer. Needs CAP_SYSLOG where kernel.dmesg_restrict=1. Use it for disk, OOM,
+    hardware or driver errors.""",
+    timeout_s=10,
+    requires=Requirements(commands=("dmesg",)),
+)
+async def kernel_messages(ctx: ProbeContext, params: KernelParams) -> KernelMessages:
+    boot_time = psutil.boot_time()
+    output = await ctx.run(["dmesg", "--json"], max_output_bytes=DMESG_MAX_BYTES)
+    source: Literal["json", "text"] = "json"
+    if output.returncode != 0 and (
+        "unrecognized option" in output.stderr or "invalid option" in output.stderr
+    ):
+        output = await ctx.run(["dmesg", "-x"], max_output_bytes=DMESG_MAX_BYTES)
+        source = "text"
+    if output.returncode != 0:
+        raise _refusal(output.stderr)
+    parse = parse_dmesg_json if source == "json" else parse_dmesg_text
+    everything = parse(output.stdout, boot_time)
+    kept, counts = select(everything, params.max_level, params.limit)
+    matching = sum(counts[level] for level in LEVELS[: LEVELS.index(params.max_level) + 1])
+    return KernelMessages(
+        max_level=params.max_level,
+        counts_by_level=counts,
+        messages=kept,
+        truncated=matching > len(kept) or output.truncated,
+        source=source,
+    )

@@ -1,0 +1,172 @@
+"""Bounded reads of text files: the first or last N lines, or the first N bytes.
+
+Nothing here reads a whole file into memory. `tail_lines` walks back from the
+end in blocks and stops after `max_scan_bytes`; `head_lines` reads forward
+under the same cap. Both take an optional literal ``contains`` filter, so the
+"last 100 lines that mention 'error'" of a large log costs at most the scan cap.
+
+Opening goes through `open_regular`: the path (already resolved by
+``ProbeContext.allowed_path``) is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must
+be a regular file, so a FIFO or a device can never hang or flood a probe, and a
+symlink swapped in after the allow-list check is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, BinaryIO
+
+from pydantic import Field
+
+BLOCK_BYTES = 64 * 1024
+MAX_SCAN_BYTES = 16 * 1024 * 1024
+LINE_MAX_CHARS = 4096
+BINARY_SNIFF_BYTES = 8192
+LOG_ROOT = Path("/var/log")
+TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
+
+AbsolutePath = Annotated[
+    str,
+    Field(
+        pattern=r"^/[^\x00-\x1f]{0,4095}$",
+        strict=True,
+        description="Absolute path; must lie inside the agent's allowed paths (symlinks resolved).",
+    ),
+]
+LiteralFilter = Annotated[
+    str,
+    Field(
+        pattern=r"^[^\x00-\x1f]{1,200}$",
+        strict=True,
+        description="Keep only lines containing this text (a literal, case-sensitive).",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Lines:
+    lines: list[str]
+    size_bytes: int
+    scanned_bytes: int
+    complete: bool  # False when the scan cap stopped the search early
+
+
+def permission_error(path: Path) -> PermissionError:
+    """A PermissionError whose message says which group would let the agent read ``path``."""
+    hint = (
+        "files under /var/log are readable by the 'adm' group: add the sonde user to it"
+        if path == LOG_ROOT or LOG_ROOT in path.parents
+        else "the sonde user may not read it; grant read access or remove it from allowed_paths"
+    )
+    return PermissionError(f"{path}: {hint}")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file (no symlink, FIFO or device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:
+        raise permission_error(path) from None
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as exc:  # ELOOP from O_NOFOLLOW: swapped for a symlink after the check
+        raise ValueError(f"{path}: cannot open ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def looks_binary(sample: bytes) -> bool:
+    """True when ``sample`` holds a NUL byte or is mostly control characters (``file``-like)."""
+    if b"\x00" in sample:
+        return True
+    control = sum(1 for byte in sample if byte < 0x20 and byte not in TEXT_CONTROL_BYTES)
+    return control * 10 > len(sample)  # more than 10 % control characters
+
+
+def decode_line(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    return text if len(text) <= LINE_MAX_CHARS else text[: LINE_MAX_CHARS - 1] + "…"
+
+
+def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Iterator[bytes]:
+    position = size
+    while position > 0 and size - position < max_scan_bytes:
+        step = min(BLOCK_BYTES, position)
+        position -= step
+        handle.seek(position)
+        yield handle.read(step)
+
+
+def tail_lines(
+    path: Path, count: int, contains: str | None = None, max_scan_bytes: int = MAX_SCAN_BYTES
+) -> Lines:
+    """The last ``count`` lines of ``path`` (matching ``contains``), oldest first."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        found: list[str] = []
+        partial = b""
+        scanned = 0
+        for block in _blocks_backwards(handle, size, max_scan_bytes):
+            scanned += len(block)
+            pieces = (block + partial).split(b"\n")
+            partial = pieces[0]
+            for raw in reversed(pieces[1:]):
+                if _keep(raw, contains, found, count):
+                    return Lines(found[::-1], size, scanned, True)
+        reached_start = scanned >= size
+        if reached_start and partial:
+            _keep(partial, contains, found, count)
+        return Lines(found[::-1], size, scanned, reached_start)
+
+
+def _keep(raw: bytes, contains: str | None, found: list[str], count: int) -> bool:
+    """Add ``raw`` to ``found`` if it qualifies; True once ``count`` lines are found."""
+    if not raw.strip(b"\r"):
+        return False
+    line = decode_line(raw)
+    if contains is None or contains in line:
+        found.append(line)
+    return len(found) >= count
+
+
+def head_lines(
+    path: Path, count: int, contains: str | None = None, max_scan_bytes: int = MAX_SCAN_BYTES
+) -> Lines:
+    """The first ``count`` lines of ``path`` (matching ``contains``)."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        found: list[str] = []
+        scanned = 0
+        for raw in handle:
+            scanned += len(raw)
+            if _keep(raw.rstrip(b"\n"), contains, found, count):
+                return Lines(found, size, scanned, True)
+            if scanned >= max_scan_bytes:
+                return Lines(found, size, scanned, False)
+        return Lines(found, size, scanned, True)
+
+
+@dataclass(frozen=True)
+class TextRead:
+    text: str
+    size_bytes: int
+    bytes_read: int
+    truncated: bool
+
+
+def read_text(path: Path, max_bytes: int) -> TextRead:
+    """Up to ``max_bytes`` of ``path`` as text; a binary file raises ValueError."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(max_bytes + 1)
+    truncated = len(data) > max_bytes
+    data = data[:max_bytes]
+    if looks_binary(data[:BINARY_SNIFF_BYTES]):
+        raise ValueError(f"{path} looks like a binary file; only text files are read")
+    return TextRead(data.decode("utf-8", errors="replace"), size, len(data), truncated)

@@ -1,0 +1,325 @@
+"""The docker pack. No dockerd runs here, so:
+
+- the parsers run on hand-recorded Engine API documents (recorded/hand/docker-*, API 1.45 shapes);
+- the probes run for real, over a real unix socket, against a small Engine API stand-in
+  that serves those documents with chunked HTTP/1.1 (h11) and records every request;
+- with no socket at all, every probe answers "not available" cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+import pytest
+import trio
+
+from sonde.packs.context import ProbeContext, ProbeSettings
+from sonde.packs.docker import PACK
+from sonde.packs.docker.engine import demultiplex
+from sonde.packs.docker.parsers import container, daemon_info, details, health_from_status, image, rfc3339
+from sonde.packs.docker.probes import log_lines
+from sonde.packs.docker.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.docker.stats import container_stats
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.registry import PackRegistry
+from sonde.packs.runbook import Threshold
+
+HAND = Path(__file__).parent / "recorded" / "hand"
+REGISTRY = PackRegistry.of([PACK])
+NAMES = ("web", "worker", "api", "migrate", "backup")
+
+
+def document(name: str) -> Any:
+    return json.loads((HAND / name).read_text())
+
+
+CONTAINERS = document("docker-containers.json")
+INSPECT = {name: document(f"docker-inspect-{name}.json") for name in NAMES}
+
+
+# parsers
+
+
+def test_container_rows_joined_with_inspect() -> None:
+    rows = {c.name: c for c in (container(s, INSPECT[s["Names"][0][1:]]) for s in CONTAINERS)}
+    web = rows["web"]
+    assert (web.id, web.state, web.health, web.restart_count) == ("3f4e5d6c7b8a", "running", "healthy", 0)
+    assert web.started_at == "2024-05-05T09:06:41+00:00"
+    assert web.finished_at is None
+    assert [(p.private_port, p.public_port) for p in web.ports] == [(80, 8080), (80, 8080)]
+    assert (rows["worker"].state, rows["worker"].restart_count) == ("restarting", 17)
+    assert rows["api"].health == "unhealthy"
+    assert (rows["migrate"].state, rows["migrate"].exit_code) == ("exited", 1)
+    assert rows["api"].ports[0].public_port is None
+
+
+def test_health_read_from_the_status_text_when_not_inspected() -> None:
+    assert health_from_status("Up 25 hours (healthy)") == "healthy"
+    assert health_from_status("Up 3 seconds (health: starting)") == "starting"
+    assert health_from_status("Exited (0) 2 hours ago") is None
+    assert container(CONTAINERS[2], None).health == "unhealthy"
+
+
+def test_rfc3339_with_nanoseconds_and_zero_time() -> None:
+    assert rfc3339("2024-05-05T09:06:41.000000001Z") == "2024-05-05T09:06:41+00:00"
+    assert rfc3339("2024-05-16T10:33:34.000000000+02:00") == "2024-05-16T08:33:34+00:00"
+    assert rfc3339("0001-01-01T00:00:00Z") is None
+
+
+def test_inspect_summary_never_copies_environment_values() -> None:
+    web = details(INSPECT["web"])
+    assert (web.health, web.failing_streak, web.restart_policy) == ("healthy", 0, "unless-stopped")
+    assert web.command == ["/docker-entrypoint.sh", "nginx", "-g", "daemon off;"]
+    assert (web.memory_limit_bytes, web.cpu_limit, web.env_var_count) == (268435456, 0.5, 3)
+    assert web.networks == {"shop_default": "172.18.0.3"}
+    assert (web.compose_project, web.compose_service) == ("shop", "web")
+    assert web.mounts[0].read_write is False
+    assert "s3cr3t" not in web.model_dump_json()
+    api = details(INSPECT["api"])
+    assert (api.health, api.failing_streak, len(api.health_log)) == ("unhealthy", 4, 2)
+    assert "Connection refused" in api.health_log[0].output
+    assert details(INSPECT["worker"]).tty is True
+
+
+def test_images_and_daemon_info() -> None:
+    images = [image(raw) for raw in document("docker-images.json")]
+    assert images[1].tags == ["shop/api:5.0.0", "shop/api:latest"]
+    assert images[2].tags == []
+    assert images[2].containers == 2
+    assert images[0].containers is None
+    info = daemon_info(document("docker-info.json"), document("docker-version.json"))
+    assert (info.server_version, info.api_version, info.cgroup_version) == ("26.1.3", "1.45", "2")
+    assert (info.containers, info.running, info.stopped) == (5, 3, 2)
+
+
+def test_stats_cgroup_v2() -> None:
+    stats = container_stats(document("docker-stats-web.json"))
+    assert stats.cpu_percent == 40.0  # 0.4 s of 4 s system time, times 4 CPUs
+    assert stats.memory_used_bytes == 20971520 - 4194304
+    assert stats.memory_percent == 6.25
+    assert (stats.network_rx_bytes, stats.network_tx_bytes) == (1048576, 2097152)
+    assert (stats.block_read_bytes, stats.block_write_bytes, stats.pids) == (4096000, 12288, 3)
+
+
+def test_stats_cgroup_v1_without_a_previous_sample() -> None:
+    stats = container_stats(document("docker-stats-api-cgroupv1.json"))
+    assert stats.cpu_percent is None  # precpu is empty on the first sample
+    assert stats.memory_used_bytes == 52428800 - 8388608
+    assert (stats.block_read_bytes, stats.block_write_bytes) == (1000, 2000)
+    assert stats.network_rx_bytes == 11
+
+
+def test_demultiplex_and_log_lines() -> None:
+    payload = (HAND / "docker-logs-web.multiplexed.bin").read_bytes()
+    assert [stream for stream, _ in demultiplex(payload)] == ["stdout", "stderr", "stdout"]
+    lines = log_lines(payload, multiplexed=True)
+    assert [(line.stream, line.text[:9]) for line in lines] == [
+        ("stdout", "127.0.0.1"),
+        ("stderr", "2024/05/0"),
+        ("stdout", "line one"),
+        ("stdout", "line two"),
+    ]
+    assert lines[0].time == "2024-05-06T10:10:58.100000000Z"
+    assert demultiplex(payload[:-5])[-1][1].endswith(b"line")  # a cut frame is kept as far as it goes
+    tty = log_lines((HAND / "docker-logs-worker.tty.txt").read_bytes(), multiplexed=False)
+    assert [line.text for line in tty] == [
+        "Traceback (most recent call last):",
+        "ConnectionError: cache:6379 refused",
+    ]
+
+
+# runbook
+
+
+def reading() -> dict[str, Any]:
+    rows = [container(s, INSPECT[s["Names"][0][1:]]).model_dump() for s in CONTAINERS]
+    return {"total": len(rows), "counts_by_state": {}, "containers": rows, "truncated": False}
+
+
+def test_runbook_findings() -> None:
+    found = [(f.severity, f.title) for f in RUNBOOK.evaluate({"docker.containers.list": reading()})]
+    assert found == [
+        ("critical", "Container api is unhealthy"),
+        ("critical", "Container worker is restarting"),
+        ("warning", "Container migrate exited with code 1"),
+    ]
+
+
+def test_runbook_restart_count_and_oom() -> None:
+    rows = reading()
+    web = next(r for r in rows["containers"] if r["name"] == "web")
+    web["restart_count"] = 12
+    backup = next(r for r in rows["containers"] if r["name"] == "backup")
+    backup["oom_killed"] = True
+    found = {(f.severity, f.title) for f in RUNBOOK.evaluate({"docker.containers.list": rows})}
+    assert ("critical", "Container web has restarted 12 times") in found
+    assert ("critical", "Container backup was killed for lack of memory") in found
+    lenient = build_runbook({**THRESHOLDS, "restart_count": Threshold(warning=20, critical=50)})
+    assert not any("web" in f.title for f in lenient.evaluate({"docker.containers.list": rows}))
+
+
+# the probes, over a real unix socket
+
+
+def route(target: str) -> tuple[int, str, bytes]:
+    """What the Engine API stand-in answers to ``target``."""
+    parts = urlsplit(target)
+    query = parse_qs(parts.query)
+    segments = parts.path.strip("/").split("/")
+    by_ref = {name: doc for name, doc in INSPECT.items()} | {doc["Id"]: doc for doc in INSPECT.values()}
+    if parts.path == "/containers/json":
+        rows = CONTAINERS if query.get("all") == ["1"] else [c for c in CONTAINERS if c["State"] == "running"]
+        return 200, "application/json", json.dumps(rows).encode()
+    if segments[0] == "containers" and len(segments) == 3 and segments[1] in by_ref:
+        name = by_ref[segments[1]]["Name"].lstrip("/")
+        if segments[2] == "json":
+            return 200, "application/json", json.dumps(by_ref[segments[1]]).encode()
+        if segments[2] == "logs" and name == "web":
+            assert query["timestamps"] == ["1"]
+            assert query["tail"] == ["50"]
+            body = (HAND / "docker-logs-web.multiplexed.bin").read_bytes()
+            return 200, "application/vnd.docker.multiplexed-stream", body
+        if segments[2] == "logs" and name == "worker":
+            return (
+                200,
+                "application/vnd.docker.raw-stream",
+                (HAND / "docker-logs-worker.tty.txt").read_bytes(),
+            )
+        if segments[2] == "stats" and name in ("web", "api"):
+            assert query["stream"] == ["false"]
+            stats = {"web": "docker-stats-web.json", "api": "docker-stats-api-cgroupv1.json"}[name]
+            return 200, "application/json", (HAND / stats).read_bytes()
+    simple = {
+        "/images/json": "docker-images.json",
+        "/info": "docker-info.json",
+        "/version": "docker-version.json",
+    }
+    if parts.path in simple:
+        return 200, "application/json", (HAND / simple[parts.path]).read_bytes()
+    return 404, "application/json", json.dumps({"message": f"No such container: {segments[-2]}"}).encode()
+
+
+async def serve_engine(stream: trio.SocketStream, requests: list[tuple[str, str]]) -> None:
+    connection = h11.Connection(h11.SERVER)
+    async with stream:
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await stream.receive_some(65536))
+                continue
+            assert isinstance(event, h11.Request)
+            requests.append((event.method.decode(), event.target.decode()))
+            status, content_type, body = route(event.target.decode())
+            response = h11.Response(status_code=status, headers=[("Content-Type", content_type)])
+            data = connection.send(response) or b""
+            for start in range(0, len(body), 1000):  # several chunks, to exercise chunked decoding
+                data += connection.send(h11.Data(data=body[start : start + 1000])) or b""
+            await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
+            return
+
+
+@pytest.fixture
+async def engine(
+    tmp_path: Path, nursery: trio.Nursery
+) -> AsyncIterator[tuple[ProbeContext, list[tuple[str, str]]]]:
+    path = str(tmp_path / "docker.sock")
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen()
+    requests: list[tuple[str, str]] = []
+    listener = trio.SocketListener(sock)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await serve_engine(stream, requests)
+
+    await nursery.start(trio.serve_listeners, handler, [listener])
+    return ProbeContext(ProbeSettings(packs={"docker": {"socket": path}})), requests
+
+
+async def run(ctx: ProbeContext, name: str, **params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, name, params, ctx)).result
+
+
+async def test_containers_list_over_the_socket(engine: tuple[ProbeContext, list[tuple[str, str]]]) -> None:
+    ctx, requests = engine
+    listed = await run(ctx, "docker.containers.list")
+    assert listed["counts_by_state"] == {"exited": 2, "restarting": 1, "running": 2}
+    assert [c["name"] for c in listed["containers"]] == list(NAMES)
+    assert listed["containers"][1]["restart_count"] == 17
+    assert {method for method, _ in requests} == {"GET"}
+    findings = RUNBOOK.evaluate({"docker.containers.list": listed})
+    assert {f.title for f in findings} >= {"Container worker is restarting", "Container api is unhealthy"}
+    running = await run(ctx, "docker.containers.list", all=False, limit=1)
+    assert (running["total"], len(running["containers"]), running["truncated"]) == (2, 1, True)
+
+
+async def test_inspect_logs_images_info_stats(engine: tuple[ProbeContext, list[tuple[str, str]]]) -> None:
+    ctx, requests = engine
+    assert (await run(ctx, "docker.container.inspect", container="api"))["failing_streak"] == 4
+    logs = await run(ctx, "docker.container.logs", container="web", lines=50)
+    assert [line["stream"] for line in logs["lines"]] == ["stdout", "stderr", "stdout", "stdout"]
+    tty_logs = await run(ctx, "docker.container.logs", container="worker", lines=50)
+    assert tty_logs["lines"][-1]["text"] == "ConnectionError: cache:6379 refused"
+    images = await run(ctx, "docker.images.list", limit=2)
+    assert [i["size_bytes"] for i in images["images"]] == [412345678, 187694648]
+    assert images["truncated"]
+    assert (await run(ctx, "docker.daemon.info"))["server_version"] == "26.1.3"
+    stats = await run(ctx, "docker.containers.stats")
+    assert [s["name"] for s in stats["containers"]] == ["web", "api"]
+    one = await run(ctx, "docker.containers.stats", container="web")
+    assert one["containers"][0]["cpu_percent"] == 40.0
+    assert all(method == "GET" for method, _ in requests)
+
+
+async def test_unknown_container_is_refused_by_name(
+    engine: tuple[ProbeContext, list[tuple[str, str]]],
+) -> None:
+    ctx, _ = engine
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, "docker.container.inspect", container="nosuch")
+    assert caught.value.code == "refused"
+    assert "No such container: nosuch" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("docker.containers.list", {}),
+        ("docker.container.inspect", {"container": "web"}),
+        ("docker.container.logs", {"container": "web"}),
+        ("docker.images.list", {}),
+        ("docker.daemon.info", {}),
+        ("docker.containers.stats", {}),
+    ],
+)
+async def test_without_docker_every_probe_is_unavailable(
+    tmp_path: Path, name: str, params: dict[str, Any]
+) -> None:
+    ctx = ProbeContext(ProbeSettings(packs={"docker": {"socket": str(tmp_path / "absent.sock")}}))
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, name, **params)
+    assert caught.value.code == "unavailable"
+    assert "Docker is not available on this machine" in caught.value.message
+
+
+async def test_a_dead_socket_file_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "stale.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nothing listens: a dockerd that died
+    ctx = ProbeContext(ProbeSettings(packs={"docker": {"socket": str(path)}}))
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, "docker.daemon.info")
+    assert caught.value.code == "unavailable"
+
+
+def test_detection_follows_the_default_socket() -> None:
+    detection = PACK.detection()
+    assert detection.detected == Path("/var/run/docker.sock").exists()
+    assert "docker.sock" in detection.reason

@@ -1,0 +1,255 @@
+"""The mysql pack against the real MariaDB on 127.0.0.1:3306 (root, empty password).
+
+Tests make the conditions findings look for (many connections, slow queries, a row
+lock wait, a long statement), check probe and runbook, and clean up after themselves.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pymysql
+import pytest
+import trio
+
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.mysql import PACK
+from sonde.packs.mysql.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.mysql.status import summarize_innodb, summarize_status
+from sonde.packs.registry import PackRegistry
+from sonde.packs.runbook import Threshold
+from tests.conftest import require
+
+REGISTRY = PackRegistry.of([PACK])
+START_HINT = "MariaDB must run on 127.0.0.1:3306: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
+WAIT_S = 15
+POLL_S = 0.1
+
+
+def connect(database: str | None = None) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=3306,
+        user="root",
+        password="",
+        database=database,
+        autocommit=True,
+        connect_timeout=3,
+    )
+
+
+def execute(connection: Any, sql: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+@pytest.fixture(autouse=True)
+def mariadb_runs() -> None:
+    try:
+        connect().close()
+    except pymysql.err.OperationalError:
+        require(False, START_HINT)
+
+
+@pytest.fixture
+async def connections() -> AsyncIterator[list[Any]]:
+    opened: list[Any] = []
+    yield opened
+    for connection in opened:
+        await trio.to_thread.run_sync(connection.close)
+
+
+async def run(name: str, **params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, name, params, ProbeContext())).result
+
+
+async def wait_for(
+    name: str, params: dict[str, Any], seen: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    with trio.fail_after(WAIT_S):
+        while True:
+            result = await run(name, **params)
+            if seen(result):
+                return result
+            await trio.sleep(POLL_S)
+
+
+async def test_databases_sizes(connections: list[Any]) -> None:
+    name = f"sonde_test_{uuid.uuid4().hex[:10]}"
+    admin = await trio.to_thread.run_sync(connect)
+    connections.append(admin)
+    await trio.to_thread.run_sync(execute, admin, f"CREATE DATABASE {name}")
+    try:
+        await trio.to_thread.run_sync(
+            execute, admin, f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v TEXT) ENGINE=InnoDB"
+        )
+        await trio.to_thread.run_sync(execute, admin, f"INSERT INTO {name}.t VALUES (1, REPEAT('x', 60000))")
+        found = await run("mysql.databases.sizes")
+        [db] = [d for d in found["databases"] if d["name"] == name]
+        assert db["tables"] == 1
+        assert db["size_bytes"] > 0
+        assert "mysql" not in {d["name"] for d in found["databases"]}
+        assert "mysql" in {
+            d["name"] for d in (await run("mysql.databases.sizes", include_system=True))["databases"]
+        }
+    finally:
+        await trio.to_thread.run_sync(execute, admin, f"DROP DATABASE {name}")
+
+
+async def test_process_list_shows_a_long_statement(connections: list[Any]) -> None:
+    sleeper = await trio.to_thread.run_sync(connect)
+    connections.append(sleeper)
+    thread_id = sleeper.thread_id()
+
+    def sleep_until_killed() -> None:
+        with pytest.raises(pymysql.err.OperationalError, match="interrupted"):
+            execute(sleeper, "SELECT SLEEP(30)")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, sleep_until_killed)
+        found = await wait_for(
+            "mysql.processes.list",
+            {"min_time_s": 1},
+            lambda r: any(t["id"] == thread_id for t in r["threads"]),
+        )
+        [thread] = [t for t in found["threads"] if t["id"] == thread_id]
+        assert (thread["command"], thread["query"], thread["user"]) == ("Query", "SELECT SLEEP(30)", "root")
+        assert thread["time_s"] >= 1
+        killer = await trio.to_thread.run_sync(connect)
+        connections.append(killer)
+        await trio.to_thread.run_sync(execute, killer, f"KILL QUERY {thread_id}")
+
+
+async def test_connection_usage_finding(connections: list[Any]) -> None:
+    before = await run("mysql.status.summary", interval_s=0)
+    warn_at = (before["threads_connected"] + 3) * 100 / before["max_connections"]
+    runbook = build_runbook(
+        {**THRESHOLDS, "connection_usage_percent": Threshold(warning=warn_at, critical=100, unit="%")}
+    )
+    assert not [f for f in runbook.evaluate({"mysql.status.summary": before}) if "max_connections" in f.title]
+    for _ in range(5):
+        connections.append(await trio.to_thread.run_sync(connect))
+    after = await run("mysql.status.summary", interval_s=0)
+    assert after["threads_connected"] >= before["threads_connected"] + 5
+    found = [f for f in runbook.evaluate({"mysql.status.summary": after}) if "max_connections" in f.title]
+    assert [f.severity for f in found] == ["warning"]
+    assert after["version"].startswith(("10.", "11.", "8.", "5."))
+
+
+async def test_slow_queries_finding(connections: list[Any]) -> None:
+    slow = await trio.to_thread.run_sync(connect)
+    connections.append(slow)
+    await trio.to_thread.run_sync(execute, slow, "SET SESSION long_query_time = 0.1")
+
+    def three_slow_queries() -> None:
+        for _ in range(3):
+            execute(slow, "SELECT SLEEP(0.3)")
+
+    before = await run("mysql.status.summary", interval_s=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, three_slow_queries)
+        summary = await run("mysql.status.summary", interval_s=1.5)
+    # at least one of the three lands inside the sample, whatever the scheduling on a busy machine
+    assert summary["slow_queries_per_minute"] >= 60 / summary["sample_s"] - 0.01
+    assert summary["queries_per_second"] > 0
+    after = await run("mysql.status.summary", interval_s=0)
+    assert after["slow_queries_total"] >= before["slow_queries_total"] + 3
+    [finding] = [f for f in RUNBOOK.evaluate({"mysql.status.summary": summary}) if "slow" in f.title]
+    assert finding.severity == "critical"
+    assert finding.title.startswith("MySQL runs")
+    assert finding.title.endswith("/min slow queries")
+
+
+async def test_row_lock_wait_finding(connections: list[Any]) -> None:
+    name = f"sonde_lock_{uuid.uuid4().hex[:10]}"
+    holder, waiter = await trio.to_thread.run_sync(connect), await trio.to_thread.run_sync(connect)
+    connections += [holder, waiter]
+    await trio.to_thread.run_sync(execute, holder, f"CREATE DATABASE {name}")
+    try:
+        await trio.to_thread.run_sync(
+            execute, holder, f"CREATE TABLE {name}.t (id INT PRIMARY KEY, n INT) ENGINE=InnoDB"
+        )
+        await trio.to_thread.run_sync(execute, holder, f"INSERT INTO {name}.t VALUES (1, 0)")
+        await trio.to_thread.run_sync(execute, holder, "BEGIN")
+        await trio.to_thread.run_sync(execute, holder, f"SELECT * FROM {name}.t WHERE id = 1 FOR UPDATE")
+        await trio.to_thread.run_sync(execute, waiter, "SET SESSION innodb_lock_wait_timeout = 20")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                trio.to_thread.run_sync, execute, waiter, f"UPDATE {name}.t SET n = n + 1 WHERE id = 1"
+            )
+            found = await wait_for("mysql.innodb.summary", {}, lambda r: r["row_lock_current_waits"] >= 1)
+            [finding] = [
+                f for f in RUNBOOK.evaluate({"mysql.innodb.summary": found}) if "row lock" in f.title
+            ]
+            assert finding.severity == "warning"
+            await trio.to_thread.run_sync(execute, holder, "ROLLBACK")  # the UPDATE goes through
+        assert 0 <= (found["buffer_pool_hit_percent"] or 0) <= 100
+        assert found["buffer_pool_size_bytes"] > 0
+    finally:
+        await trio.to_thread.run_sync(execute, holder, f"DROP DATABASE {name}")
+
+
+def status_rows(**values: int) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items()}
+
+
+def test_status_arithmetic() -> None:
+    before = status_rows(uptime=1000, questions=10_000, slow_queries=5, threads_connected=140)
+    after = status_rows(
+        uptime=1002,
+        questions=10_500,
+        slow_queries=7,
+        threads_connected=140,
+        max_used_connections=151,
+        connection_errors_max_connections=3,
+    )
+    variables = {
+        "max_connections": "151",
+        "long_query_time": "2.000000",
+        "slow_query_log": "ON",
+        "version": "8.0.36",
+    }
+    summary = summarize_status(before, after, variables, 2.0)
+    assert (summary.queries_per_second, summary.slow_queries_per_minute) == (250.0, 60.0)
+    assert summary.connection_usage_percent == 92.7
+    assert (summary.long_query_time_s, summary.slow_query_log, summary.refused_max_connections) == (
+        2.0,
+        True,
+        3,
+    )
+    titles = {(f.severity, f.title) for f in RUNBOOK.evaluate({"mysql.status.summary": summary.model_dump()})}
+    assert titles == {
+        ("critical", "MySQL uses 92.7% of max_connections"),
+        ("critical", "MySQL runs 60/min slow queries"),
+    }
+    since_start = summarize_status(after, after, variables, 0.0)
+    assert since_start.queries_per_second == round(10_500 / 1002, 2)
+
+
+def test_innodb_arithmetic_and_findings() -> None:
+    status = status_rows(
+        innodb_buffer_pool_read_requests=100_000,
+        innodb_buffer_pool_reads=12_000,
+        innodb_row_lock_current_waits=0,
+    )
+    summary = summarize_innodb(status, {"innodb_buffer_pool_size": "134217728"})
+    assert summary.buffer_pool_hit_percent == 88.0
+    assert summary.deadlocks is None  # MySQL has no Innodb_deadlocks status
+    [finding] = RUNBOOK.evaluate({"mysql.innodb.summary": summary.model_dump()})
+    assert (finding.severity, finding.title) == ("critical", "InnoDB buffer pool hit ratio is only 88%")
+
+
+async def test_unreachable_and_refused() -> None:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("mysql.status.summary", port=1, interval_s=0)
+    assert (caught.value.code, "MySQL is not available at 127.0.0.1:1" in caught.value.message) == (
+        "unavailable",
+        True,
+    )
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("mysql.innodb.summary", user="no_such_user_sonde")
+    assert caught.value.code == "permission_denied"
+    assert "PROCESS privilege" in caught.value.message

@@ -1,0 +1,266 @@
+"""The postgres pack against the real PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres).
+
+Each test makes the condition a finding looks for (many connections, a long query, a
+blocked lock), checks the probe sees it and the runbook flags it, and cleans up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.postgres import PACK
+from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.registry import PackRegistry
+from sonde.packs.runbook import Threshold
+from tests.conftest import require
+
+REGISTRY = PackRegistry.of([PACK])
+DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+START_HINT = "PostgreSQL must run on 127.0.0.1:5432: pg_ctlcluster --skip-systemctl-redirect 15 main start"
+WAIT_S = 15
+POLL_S = 0.1
+
+
+def connect(autocommit: bool = True) -> psycopg.Connection[Any]:
+    return psycopg.connect(DSN, autocommit=autocommit)
+
+
+@pytest.fixture(autouse=True)
+def postgres_runs() -> None:
+    try:
+        connect().close()
+    except psycopg.OperationalError:
+        require(False, START_HINT)
+
+
+async def run(name: str, **params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, name, params, ProbeContext())).result
+
+
+async def wait_for(
+    name: str, params: dict[str, Any], seen: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Run the probe until ``seen(result)``: the condition is made by another connection."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            result = await run(name, **params)
+            if seen(result):
+                return result
+            await trio.sleep(POLL_S)
+
+
+def execute(connection: psycopg.Connection[Any], sql: str, *args: Any) -> None:
+    connection.execute(sql, args or None)  # type: ignore[arg-type]
+
+
+def cancel_backend(pid: int) -> None:
+    with connect() as admin:
+        execute(admin, "SELECT pg_cancel_backend(%s)", pid)
+
+
+async def test_databases_sizes() -> None:
+    found = await run("postgres.databases.sizes")
+    by_name = {db["name"]: db for db in found["databases"]}
+    assert by_name["postgres"]["size_bytes"] > 0
+    assert "template0" not in by_name
+    sizes = [db["size_bytes"] for db in found["databases"]]
+    assert sizes == sorted(sizes, reverse=True)
+    with_templates = await run("postgres.databases.sizes", include_templates=True)
+    assert "template1" in {db["name"] for db in with_templates["databases"]}
+
+
+@pytest.fixture
+async def extra_connections() -> AsyncIterator[list[psycopg.Connection[Any]]]:
+    opened: list[psycopg.Connection[Any]] = []
+    yield opened
+    for connection in opened:
+        await trio.to_thread.run_sync(connection.close)
+
+
+async def test_connection_usage_finding(extra_connections: list[psycopg.Connection[Any]]) -> None:
+    before = await run("postgres.connections.usage")
+    # a threshold between today's use and today's use + 5 connections, from max_connections
+    warn_at = (before["total"] + 3) * 100 / before["max_connections"]
+    runbook = build_runbook(
+        {**THRESHOLDS, "connection_usage_percent": Threshold(warning=warn_at, critical=100, unit="%")}
+    )
+    assert runbook.evaluate({"postgres.connections.usage": before}) == []
+    for _ in range(5):
+        extra_connections.append(await trio.to_thread.run_sync(connect))
+    after = await run("postgres.connections.usage")
+    assert after["total"] >= before["total"] + 5
+    assert after["by_state"].get("idle", 0) >= 5
+    assert any(u["name"] == "postgres" for u in after["by_user"])
+    [finding] = runbook.evaluate({"postgres.connections.usage": after})
+    assert finding.severity == "warning"
+    assert finding.title.startswith("PostgreSQL uses")
+    assert "of max_connections" in finding.title
+
+
+async def test_long_running_query_finding() -> None:
+    sleeper = await trio.to_thread.run_sync(connect)
+    sleeper_pid = sleeper.info.backend_pid
+
+    def sleep_until_cancelled() -> None:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            execute(sleeper, "SELECT pg_sleep(30)")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, sleep_until_cancelled)
+            found = await wait_for(
+                "postgres.queries.long_running",
+                {"min_duration_s": 1},
+                lambda r: any(q["pid"] == sleeper_pid for q in r["queries"]),
+            )
+            [query] = [q for q in found["queries"] if q["pid"] == sleeper_pid]
+            assert query["query"] == "SELECT pg_sleep(30)"
+            assert query["duration_s"] >= 1
+            assert query["state"] == "active"
+            runbook = build_runbook(
+                {**THRESHOLDS, "long_query_s": Threshold(warning=1, critical=600, unit=" s")}
+            )
+            [finding] = runbook.evaluate({"postgres.queries.long_running": found})
+            assert finding.severity == "warning"
+            assert finding.title.startswith("A PostgreSQL query has been running for")
+            assert f"PID {sleeper_pid}" in finding.detail
+            await trio.to_thread.run_sync(cancel_backend, sleeper_pid)
+    finally:
+        await trio.to_thread.run_sync(sleeper.close)
+
+
+@pytest.fixture
+async def locked_table() -> AsyncIterator[str]:
+    table = f"sonde_lock_test_{uuid.uuid4().hex[:12]}"
+    admin = await trio.to_thread.run_sync(connect)
+    await trio.to_thread.run_sync(lambda: execute(admin, f"CREATE TABLE {table} (id int PRIMARY KEY, n int)"))
+    await trio.to_thread.run_sync(lambda: execute(admin, f"INSERT INTO {table} VALUES (1, 0)"))
+    try:
+        yield table
+    finally:
+        await trio.to_thread.run_sync(lambda: execute(admin, f"DROP TABLE IF EXISTS {table}"))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_blocked_query_finding(locked_table: str) -> None:
+    holder = await trio.to_thread.run_sync(connect, False)
+    waiter = await trio.to_thread.run_sync(connect)
+    holder_pid, waiter_pid = holder.info.backend_pid, waiter.info.backend_pid
+    try:
+        await trio.to_thread.run_sync(
+            lambda: execute(holder, f"SELECT * FROM {locked_table} WHERE id = 1 FOR UPDATE")
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                trio.to_thread.run_sync,
+                lambda: execute(waiter, f"UPDATE {locked_table} SET n = n + 1 WHERE id = 1"),
+            )
+            found = await wait_for(
+                "postgres.locks.blocked", {}, lambda r: any(b["pid"] == waiter_pid for b in r["blocked"])
+            )
+            [blocked] = [b for b in found["blocked"] if b["pid"] == waiter_pid]
+            assert blocked["blocking_pids"] == [holder_pid]
+            assert blocked["wait_event_type"] == "Lock"
+            assert blocked["query"].startswith("UPDATE sonde_lock_test_")
+            [blocker] = [b for b in found["blockers"] if b["pid"] == holder_pid]
+            assert blocker["state"] == "idle in transaction"
+            assert any(not lock["granted"] for lock in found["lock_counts"])
+            [finding] = RUNBOOK.evaluate({"postgres.locks.blocked": found})
+            assert finding.title.endswith("PostgreSQL sessions are blocked by locks")
+            assert str(holder_pid) in finding.detail
+            await trio.to_thread.run_sync(holder.rollback)  # the waiter's UPDATE now goes through
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+        await trio.to_thread.run_sync(waiter.close)
+    assert (await run("postgres.locks.blocked"))["blocked"] == []
+
+
+async def test_replication_status_of_a_lone_primary() -> None:
+    found = await run("postgres.replication.status")
+    assert (found["role"], found["standby"]) == ("primary", None)
+    assert RUNBOOK.evaluate({"postgres.replication.status": found}) == []
+
+
+def test_replication_findings_on_readings() -> None:
+    primary = {
+        "role": "primary",
+        "replicas": [
+            {
+                "application_name": "replica1",
+                "client": "10.0.0.2",
+                "state": "streaming",
+                "sync_state": "async",
+                "replay_lag_bytes": 2 * 1024**3,
+                "write_lag_s": 1.0,
+                "flush_lag_s": 1.0,
+                "replay_lag_s": 45.0,
+            }
+        ],
+        "slots": [
+            {"name": "old_replica", "type": "physical", "active": False, "retained_wal_bytes": 100 * 1024**2}
+        ],
+        "standby": None,
+    }
+    titles = {(f.severity, f.title) for f in RUNBOOK.evaluate({"postgres.replication.status": primary})}
+    assert titles == {
+        ("warning", "Replica replica1 lags 45 s behind"),
+        ("critical", "Replica replica1 lags 2.14748e+09 bytes of WAL behind"),
+        ("warning", "Inactive replication slot old_replica retains 1.04858e+08 bytes of WAL"),
+    }
+    standby = {
+        "role": "standby",
+        "replicas": [],
+        "slots": [],
+        "standby": {
+            "receive_lsn": "0/5000000",
+            "replay_lsn": "0/4000000",
+            "replay_delay_s": 600.0,
+            "receiver_status": "streaming",
+        },
+    }
+    [finding] = RUNBOOK.evaluate({"postgres.replication.status": standby})
+    assert (finding.severity, finding.title) == ("critical", "This standby replays 600 s behind its primary")
+
+
+async def test_cache_hit_ratio() -> None:
+    found = await run("postgres.cache.hit_ratio")
+    assert found["hits"] + found["reads"] > 0
+    assert 0 <= found["hit_percent"] <= 100
+    assert "postgres" in {db["name"] for db in found["databases"]}
+    one = await run("postgres.cache.hit_ratio", limit=1)
+    assert (len(one["databases"]), one["truncated"]) == (1, True)
+    assert one["hits"] >= found["hits"]  # totals still cover every database
+    cold = {**found, "hits": 85_000, "reads": 15_000, "hit_percent": 85.0}
+    [finding] = RUNBOOK.evaluate({"postgres.cache.hit_ratio": cold})
+    assert (finding.severity, finding.title) == ("warning", "PostgreSQL buffer cache hit ratio is only 85%")
+    few = {**cold, "hits": 85, "reads": 15}
+    assert RUNBOOK.evaluate({"postgres.cache.hit_ratio": few}) == []
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("postgres.connections.usage", port=1)
+    assert caught.value.code == "unavailable"
+    assert "PostgreSQL is not available at 127.0.0.1:1" in caught.value.message
+
+
+async def test_unknown_user_is_a_permission_problem() -> None:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("postgres.connections.usage", user="no_such_role_sonde")
+    assert caught.value.code in ("permission_denied", "unavailable")
+    assert "no_such_role_sonde" in caught.value.message
+
+
+async def test_password_comes_from_agent_config_only() -> None:
+    ctx = ProbeContext()
+    ctx.settings.packs["postgres"] = {"port": 5432, "password": "ignored-with-trust-auth"}
+    found = await execute_probe(REGISTRY, "postgres.connections.usage", {}, ctx)
+    assert found.result["max_connections"] > 0

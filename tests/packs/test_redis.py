@@ -1,0 +1,272 @@
+"""The redis pack against the real Redis on 127.0.0.1:6379, and its parsers on recorded INFO.
+
+Tests that change the server (maxmemory, its policy, maxclients) restore the previous
+values and delete their keys, whatever happens.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import trio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.redis import PACK
+from sonde.packs.redis.info import keyspace, parse_info, replicas
+from sonde.packs.redis.probes import memory, replication, server_info, slow_entry
+from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.registry import PackRegistry
+from sonde.packs.runbook import Threshold
+from tests.conftest import require
+
+RECORDED = Path(__file__).parent / "recorded"
+REGISTRY = PackRegistry.of([PACK])
+START_HINT = (
+    "Redis must run on 127.0.0.1:6379: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 "
+    '--save "" --appendonly no'
+)
+TEST_DB = 9
+VALUE_BYTES = 64 * 1024
+MAX_WRITES = 400
+
+
+def client(db: int = 0) -> redis.Redis:
+    return redis.Redis(
+        host="127.0.0.1",
+        port=6379,
+        db=db,
+        socket_timeout=5,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+@pytest.fixture
+def admin() -> Iterator[redis.Redis]:
+    connection = client()
+    try:
+        connection.ping()
+    except redis.exceptions.ConnectionError:
+        connection.close()
+        require(False, START_HINT)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def restored_config(admin: redis.Redis) -> Iterator[None]:
+    saved = {key: admin.config_get(key)[key] for key in ("maxmemory", "maxmemory-policy", "maxclients")}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            admin.config_set(key, value)
+
+
+async def run(name: str, **params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, name, params, ProbeContext())).result
+
+
+# parsers
+
+
+def test_info_of_a_real_primary() -> None:
+    info = parse_info((RECORDED / "redis-info-7.0-primary.txt").read_text())
+    summary = server_info(info)
+    assert (summary.version, summary.mode, summary.role, summary.maxclients) == (
+        "7.0.15",
+        "standalone",
+        "master",
+        10000,
+    )
+    assert summary.used_memory_bytes
+    assert summary.used_memory_bytes > 0
+    assert memory(info).used_percent_of_max is None  # maxmemory 0: no limit
+    assert replication(info).replicas == []
+
+
+def test_info_of_a_replica_whose_link_is_down() -> None:
+    info = parse_info((RECORDED / "hand" / "redis-info-replica-link-down.txt").read_text())
+    assert keyspace(info) == {
+        0: {"keys": 120000, "expires": 119000, "avg_ttl": 3600000},
+        3: {"keys": 5, "expires": 0, "avg_ttl": 0},
+    }
+    summary = server_info(info)
+    assert (summary.total_keys, summary.rejected_connections, summary.keyspace_hit_percent) == (
+        120005,
+        42,
+        90.0,
+    )
+    details = memory(info)
+    assert (details.used_percent_of_max, details.maxmemory_policy, details.evicted_keys) == (
+        87.89,
+        "allkeys-lru",
+        31337,
+    )
+    link = replication(info)
+    assert (link.role, link.master_link_status, link.master_link_down_s, link.sync_in_progress) == (
+        "slave",
+        "down",
+        97,
+        False,
+    )
+    readings = {
+        "redis.memory.details": details.model_dump(),
+        "redis.server.info": summary.model_dump(),
+        "redis.replication.status": link.model_dump(),
+    }
+    assert [(f.severity, f.title) for f in RUNBOOK.evaluate(readings)] == [
+        ("critical", "Redis has evicted 31337 keys since start"),
+        ("critical", "Redis replica has lost its primary"),
+        ("warning", "Redis has rejected 42 connections since start"),
+        ("warning", "Redis uses 87.89% of maxmemory"),
+    ]
+
+
+def test_replicas_of_a_primary() -> None:
+    info = parse_info((RECORDED / "hand" / "redis-info-primary-two-replicas.txt").read_text())
+    assert [r["state"] for r in replicas(info)] == ["online", "wait_bgsave"]
+    status = replication(info)
+    assert [(r.address, r.lag_bytes, r.lag_s) for r in status.replicas] == [
+        ("10.0.0.11:6379", 100, 0),
+        ("10.0.0.12:6380", 4100, 75),
+    ]
+    [finding] = RUNBOOK.evaluate({"redis.replication.status": status.model_dump()})
+    assert (finding.severity, finding.title) == ("critical", "Redis replica 10.0.0.12:6380 lags 75 s")
+
+
+def test_slowlog_entry_is_cut() -> None:
+    entry = slow_entry(
+        {
+            "id": 3,
+            "start_time": 1714990272,
+            "duration": 12000,
+            "command": "SET k " + "v" * 500,
+            "client_address": "127.0.0.1:5000",
+            "client_name": "",
+        }
+    )
+    assert (entry.time, entry.duration_us, len(entry.command), entry.client_name) == (
+        "2024-05-06T10:11:12+00:00",
+        12000,
+        200,
+        None,
+    )
+
+
+# the real Redis
+
+
+async def test_server_info_and_keyspace(admin: redis.Redis) -> None:
+    keys = client(TEST_DB)
+    name = f"sonde:test:{uuid.uuid4().hex}"
+    try:
+        keys.set(name, "1", ex=60)
+        info = await run("redis.server.info")
+        assert info["version"]
+        assert info["role"] == "master"
+        assert info["connected_clients"] >= 2
+        found = await run("redis.keyspace.summary")
+        [db] = [d for d in found["databases"] if d["db"] == TEST_DB]
+        assert db["keys"] >= 1
+        assert db["expires"] >= 1
+    finally:
+        keys.delete(name)
+        keys.close()
+
+
+async def test_slowlog(admin: redis.Redis) -> None:
+    found = await run("redis.slowlog.entries", limit=5)
+    assert found["length"] >= len(found["entries"])
+    assert len(found["entries"]) <= 5
+
+
+async def test_memory_near_maxmemory_finding(admin: redis.Redis, restored_config: None) -> None:
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory", int(used * 1.15))  # used is now about 87 % of the limit
+    found = await run("redis.memory.details")
+    assert found["maxmemory_bytes"] == int(used * 1.15)
+    assert 80 <= found["used_percent_of_max"] < 100  # give or take the buffers of the probe's own client
+    [finding] = [f for f in RUNBOOK.evaluate({"redis.memory.details": found}) if "of maxmemory" in f.title]
+    assert finding.severity == THRESHOLDS["memory_percent_of_max"].severity(found["used_percent_of_max"])
+    assert finding.title == f"Redis uses {found['used_percent_of_max']:g}% of maxmemory"
+
+
+@pytest.fixture
+async def volatile_keys() -> AsyncIterator[tuple[redis.Redis, list[str]]]:
+    keys = client(TEST_DB)
+    names: list[str] = []
+    yield keys, names
+    for start in range(0, len(names), 100):
+        await trio.to_thread.run_sync(lambda chunk=names[start : start + 100]: keys.delete(*chunk))
+    keys.close()
+
+
+async def test_eviction_finding(
+    admin: redis.Redis, restored_config: None, volatile_keys: tuple[redis.Redis, list[str]]
+) -> None:
+    keys, names = volatile_keys
+    evicted_before = int(admin.info("stats")["evicted_keys"])
+    used = int(admin.info("memory")["used_memory"])
+    # only keys with a TTL may be evicted (ours): other data on this server is never touched
+    admin.config_set("maxmemory-policy", "volatile-lru")
+    admin.config_set("maxmemory", used + 2 * 1024 * 1024)
+
+    def fill() -> None:
+        for _ in range(MAX_WRITES):
+            name = f"sonde:evict:{uuid.uuid4().hex}"
+            names.append(name)
+            keys.set(name, "x" * VALUE_BYTES, ex=300)
+            if int(admin.info("stats")["evicted_keys"]) > evicted_before:
+                return
+
+    await trio.to_thread.run_sync(fill)
+    found = await run("redis.memory.details")
+    assert found["evicted_keys"] > evicted_before
+    strict = build_runbook(
+        {**THRESHOLDS, "evicted_keys": Threshold(warning=evicted_before + 1, critical=10**9)}
+    )
+    findings = [f for f in strict.evaluate({"redis.memory.details": found}) if "evicted" in f.title]
+    assert [f.severity for f in findings] == ["warning"]
+
+
+async def test_rejected_connection_finding(admin: redis.Redis, restored_config: None) -> None:
+    rejected_before = int(admin.info("stats")["rejected_connections"])
+    connected = int(admin.info("clients")["connected_clients"])
+    limit = admin.config_get("maxclients")["maxclients"]
+    admin.config_set("maxclients", connected)  # the next client is one too many
+    extra = client()
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError, match="max number of clients"):
+            await trio.to_thread.run_sync(extra.ping)
+    finally:
+        extra.close()
+        admin.config_set("maxclients", limit)  # before the probe, which needs a connection too
+    found = await run("redis.server.info")
+    assert found["rejected_connections"] > rejected_before
+    strict = build_runbook(
+        {**THRESHOLDS, "rejected_connections": Threshold(warning=rejected_before + 1, critical=10**9)}
+    )
+    [finding] = strict.evaluate({"redis.server.info": found})
+    assert finding.title == f"Redis has rejected {found['rejected_connections']} connections since start"
+
+
+async def test_replication_of_a_lone_primary(admin: redis.Redis) -> None:
+    found = await run("redis.replication.status")
+    assert (found["role"], found["replicas"], found["master_link_status"]) == ("master", [], None)
+    assert RUNBOOK.evaluate({"redis.replication.status": found}) == []
+
+
+async def test_unreachable_redis_is_unavailable() -> None:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("redis.server.info", port=1)
+    assert caught.value.code == "unavailable"
+    assert "Redis is not available at 127.0.0.1:1" in caught.value.message

@@ -1,0 +1,182 @@
+"""Directory and file listings, file reads and log tails, for real, inside a tmp allow-list."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.packs.context import ProbeContext, ProbeSettings
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.registry import PackRegistry
+from sonde.packs.system import PACK
+from sonde.packs.system.textfile import head_lines, looks_binary, permission_error, tail_lines
+
+REGISTRY = PackRegistry.of([PACK])
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """allowed/ with files of known sizes and times, two subdirectories, and a secret outside."""
+    allowed = tmp_path / "allowed"
+    (allowed / "big").mkdir(parents=True)
+    (allowed / "small").mkdir()
+    (allowed / "big" / "blob.txt").write_text("x" * 5000)
+    (allowed / "big" / "nested").mkdir()
+    (allowed / "big" / "nested" / "more.txt").write_text("y" * 3000)
+    (allowed / "small" / "a.txt").write_text("z" * 10)
+    for index, (name, size) in enumerate([("b.log", 300), ("a.log", 100), ("c.log", 200)]):
+        path = allowed / name
+        path.write_text("l" * size)
+        os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+    (tmp_path / "secret.txt").write_text("top secret\n")
+    (allowed / "escape").symlink_to(tmp_path / "secret.txt")
+    return allowed
+
+
+async def run(allowed: Path, name: str, **params: Any) -> dict[str, Any]:
+    ctx = ProbeContext(ProbeSettings(allowed_paths=(str(allowed),)))
+    return (await execute_probe(REGISTRY, name, params, ctx)).result
+
+
+async def refusal(allowed: Path, name: str, **params: Any) -> ProbeExecutionError:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(allowed, name, **params)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("sort_by", "descending", "expected"),
+    [
+        ("name", False, ["a.log", "b.log", "c.log"]),
+        ("size", True, ["b.log", "c.log", "a.log"]),
+        ("mtime", True, ["c.log", "a.log", "b.log"]),
+    ],
+)
+async def test_files_list_sorts_and_cuts(
+    tree: Path, sort_by: str, descending: bool, expected: list[str]
+) -> None:
+    listing = await run(
+        tree, "system.files.list", path=str(tree), sort_by=sort_by, descending=descending, limit=3
+    )
+    assert [entry["name"] for entry in listing["entries"]] == expected
+    assert listing["total_entries"] == 3  # the symlink and the directories are not files
+    assert listing["truncated"] is False
+    assert all(entry["kind"] == "file" and entry["mode"].startswith("-") for entry in listing["entries"])
+
+
+async def test_files_list_marks_truncation(tree: Path) -> None:
+    listing = await run(tree, "system.files.list", path=str(tree), limit=1)
+    assert listing["truncated"] is True
+    assert len(listing["entries"]) == 1
+
+
+async def test_directories_by_size_sum_their_trees(tree: Path) -> None:
+    listing = await run(tree, "system.files.directories", path=str(tree), sort_by="size", descending=True)
+    sizes = {entry["name"]: entry["size_bytes"] for entry in listing["entries"]}
+    assert [entry["name"] for entry in listing["entries"]] == ["big", "small"]
+    assert sizes["small"] == 10
+    assert sizes["big"] >= 8000  # both files, plus the nested directory entry itself
+    assert listing["complete"] is True
+
+
+async def test_file_read_is_bounded(tree: Path) -> None:
+    content = await run(tree, "system.files.read", path=str(tree / "big" / "blob.txt"), max_bytes=100)
+    assert content["content"] == "x" * 100
+    assert (content["truncated"], content["size_bytes"], content["bytes_read"]) == (True, 5000, 100)
+
+
+async def test_file_read_refuses_binary(tree: Path) -> None:
+    (tree / "image.bin").write_bytes(bytes(range(256)) * 4)
+    error = await refusal(tree, "system.files.read", path=str(tree / "image.bin"))
+    assert error.code == "refused"
+    assert "binary" in error.message
+
+
+async def test_file_read_refuses_a_symlink_out_of_the_allow_list(tree: Path) -> None:
+    error = await refusal(tree, "system.files.read", path=str(tree / "escape"))
+    assert error.code == "refused"
+    assert "outside the allowed paths" in error.message
+
+
+async def test_file_read_refuses_paths_outside(tree: Path) -> None:
+    error = await refusal(tree, "system.files.read", path=str(tree / ".." / "secret.txt"))
+    assert error.code == "refused"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "missing"])
+async def test_file_read_refuses_what_is_not_a_regular_file(tree: Path, kind: str) -> None:
+    target = tree / kind
+    if kind == "fifo":
+        os.mkfifo(target)  # reading it would block forever
+    elif kind == "directory":
+        target.mkdir()
+    error = await refusal(tree, "system.files.read", path=str(target))
+    assert error.code == "refused"
+
+
+@pytest.fixture
+def log(tree: Path) -> Path:
+    path = tree / "app.log"
+    lines = [f"2024-05-06 line {n} {'ERROR' if n % 10 == 0 else 'ok'}" for n in range(1, 5001)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_logs_tail(tree: Path, log: Path) -> None:
+    found = await run(tree, "system.logs.tail", path=str(log), lines=3)
+    assert found["lines"] == [
+        "2024-05-06 line 4998 ok",
+        "2024-05-06 line 4999 ok",
+        "2024-05-06 line 5000 ERROR",
+    ]
+    assert found["complete"] is True
+
+
+async def test_logs_tail_with_filter_reaches_back(tree: Path, log: Path) -> None:
+    found = await run(tree, "system.logs.tail", path=str(log), lines=2, contains="ERROR")
+    assert found["lines"] == ["2024-05-06 line 4990 ERROR", "2024-05-06 line 5000 ERROR"]
+
+
+async def test_logs_head(tree: Path, log: Path) -> None:
+    found = await run(tree, "system.logs.head", path=str(log), lines=2, contains="ERROR")
+    assert found["lines"] == ["2024-05-06 line 10 ERROR", "2024-05-06 line 20 ERROR"]
+
+
+def test_tail_of_a_file_without_final_newline_and_with_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.log"
+    path.write_bytes(b"one\r\ntwo\r\n\r\nthree")
+    assert tail_lines(path, 2).lines == ["two", "three"]
+    assert tail_lines(path, 10).lines == ["one", "two", "three"]
+    assert head_lines(path, 2).lines == ["one", "two"]
+
+
+def test_tail_stops_at_the_scan_cap(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    path.write_text("needle\n" + "hay\n" * 100_000)
+    found = tail_lines(path, 1, contains="needle", max_scan_bytes=64 * 1024)
+    assert found.lines == []
+    assert found.complete is False
+    assert tail_lines(path, 1, contains="needle").lines == ["needle"]
+
+
+def test_long_lines_are_cut(tmp_path: Path) -> None:
+    path = tmp_path / "long.log"
+    path.write_text("a" * 10_000 + "\n")
+    [line] = tail_lines(path, 1).lines
+    assert len(line) == 4096
+    assert line.endswith("…")
+
+
+def test_binary_sniffing() -> None:
+    assert looks_binary(b"\x7fELF\x00\x01")
+    assert looks_binary(bytes(range(32)) * 10)
+    assert not looks_binary("grüße, 日本\n\ttab\x1b[0m".encode())
+    assert not looks_binary("café".encode("latin-1"))  # not UTF-8, still text
+
+
+def test_permission_error_names_the_adm_group_for_var_log() -> None:
+    assert "'adm' group" in str(permission_error(Path("/var/log/syslog")))
+    assert "'adm'" not in str(permission_error(Path("/srv/app/log.txt")))

@@ -1,0 +1,163 @@
+"""Hardware, block devices, kernel messages, connections, ping and traceroute, for real on this machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.registry import PackRegistry
+from sonde.packs.system import PACK
+
+REGISTRY = PackRegistry.of([PACK])
+
+
+async def run(name: str, **params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, name, params, ProbeContext())).result
+
+
+async def test_hardware_summary() -> None:
+    hardware = await run("system.hardware.summary")
+    cpu = hardware["cpu"]
+    assert cpu["logical_cpus"] == os.cpu_count()
+    assert cpu["architecture"] == os.uname().machine
+    assert cpu["model_name"]
+    if cpu["sockets"] and cpu["cores_per_socket"] and cpu["threads_per_core"]:
+        assert cpu["sockets"] * cpu["cores_per_socket"] * cpu["threads_per_core"] == cpu["logical_cpus"]
+    assert hardware["memory_total_bytes"] == psutil.virtual_memory().total
+    assert hardware["virtualized"] == (cpu["hypervisor_vendor"] is not None)
+
+
+async def test_block_devices_hold_the_root_disk() -> None:
+    if shutil.which("lsblk") is None:
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run("system.block.devices")
+        assert caught.value.code == "unavailable"
+        return
+    devices = (await run("system.block.devices"))["devices"]
+    assert devices
+    assert all(d["size_bytes"] is None or d["size_bytes"] >= 0 for d in devices)
+    names = {d["name"] for d in devices}
+    assert all(d["parent"] is None or d["parent"] in names for d in devices)
+    counted = set(psutil.disk_io_counters(perdisk=True))
+    assert any(d["io"] is not None for d in devices if d["name"] in counted)
+
+
+def dmesg_restricted() -> bool:
+    """kernel.dmesg_restrict=1 and no CAP_SYSLOG: reading the ring buffer is refused."""
+    restricted = Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1"
+    return restricted and os.geteuid() != 0
+
+
+async def test_kernel_messages_or_a_clear_refusal() -> None:
+    if dmesg_restricted():
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run("system.kernel.messages")
+        assert caught.value.code == "permission_denied"
+        assert "CAP_SYSLOG" in caught.value.message
+        return
+    found = await run("system.kernel.messages", max_level="debug", limit=5)
+    assert 1 <= len(found["messages"]) <= 5
+    assert sum(found["counts_by_level"].values()) >= len(found["messages"])
+    assert found["truncated"] == (sum(found["counts_by_level"].values()) > 5)
+    seconds = [m["seconds_since_boot"] for m in found["messages"]]
+    assert seconds == sorted(seconds)
+
+
+async def test_kernel_messages_respect_the_level() -> None:
+    if dmesg_restricted():
+        return  # covered by the test above
+    found = await run("system.kernel.messages", max_level="err", limit=2000)
+    assert all(m["level"] in ("emerg", "alert", "crit", "err") for m in found["messages"])
+
+
+@pytest.fixture
+async def connected_pair() -> AsyncIterator[int]:
+    """An established TCP connection of this process on 127.0.0.1; yields the listener's port."""
+    listener = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with listener:
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        server, _ = await listener.accept()
+        with server:
+            async with client:
+                yield port
+
+
+async def test_connections_show_our_own(connected_pair: int) -> None:
+    found = await run("system.network.connections", state="established", port=connected_pair)
+    ours = found["connections"]
+    assert len(ours) == 2  # both ends
+    assert {c["local_port"] for c in ours} - {connected_pair}  # the client's ephemeral port
+    assert {c["pid"] for c in ours} == {os.getpid()}
+    assert found["counts_by_state"]["ESTABLISHED"] >= 2
+    listening = await run("system.network.connections", state="listen", port=connected_pair)
+    assert [c["local_port"] for c in listening["connections"]] == [connected_pair]
+
+
+async def test_connections_limit_marks_truncation(connected_pair: int) -> None:
+    found = await run("system.network.connections", state="all", limit=1)
+    assert len(found["connections"]) == 1
+    assert found["truncated"] is True
+
+
+async def test_ping_loopback() -> None:
+    if shutil.which("ping") is None:  # iputils-ping is optional: then the probe must say so cleanly
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run("system.network.ping", host="127.0.0.1")
+        assert caught.value.code == "unavailable"
+        assert "'ping' is not installed" in caught.value.message
+        return
+    found = await run("system.network.ping", host="127.0.0.1", count=2, timeout_s=1)
+    assert (found["reachable"], found["transmitted"], found["received"]) == (True, 2, 2)
+    assert found["loss_percent"] == 0.0
+    assert 0 <= found["rtt_min_ms"] <= found["rtt_avg_ms"] <= found["rtt_max_ms"]
+
+
+async def test_ping_of_an_unknown_name_reports_the_error() -> None:
+    if shutil.which("ping") is None:
+        return  # covered by test_ping_loopback
+    found = await run("system.network.ping", host="no-such-host.invalid", count=1, timeout_s=1)
+    assert found["reachable"] is False
+    assert found["error"]
+
+
+async def test_traceroute_loopback() -> None:
+    if shutil.which("traceroute") is None:  # optional, like ping
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run("system.network.traceroute", host="127.0.0.1")
+        assert caught.value.code == "unavailable"
+        return
+    found = await run("system.network.traceroute", host="127.0.0.1", max_hops=3, wait_s=1)
+    assert found["destination"] == "127.0.0.1"
+    assert found["reached"] is True
+    assert found["hops"][0]["addresses"] == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("system.network.ping", {"host": "127.0.0.1"}),
+        ("system.network.traceroute", {"host": "127.0.0.1"}),
+        ("system.block.devices", {}),
+    ],
+)
+async def test_a_missing_binary_is_unavailable_not_a_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str, params: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(name, **params)
+    assert caught.value.code == "unavailable"
+    assert "is not installed on this machine" in caught.value.message

@@ -1,0 +1,184 @@
+"""The systemd pack. systemd is not PID 1 here: parsers run on hand-recorded outputs
+(recorded/hand/, in the exact formats of systemd 252) and the probes must answer
+"not available on this machine" cleanly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, execute_probe
+from sonde.packs.registry import PackRegistry
+from sonde.packs.runbook import Threshold
+from sonde.packs.systemd import PACK, detect_systemd
+from sonde.packs.systemd.journal import JournalParams, journal_argv, parse_journal
+from sonde.packs.systemd.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.systemd.units import _units, parse_show, parse_unit_list, unit_status
+
+HAND = Path(__file__).parent / "recorded" / "hand"
+REGISTRY = PackRegistry.of([PACK])
+BOOT = 1_714_990_000.0
+SYSTEMD_RUNS_HERE = Path("/run/systemd/system").is_dir()
+
+
+def hand(name: str) -> str:
+    return (HAND / name).read_text()
+
+
+def test_units_from_json() -> None:
+    units = parse_unit_list(hand("systemctl-list-units.json"))
+    assert len(units) == 9
+    nginx = next(u for u in units if u.unit == "nginx.service")
+    assert (nginx.load, nginx.active, nginx.sub) == ("loaded", "failed", "failed")
+    summary = _units(units, 3)
+    assert summary.counts_by_active == {"active": 6, "failed": 1, "inactive": 2}
+    assert (summary.total, len(summary.units), summary.truncated) == (9, 3, True)
+
+
+def test_units_from_the_plain_table_of_older_systemctl() -> None:
+    units = parse_unit_list(hand("systemctl-list-units-plain.txt"))
+    assert [u.unit for u in units] == [
+        "cron.service",
+        "dbus.service",
+        "nginx.service",
+        "ssh.service",
+        "systemd-tmpfiles-clean.service",
+    ]
+    assert units[2].active == "failed"
+    assert units[3].description == "OpenBSD Secure Shell server"
+
+
+def test_units_plain_table_with_the_failed_marker() -> None:
+    [unit] = parse_unit_list("● nginx.service loaded failed failed A high performance web server\n")
+    assert (unit.unit, unit.active) == ("nginx.service", "failed")
+
+
+def test_unit_status_of_a_running_service() -> None:
+    status = unit_status(parse_show(hand("systemctl-show-nginx.txt")), BOOT)
+    assert (status.load_state, status.active_state, status.sub_state) == ("loaded", "active", "running")
+    assert (status.main_pid, status.restarts, status.restart_policy) == (812, 2, "on-failure")
+    assert (status.memory_bytes, status.tasks, status.cpu_seconds) == (6914048, 3, 0.118)
+    assert status.active_since == "2024-05-06T10:06:45+00:00"  # boot + 5.123456 s
+    assert status.inactive_since is None
+    assert status.unit_file_state == "enabled"
+
+
+def test_unit_status_of_a_missing_unit_has_nulls_not_sentinels() -> None:
+    status = unit_status(parse_show(hand("systemctl-show-missing.txt")), BOOT)
+    assert status.load_state == "not-found"
+    assert (status.main_pid, status.memory_bytes, status.tasks, status.cpu_seconds) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert status.unit_file_state is None
+    assert status.fragment_path is None
+
+
+def test_journal_json_entries() -> None:
+    entries, more = parse_journal(hand("journalctl-json.txt"), 10, "last")
+    assert len(entries) == 5  # the cut last line is dropped
+    assert more is False
+    start, emerg, audit, binary, kernel = entries
+    assert start.time == "2024-05-06T10:11:12+00:00"
+    assert (start.priority, start.unit, start.identifier, start.pid) == (
+        "info",
+        "nginx.service",
+        "systemd",
+        1,
+    )
+    assert emerg.priority == "err"
+    assert "Address already in use" in emerg.message
+    assert (audit.transport, audit.audit_type, audit.identifier) == ("audit", "USER_LOGIN", "sshd")
+    assert binary.message == "bad \ufffdbyte"  # MESSAGE as a list of bytes, invalid UTF-8
+    assert (kernel.priority, kernel.transport, kernel.unit) == ("crit", "kernel", None)
+
+
+def test_journal_first_and_last_n() -> None:
+    first, more = parse_journal(hand("journalctl-json.txt"), 2, "first")
+    assert [e.pid for e in first] == [1, 812]
+    assert more is True
+    last, _ = parse_journal(hand("journalctl-json.txt"), 2, "last")
+    assert [e.transport for e in last] == ["stdout", "kernel"]
+
+
+def test_journal_argv_keeps_every_value_in_one_argument() -> None:
+    params = JournalParams(
+        unit="nginx.service",
+        priority="err",
+        since="-1h",
+        until="now",
+        grep="bind\\(\\) failed",
+        transport="audit",
+        lines=50,
+    )
+    argv = journal_argv(params)
+    assert argv[:3] == ["journalctl", "--no-pager", "--output=json"]
+    assert "--lines=50" in argv
+    assert {
+        "--unit=nginx.service",
+        "--priority=err",
+        "--since=-1h",
+        "--until=now",
+        "--grep=bind\\(\\) failed",
+    } <= set(argv)
+    assert argv[-2:] == ["--", "_TRANSPORT=audit"]
+    first = journal_argv(JournalParams(direction="first", lines=5))
+    assert not any(arg.startswith("--lines") for arg in first)
+
+
+@pytest.mark.parametrize("since", ["2024-05-06", "2024-05-06 10:00", "today", "-1h", "2 days ago", "30min"])
+def test_journal_time_specs_accepted(since: str) -> None:
+    assert JournalParams(since=since).since == since
+
+
+def test_detection_and_probes_say_not_available() -> None:
+    detection = PACK.detection()
+    assert detection.detected == SYSTEMD_RUNS_HERE
+    if not SYSTEMD_RUNS_HERE:
+        assert "not the init system" in detection.reason
+        assert detect_systemd().reason == detection.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("systemd.units.list", {}),
+        ("systemd.units.failed", {}),
+        ("systemd.unit.status", {"unit": "ssh.service"}),
+        ("systemd.journal.query", {"transport": "audit"}),
+    ],
+)
+async def test_probe_is_unavailable_without_systemd(name: str, params: dict[str, Any]) -> None:
+    if SYSTEMD_RUNS_HERE:
+        pytest.skip("systemd runs here; the parsers above cover the formats")
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(REGISTRY, name, params, ProbeContext())
+    assert caught.value.code == "unavailable"
+    assert "systemd is not available on this machine" in caught.value.message
+
+
+def test_runbook_flags_each_failed_unit() -> None:
+    failed = _units(parse_unit_list(hand("systemctl-list-units-failed.json")), 100).model_dump()
+    findings = RUNBOOK.evaluate({"systemd.units.failed": failed})
+    assert [(f.severity, f.title) for f in findings] == [
+        ("warning", "Unit logrotate.service has failed"),
+        ("warning", "Unit nginx.service has failed"),
+    ]
+    assert "systemd.journal.query with unit=nginx.service" in findings[1].detail
+    strict = build_runbook({**THRESHOLDS, "failed_units": Threshold(warning=1, critical=2)})
+    assert {f.severity for f in strict.evaluate({"systemd.units.failed": failed})} == {"critical"}
+    assert RUNBOOK.evaluate({"systemd.units.failed": _units([], 100).model_dump()}) == []
+
+
+def test_runbook_flags_a_burst_of_journal_errors() -> None:
+    entries, _ = parse_journal(hand("journalctl-json.txt"), 10, "last")
+    reading = {"entries": [e.model_dump() for e in entries] * 5, "truncated": False, "note": None}
+    [finding] = RUNBOOK.evaluate({"systemd.journal.query": reading})
+    assert finding.severity == "warning"
+    assert finding.title == "25 error entries in the journal in the last hour"
+    assert "nginx.service" in finding.detail
