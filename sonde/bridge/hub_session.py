@@ -1,0 +1,258 @@
+"""One MCP session with the hub over Streamable HTTP, as the bridge keeps it.
+
+It owns the HTTP side: which headers each request carries (the API key, the
+``Mcp-Session-Id`` the hub gave in answer to ``initialize``, the negotiated
+``MCP-Protocol-Version`` after that), reading an answer body as JSON or as an
+SSE stream parsed as it arrives, re-initializing once when the hub has
+forgotten the session (404), and the final ``DELETE``.
+
+The session becomes *ready* when the client's ``notifications/initialized``
+has been accepted; each ready session gets a new ``generation`` number, which
+is how a request that got a 404 tells whether someone else already
+re-initialized while it was waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import trio
+
+from sonde.bridge import jsonrpc
+from sonde.bridge.sse import SSEError, SSEParser
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+LAST_EVENT_ID_HEADER = "Last-Event-ID"
+POST_ACCEPT = "application/json, text/event-stream"
+MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
+ERROR_BODY_PREVIEW_BYTES = 4096
+
+# Called with each message the hub sends; returns True once the caller has what it waited for.
+Deliver = Callable[[Any], Awaitable[bool]]
+
+
+class HubAnswerError(Exception):
+    """The hub's answer could not be read as MCP (wrong content type, bad or oversized body)."""
+
+
+def is_success(response: httpx2.Response) -> bool:
+    return 200 <= response.status_code < 300
+
+
+def describe_status(response: httpx2.Response) -> str:
+    reason = response.reason_phrase or ""
+    return f"HTTP {response.status_code}{' ' + reason if reason else ''}"
+
+
+async def error_detail(response: httpx2.Response) -> str:
+    """A short reason from a non-2xx body: its JSON-RPC or REST error message, else its text."""
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= ERROR_BODY_PREVIEW_BYTES:
+            break
+    body = body[:ERROR_BODY_PREVIEW_BYTES]
+    try:
+        error = json.loads(body).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message:
+            return message
+    except (ValueError, AttributeError):
+        pass
+    return body.decode("utf-8", errors="replace").strip()[:300]
+
+
+async def read_messages(response: httpx2.Response, deliver: Deliver) -> None:
+    """Hand each JSON-RPC message in a 2xx body to ``deliver``, as it arrives.
+
+    Stops when ``deliver`` returns True or the body ends. Raises `HubAnswerError`,
+    `sonde.bridge.sse.SSEError` and `httpx2.HTTPError`.
+    """
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type == "text/event-stream":
+        await read_event_stream(response, deliver)
+        return
+    body = await read_capped(response)
+    if content_type == "application/json":
+        try:
+            message = json.loads(body)
+        except ValueError as exc:
+            raise HubAnswerError(f"the hub's JSON answer is not JSON: {exc}") from None
+        await deliver(message)
+    elif body.strip():  # an empty body (an acknowledged notification) needs no type
+        raise HubAnswerError(f"the hub answered with content type {content_type or '(none)'!r}")
+
+
+async def read_capped(response: httpx2.Response, limit: int = MAX_JSON_BODY_BYTES) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise HubAnswerError(f"the hub's answer is larger than {limit} bytes")
+    return bytes(body)
+
+
+async def read_event_stream(
+    response: httpx2.Response, deliver: Deliver, parser: SSEParser | None = None
+) -> None:
+    """Parse an SSE body chunk by chunk; each ``message`` event's data is one JSON-RPC message."""
+    parser = parser or SSEParser()
+    async for chunk in response.aiter_bytes():
+        for event in parser.feed(chunk):
+            if event.event != "message":
+                log.debug("ignoring an SSE event of type %r", event.event)
+                continue
+            try:
+                message = json.loads(event.data)
+            except ValueError:
+                log.warning("the hub sent an SSE event that is not JSON; skipped: %.200r", event.data)
+                continue
+            if await deliver(message):
+                return
+
+
+class HubSession:
+    """The session state and HTTP requests of one bridge. See the module doc."""
+
+    def __init__(self, client: httpx2.AsyncClient, mcp_url: str) -> None:
+        self.client = client
+        self.url = mcp_url
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.generation = 0
+        self._initialize: tuple[Any, bytes] | None = None  # the client's own: (id, body)
+        self._initialized: bytes | None = None
+        self._reinitializing = trio.Lock()
+        self._ready = trio.Event()
+
+    def headers(self, *, initialize: bool = False) -> dict[str, str]:
+        """The MCP headers for a request (``initialize`` starts a session: none of them)."""
+        headers: dict[str, str] = {}
+        if not initialize:
+            if self.session_id:
+                headers[SESSION_HEADER] = self.session_id
+            if self.protocol_version:
+                headers[VERSION_HEADER] = self.protocol_version
+        return headers
+
+    @asynccontextmanager
+    async def post(self, body: bytes, *, initialize: bool = False) -> AsyncIterator[httpx2.Response]:
+        """POST one message; the response's body is left to the caller to read."""
+        headers = {
+            "Accept": POST_ACCEPT,
+            "Content-Type": "application/json",
+            **self.headers(initialize=initialize),
+        }
+        async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
+            if initialize and is_success(response):
+                self.session_id = response.headers.get(SESSION_HEADER) or None
+                self.protocol_version = None
+                log.info("hub session %s", self.session_id or "(none: the hub keeps no sessions)")
+            yield response
+
+    def remember_initialize(self, request_id: Any, body: bytes) -> None:
+        self._initialize = (request_id, body)
+
+    def answered_initialize(self, message: Any) -> bool:
+        """Note the version if ``message`` answers the client's `initialize`; True if it does."""
+        if self._initialize is None or not isinstance(message, dict):
+            return False
+        version = jsonrpc.negotiated_version(message, self._initialize[0])
+        if version is not None:
+            self.protocol_version = version
+        return version is not None
+
+    def initialized(self, body: bytes) -> None:
+        """The client's ``notifications/initialized`` was accepted: the session is ready."""
+        self._initialized = body
+        self._new_generation()
+
+    def _new_generation(self) -> None:
+        self.generation += 1
+        self._ready.set()
+        self._ready = trio.Event()
+
+    async def wait_changed(self, generation: int) -> int:
+        """Wait until the session generation is past ``generation``; return the new one."""
+        while self.generation <= generation:
+            await self._ready.wait()
+        return self.generation
+
+    async def reinitialize(self, seen_generation: int) -> bool:
+        """Open a new session by replaying the client's `initialize` and `initialized`.
+
+        Called after a 404 for a request sent under ``seen_generation``; if another
+        request already re-initialized since, this only says so. Returns whether
+        there is a fresh session to retry in.
+        """
+        async with self._reinitializing:
+            if self.generation != seen_generation:
+                return True
+            if self._initialize is None:
+                return False
+            log.warning("the hub no longer knows session %s (HTTP 404); re-initializing", self.session_id)
+            try:
+                ok = await self._replay_handshake(*self._initialize, self._initialized)
+            except (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError) as exc:
+                log.error("re-initializing failed: %s: %s", type(exc).__name__, exc)
+                return False
+            if ok:
+                self._new_generation()
+            return ok
+
+    async def _replay_handshake(self, request_id: Any, initialize: bytes, initialized: bytes | None) -> bool:
+        answered = False
+
+        async def take(message: Any) -> bool:
+            nonlocal answered
+            answered = self.answered_initialize(message)
+            return answered or (isinstance(message, dict) and message.get("id") == request_id)
+
+        async with self.post(initialize, initialize=True) as response:
+            if not is_success(response):
+                log.error("re-initializing failed: the hub answered %s", describe_status(response))
+                return False
+            await read_messages(response, take)
+        if not answered:
+            log.error("re-initializing failed: the hub did not accept the replayed initialize")
+            return False
+        if initialized is None:
+            return True  # the request being retried is the client's initialized itself
+        async with self.post(initialized) as response:
+            if not is_success(response):
+                log.error("re-initializing failed: initialized got %s", describe_status(response))
+                return False
+        return True
+
+    @asynccontextmanager
+    async def listen(self, last_event_id: str) -> AsyncIterator[httpx2.Response]:
+        """Open the standalone GET stream for server-initiated messages."""
+        headers = {"Accept": "text/event-stream", **self.headers()}
+        if last_event_id:
+            headers[LAST_EVENT_ID_HEADER] = last_event_id
+        async with self.client.stream("GET", self.url, headers=headers) as response:
+            yield response
+
+    async def end(self) -> None:
+        """``DELETE`` the session, if there is one; failures are only logged."""
+        if not self.session_id:
+            return
+        try:
+            response = await self.client.delete(self.url, headers=self.headers())
+        except httpx2.HTTPError as exc:
+            log.warning("could not end session %s: %s: %s", self.session_id, type(exc).__name__, exc)
+            return
+        if response.status_code == 405:
+            log.debug("the hub does not let clients end sessions")
+        elif not is_success(response):
+            log.warning("ending session %s: the hub answered %s", self.session_id, describe_status(response))
+        else:
+            log.info("ended session %s", self.session_id)

@@ -1,0 +1,90 @@
+"""The little the bridge needs to know about JSON-RPC messages, as plain values.
+
+The bridge forwards the client's bytes as they came; it parses a message only
+to learn its kind, its id and (for `initialize`) the negotiated version, and
+it writes every message it sends to stdout as one compact line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+INTERNAL_ERROR = -32603
+PARSE_ERROR = -32700
+INITIALIZE = "initialize"
+INITIALIZED = "notifications/initialized"
+CANCELLED = "notifications/cancelled"
+
+Message = dict[str, Any]
+
+
+class NotJsonRpc(ValueError):
+    """A line from the client that is not a JSON-RPC message (or batch of them)."""
+
+
+def parse_line(line: bytes) -> Message | list[Any]:
+    """Parse one line from stdin. Raises `NotJsonRpc`."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise NotJsonRpc(f"not JSON: {exc}") from None
+    if isinstance(value, dict) or (isinstance(value, list) and value):
+        return value
+    raise NotJsonRpc("a JSON-RPC message is an object (or a non-empty array of them)")
+
+
+def request_ids(message: Message | list[Any]) -> list[Any]:
+    """The ids of the requests in ``message`` (a request has a method and an id).
+
+    A response the client sends back (to a server request) also has an id, but
+    it belongs to the hub's id space: an error made up for it would look to the
+    client like an answer to one of its own requests, so it is not counted.
+    """
+    messages = message if isinstance(message, list) else [message]
+    return [m["id"] for m in messages if isinstance(m, dict) and "method" in m and "id" in m]
+
+
+def method_of(message: Message | list[Any]) -> str | None:
+    return message.get("method") if isinstance(message, dict) else None
+
+
+def is_initialize(message: Message | list[Any]) -> bool:
+    return method_of(message) == INITIALIZE and "id" in message
+
+
+def is_initialized(message: Message | list[Any]) -> bool:
+    return method_of(message) == INITIALIZED
+
+
+def cancelled_request_id(message: Message | list[Any]) -> Any:
+    """The ``requestId`` a ``notifications/cancelled`` names, else None."""
+    if method_of(message) != CANCELLED:
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    return params.get("requestId") if isinstance(params, dict) else None
+
+
+def id_key(request_id: Any) -> str:
+    """A dict key that keeps ``1`` and ``"1"`` apart, as JSON-RPC does."""
+    return json.dumps(request_id, sort_keys=True)
+
+
+def negotiated_version(answer: Message, initialize_id: Any) -> str | None:
+    """The ``protocolVersion`` in the hub's answer to `initialize`, if this is that answer."""
+    if answer.get("id") != initialize_id or not isinstance(answer.get("result"), dict):
+        return None
+    version = answer["result"].get("protocolVersion")
+    return version if isinstance(version, str) else None
+
+
+def error_answer(request_id: Any, message: str, code: int = INTERNAL_ERROR, data: Any = None) -> Message:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def as_line(message: Any) -> bytes:
+    """One compact JSON line, newline included (JSON escapes every newline inside strings)."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"

@@ -1,0 +1,90 @@
+"""`sonde login`: remember a hub URL and an API key for `sonde mcp-bridge`.
+
+They go into ``~/.sonde/config.json`` through `save_config`, which keeps every
+other key (an enrolled agent's identity stays as it was) and the mode 0600.
+Before saving, the key is tried once with ``GET /api/v1/agents``: a key the
+hub refuses is not saved; a hub that cannot be reached only earns a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx2
+
+from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config, save_config
+from sonde.bridge.settings import check_api_key, normalize_hub_url
+
+CHECK_TIMEOUT_S = 10.0
+
+
+def say(message: str) -> None:
+    print(f"sonde login: {message}", file=sys.stderr)
+
+
+class KeyRefused(Exception):
+    """The hub answered 401 or 403 for the key."""
+
+
+def check_key(hub_url: str, api_key: str) -> str:
+    """Try the key with ``GET /api/v1/agents``; return a line saying what the hub answered.
+
+    Raises `KeyRefused` for 401/403 and `httpx2.HTTPError` when the hub cannot be reached.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx2.Client(timeout=CHECK_TIMEOUT_S) as client:
+        response = client.get(f"{hub_url}/api/v1/agents", headers=headers)
+    if response.status_code in (401, 403):
+        raise KeyRefused(f"the hub at {hub_url} refused this API key (HTTP {response.status_code})")
+    if response.status_code != 200:
+        return f"could not check the key: the hub answered HTTP {response.status_code}"
+    try:
+        count = len(response.json()["agents"])
+    except (ValueError, KeyError, TypeError):
+        return "could not check the key: the answer to GET /api/v1/agents was not the hub's"
+    return f"the hub accepted the key ({count} agent{'s' if count != 1 else ''} visible to it)"
+
+
+def enrolled_elsewhere(path: Path, hub_url: str) -> str | None:
+    """A reason to refuse when this config's agent is enrolled with another hub."""
+    existing = load_config(path)
+    if existing is None or not existing.enrolled or existing.hub_url == hub_url:
+        return None
+    return (
+        f"this machine's agent is enrolled with {existing.hub_url}, and `sonde login` would point it "
+        f"at {hub_url}. For another hub, use `sonde mcp-bridge --hub {hub_url} --api-key KEY` "
+        "(or SONDE_HUB_URL and SONDE_API_KEY), or a separate SONDE_HOME."
+    )
+
+
+def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = None) -> int:
+    """Check and store the hub URL and key; return the exit code (diagnostics on stderr)."""
+    path = path or config_path()
+    try:
+        hub_url, key = normalize_hub_url(hub), check_api_key(api_key)
+        refusal = enrolled_elsewhere(path, hub_url)
+    except (ValueError, ConfigError) as exc:
+        say(str(exc))
+        return 1
+    if refusal:
+        say(refusal)
+        return 1
+    if check:
+        try:
+            say(check_key(hub_url, key))
+        except KeyRefused as exc:
+            say(f"{exc}; nothing saved. Check the key, or create one with `sonde hub key create`.")
+            return 1
+        except httpx2.HTTPError as exc:
+            say(f"could not reach {hub_url} to check the key ({type(exc).__name__}: {exc}); saving it anyway")
+    else:
+        say("not checking the key against the hub (--no-check)")
+    try:
+        save_config(AgentConfig(hub_url=hub_url, api_key=key), path)
+    except ConfigError as exc:
+        say(str(exc))
+        return 1
+    say(f"saved the hub URL and API key in {path}")
+    say("connect an MCP client through it, e.g. `claude mcp add sonde -- sonde mcp-bridge`")
+    return 0

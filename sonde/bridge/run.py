@@ -1,0 +1,70 @@
+"""`sonde mcp-bridge` as a process: settings, file descriptors, signals, exit code.
+
+stdout is the JSON-RPC channel and nothing else may touch it: the bridge
+keeps a private duplicate of fd 1 for its own lines and points fd 1 (and
+``sys.stdout``) at stderr, so a stray print anywhere lands in the diagnostics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from sonde.bridge.proxy import bridge_stdio
+from sonde.bridge.settings import BridgeSettings, NotConfigured, resolve_settings
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_NOT_CONFIGURED = 1
+EXIT_INTERRUPTED = 130
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("sonde mcp-bridge: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    logging.getLogger("sonde").setLevel(level.upper())
+
+
+def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO") -> int:
+    """Run the bridge on this process's stdin/stdout; return the exit code."""
+    configure_logging(log_level)
+    try:
+        settings = resolve_settings(hub, api_key, os.environ)
+    except (NotConfigured, ValueError) as exc:
+        print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
+    stdin_fd, stdout_fd = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    log.info("bridging MCP over stdio to %s", settings.mcp_url)
+    return trio.run(serve_stdio, settings, stdin_fd, stdout_fd)
+
+
+async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -> int:
+    """Bridge until stdin ends (exit 0), SIGTERM (0) or SIGINT (130)."""
+    stopped_by: int | None = None
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with (
+            trio.lowlevel.FdStream(stdin_fd) as stdin,
+            trio.lowlevel.FdStream(stdout_fd) as stdout,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def stop_on_signal() -> None:
+                nonlocal stopped_by
+                async for signum in signals:
+                    stopped_by = signum
+                    log.info("%s: ending the session", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await bridge_stdio(settings, stdin, stdout)
+            nursery.cancel_scope.cancel()
+    return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else EXIT_OK

@@ -1,0 +1,108 @@
+"""Where the bridge finds its hub and API key: flags, then environment, then the config file.
+
+`sonde login` writes ``hubUrl`` and ``apiKey`` into ``~/.sonde/config.json``;
+``--hub`` / ``--api-key`` and ``SONDE_HUB_URL`` / ``SONDE_API_KEY`` override
+them one by one. Only ``apiKey`` authenticates: an agent's enrollment
+identity (its Ed25519 key) is never used as an MCP credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from sonde.agent.config import AgentConfig
+
+HUB_ENV = "SONDE_HUB_URL"
+KEY_ENV = "SONDE_API_KEY"
+KEY_HOWTO = "an admin makes a key on the hub with `sonde hub key create --name NAME`"
+
+
+class NotConfigured(Exception):
+    """The bridge lacks a hub URL or an API key; the message says what to run."""
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    hub_url: str
+    api_key: str
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.hub_url}/mcp"
+
+
+def normalize_hub_url(url: str) -> str:
+    """The hub's base URL: checked, without a trailing ``/`` or ``/mcp``. Raises `ValueError`.
+
+    The rules are `sonde.agent.config.check_hub_url`'s, kept here so that a bridge
+    given its hub and key by flags or environment never imports the agent's config
+    module (a third of a second of start-up).
+    """
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"hub URL {url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"hub URL {url!r} has no host")
+    if parts.query or parts.fragment:
+        raise ValueError(f"hub URL {url!r} must not have a query or fragment")
+    path = parts.path.rstrip("/")
+    if path.endswith("/mcp"):
+        path = path[: -len("/mcp")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def check_api_key(key: str) -> str:
+    """The key, stripped; raises `ValueError` if it is empty or holds whitespace."""
+    key = key.strip()
+    if not key:
+        raise ValueError("the API key is empty")
+    if any(ch.isspace() for ch in key):
+        raise ValueError("an API key has no spaces in it")
+    return key
+
+
+def resolve_settings(
+    hub: str | None,
+    api_key: str | None,
+    environ: Mapping[str, str],
+    read_config: Callable[[], AgentConfig | None] | None = None,
+) -> BridgeSettings:
+    """Pick the hub URL and key (flag > environment > config file).
+
+    The config file is read only when the flags and environment leave a gap.
+    Raises `NotConfigured` with instructions (or naming an unreadable config
+    file) and `ValueError` for a bad URL or key.
+    """
+    hub = hub or environ.get(HUB_ENV) or None
+    api_key = api_key or environ.get(KEY_ENV) or None
+    if hub is not None and api_key is not None:
+        return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key))
+    from sonde.agent.config import ConfigError, config_path, load_config
+
+    try:
+        config = (read_config or load_config)()
+    except ConfigError as exc:
+        raise NotConfigured(str(exc)) from None
+    hub = hub or (config.hub_url if config else None)
+    api_key = api_key or (config.api_key if config else None)
+    if hub is None:
+        raise NotConfigured(
+            f"no hub URL and API key in {config_path()}. Run `sonde login --hub URL --api-key KEY` "
+            f"once ({KEY_HOWTO}), or pass --hub and --api-key (or set {HUB_ENV} and {KEY_ENV})."
+        )
+    if api_key is None:
+        enrolled = (
+            " This machine's agent is enrolled with it, but an agent's enrollment identity is not an MCP key."
+            if config is not None and config.enrolled
+            else ""
+        )
+        raise NotConfigured(
+            f"no API key for hub {hub}.{enrolled} Run `sonde login --hub {hub} --api-key KEY` "
+            f"({KEY_HOWTO}), or pass --api-key (or set {KEY_ENV})."
+        )
+    return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key))

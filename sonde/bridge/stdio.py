@@ -1,0 +1,60 @@
+"""Newline-delimited lines over trio byte streams: the client's side of the bridge."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import trio
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 65536
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+class LineTooLong(Exception):
+    """A line from the client went past `MAX_LINE_BYTES`; it was skipped up to its newline."""
+
+
+async def read_lines(
+    stream: trio.abc.ReceiveStream, max_line_bytes: int = MAX_LINE_BYTES
+) -> AsyncIterator[bytes | LineTooLong]:
+    """Yield each non-blank line (without its newline) until EOF; a last unterminated line counts.
+
+    An over-long line is not buffered: it is skipped and yielded as a `LineTooLong`
+    value, so the caller can answer it and go on.
+    """
+    buffer = bytearray()
+    skipping = False
+    while True:
+        chunk = await stream.receive_some(READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        buffer += chunk
+        while (newline := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:newline]).strip()
+            del buffer[: newline + 1]
+            if skipping:
+                skipping = False
+            elif line:
+                yield line
+        if len(buffer) > max_line_bytes and not skipping:
+            skipping = True
+            yield LineTooLong(f"a line longer than {max_line_bytes} bytes was skipped")
+        if skipping:
+            buffer.clear()
+    tail = bytes(buffer).strip()
+    if tail and not skipping:
+        yield tail
+
+
+async def write_lines(lines: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream) -> None:
+    """Write each line from ``lines`` to ``stream`` until the channel closes.
+
+    The single writer of stdout, so lines never interleave. Raises
+    `trio.BrokenResourceError` when the client has closed its end.
+    """
+    async with lines:
+        async for line in lines:
+            await stream.send_all(line)

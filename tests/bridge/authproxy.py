@@ -1,0 +1,67 @@
+"""A reverse proxy that adds ``Authorization: Bearer <key>`` and changes nothing else.
+
+The conformance suite cannot send headers of its own, and the hub's ``/mcp``
+wants an API key: this stands where an authenticating gateway would. Host
+and Origin pass through unchanged (the hub is started with ``--allowed-host``
+for the proxy's address), so the suite's DNS-rebinding checks still reach the
+hub's own checks. Bodies stream both ways, so SSE stays incremental.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import trio
+
+from tests.bridge.fakehub import lifespan, read_body, wait_disconnect
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
+SET_BY_THE_PROXY = {"date", "server"}
+
+
+class AuthProxy:
+    """The ASGI app; ``client`` is the caller's to close. Point ``upstream`` and ``key`` before use."""
+
+    def __init__(self, client: httpx2.AsyncClient, upstream: str = "", key: str = "") -> None:
+        self.client = client
+        self.upstream = upstream.rstrip("/")
+        self.key = key
+        self.requests = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        self.requests += 1
+        headers = [
+            (k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in HOP_BY_HOP
+        ]
+        if not any(name.lower() == "authorization" for name, _ in headers):
+            headers.append(("authorization", f"Bearer {self.key}"))
+        body = await read_body(receive)
+        query = f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
+        url = f"{self.upstream}{scope['path']}{query}"
+        async with trio.open_nursery() as nursery:
+
+            async def stop_when_the_client_leaves() -> None:
+                await wait_disconnect(receive)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_when_the_client_leaves)
+            await self.relay(scope["method"], url, headers, body, send)
+            nursery.cancel_scope.cancel()
+
+    async def relay(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, send: Any
+    ) -> None:
+        async with self.client.stream(method, url, headers=headers, content=body) as response:
+            passed = [
+                (k.encode(), v.encode())
+                for k, v in response.headers.multi_items()
+                if k.lower() not in HOP_BY_HOP | SET_BY_THE_PROXY
+            ]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": passed})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})

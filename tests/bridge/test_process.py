@@ -1,0 +1,153 @@
+"""`sonde mcp-bridge` as a real process: exit codes, signals, stdout hygiene, `sonde login`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.bridge.fakehub import GOOD_KEY, fake_hub
+from tests.bridge.peer import StdioPeer, call, eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+
+SONDE = [sys.executable, "-m", "sonde"]
+EXIT_DEADLINE_S = 8
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SONDE_")}
+    env.update(HOME=str(home), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+@dataclass
+class Bridge:
+    process: trio.Process
+    peer: StdioPeer
+    stderr: bytearray = field(default_factory=bytearray)
+
+    async def exit_code(self) -> int:
+        with trio.fail_after(EXIT_DEADLINE_S):
+            return await self.process.wait()
+
+
+@asynccontextmanager
+async def bridge_process(env: dict[str, str], *args: str) -> AsyncIterator[Bridge]:
+    process = await trio.lowlevel.open_process(
+        [*SONDE, "mcp-bridge", *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    bridge = Bridge(process, StdioPeer(process.stdin, process.stdout))
+
+    async def collect_stderr(stream: trio.abc.ReceiveStream) -> None:
+        while chunk := await stream.receive_some(65536):
+            bridge.stderr += chunk
+
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect_stderr, process.stderr)
+                yield bridge
+                await bridge.exit_code()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                await stream.aclose()
+
+
+async def test_no_hub_or_key_exits_1_with_instructions(tmp_path: Path) -> None:
+    async with bridge_process(clean_env(tmp_path)) as bridge:
+        assert await bridge.exit_code() == 1
+        assert await bridge.peer.rest() == []
+    assert b"sonde login --hub URL --api-key KEY" in bridge.stderr
+    assert b"SONDE_API_KEY" in bridge.stderr
+
+
+async def test_a_hub_url_without_a_key_exits_1(tmp_path: Path) -> None:
+    (tmp_path / ".sonde").mkdir()
+    (tmp_path / ".sonde" / "config.json").write_text(json.dumps({"hubUrl": "http://hub.example:3000"}))
+    async with bridge_process(clean_env(tmp_path)) as bridge:
+        assert await bridge.exit_code() == 1
+    assert b"no API key for hub http://hub.example:3000" in bridge.stderr
+
+
+async def test_eof_deletes_the_session_and_exits_0_with_only_jsonrpc_on_stdout(tmp_path: Path) -> None:
+    async with fake_hub() as (hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY, SONDE_LOG_LEVEL="DEBUG")
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.send(call(1, "echo", print="this goes to stdout?"))
+            assert (await bridge.peer.receive())["id"] == 1
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+            assert await bridge.peer.rest() == []
+        [delete] = hub.seen("DELETE")
+        assert delete.headers["mcp-session-id"] == "session-1"
+        assert delete.headers["authorization"] == f"Bearer {GOOD_KEY}"
+    for line in bridge.peer.lines:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert b"bridging MCP over stdio to " + url.encode() + b"/mcp" in bridge.stderr
+    assert b"ended session session-1" in bridge.stderr
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+async def test_signals_delete_the_session_then_exit(tmp_path: Path, signum: int, code: int) -> None:
+    async with fake_hub() as (hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.send(call(1, "hang"))
+            await eventually(lambda: hub.hanging == 1)
+            bridge.process.send_signal(signum)
+            assert await bridge.exit_code() == code
+        assert [r.headers["mcp-session-id"] for r in hub.seen("DELETE")] == ["session-1"]
+    assert signal.Signals(signum).name.encode() in bridge.stderr
+
+
+async def test_login_then_bridge_with_no_flags(tmp_path: Path) -> None:
+    async with fake_hub() as (hub, url):
+        env = clean_env(tmp_path)
+        done = await trio.run_process(
+            [*SONDE, "login", "--hub", url, "--api-key", GOOD_KEY],
+            env=env,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+        assert done.stdout == b""
+        assert b"the hub accepted the key" in done.stderr
+        config = json.loads((tmp_path / ".sonde" / "config.json").read_text())
+        assert config == {"hubUrl": url, "apiKey": GOOD_KEY}
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+        assert hub.seen("DELETE")
+
+
+async def test_flags_override_the_environment(tmp_path: Path) -> None:
+    async with fake_hub() as (hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL="http://127.0.0.1:9", SONDE_API_KEY="sonde_wrong")
+        async with bridge_process(env, "--hub", url, "--api-key", GOOD_KEY) as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+        assert hub.seen("POST", "initialize")[0].headers["authorization"] == f"Bearer {GOOD_KEY}"

@@ -1,0 +1,135 @@
+"""The mcp SDK's own stdio client on `sonde mcp-bridge`, against a real hub and a real agent.
+
+The client home was set up with `sonde login` only (see the ``fleet`` fixture):
+the bridge finds the hub and key in its config. The agent also runs the
+test-only ``bridgetest`` pack, whose probe runs ``sleep 317``, so a cancelled
+call can be seen to reach the agent: the sleep process goes away.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.bridge.fleet import Fleet
+from tests.bridge.peer import eventually
+from tests.bridge.slowpack import SLOW_PROBE, sleepers_under
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+MEMORY = "system.memory.usage"
+SESSION_LINE = re.compile(rb"hub session ([0-9a-f]+)")
+
+
+@asynccontextmanager
+async def client_via_bridge(fleet: Fleet, errlog: Path) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "sonde", "mcp-bridge"], env=fleet.client_env
+    )
+    with errlog.open("w") as err, trio.fail_after(90):
+        async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
+            yield client
+
+
+async def probe(client: Client, name: str = MEMORY) -> dict[str, Any]:
+    result = await client.call_tool("probe", {"agent": "alpha", "probe": name})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_initialize_list_tools_and_probe(fleet: Fleet, tmp_path: Path) -> None:
+    errlog = tmp_path / "bridge.err"
+    async with client_via_bridge(fleet, errlog) as client:
+        assert client.protocol_version == "2025-11-25"
+        assert client.server_info is not None
+        assert client.server_info.name == "sonde"
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"probe", "list_agents", "health_check"} <= tools
+        reading = await probe(client)
+        assert reading["agent"] == "alpha"
+        assert reading["result"]["total_bytes"] > 0
+    log = errlog.read_bytes()
+    session = SESSION_LINE.search(log)
+    assert session is not None, log
+    assert b"ended session " + session.group(1) in log  # the DELETE on stdin EOF
+    async with httpx.AsyncClient(timeout=10) as http:  # the hub no longer knows that session
+        gone = await http.post(
+            f"{fleet.hub.url}/mcp",
+            headers={
+                "Authorization": f"Bearer {fleet.hub.admin_key}",
+                "Mcp-Session-Id": session.group(1).decode(),
+                "MCP-Protocol-Version": "2025-11-25",
+                "Accept": "application/json, text/event-stream",
+            },
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+    assert gone.status_code == 404
+
+
+async def test_progress_notifications_reach_the_client(fleet: Fleet, tmp_path: Path) -> None:
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with client_via_bridge(fleet, tmp_path / "bridge.err") as client:
+        result = await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=on_progress)
+    assert not result.is_error, result.content
+    assert progress == [(1, 1, "alpha checked")]
+
+
+async def test_cancelling_a_slow_call_reaches_the_agent(fleet: Fleet, tmp_path: Path) -> None:
+    assert fleet.agent.proc is not None
+    agent_pid = fleet.agent.proc.popen.pid
+    async with client_via_bridge(fleet, tmp_path / "bridge.err") as client:
+        call_scope = trio.CancelScope()
+
+        async def slow_call() -> None:
+            with call_scope:
+                await client.call_tool("probe", {"agent": "alpha", "probe": SLOW_PROBE})
+            assert call_scope.cancelled_caught, "the slow call finished instead of being cancelled"
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_call)
+            await eventually(lambda: sleepers_under(agent_pid), within_s=20, interval_s=0.05)
+            sleepers = sleepers_under(agent_pid)
+            call_scope.cancel()
+        await eventually(lambda: not sleepers_under(agent_pid), within_s=10, interval_s=0.05)
+        assert not any(s.is_running() and s.status() != "zombie" for s in sleepers)
+        fleet.agent.proc.wait_for(re.compile(rf"probe {re.escape(SLOW_PROBE)} \(\w+\) cancelled by the hub"))
+        assert (await probe(client))["result"]["total_bytes"] > 0  # the session goes on
+
+
+async def test_a_session_the_hub_forgot_is_reinitialized(fleet: Fleet, tmp_path: Path) -> None:
+    errlog = tmp_path / "bridge.err"
+    async with client_via_bridge(fleet, errlog) as client:
+        await probe(client)
+        first = SESSION_LINE.search(errlog.read_bytes())
+        assert first is not None
+        async with httpx.AsyncClient(timeout=10) as http:  # end it behind the bridge's back
+            ended = await http.delete(
+                f"{fleet.hub.url}/mcp",
+                headers={
+                    "Authorization": f"Bearer {fleet.hub.admin_key}",
+                    "Mcp-Session-Id": first.group(1).decode(),
+                    "MCP-Protocol-Version": "2025-11-25",
+                },
+            )
+        assert ended.status_code == 200
+        assert (await probe(client))["result"]["total_bytes"] > 0
+        assert (await probe(client))["result"]["total_bytes"] > 0
+    sessions = SESSION_LINE.findall(errlog.read_bytes())
+    assert len(sessions) == 2, sessions
+    assert sessions[0] == first.group(1)
+    assert b"re-initializing" in errlog.read_bytes()
