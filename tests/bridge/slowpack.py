@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.testpacks import install_test_pack
+
 SLEEP_ARGV = ["sleep", "317"]
 SLOW_PROBE = "bridgetest.sleep.long"
 
@@ -33,13 +35,7 @@ async def sleep_long(ctx, params: NoParams) -> Slept:
 
 def write_slow_pack(site: Path) -> Path:
     """Write the pack and its ``*.dist-info`` entry point under ``site``; return ``site``."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "sonde_bridgetest.py").write_text(PACK_SOURCE)
-    dist_info = site / "sonde_bridgetest-0.0.1.dist-info"
-    dist_info.mkdir(exist_ok=True)
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: sonde-bridgetest\nVersion: 0.0.1\n")
-    (dist_info / "entry_points.txt").write_text("[sonde.packs]\nbridgetest = sonde_bridgetest:PACK\n")
-    return site
+    return install_test_pack(site, "bridgetest", PACK_SOURCE)
 
 
 def sleepers_under(pid: int) -> list[psutil.Process]:

@@ -39,6 +39,7 @@ from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.messages import AgentRegister, Message
 from sonde.protocol.signing import new_private_key, private_key_from_text, public_key_to_text
 from tests.e2e.procs import SONDE, EnrolledAgent, RunningHub, base_env
+from tests.testpacks import install_test_pack
 
 TEST_PACK_SOURCE = '''
 """Test-only pack for the end-to-end tests: an echo that names its process, a long sleep."""
@@ -80,13 +81,7 @@ async def sleep_long(ctx, params: NoParams) -> Slept:
 
 def write_test_pack(site: Path) -> Path:
     """Install the ``e2e`` pack into ``site`` (a PYTHONPATH entry) by entry point; returns ``site``."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "sonde_e2e_pack.py").write_text(TEST_PACK_SOURCE)
-    dist_info = site / "sonde_e2e_pack-0.0.1.dist-info"
-    dist_info.mkdir(exist_ok=True)
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: sonde-e2e-pack\nVersion: 0.0.1\n")
-    (dist_info / "entry_points.txt").write_text("[sonde.packs]\ne2e = sonde_e2e_pack:PACK\n")
-    return site
+    return install_test_pack(site, "e2e", TEST_PACK_SOURCE)
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.testpacks import install_test_pack
+
 PACK_SOURCE = """
 from __future__ import annotations
 
@@ -55,10 +57,4 @@ PACK.runbooks["toolcheck"] = Runbook(
 
 
 def write_toolpack(site: Path) -> Path:
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "sonde_toolcheck.py").write_text(PACK_SOURCE)
-    dist = site / "sonde_toolcheck-0.0.1.dist-info"
-    dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sonde-toolcheck\nVersion: 0.0.1\n")
-    (dist / "entry_points.txt").write_text("[sonde.packs]\ntoolcheck = sonde_toolcheck:PACK\n")
-    return site
+    return install_test_pack(site, "toolcheck", PACK_SOURCE)

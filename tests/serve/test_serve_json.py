@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from sonde.packs.registry import load_packs
+from tests.testpacks import install_test_pack
 
 pytestmark = pytest.mark.e2e
 
@@ -84,12 +85,7 @@ async def boom(ctx, params: NoParams) -> Waited:
 @pytest.fixture(scope="session")
 def slow_pack_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """An environment whose Python finds the `slowtest` pack by entry point."""
-    site = tmp_path_factory.mktemp("slowpack")
-    (site / "sonde_slowtest.py").write_text(SLOW_PACK_SOURCE)
-    dist_info = site / "sonde_slowtest-0.0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: sonde-slowtest\nVersion: 0.0.1\n")
-    (dist_info / "entry_points.txt").write_text("[sonde.packs]\nslowtest = sonde_slowtest:PACK\n")
+    site = install_test_pack(tmp_path_factory.mktemp("slowpack"), "slowtest", SLOW_PACK_SOURCE)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     return env
