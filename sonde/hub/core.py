@@ -110,6 +110,6 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
         fleet = Fleet(store, records, config.max_probes_in_flight_per_agent)
         for record in records:
             if record.status == "online":
-                fleet.records[record.id] = record.model_copy(update={"status": "offline"})
+                fleet.remember(record.model_copy(update={"status": "offline"}))
         hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
         yield hub

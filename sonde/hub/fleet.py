@@ -53,6 +53,7 @@ class Fleet:
     ) -> None:
         self.store = store
         self.records: dict[str, AgentRecord] = {r.id: r for r in records}
+        self._ids_by_name: dict[str, str] = {r.name: r.id for r in self.records.values()}
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         # hub-wide, not per connection: a register replayed on a new socket must be refused
@@ -65,7 +66,8 @@ class Fleet:
         record = self.records.get(name_or_id)
         if record is not None:
             return record
-        return next((r for r in self.records.values() if r.name == name_or_id), None)
+        agent_id = self._ids_by_name.get(name_or_id)
+        return self.records.get(agent_id) if agent_id is not None else None
 
     def status(self, agent_id: str) -> str:
         record = self.records.get(agent_id)
@@ -84,12 +86,16 @@ class Fleet:
 
     def remember(self, record: AgentRecord) -> None:
         """Keep ``record``; an older agent under its name (re-enrolled) is forgotten and cut off."""
-        for other in [r.id for r in self.records.values() if r.name == record.name and r.id != record.id]:
+        other = self._ids_by_name.get(record.name)
+        if other is not None and other != record.id:
             self.forget(other)
         self.records[record.id] = record
+        self._ids_by_name[record.name] = record.id
 
     def forget(self, agent_id: str) -> None:
-        self.records.pop(agent_id, None)
+        record = self.records.pop(agent_id, None)
+        if record is not None and self._ids_by_name.get(record.name) == agent_id:
+            del self._ids_by_name[record.name]
         session = self.sessions.get(agent_id)
         if session is not None:
             session.cancel_scope.cancel()
