@@ -161,8 +161,14 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
         hub.fleet.remember(updated)
         outcome = "ok" if was_pending is not None else "nothing_pending"
-        await hub.audit(caller.key_id, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
-        return {"agent": record.name, "status": hub.fleet.status(record.id), "accepted": was_pending is not None}
+        await hub.audit(
+            caller.key_id, "attestation.accept", record.name, outcome, detail={"accepted": was_pending}
+        )
+        return {
+            "agent": record.name,
+            "status": hub.fleet.status(record.id),
+            "accepted": was_pending is not None,
+        }
 
     @app.get("/api/v1/packs")
     async def packs() -> dict[str, Any]:

@@ -28,6 +28,8 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import ReplayGuard, sign_frame, verify_frame
 
+SHOWN_VALUE_CHARS = 80  # a peer's value quoted in an error (and so in a reject, a log, the audit)
+
 
 def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Message, dict[str, Any]]:
     """Decode and validate one text frame without checking its signature.
@@ -49,8 +51,8 @@ def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Mess
         raise RemoteProtocolError("bad_frame", "frame must be a JSON object")
     check_version(raw.get("v"))
     kind = raw.get("type")
-    if kind not in MESSAGE_TYPES:
-        raise RemoteProtocolError("unknown_type", f"unknown message type {kind!r}")
+    if not isinstance(kind, str) or kind not in MESSAGE_TYPES:
+        raise RemoteProtocolError("unknown_type", f"unknown message type {shown(kind)}")
     try:
         message = MESSAGE_ADAPTER.validate_python(raw)
     except ValidationError as exc:
@@ -62,14 +64,23 @@ def check_version(v: object) -> None:
     low, high = SUPPORTED_VERSIONS
     if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
         raise RemoteProtocolError(
-            "unsupported_version", f"unsupported protocol version {v!r}; supported: {low}..{high}"
+            "unsupported_version", f"unsupported protocol version {shown(v)}; supported: {low}..{high}"
         )
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut short: a peer must not make our errors as large as its frame."""
+    return cut(repr(value))
+
+
+def cut(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     """Turn a pydantic error into (code, message) naming the first bad field."""
     first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"][1:] or first["loc"])
+    where = cut(".".join(str(part) for part in first["loc"][1:] or first["loc"]), 4 * SHOWN_VALUE_CHARS)
     if first["type"] == "missing":
         return "missing_field", f"missing field {where!r}"
     if first["type"] == "extra_forbidden":

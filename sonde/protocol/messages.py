@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 PROTOCOL_VERSION = 1
@@ -160,7 +160,7 @@ def utc_now() -> datetime:
 class Envelope(WireModel):
     v: int = PROTOCOL_VERSION
     id: str = Field(default_factory=new_message_id)
-    ts: datetime = Field(default_factory=utc_now)
+    ts: AwareDatetime = Field(default_factory=utc_now)  # naive times cannot be compared with ours
     agent_id: str | None = None
     nonce: str = Field(default_factory=new_nonce)
     sig: str | None = None

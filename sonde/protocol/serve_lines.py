@@ -9,7 +9,7 @@ request's ``id`` (``null`` when the id could not be read) and
 
 Error messages (the seed contract fixes the first three; the rest are ours):
 
-- ``Invalid JSON request`` (id null): the line is not UTF-8 JSON.
+- ``Invalid JSON request`` (id null): the line is not UTF-8 JSON (or holds a lone surrogate).
 - ``Unknown tool '<name>'``: no exposed tool has that name (the shell decides).
 - ``Missing tool name in tools/call request``: ``params.name`` absent, null or "".
 - ``Request line too long`` (id null): a line over `MAX_REQUEST_LINE_BYTES`.
@@ -18,6 +18,7 @@ Error messages (the seed contract fixes the first three; the rest are ours):
   object, a tool name that is not a string.
 - ``Unknown method '<m>'``: a method other than tools/list and tools/call.
 - ``Invalid tool input: expected an object``: ``params.input`` not an object.
+- ``Invalid tool input: nested too deeply``: deeper than the validator goes.
 
 Unknown top-level request keys are ignored, so clients may add their own
 (``jsonrpc`` for one); ``params`` of tools/list is ignored.
@@ -26,9 +27,19 @@ Unknown top-level request keys are ignored, so clients may add their own
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Final, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from sonde.protocol.errors import RemoteProtocolError
 
@@ -40,6 +51,8 @@ INVALID_JSON = "Invalid JSON request"
 LINE_TOO_LONG = "Request line too long"
 MISSING_TOOL_NAME = "Missing tool name in tools/call request"
 INPUT_NOT_OBJECT = "Invalid tool input: expected an object"
+INPUT_TOO_DEEP = "Invalid tool input: nested too deeply"
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 RequestId = StrictStr | StrictInt | StrictFloat | None
 
@@ -84,11 +97,18 @@ def _reject_constant(name: str) -> NoReturn:
 
 
 def decode_json_line(line: bytes) -> object:
-    """The JSON value on ``line``; raises `BadRequest` (``Invalid JSON request``)."""
+    """The JSON value on ``line``; raises `BadRequest` (``Invalid JSON request``).
+
+    A lone surrogate (``"\\ud800"``) is valid JSON but no text: nothing holding
+    it could be written back out, so the line is refused here.
+    """
     try:
-        return json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        value = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        if SURROGATE_ESCAPE.search(line):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeError and JSONDecodeError are ValueErrors
         raise BadRequest("bad_json", INVALID_JSON) from None
+    return value
 
 
 def _read_id(raw: dict[str, object]) -> RequestId:
@@ -117,7 +137,10 @@ def _read_call(request_id: RequestId, params: object) -> CallToolRequest:
         tool_input = {}
     if not isinstance(tool_input, dict):
         raise BadRequest("bad_input", INPUT_NOT_OBJECT, request_id)
-    return CallToolRequest(id=request_id, name=name, input=tool_input)
+    try:
+        return CallToolRequest(id=request_id, name=name, input=tool_input)
+    except ValidationError:  # JSON, yet not a JsonValue to pydantic: nested too deeply
+        raise BadRequest("bad_input", INPUT_TOO_DEEP, request_id) from None
 
 
 def parse_request(line: bytes) -> ServeRequest:
