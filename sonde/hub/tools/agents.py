@@ -11,7 +11,7 @@ from sonde.hub.audit import query_audit
 from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.probing import resolve_agent, visible_agents
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
-from sonde.hub.tools.views import AgentSummary, iso, summarize
+from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
 
 
 class ListAgentsInput(ToolInput):
@@ -122,7 +122,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
         last_seen=iso(hub.fleet.last_seen(record.id)),
         connected_since=iso(session.connected_at) if session else None,
         uptime_s=round(time.time() - boot, 1) if boot else None,
-        packs=[f"{p['name']}@{p['version']}" for p in record.packs],
+        packs=pack_labels(record),
         categories=sorted(runbooks_for(hub, record)),
         tags=list(record.tags),
         attestation=AttestationSummary(

@@ -1,9 +1,9 @@
-"""Shared views of agents for tools and REST: what a caller may see, as plain data."""
+"""Shared views of agents for tools and REST, as plain data (who may see what: `sonde.hub.probing`)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -28,8 +28,9 @@ def iso(ts: float | None) -> str | None:
     return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def pack_descriptors(record: AgentRecord) -> list[dict[str, Any]]:
-    return list(record.packs or [])
+def pack_labels(record: AgentRecord) -> list[str]:
+    """The agent's packs as ``name@version``."""
+    return [f"{p['name']}@{p['version']}" for p in record.packs]
 
 
 def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
@@ -40,6 +41,6 @@ def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
         last_seen=iso(hub.fleet.last_seen(record.id)),
         os=" ".join(p for p in (record.os, record.os_version) if p) or None,
         agent_version=record.agent_version,
-        packs=[f"{p['name']}@{p['version']}" for p in pack_descriptors(record)],
+        packs=pack_labels(record),
         tags=list(record.tags or []),
     )
