@@ -2,9 +2,10 @@
 
 The connect loop, per connection: open ``ws(s)://HUB/ws/agent``, send a
 signed ``agent.register`` as the first frame, wait up to `ACK_TIMEOUT_S` for
-the hub's first frame (verified with the pinned hub key). ``hub.ack`` starts
-the link (probe runner + heartbeats at the interval the hub chose) until it
-dies. ``hub.reject`` with ``unknown_agent`` or ``revoked`` stops the agent
+the hub's first frame (verified with the pinned hub key). ``hub.ack`` completes
+the link-key exchange the register began (fresh keys for every connection;
+every later frame both ways carries their HMAC) and starts the link (probe
+runner + heartbeats at the interval the hub chose) until it dies. ``hub.reject`` with ``unknown_agent`` or ``revoked`` stops the agent
 (exit 3); any other reject, a transport error, a bad or missing ack, or a
 dropped link is retried after a full-jitter exponential backoff
 (`backoff_delay`), reset after a connection that stayed up
@@ -42,6 +43,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     AckPayload,
     AgentHeartbeat,
@@ -109,11 +111,8 @@ class AgentDaemon:
         self.config = config
         self.registry = registry
         self.url = websocket_url(hub_url)
-        self.codec = FrameCodec(
-            signing_key=private_key_from_text(private_key),
-            peer_key=public_key_from_text(hub_key),
-            agent_id=config.agent_id,
-        )
+        self._private_key = private_key_from_text(private_key)
+        self._hub_key = public_key_from_text(hub_key)
         self.ctx = ProbeContext(settings=config.probe_settings())
         self.scrubber = Scrubber.from_config(config)  # every result and error is scrubbed before it is sent
         # computed once: a few file reads, at start-up before any connection
@@ -171,26 +170,37 @@ class AgentDaemon:
     async def _session(
         self, transport: Transport, end: ConnectionEnd, task_status: trio.TaskStatus[AgentDaemon]
     ) -> None:
-        await transport.send_text(self.codec.encode(AgentRegister(payload=self.register)))
+        codec = FrameCodec(
+            signing_key=self._private_key, peer_key=self._hub_key, agent_id=self.config.agent_id
+        )
+        exchange = LinkKeyExchange()  # fresh for every connection
+        register = self.register.model_copy(update={"link_key": exchange.public_text})
+        await transport.send_text(codec.encode(AgentRegister(payload=register)))
         with trio.fail_after(ACK_TIMEOUT_S):
-            first = self.codec.decode(await transport.receive_text())
+            first = codec.decode(await transport.receive_text())  # signed with the pinned hub key
         if isinstance(first, HubReject):
             log.warning("the hub rejected the register: %s (%s)", first.payload.reason, first.payload.code)
             end.rejection = first.payload
             return
         if not isinstance(first, HubAck):
             raise RemoteProtocolError("unexpected_frame", f"expected hub.ack or hub.reject, got {first.type}")
+        try:
+            codec.link_keys = exchange.derive(first.payload.link_key, role="agent")
+        except ValueError as exc:
+            raise RemoteProtocolError("bad_link_key", f"the ack's {exc}") from None
         end.acked_at = trio.current_time()
         self._log_connected(first.payload)
         if not self._started:
             self._started = True
             task_status.started(self)
         try:
-            end.rejection = await self._serve_link(transport, first.payload)
+            end.rejection = await self._serve_link(transport, codec, first.payload)
         finally:
             end.closed_at = trio.current_time()
 
-    async def _serve_link(self, transport: Transport, ack: AckPayload) -> RejectPayload | None:
+    async def _serve_link(
+        self, transport: Transport, codec: FrameCodec, ack: AckPayload
+    ) -> RejectPayload | None:
         async with trio.open_nursery() as probes:
             limit = min(MAX_PROBES_IN_FLIGHT, ack.max_probes_in_flight)
             runner = ProbeRunner(
@@ -200,7 +210,7 @@ class AgentDaemon:
                 probes.start_soon(keep_alive, transport.ws, KEEPALIVE_INTERVAL_S)
             async with open_link(
                 transport,
-                self.codec,
+                codec,
                 runner.on_message,
                 heartbeat_interval_s=ack.heartbeat_interval_s,
                 make_heartbeat=lambda: AgentHeartbeat(

@@ -3,12 +3,15 @@
 The first frame must be a signed ``agent.register`` naming an enrolled
 agent id; its signature is checked against the public key stored at
 enrollment, with the replay guard. Anything else gets ``hub.reject`` with a
-reason and the socket closes with a policy-violation code.
+reason and the socket closes with a policy-violation code. The signed
+``hub.ack`` carries the hub's half of the link-key exchange; every later frame
+of the connection is authenticated with the link keys (`sonde.protocol.linkkeys`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -19,6 +22,7 @@ from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
+from sonde.protocol.linkkeys import LinkKeyExchange, LinkKeys
 from sonde.protocol.messages import (
     SUPPORTED_VERSIONS,
     AckPayload,
@@ -72,7 +76,7 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes)
     try:
         with trio.fail_after(REGISTER_TIMEOUT_S):
-            register = await authenticate(hub, transport, codec)
+            admitted = await authenticate(hub, transport, codec)
     except Refused as refused:
         log.warning("refused agent connection from %s: %s", peer, refused.reason)
         await hub.audit(
@@ -91,10 +95,19 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     except trio.TooSlowError:
         await transport.close(CLOSE_POLICY, "no register frame in time")
         return
-    await run_session(hub, transport, codec, register)
+    await run_session(hub, transport, codec, admitted)
 
 
-async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> AgentRegister:
+@dataclass(frozen=True)
+class Admitted:
+    """A verified register, the hub's half of the link-key exchange and the keys agreed."""
+
+    register: AgentRegister
+    hub_link_key: str
+    link_keys: LinkKeys
+
+
+async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Admitted:
     text = await transport.receive_text()
     try:
         message, raw = parse_frame(text, hub.config.max_frame_bytes)
@@ -116,11 +129,21 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Age
         raise Refused("bad_signature", f"register frame rejected: {exc.message}") from None
     if message.payload.name != record.name:
         raise Refused("protocol_error", f"agent is enrolled as {record.name!r}, not {message.payload.name!r}")
+    if message.payload.link_key is None:
+        raise Refused(
+            "protocol_error", "the register carries no linkKey: upgrade this agent to the hub's version"
+        )
+    exchange = LinkKeyExchange()
+    try:
+        link_keys = exchange.derive(message.payload.link_key, role="hub")
+    except ValueError as exc:
+        raise Refused("protocol_error", f"the register's {exc}") from None
     codec.peer_key = public_key_from_text(record.public_key)
-    return message
+    return Admitted(message, exchange.public_text, link_keys)
 
 
-async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, register: AgentRegister) -> None:
+async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitted: Admitted) -> None:
+    register = admitted.register
     agent_id = register.agent_id
     assert agent_id is not None
     record = hub.fleet.records[agent_id]
@@ -134,9 +157,11 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, registe
             hub_version=__version__,
             max_frame_bytes=hub.config.max_frame_bytes,
             max_probes_in_flight=hub.config.max_probes_in_flight_per_agent,
+            link_key=admitted.hub_link_key,
         )
     )
-    await transport.send_text(codec.encode(ack))
+    await transport.send_text(codec.encode(ack))  # signed with the hub key: the agent pinned it
+    codec.link_keys = admitted.link_keys
     session_ref: list[AgentSession] = []
     async with open_link(
         transport,

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import ValidationError
 
 from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.linkkeys import LinkKeys
 from sonde.protocol.messages import (
     MAX_FRAME_BYTES,
     MESSAGE_ADAPTER,
@@ -26,7 +27,7 @@ from sonde.protocol.messages import (
     to_wire,
     utc_now,
 )
-from sonde.protocol.signing import ReplayGuard, sign_frame, verify_frame
+from sonde.protocol.signing import ReplayGuard, mac_text, sign_frame, verify_frame, verify_mac_text
 
 SHOWN_VALUE_CHARS = 80  # a peer's value quoted in an error (and so in a reject, a log, the audit)
 
@@ -92,8 +93,12 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 class FrameCodec:
     """Signs outgoing frames and checks incoming ones for one connection.
 
-    ``peer_key`` None means incoming frames are not verified (only before the
-    peer's identity is known). ``agent_id`` is stamped on every frame we send.
+    Until ``link_keys`` is set, frames are signed with ``signing_key`` (Ed25519)
+    and checked with ``peer_key``; ``peer_key`` None means incoming frames are
+    not verified (only before the peer's identity is known). Once the register
+    and ack have agreed ``link_keys`` (`sonde.protocol.linkkeys`), every frame
+    both ways carries an HMAC by those keys instead. ``agent_id`` is stamped on
+    every frame we send.
     """
 
     signing_key: Ed25519PrivateKey
@@ -101,18 +106,26 @@ class FrameCodec:
     agent_id: str | None = None
     max_frame_bytes: int = MAX_FRAME_BYTES
     replay_guard: ReplayGuard = field(default_factory=ReplayGuard)
+    link_keys: LinkKeys | None = None
 
     def encode(self, message: Envelope) -> str:
         """Stamp, sign and dump ``message`` as one text frame."""
         if self.agent_id is not None and message.agent_id != self.agent_id:
             message = message.model_copy(update={"agent_id": self.agent_id})
-        frame = sign_frame(to_wire(message), self.signing_key)
+        wire = to_wire(message)
+        if self.link_keys is not None:
+            del wire["sig"]
+            return mac_text(json.dumps(wire, separators=(",", ":"), ensure_ascii=False), self.link_keys.send)
+        frame = sign_frame(wire, self.signing_key)
         return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
     def decode(self, text: str) -> Message:
-        """Parse, validate and (once the peer key is known) verify one frame."""
+        """Parse, validate and (once the peer key or the link keys are known) verify one frame."""
         message, raw = parse_frame(text, self.max_frame_bytes)
-        if self.peer_key is not None:
+        if self.link_keys is not None:
+            verify_mac_text(text, raw, self.link_keys.receive)
+            self.replay_guard.check(message.nonce, message.ts, utc_now())
+        elif self.peer_key is not None:
             self.verify(message, raw, self.peer_key)
         return message
 

@@ -21,6 +21,7 @@ MAX_FRAME_BYTES = 1024 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 PROBE_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$"
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+LINK_KEY_PATTERN = r"^[A-Za-z0-9+/]{43}=$"  # base64 of a 32-byte X25519 public key (sonde.protocol.linkkeys)
 
 
 class WireModel(BaseModel):
@@ -63,6 +64,9 @@ class Attestation(WireModel):
     packs: dict[str, str]
 
 
+LinkKeyText = Annotated[str, Field(pattern=LINK_KEY_PATTERN)]
+
+
 class RegisterPayload(WireModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     hostname: str
@@ -74,6 +78,9 @@ class RegisterPayload(WireModel):
     boot_time: float | None = None
     packs: tuple[PackDescriptor, ...]
     attestation: Attestation
+    link_key: LinkKeyText | None = (
+        None  # this connection's X25519 key; the hub refuses a register without one
+    )
 
 
 class AckPayload(WireModel):
@@ -82,6 +89,7 @@ class AckPayload(WireModel):
     hub_version: str
     max_frame_bytes: int = MAX_FRAME_BYTES
     max_probes_in_flight: int = 64
+    link_key: LinkKeyText  # the hub's X25519 key for this connection
 
 
 RejectCode = Literal[

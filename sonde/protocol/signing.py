@@ -1,4 +1,4 @@
-"""Ed25519 signatures over the canonical envelope, and replay protection.
+"""Ed25519 signatures (and link-key HMACs) over the canonical envelope, and replay protection.
 
 The canonical form of a frame is its JSON object without ``sig``, dumped with
 sorted keys, no spaces and UTF-8 text. A frame is accepted only when its
@@ -9,6 +9,8 @@ its ``nonce`` has not been seen inside that window.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 from collections import OrderedDict
 from datetime import datetime
@@ -46,6 +48,34 @@ def verify_frame(frame: dict[str, Any], key: Ed25519PublicKey) -> None:
         key.verify(signature, canonical_bytes(frame))
     except (InvalidSignature, ValueError) as exc:
         raise SignatureError("bad_signature", "frame signature does not verify") from exc
+
+
+def mac_text(body: str, key: bytes) -> str:
+    """``body`` (a frame's JSON text, without ``sig``) with ``sig`` = HMAC-SHA256 of that exact text.
+
+    Link frames are authenticated over the bytes sent, not a canonical form:
+    no second JSON dump on either end. ``sig`` is appended as the last key.
+    """
+    digest = hmac.new(key, body.encode(), hashlib.sha256).digest()
+    return f'{body[:-1]},"sig":"{base64.b64encode(digest).decode("ascii")}"}}'
+
+
+def verify_mac_text(text: str, frame: dict[str, Any], key: bytes) -> None:
+    """Raise `SignatureError` unless ``text`` (parsed as ``frame``) carries a valid link-key HMAC.
+
+    The frame must end with ``,"sig":"<its HMAC>"}``; the HMAC covers everything
+    before that, so what parsed is exactly what the peer sent plus ``sig``.
+    """
+    sig = frame.get("sig")
+    if not isinstance(sig, str) or not sig:
+        raise SignatureError("unsigned", "frame is not signed")
+    suffix = f',"sig":"{sig}"}}'
+    if not text.endswith(suffix):
+        raise SignatureError("bad_signature", "frame signature does not verify")
+    body = text[: -len(suffix)] + "}"
+    expected = base64.b64encode(hmac.new(key, body.encode(), hashlib.sha256).digest()).decode("ascii")
+    if not hmac.compare_digest(sig.encode("utf-8", "replace"), expected.encode("ascii")):
+        raise SignatureError("bad_signature", "frame signature does not verify")
 
 
 class ReplayGuard:

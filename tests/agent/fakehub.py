@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sonde.agent.config import AgentConfig
 from sonde.protocol.codec import FrameCodec
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     AckPayload,
     AgentHeartbeat,
@@ -59,8 +60,9 @@ class FakeHub:
     disconnected: trio.Event = field(default_factory=trio.Event)
     _linked: trio.Event = field(default_factory=trio.Event)
 
-    def __post_init__(self) -> None:
-        self.codec = FrameCodec(signing_key=self.hub_key, peer_key=self.agent_key.public_key())
+    def new_codec(self) -> FrameCodec:
+        """A codec for one connection: Ed25519 until the ack, then that connection's link keys."""
+        return FrameCodec(signing_key=self.hub_key, peer_key=self.agent_key.public_key())
 
     def config(self, hub_url: str) -> AgentConfig:
         return agent_config(hub_url, self.agent_key, self.hub_key)
@@ -92,7 +94,8 @@ class FakeHub:
         await self._follow(self.next_step(), transport)
 
     async def _follow(self, step: str, transport: Transport) -> None:
-        register = self.codec.decode(await transport.receive_text())  # verifies the agent's signature
+        codec = self.new_codec()
+        register = codec.decode(await transport.receive_text())  # verifies the agent's signature
         assert isinstance(register, AgentRegister)
         assert register.agent_id == AGENT_ID
         self.registers.append(register)
@@ -102,21 +105,34 @@ class FakeHub:
             await trio.sleep_forever()
         elif step == "impostor":
             impostor = FrameCodec(signing_key=new_private_key())
-            ack = AckPayload(agent_id=AGENT_ID, heartbeat_interval_s=1, hub_version="impostor")
+            ack = AckPayload(
+                agent_id=AGENT_ID,
+                heartbeat_interval_s=1,
+                hub_version="impostor",
+                link_key=LinkKeyExchange().public_text,
+            )
             await transport.send_text(impostor.encode(HubAck(payload=ack)))
         elif step.startswith("reject:"):
             reject = RejectPayload(code=step.split(":", 1)[1], reason="scripted reject")  # type: ignore[arg-type]
-            await transport.send_text(self.codec.encode(HubReject(payload=reject)))
+            await transport.send_text(codec.encode(HubReject(payload=reject)))
         else:
             _, _, hold = step.partition(":")
-            await self._ack_and_link(transport, float(hold) if hold else None)
+            await self._ack_and_link(transport, codec, register, float(hold) if hold else None)
 
-    async def _ack_and_link(self, transport: Transport, hold_s: float | None) -> None:
+    async def _ack_and_link(
+        self, transport: Transport, codec: FrameCodec, register: AgentRegister, hold_s: float | None
+    ) -> None:
+        assert register.payload.link_key is not None
+        exchange = LinkKeyExchange()
         ack = AckPayload(
-            agent_id=AGENT_ID, heartbeat_interval_s=self.heartbeat_interval_s, hub_version="test"
+            agent_id=AGENT_ID,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            hub_version="test",
+            link_key=exchange.public_text,
         )
-        await transport.send_text(self.codec.encode(HubAck(payload=ack)))
-        async with open_link(transport, self.codec, self._on_message) as link:
+        await transport.send_text(codec.encode(HubAck(payload=ack)))
+        codec.link_keys = exchange.derive(register.payload.link_key, role="hub")
+        async with open_link(transport, codec, self._on_message) as link:
             self.links.append(link)
             self._linked.set()
             self._linked = trio.Event()

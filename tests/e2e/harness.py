@@ -36,6 +36,7 @@ from sonde.hub.keys import create_enrollment_token
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM_PACK
 from sonde.protocol.codec import FrameCodec, parse_frame
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import AgentRegister, Message
 from sonde.protocol.signing import new_private_key, private_key_from_text, public_key_to_text
 from tests.e2e.procs import SONDE, EnrolledAgent, RunningHub, base_env
@@ -225,9 +226,20 @@ def descendants_running(pid: int, argv: list[str]) -> list[psutil.Process]:
 # --- the raw agent WebSocket ---------------------------------------------------
 
 
-def register_frame(agent_id: str, name: str, key: Ed25519PrivateKey, ts: datetime | None = None) -> str:
-    """A signed ``agent.register`` text frame, as `sonde start` sends it first."""
-    payload = register_payload(name, PackRegistry.of([SYSTEM_PACK]))
+def register_frame(
+    agent_id: str,
+    name: str,
+    key: Ed25519PrivateKey,
+    ts: datetime | None = None,
+    exchange: LinkKeyExchange | None = None,
+) -> str:
+    """A signed ``agent.register`` text frame, as `sonde start` sends it first.
+
+    It offers ``exchange``'s link key (a throwaway one if None: keep the
+    exchange to speak on the link after the ack).
+    """
+    link_key = (exchange or LinkKeyExchange()).public_text
+    payload = register_payload(name, PackRegistry.of([SYSTEM_PACK])).model_copy(update={"link_key": link_key})
     message = AgentRegister(payload=payload) if ts is None else AgentRegister(payload=payload, ts=ts)
     return FrameCodec(signing_key=key, agent_id=agent_id).encode(message)
 

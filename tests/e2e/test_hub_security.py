@@ -7,6 +7,7 @@ frames a well-behaved agent never sends.
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
 from datetime import timedelta
@@ -16,7 +17,11 @@ import httpx
 import pytest
 import trio_websocket
 
-from sonde.protocol.messages import HubReject, utc_now
+from sonde.agent.identity import register_payload
+from sonde.packs.registry import PackRegistry
+from sonde.packs.system import PACK as SYSTEM_PACK
+from sonde.protocol.codec import FrameCodec
+from sonde.protocol.messages import AgentRegister, HubReject, utc_now
 from sonde.protocol.signing import new_private_key
 from tests.e2e.harness import (
     Answer,
@@ -209,6 +214,21 @@ async def test_replayed_or_stale_register_is_refused(fleet: SharedFleet) -> None
     fresh = await send_register(hub.url, register_frame(agent_id, name, key))
     assert fresh.first is not None
     assert fresh.first.type == "hub.ack"
+
+
+async def test_register_without_a_usable_link_key_is_refused(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    agent_id, key = agent_identity(fleet.idle)
+    codec = FrameCodec(signing_key=key, agent_id=agent_id)
+    payload = register_payload(fleet.idle.name, PackRegistry.of([SYSTEM_PACK]))
+    for link_key, words in [
+        (None, "carries no linkKey: upgrade this agent"),
+        (base64.b64encode(bytes(32)).decode(), "linkKey is not a usable X25519 public key"),
+    ]:
+        frame = codec.encode(AgentRegister(payload=payload.model_copy(update={"link_key": link_key})))
+        code, reason = reject_code(await send_register(hub.url, frame))
+        assert code == "protocol_error"
+        assert words in reason
 
 
 async def test_agent_socket_refuses_browsers(fleet: SharedFleet) -> None:

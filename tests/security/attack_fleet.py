@@ -29,6 +29,7 @@ from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM_PACK
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.enrollment import EnrollResponse
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import Envelope, HubAck, HubReject, Message
 from sonde.protocol.signing import new_private_key, public_key_from_text, public_key_to_text
 from tests.e2e.harness import (
@@ -99,12 +100,12 @@ class Identity:
     key: Ed25519PrivateKey
     hub_key: Ed25519PublicKey
 
-    def register(self, name: str | None = None) -> str:
-        """A fresh signed ``agent.register`` frame (claiming ``name`` if given)."""
-        return register_frame(self.agent_id, name or self.name, self.key)
+    def register(self, name: str | None = None, exchange: LinkKeyExchange | None = None) -> str:
+        """A fresh signed ``agent.register`` frame (claiming ``name`` if given), offering ``exchange``'s link key."""
+        return register_frame(self.agent_id, name or self.name, self.key, exchange=exchange)
 
     def codec(self) -> FrameCodec:
-        """Signs as this identity and verifies the hub's frames."""
+        """Signs as this identity and verifies the hub's frames (Ed25519: no link keys yet)."""
         return FrameCodec(signing_key=self.key, peer_key=self.hub_key, agent_id=self.agent_id)
 
 
@@ -187,11 +188,13 @@ class RawAgent:
 @asynccontextmanager
 async def raw_agent(hub_url: str, identity: Identity) -> AsyncIterator[RawAgent]:
     """Register as ``identity`` on a new socket (the hub must ack) and speak for it."""
+    exchange = LinkKeyExchange()
     async with agent_socket(hub_url) as ws:
-        await ws.send_message(identity.register())
+        await ws.send_message(identity.register(exchange=exchange))
         agent = RawAgent(ws, identity.codec())
         ack = await agent.receive()
         assert isinstance(ack, HubAck), ack
+        agent.codec.link_keys = exchange.derive(ack.payload.link_key, role="agent")
         yield agent
 
 

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from sonde.agent.identity import register_payload
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     MESSAGE_TYPES,
     AckPayload,
@@ -313,7 +314,11 @@ def signed_frames(key: Ed25519PrivateKey, agent_id: str, name: str) -> list[str]
     """One valid signed frame of each kind an agent or a hub sends."""
     codec = FrameCodec(signing_key=key, agent_id=agent_id)
     messages: list[Envelope] = [
-        AgentRegister(payload=register_payload(name, REGISTRY)),
+        AgentRegister(
+            payload=register_payload(name, REGISTRY).model_copy(
+                update={"link_key": LinkKeyExchange().public_text}
+            )
+        ),
         AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=1)),
         ProbeResponse(
             payload=ProbeResponsePayload(
@@ -322,7 +327,14 @@ def signed_frames(key: Ed25519PrivateKey, agent_id: str, name: str) -> list[str]
         ),
         ProbeError(payload=ProbeErrorPayload(request_id="r1", code="x", message="y")),
         ProbeRequest(payload=ProbeRequestPayload(request_id="r1", probe="system.info", params={"k": "v"})),
-        HubAck(payload=AckPayload(agent_id=agent_id, heartbeat_interval_s=1, hub_version="0")),
+        HubAck(
+            payload=AckPayload(
+                agent_id=agent_id,
+                heartbeat_interval_s=1,
+                hub_version="0",
+                link_key=LinkKeyExchange().public_text,
+            )
+        ),
     ]
     return [codec.encode(message) for message in messages]
 

@@ -25,6 +25,7 @@ import trio
 import trio_websocket
 
 from sonde.protocol.codec import SHOWN_VALUE_CHARS, FrameCodec
+from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     AckPayload,
     AgentHeartbeat,
@@ -233,7 +234,10 @@ async def test_replies_injected_by_an_unregistered_socket_are_refused(fleet: Att
                 forger.encode(
                     HubAck(
                         payload=AckPayload(
-                            agent_id=stand_in.agent_id, heartbeat_interval_s=1, hub_version="0"
+                            agent_id=stand_in.agent_id,
+                            heartbeat_interval_s=1,
+                            hub_version="0",
+                            link_key=LinkKeyExchange().public_text,
                         )
                     )
                 ),
@@ -303,6 +307,8 @@ async def test_a_link_drops_unsigned_foreign_and_altered_frames(fleet: AttackFle
     dropped_before = dropped(fleet)
     marker = secrets.token_hex(8)
     foreign = FrameCodec(signing_key=new_private_key(), agent_id=stand_in.agent_id)
+    other_link = stand_in.codec()
+    other_link.link_keys = LinkKeyExchange().derive(LinkKeyExchange().public_text, role="agent")
     async with raw_agent(fleet.hub.url, stand_in) as agent:
         async with pending_probe(fleet, stand_in.name, MEMORY) as reading:
             request = await next_request(agent)
@@ -319,6 +325,10 @@ async def test_a_link_drops_unsigned_foreign_and_altered_frames(fleet: AttackFle
                     )
                 ),
                 unsigned(agent.codec.encode(AgentHeartbeat())),
+                # signed with the agent's own Ed25519 key, not this link's key: the register is over
+                stand_in.codec().encode(answer(request, {"forged": True})),
+                # the right agent, but the link key of another connection
+                other_link.encode(answer(request, {"forged": True})),
             ]
             for frame in attempts:
                 await agent.ws.send_message(frame)
