@@ -15,7 +15,6 @@ long is treated as dead (the hub sets it to two heartbeat intervals).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -120,6 +119,7 @@ class Link:
         self._received = 0
         self._late = 0
         self._dropped = 0
+        self._last_received = trio.current_time()
 
     # --- public ----------------------------------------------------------
 
@@ -202,17 +202,23 @@ class Link:
             waiter.send_nowait(None)
         self._pending.clear()
 
-    async def _read_loop(self, liveness_timeout_s: float | None) -> None:
-        with trio.CancelScope() as watchdog:
-            timeout = liveness_timeout_s if liveness_timeout_s is not None else math.inf
-            watchdog.deadline = trio.current_time() + timeout
-            while True:
-                text = await self.transport.receive_text()
-                watchdog.deadline = trio.current_time() + timeout
-                self._received += 1
-                await self._dispatch(text)
-        if watchdog.cancelled_caught:
-            raise LinkClosed(f"peer silent for {timeout:g}s")
+    async def _read_loop(self) -> None:
+        while True:
+            text = await self.transport.receive_text()
+            self._last_received = trio.current_time()
+            self._received += 1
+            await self._dispatch(text)
+
+    async def _watch_liveness(self, timeout_s: float) -> None:
+        """End the link when the peer sends nothing for ``timeout_s``.
+
+        It wakes once per ``timeout_s`` or so, not per frame: moving a cancel
+        scope's deadline on every frame costs the scheduler a heap entry each time.
+        """
+        while True:
+            await trio.sleep_until(self._last_received + timeout_s)
+            if trio.current_time() >= self._last_received + timeout_s:
+                raise LinkClosed(f"peer silent for {timeout_s:g}s")
 
     async def _dispatch(self, text: str) -> None:
         try:
@@ -274,7 +280,11 @@ async def open_link(
     link = Link(transport, codec, on_message, send_channel)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(link._supervise, "reader", lambda: link._read_loop(liveness_timeout_s))
+            nursery.start_soon(link._supervise, "reader", link._read_loop)
+            if liveness_timeout_s is not None:
+                nursery.start_soon(
+                    link._supervise, "liveness", lambda: link._watch_liveness(liveness_timeout_s)
+                )
             nursery.start_soon(link._supervise, "writer", lambda: link._write_loop(receive_channel))
             if heartbeat_interval_s is not None and make_heartbeat is not None:
                 nursery.start_soon(
