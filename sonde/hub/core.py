@@ -18,7 +18,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sonde.hub.agent_records import list_agents
-from sonde.hub.audit import AuditEntry, append_audit
+from sonde.hub.audit import AuditEntry
+from sonde.hub.audit_queue import AuditQueue
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig
 from sonde.hub.db import get_meta, open_database, set_meta
@@ -42,6 +43,9 @@ class Hub:
     packs: PackRegistry
     started_at: float = field(default_factory=time.time)
 
+    def __post_init__(self) -> None:
+        self.audit_queue = AuditQueue(self.store)
+
     async def audit(
         self,
         actor: str,
@@ -52,7 +56,7 @@ class Hub:
         duration_ms: float | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        """Append to the audit chain without waiting for the commit (group commit)."""
+        """Append to the audit chain without waiting for the commit (batched: `AuditQueue`)."""
         entry = AuditEntry(
             actor=actor,
             action=action,
@@ -62,7 +66,7 @@ class Hub:
             detail=detail or {},
             ts=time.time(),
         )
-        await self.store.submit(append_audit, entry)
+        await self.audit_queue.append(entry)
 
 
 def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:

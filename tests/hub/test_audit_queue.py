@@ -1,0 +1,83 @@
+"""The audit queue: many entries ride one store op, in order, and a bad entry loses only itself."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+
+from sonde.hub.audit import AuditEntry, query_audit, verify_audit
+from sonde.hub.audit_queue import AuditQueue
+from sonde.hub.store import open_store
+
+
+def entry(i: int, **detail: object) -> AuditEntry:
+    return AuditEntry(
+        actor="key:k1", action="mcp.probe", target="web-1", outcome="ok", detail={"i": i, **detail}
+    )
+
+
+async def test_entries_from_many_tasks_share_store_ops_and_keep_their_order(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store)
+        order: list[int] = []
+
+        async def append(i: int) -> None:
+            order.append(i)
+            await queue.append(entry(i))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(2000):
+                nursery.start_soon(append, i)
+    async with open_store(tmp_path / "hub.db") as store:
+        details = await store.read(
+            lambda db: [r[0] for r in db.execute("SELECT detail FROM audit ORDER BY seq")]
+        )
+        verification = await store.read(verify_audit)
+    assert verification.ok, verification
+    assert verification.rows == 2000
+    assert [json.loads(d)["i"] for d in details] == order  # the chain holds them as they were appended
+
+
+async def test_a_burst_is_written_in_a_few_store_ops(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store)
+        for i in range(1000):
+            await queue.append(entry(i))
+        await trio.sleep(0.2)
+        stats = store.statistics()
+        assert await store.read(lambda db: db.execute("SELECT count(*) FROM audit").fetchone()[0]) == 1000
+    assert stats.ops < 50, stats  # one op per flush, not one per entry
+
+
+async def test_an_unwritable_entry_is_logged_and_loses_only_itself(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store)
+        await queue.append(entry(1))
+        await queue.append(entry(2, bad=float("nan")))
+        await queue.append(entry(3))
+    async with open_store(tmp_path / "hub.db") as store:
+        rows = await store.read(query_audit)
+        verification = await store.read(verify_audit)
+    assert verification.ok
+    assert sorted(row["detail"]["i"] for row in rows) == [1, 3]
+    assert any(
+        "audit entry key:k1 mcp.probe not written" in r.message
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+    )
+
+
+async def test_past_the_bound_the_caller_waits_for_the_flush(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store, max_pending=5)
+        for i in range(4):
+            await queue.append(entry(i))
+        await queue.append(entry(4))  # the fifth waits until everything so far is committed
+        count = await store.read(lambda db: db.execute("SELECT count(*) FROM audit").fetchone()[0])
+    assert count == 5
