@@ -1,14 +1,15 @@
 """Runbooks on agents: run a category's probes, turn readings into findings.
 
-`run_runbook` runs one runbook on one agent, its probes concurrently under a
-shared limiter. It records each step as it finishes, so when a caller's
-deadline cancels it the outcome still holds everything that came back
-(the `health_check` partial answer).
+`run_runbooks` runs runbooks on agents (one for `diagnose`, a fleet's for
+`health_check`) through a fixed pool of workers. It records each step as it
+finishes, so when a caller's deadline cancels it the outcomes still hold
+everything that came back (the `health_check` partial answer).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import trio
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.errors import HubError
+from sonde.hub.executor_limits import FANOUT_LIMIT
 from sonde.hub.probing import run_probe_for
 from sonde.packs.runbook import Finding, Runbook
 
@@ -67,44 +69,87 @@ def describe_categories(hub: Hub) -> dict[str, str]:
     return {cat: rb.description for p in hub.packs.packs.values() for cat, rb in p.runbooks.items()}
 
 
-async def run_step(
-    hub: Hub,
-    caller: Caller,
-    record: AgentRecord,
-    step: StepOutcome,
-    params: dict[str, Any],
-    via: str,
-    limiter: trio.CapacityLimiter,
-) -> None:
-    started = time.perf_counter()
-    async with limiter:
-        try:
-            reading = await run_probe_for(hub, caller, record, step.probe, params, via=via)
-        except HubError as exc:
-            step.status, step.error = "error", exc.message
-        else:
-            step.status, step.result = "ok", reading.result
-    step.duration_ms = (time.perf_counter() - started) * 1000
+AgentDone = Callable[[list[RunbookOutcome]], Awaitable[None]]
 
 
-async def run_runbook(
+@dataclass(eq=False)
+class _Job:
+    plan: int
+    outcome: RunbookOutcome
+    step: StepOutcome
+    params: dict[str, Any]
+
+
+async def run_runbooks(
     hub: Hub,
     caller: Caller,
-    outcome: RunbookOutcome,
+    plans: list[list[RunbookOutcome]],
     *,
     via: str,
-    limiter: trio.CapacityLimiter,
+    on_agent_done: AgentDone | None = None,
+    workers: int = FANOUT_LIMIT,
 ) -> None:
-    """Fill ``outcome`` with the runbook's readings and findings; safe to cancel mid-way."""
-    record, runbook = outcome.agent, outcome.runbook
-    try:
-        async with trio.open_nursery() as nursery:
-            for spec in runbook.steps:
+    """Run every step of every plan (one plan: one agent's runbooks), at most ``workers`` at once.
+
+    A fixed pool of ``workers`` tasks takes the steps agent by agent, so the
+    first agents finish (and ``on_agent_done`` reports them) early; a thousand
+    agents do not mean thousands of tasks parked on a limiter. Each outcome gets
+    its findings when its last step ends; when this is cancelled (the caller's
+    deadline), everything still pending is marked timed out and evaluated, so
+    the outcomes hold all that came back (the partial answer).
+    """
+    jobs: list[_Job] = []
+    for index, outcomes in enumerate(plans):
+        for outcome in outcomes:
+            for spec in outcome.runbook.steps:
                 step = StepOutcome(spec.probe)
                 outcome.steps.append(step)
-                if not caller.allows_probe(spec.probe):
+                if caller.allows_probe(spec.probe):
+                    jobs.append(_Job(index, outcome, step, dict(spec.params)))
+                else:
                     step.status, step.error = "skipped", "not allowed by your API key's policy"
-                    continue
-                nursery.start_soon(run_step, hub, caller, record, step, dict(spec.params), via, limiter)
+    steps_left = {id(o): sum(s.status == "pending" for s in o.steps) for ps in plans for o in ps}
+    plans_left = [sum(steps_left[id(o)] > 0 for o in outcomes) for outcomes in plans]
+
+    async def finished(job: _Job) -> None:
+        steps_left[id(job.outcome)] -= 1
+        if steps_left[id(job.outcome)] == 0:
+            job.outcome.finish()
+            plans_left[job.plan] -= 1
+            if plans_left[job.plan] == 0 and on_agent_done is not None:
+                await on_agent_done(plans[job.plan])
+
+    async def worker(queue: Iterator[_Job]) -> None:
+        for job in queue:
+            await run_step(hub, caller, job.outcome.agent, job.step, job.params, via)
+            await finished(job)
+
+    try:
+        for index, outcomes in enumerate(plans):
+            for outcome in outcomes:
+                if steps_left[id(outcome)] == 0:  # every step skipped: nothing to wait for
+                    outcome.finish()
+            if plans_left[index] == 0 and on_agent_done is not None:
+                await on_agent_done(outcomes)
+        queue = iter(jobs)  # shared: each job goes to exactly one worker
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(workers, len(jobs))):
+                nursery.start_soon(worker, queue)
     finally:
-        outcome.finish()
+        for outcomes in plans:
+            for outcome in outcomes:
+                if not outcome.complete:
+                    outcome.finish()
+
+
+async def run_step(
+    hub: Hub, caller: Caller, record: AgentRecord, step: StepOutcome, params: dict[str, Any], via: str
+) -> None:
+    started = time.perf_counter()
+    try:
+        reading = await run_probe_for(hub, caller, record, step.probe, params, via=via)
+    except HubError as exc:
+        step.status, step.error = "error", exc.message
+    else:
+        step.status, step.result = "ok", reading.result
+    step.duration_ms = (time.perf_counter() - started) * 1000

@@ -8,9 +8,8 @@ from typing import Annotated, Literal
 import trio
 from pydantic import BaseModel, Field, JsonValue
 
-from sonde.hub.diagnostics import RunbookOutcome, run_runbook, runbooks_for
+from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
 from sonde.hub.errors import not_found, unavailable
-from sonde.hub.executor_limits import FANOUT_LIMIT
 from sonde.hub.probing import resolve_agent, visible_agents
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.packs.executor import cap_result
@@ -165,24 +164,16 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
         runbooks = runbooks_for(hub, record)
         wanted = [rb for cat, rb in runbooks.items() if not args.categories or cat in args.categories]
         plans.append([RunbookOutcome(record, rb) for rb in wanted])
-    limiter = trio.CapacityLimiter(FANOUT_LIMIT)
     done = 0
 
-    async def check_agent(outcomes: list[RunbookOutcome]) -> None:
+    async def agent_done(outcomes: list[RunbookOutcome]) -> None:
         nonlocal done
-        async with trio.open_nursery() as nursery:
-            for outcome in outcomes:
-                nursery.start_soon(
-                    lambda o=outcome: run_runbook(hub, caller, o, via="mcp.health_check", limiter=limiter)
-                )
         done += 1
         if outcomes:
             await call.progress(done, len(plans), f"{outcomes[0].agent.name} checked")
 
     with trio.move_on_after(args.deadline_s):
-        async with trio.open_nursery() as nursery:
-            for outcomes in plans:
-                nursery.start_soon(check_agent, outcomes)
+        await run_runbooks(hub, caller, plans, via="mcp.health_check", on_agent_done=agent_done)
     await hub.audit(
         caller.key_id,
         "mcp.health_check",
@@ -271,9 +262,7 @@ async def diagnose_agent(
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
     with trio.move_on_after(hub.config.probe_timeout_s + 2):
-        await run_runbook(
-            hub, caller, outcome, via="mcp.diagnose", limiter=trio.CapacityLimiter(FANOUT_LIMIT)
-        )
+        await run_runbooks(hub, caller, [[outcome]], via="mcp.diagnose")
     await hub.audit(
         caller.key_id,
         "mcp.diagnose",
