@@ -1,4 +1,4 @@
-"""The root ASGI app: `/mcp` to the MCP session manager, the rest to Quart.
+"""The root ASGI app: `/mcp` to the MCP session manager, `/ws/agent` to the agent socket, the rest to Quart.
 
 It owns the lifespan: the MCP session manager runs for exactly as long as
 Quart's lifespan, and a startup failure is reported as
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.mcp_server import SondeUser
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Scope = dict[str, Any]
+AGENT_SOCKET_PATH = "/ws/agent"
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
@@ -60,6 +62,8 @@ class RootApp:
             await self.lifespan(scope, receive, send)
         elif scope["type"] == "http" and is_mcp_path(scope["path"]):
             await self.serve_mcp(scope, receive, send)
+        elif scope["type"] == "websocket" and scope["path"] == AGENT_SOCKET_PATH:
+            await serve_agent_websocket(self.hub, scope, receive, send)
         else:
             await self.quart_app(scope, receive, send)
 

@@ -1,4 +1,4 @@
-"""The Quart app: `/api/v1/*` REST, `/ws/agent`, and the dashboard's static files.
+"""The Quart app: `/api/v1/*` REST and the dashboard's static files.
 
 Every REST handler is one supervision boundary: `ApiError` becomes the
 stable error shape ``{"error": {"code", "message"}}``; so do 404, 405 and 413.
@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from quart import Response, jsonify, request, websocket
+from quart import Response, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from sonde.hub.agent_socket import QuartTransport, serve_agent
 from sonde.hub.auth import Caller
 from sonde.hub.enrollment import enroll_agent
 from sonde.hub.errors import HubError
@@ -80,7 +79,6 @@ def create_rest_app(hub: Hub) -> QuartTrio:
     from sonde.hub.rest_routes import install_routes
 
     install_routes(app, hub)
-    install_agent_socket(app, hub)
     install_webui(app)
     return app
 
@@ -119,17 +117,6 @@ def install_security_headers(app: QuartTrio) -> None:
         if request.path.startswith("/api/"):
             response.headers.setdefault("Cache-Control", "no-store")
         return response
-
-
-def install_agent_socket(app: QuartTrio, hub: Hub) -> None:
-    @app.websocket("/ws/agent")
-    async def agent_socket() -> None:
-        if websocket.headers.get("Origin"):
-            # browsers always send Origin; agents never do
-            await websocket.close(1008, "browsers may not connect here")
-            return
-        await websocket.accept()
-        await serve_agent(hub, QuartTransport(websocket._get_current_object()), str(websocket.remote_addr))
 
 
 def webui_dir() -> Path:
