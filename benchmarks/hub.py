@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +100,12 @@ async def running_hub(
     name: str = "hub",
     heartbeat_interval_s: float = 30.0,
     probe_timeout_s: float = 30.0,
+    python_options: Sequence[str] = (),
 ) -> AsyncIterator[RunningHub]:
-    """Start a hub on ``data`` and yield it once it listens; it is stopped when the block ends."""
+    """Start a hub on ``data`` and yield it once it listens; it is stopped when the block ends.
+
+    ``python_options`` go between the interpreter and ``-m sonde`` (``-m cProfile -o FILE``).
+    """
     argv = python_module(
         "sonde",
         "hub",
@@ -114,6 +118,7 @@ async def running_hub(
         "--probe-timeout",
         f"{probe_timeout_s:g}",
     )
+    argv[1:1] = python_options
     started = trio.current_time()
     async with open_child(name, argv, env=workspace.env(name), log_dir=workspace.log_dir) as child:
         url = (await child.wait_stderr(URL_LINE, HUB_START_TIMEOUT_S)).group(1)

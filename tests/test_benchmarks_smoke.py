@@ -69,3 +69,36 @@ def test_smoke_run_writes_well_formed_results(tmp_path: Path) -> None:
         for figure_name, figure in scenario["figures"].items():
             check_figure(f"{name}.{figure_name}", figure)
     assert is_number(run["scenarios"]["roundtrip"]["figures"]["probe_rtt_ms"]["median"])
+
+
+def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", "--cprofile", "--calls", "5", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert (tmp_path / "profile-hub.pstats").stat().st_size > 0
+    assert "Ordered by: internal time" in done.stdout
+    assert "sonde/hub/run.py" in done.stdout  # the hub's own frames are in it
+
+
+def test_collapsed_stacks_are_summarized_by_own_and_inclusive_samples(tmp_path: Path) -> None:
+    from benchmarks.profile import summarize
+
+    stacks = tmp_path / "stacks.txt"
+    stacks.write_text(
+        "main (a/x.py:1);work (a/y.py:2);encode (b/z.py:3) 30\n"
+        "main (a/x.py:1);work (a/y.py:2) 10\n"
+        "main (a/x.py:1);idle (c/w.py:9) 60\n"
+    )
+    text = summarize(stacks)
+    assert text.startswith("100 samples")
+    own, inclusive = text.split("-- including callees")
+    assert "60.0%  idle w.py" in own
+    assert "30.0%  encode z.py" in own
+    assert "100.0%  main x.py" in inclusive
+    assert "40.0%  work y.py" in inclusive
