@@ -24,7 +24,7 @@ from sonde.agent.identity import active_packs, attestation, default_agent_name, 
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import describe_validation_error
 from sonde.protocol.enrollment import TOKEN_PATTERN, EnrollRequest, EnrollResponse, ErrorResponse
-from sonde.protocol.messages import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 
 log = logging.getLogger(__name__)

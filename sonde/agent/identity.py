@@ -21,7 +21,8 @@ import psutil
 import sonde
 from sonde.agent.manifest import pack_detection
 from sonde.packs.registry import PackRegistry
-from sonde.protocol.messages import NAME_PATTERN, Attestation, RegisterPayload
+from sonde.protocol.messages import Attestation, RegisterPayload
+from sonde.protocol.names import NAME_PATTERN
 
 log = logging.getLogger(__name__)
 

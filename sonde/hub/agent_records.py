@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlite_utils import Database
 
 from sonde.hub.db import query_one, write_transaction
-from sonde.protocol.messages import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN
 
 AgentStatus = Literal["offline", "online", "degraded"]
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"

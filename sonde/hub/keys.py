@@ -21,7 +21,7 @@ from sqlite_utils import Database
 
 from sonde.hub.db import query_one, write_transaction
 from sonde.protocol.enrollment import TOKEN_PATTERN
-from sonde.protocol.messages import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")

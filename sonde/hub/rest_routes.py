@@ -30,7 +30,7 @@ from sonde.hub.tools.health import DiagnoseInput, diagnose
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
 from sonde.packs.executor import describe_params_error
-from sonde.protocol.messages import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub

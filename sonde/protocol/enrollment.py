@@ -10,7 +10,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sonde.protocol.messages import NAME_PATTERN, Attestation, PackDescriptor, WireModel
+from sonde.protocol.messages import Attestation, PackDescriptor, WireModel
+from sonde.protocol.names import NAME_PATTERN
 
 TOKEN_PATTERN = r"^[A-Za-z0-9_-]{16,128}$"
 

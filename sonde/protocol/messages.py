@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic.alias_generators import to_camel
 
+from sonde.protocol.names import NAME_PATTERN, PROBE_NAME_PATTERN
+
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1, 1)  # inclusive range the hub accepts
 MAX_FRAME_BYTES = 1024 * 1024
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-PROBE_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$"
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 LINK_KEY_PATTERN = r"^[A-Za-z0-9+/]{43}=$"  # base64 of a 32-byte X25519 public key (sonde.protocol.linkkeys)
 

@@ -21,7 +21,7 @@ from sonde.agent.identity import (
 )
 from sonde.packs.base import Pack, Requirements
 from sonde.packs.registry import PackRegistry
-from sonde.protocol.messages import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN
 from tests.agent.probes import TEST_PACK, registry_for_tests
 
 RECORDED = Path(__file__).parent.parent / "packs" / "recorded"

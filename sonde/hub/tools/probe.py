@@ -8,7 +8,7 @@ from pydantic import Field, JsonValue
 
 from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import AGENT_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
-from sonde.protocol.messages import PROBE_NAME_PATTERN
+from sonde.protocol.names import PROBE_NAME_PATTERN
 
 
 class ProbeInput(ToolInput):
