@@ -13,6 +13,7 @@ model; its name has the shape ``pack.area.metric``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -23,19 +24,24 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sonde.protocol.messages import PROBE_NAME_PATTERN, PackDescriptor, ProbeDescriptor
+from sonde.protocol.names import PROBE_NAME_PATTERN
 
 if typing.TYPE_CHECKING:
     from sonde.packs.context import ProbeContext
     from sonde.packs.runbook import Runbook
+    from sonde.protocol.messages import PackDescriptor, ProbeDescriptor
 
 DEFAULT_PROBE_TIMEOUT_S = 15.0
 
 
 class Params(BaseModel):
-    """Base of probe params: frozen, no unknown fields. Bound every number, pattern every string."""
+    """Base of probe params: frozen, no unknown fields. Bound every number, pattern every string.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Built on first use (``defer_build``), not at import: a process loads every
+    probe of a pack but runs few of them, and building them all costs time and RSS.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class NoParams(Params):
@@ -43,9 +49,9 @@ class NoParams(Params):
 
 
 class Result(BaseModel):
-    """Base of probe results."""
+    """Base of probe results, built on first use like `Params`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ProbeUnavailable(Exception):
@@ -88,6 +94,8 @@ class ProbeSpec(Generic[P, R]):
         return schema
 
     def descriptor(self) -> ProbeDescriptor:
+        from sonde.protocol.messages import ProbeDescriptor  # the wire models, only when needed
+
         return ProbeDescriptor(
             name=self.name,
             description=self.description,
@@ -104,7 +112,15 @@ class Detection:
 
 @dataclass
 class Pack:
-    """A named, versioned group of probes. Built at import, read-only afterwards."""
+    """A named, versioned group of probes. Built at import, read-only afterwards.
+
+    ``modules`` names the modules that declare the pack's probes and runbooks,
+    in declaration order. They are imported on the first use of `probes` or
+    `runbooks`, not with the pack: telling whether a pack applies here
+    (`detection`) must not cost its probe models, so a process pays only for
+    the packs it offers. Probes keep the order of ``modules`` whatever imported
+    one of them first (another pack's helper import, a test).
+    """
 
     name: str
     version: str
@@ -112,8 +128,31 @@ class Pack:
     requires: Requirements = Requirements()
     detect: Callable[[], Detection] | None = None
     categories: tuple[str, ...] = ()
-    probes: dict[str, ProbeSpec[Any, Any]] = field(default_factory=dict)
-    runbooks: dict[str, Runbook] = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
+    _probes: dict[str, ProbeSpec[Any, Any]] = field(default_factory=dict, init=False, repr=False)
+    _runbooks: dict[str, Runbook] = field(default_factory=dict, init=False, repr=False)
+    _loaded: bool = field(default=False, init=False, repr=False, compare=False)
+
+    @property
+    def probes(self) -> dict[str, ProbeSpec[Any, Any]]:
+        self._load_modules()
+        return self._probes
+
+    @property
+    def runbooks(self) -> dict[str, Runbook]:
+        self._load_modules()
+        return self._runbooks
+
+    def _load_modules(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # first: the modules being imported register through this pack
+        for module in self.modules:
+            importlib.import_module(module)
+        rank = {module: i for i, module in enumerate(self.modules)}
+        ordered = sorted(self._probes.values(), key=lambda spec: rank.get(spec.run.__module__, len(rank)))
+        self._probes.clear()
+        self._probes.update((spec.name, spec) for spec in ordered)
 
     def probe(
         self,
@@ -131,9 +170,9 @@ class Pack:
             hints = typing.get_type_hints(function)
             params_model = hints["params"]
             result_model = hints["return"]
-            if name in self.probes:
+            if name in self._probes:
                 raise ValueError(f"probe {name!r} declared twice")
-            self.probes[name] = ProbeSpec(
+            self._probes[name] = ProbeSpec(
                 name, description.strip(), params_model, result_model, function, timeout_s, requires
             )
             return function
@@ -152,6 +191,8 @@ class Pack:
         return Detection(True, "always available")
 
     def descriptor(self) -> PackDescriptor:
+        from sonde.protocol.messages import PackDescriptor  # the wire models, only when needed
+
         return PackDescriptor(
             name=self.name,
             version=self.version,

@@ -30,6 +30,10 @@ PACK = Pack(
     requires=Requirements(groups=("docker",)),
     detect=detect_docker,
     categories=("docker",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.stats",
+        f"{__name__}.probes",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.docker import probes, runbook, stats  # noqa: E402,F401

@@ -25,6 +25,10 @@ PACK = Pack(
     description="MySQL and MariaDB: database sizes, process list, QPS and connection usage, slow queries, InnoDB.",
     detect=detect_mysql,
     categories=("mysql",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.probes",
+        f"{__name__}.status",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.mysql import probes, runbook, status  # noqa: E402,F401

@@ -24,6 +24,9 @@ PACK = Pack(
     requires=Requirements(commands=("nginx",), groups=("adm",)),
     detect=detect_nginx,
     categories=("nginx",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.probes",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.nginx import probes, runbook  # noqa: E402,F401

@@ -27,6 +27,10 @@ PACK = Pack(
     description="PostgreSQL: database sizes, connections vs max, long and blocked queries, replication, cache hits.",
     detect=detect_postgres,
     categories=("postgres",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.activity",
+        f"{__name__}.server",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.postgres import activity, runbook, server  # noqa: E402,F401

@@ -25,6 +25,9 @@ PACK = Pack(
     description="Redis: version, clients, memory vs maxmemory, evictions, keyspace, slow log and replication.",
     detect=detect_redis,
     categories=("redis",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.probes",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.redis import probes, runbook  # noqa: E402,F401

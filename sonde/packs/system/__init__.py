@@ -10,24 +10,23 @@ PACK = Pack(
     version=__version__,
     description="Core readings of any Linux machine: OS, CPU, memory, disks, network, processes.",
     categories=("system",),
-)
-
-# Importing the probe modules declares their probes on PACK.
-from sonde.packs.system import (  # noqa: E402,F401
-    blockdev,
-    connections,
-    cpu,
-    disk,
-    files,
-    hardware,
-    info,
-    kernel,
-    listening,
-    logs,
-    memory,
-    network,
-    process_info,
-    processes,
-    reachability,
-    runbook,
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.blockdev",
+        f"{__name__}.listening",
+        f"{__name__}.connections",
+        f"{__name__}.cpu",
+        f"{__name__}.disk",
+        f"{__name__}.info",
+        f"{__name__}.files",
+        f"{__name__}.hardware",
+        f"{__name__}.kernel",
+        f"{__name__}.logs",
+        f"{__name__}.memory",
+        f"{__name__}.network",
+        f"{__name__}.processes",
+        f"{__name__}.process_info",
+        f"{__name__}.reachability",
+        f"{__name__}.runbook",
+    ),
 )

@@ -43,6 +43,10 @@ PACK = Pack(
     requires=Requirements(commands=("systemctl",)),
     detect=detect_systemd,
     categories=("systemd",),
+    # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
+    modules=(
+        f"{__name__}.units",
+        f"{__name__}.journal",
+        f"{__name__}.runbook",
+    ),
 )
-
-from sonde.packs.systemd import journal, runbook, units  # noqa: E402,F401

@@ -21,6 +21,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.system.info import iso_utc
 from sonde.packs.systemd import PACK, require_systemd
 from sonde.packs.systemd.units import UnitName
+from sonde.packs.textpattern import PythonPattern
 
 Priority = Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
 PRIORITIES: tuple[Priority, ...] = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
@@ -46,8 +47,8 @@ class JournalParams(Params):
     priority: Priority | None = Field(default=None, description="This priority and more severe.")
     since: TimeSpec | None = None
     until: TimeSpec | None = None
-    grep: str | None = Field(
-        default=None, pattern=r"^[^\x00-\x1f]{1,200}$", strict=True, description="Regex on MESSAGE (PCRE2)."
+    grep: Annotated[str, PythonPattern(r"^[^\x00-\x1f]{1,200}$")] | None = Field(
+        default=None, strict=True, description="Regex on MESSAGE (PCRE2)."
     )
     transport: Transport | None = Field(default=None, description="e.g. 'audit' for the audit log.")
     lines: int = Field(default=100, ge=1, le=2000, strict=True, description="How many entries.")
