@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_va
 from pydantic.alias_generators import to_camel
 
 from sonde.packs.context import DEFAULT_ALLOWED_PATHS, ProbeSettings
-from sonde.protocol.signing import public_key_from_text
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +54,7 @@ class AgentConfig(BaseModel):
         populate_by_name=True,
         serialize_by_alias=True,
         validate_assignment=True,
+        defer_build=True,  # built when a config is read: `sonde serve` on a machine without one never does
     )
 
     hub_url: str | None = None
@@ -92,6 +92,9 @@ class AgentConfig(BaseModel):
     @classmethod
     def _raw_ed25519_public_key(cls, value: str | None) -> str | None:
         if value is not None:
+            # imported here: `sonde serve` reads this config without ever loading cryptography
+            from sonde.protocol.signing import public_key_from_text
+
             try:
                 public_key_from_text(value)
             except (binascii.Error, ValueError) as exc:

@@ -1,0 +1,399 @@
+"""The `sonde` commands (cyclopts): parses, then calls into the parts.
+
+Every command imports what it needs inside its body, so `sonde serve --json`
+never pays for the hub or the mcp SDK. `sonde.cli.main` reaches this module
+only for argv that `sonde.cli_fast` does not take.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+from cyclopts import App, Parameter
+
+from sonde import __version__
+
+app = App(
+    name="sonde", help="Read-only, structured probes of your machines for AI assistants.", version=__version__
+)
+packs_app = App(name="packs", help="Inspect the probe packs installed here.")
+app.command(packs_app)
+hub_app = App(name="hub", help="Run the hub, or manage its keys, tokens and audit log.")
+key_app = App(name="key", help="API keys for MCP clients and the REST API.")
+token_app = App(name="token", help="Single-use enrollment tokens for new agents.")
+audit_app = App(name="audit", help="The hub's hash-chained audit log.")
+hub_app.command(key_app)
+hub_app.command(token_app)
+agent_admin_app = App(name="agent", help="Agents known to the hub.")
+hub_app.command(audit_app)
+hub_app.command(agent_admin_app)
+app.command(hub_app)
+
+DataDir = Annotated[Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR")]
+
+
+def data_dir_or_default(data_dir: Path | None) -> Path:
+    from sonde.hub.config import default_data_dir
+
+    return data_dir or default_data_dir()
+
+
+@app.command
+def serve(
+    *,
+    json: Annotated[bool, Parameter(negative="")] = False,
+    manifest: Path | None = None,
+) -> int:
+    """Serve this machine's probes as tools over the JSON-line protocol on stdin/stdout.
+
+    Parameters
+    ----------
+    json
+        Speak the JSON-line protocol (the only mode there is; required).
+    manifest
+        The manifest naming the packs and probes to expose
+        (default: ./sondage.manifest.json when it exists, else every detected pack).
+    """
+    if not json:
+        print("sonde serve: only the JSON-line mode exists; run `sonde serve --json`", file=sys.stderr)
+        return 2
+    from sonde.agent.serve import run_serve
+
+    return run_serve(manifest)
+
+
+@packs_app.command(name="list")
+def packs_list(*, json: Annotated[bool, Parameter(negative="")] = False) -> int:
+    """List installed packs: version, whether detected on this machine, and their probes.
+
+    Parameters
+    ----------
+    json
+        Print JSON instead of a table.
+    """
+    from sonde.agent.packs_report import print_packs
+
+    return print_packs(as_json=json)
+
+
+@hub_app.default
+def hub(
+    *,
+    bind: Annotated[str, Parameter(env_var="SONDE_BIND")] = "127.0.0.1:3000",
+    data_dir: DataDir = None,
+    tls_cert: Annotated[Path | None, Parameter(env_var="SONDE_TLS_CERT")] = None,
+    tls_key: Annotated[Path | None, Parameter(env_var="SONDE_TLS_KEY")] = None,
+    heartbeat_interval: Annotated[float, Parameter(env_var="SONDE_HEARTBEAT_INTERVAL")] = 30.0,
+    probe_timeout: Annotated[float, Parameter(env_var="SONDE_PROBE_TIMEOUT")] = 30.0,
+    log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+    allowed_host: Annotated[tuple[str, ...], Parameter(env_var="SONDE_ALLOWED_HOSTS")] = (),
+) -> int:
+    """Run the hub: MCP at /mcp, REST at /api/v1, agents at /ws/agent.
+
+    Parameters
+    ----------
+    bind
+        HOST:PORT to listen on; port 0 picks a free port (the URL is printed).
+    data_dir
+        Where the SQLite store lives (default ~/.local/share/sonde).
+    tls_cert
+        TLS certificate file (PEM); serves HTTPS and WSS when given with --tls-key.
+    tls_key
+        TLS private key file (PEM).
+    heartbeat_interval
+        Seconds between agent heartbeats; an agent missing two is offline.
+    probe_timeout
+        Seconds a probe may take before the caller gets a timeout.
+    log_format
+        text or json (one object per line), on stderr.
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    allowed_host
+        Extra Host header values /mcp accepts (e.g. the name behind your proxy).
+    """
+    from sonde.hub.run import build_config, run_hub
+
+    config = build_config(
+        bind=bind,
+        data_dir=data_dir_or_default(data_dir),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        heartbeat_interval=heartbeat_interval,
+        probe_timeout=probe_timeout,
+        log_format=log_format,
+        log_level=log_level,
+        allowed_hosts=allowed_host,
+    )
+    if isinstance(config, str):
+        print(f"sonde hub: {config}", file=sys.stderr)
+        return 2
+    return run_hub(config)
+
+
+@key_app.command(name="create")
+def key_create(
+    *,
+    name: str,
+    role: Literal["admin", "member"] = "member",
+    agents: Annotated[tuple[str, ...], Parameter(name="--agents")] = (),
+    probes: Annotated[tuple[str, ...], Parameter(name="--probes")] = (),
+    data_dir: DataDir = None,
+) -> int:
+    """Create an API key; the secret alone goes to stdout.
+
+    Parameters
+    ----------
+    name
+        A label for the key (who or what uses it).
+    role
+        admin (everything, including keys and tokens) or member (probes within its policy).
+    agents
+        Agent name globs or #tags this key may reach (default: all).
+    probes
+        Probe name globs this key may run (default: all).
+    """
+    from sonde.hub.admin import key_create as create
+
+    return create(data_dir_or_default(data_dir), name, role, agents, probes)
+
+
+@key_app.command(name="list")
+def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
+    """List API keys (never their secrets)."""
+    from sonde.hub.admin import key_list as show
+
+    return show(data_dir_or_default(data_dir), json)
+
+
+@key_app.command(name="revoke")
+def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
+    """Revoke an API key by id."""
+    from sonde.hub.admin import key_revoke as revoke
+
+    return revoke(data_dir_or_default(data_dir), key_id)
+
+
+@token_app.command(name="create")
+def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir = None) -> int:
+    """Create a single-use enrollment token; the token alone goes to stdout.
+
+    Parameters
+    ----------
+    ttl
+        How long it is valid: 90s, 15m, 2h, 1d (60 s to 7 days).
+    name
+        Reserve the token for this agent name (also allows re-enrolling that name).
+    """
+    from sonde.hub.admin import token_create as create
+
+    return create(data_dir_or_default(data_dir), ttl, name)
+
+
+@agent_admin_app.command(name="accept")
+def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
+    """Accept an agent's changed attestation (it is held as degraded until then)."""
+    from sonde.hub.admin import agent_accept as accept
+
+    return accept(data_dir_or_default(data_dir), name)
+
+
+@audit_app.command(name="verify")
+def audit_verify(*, data_dir: DataDir = None) -> int:
+    """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
+    from sonde.hub.admin import audit_verify as verify
+
+    return verify(data_dir_or_default(data_dir))
+
+
+@app.command
+def enroll(
+    *, hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")], token: str, name: str | None = None
+) -> int:
+    """Enroll this machine with a hub (once), saving its identity in ~/.sonde/config.json.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL, e.g. https://hub.example:3000.
+    token
+        A single-use enrollment token from `sonde hub token create`.
+    name
+        The agent's name (default: this machine's hostname).
+    """
+    from sonde.agent.enroll import EnrollError
+    from sonde.agent.enroll import enroll as do_enroll
+
+    try:
+        config = do_enroll(hub, token, name)
+    except EnrollError as exc:
+        print(f"sonde enroll: {exc}", file=sys.stderr)
+        return 1
+    print(f"enrolled as {config.name} (agent id {config.agent_id}) with {config.hub_url}", file=sys.stderr)
+    print("start the agent with `sonde start` (or `sonde service install` for systemd)", file=sys.stderr)
+    return 0
+
+
+@app.command
+def start(
+    *,
+    allow_root: Annotated[bool, Parameter(negative="")] = False,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+) -> int:
+    """Run the agent: connect out to the hub and answer its probes until stopped.
+
+    Parameters
+    ----------
+    allow_root
+        Run even as root (not recommended: the agent is meant to run as user `sonde`).
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    """
+    from sonde.cli_fast import run_start
+
+    return run_start(allow_root=allow_root, log_level=log_level)
+
+
+@app.command
+def up(
+    *,
+    bind: Annotated[str, Parameter(env_var="SONDE_BIND")] = "127.0.0.1:3000",
+    data_dir: DataDir = None,
+    allow_root: Annotated[bool, Parameter(negative="")] = False,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "WARNING",
+) -> int:
+    """Quick start: a hub plus an agent for this machine, enrolled automatically.
+
+    Prints the MCP URL, an API key and the `claude mcp add` line.
+
+    Parameters
+    ----------
+    bind
+        HOST:PORT for the hub (port 0 picks a free port).
+    data_dir
+        Where the hub's store and the local agent's identity live.
+    allow_root
+        Let the local agent run as root.
+    log_level
+        DEBUG, INFO, WARNING or ERROR.
+    """
+    from sonde.hub.run import build_config
+    from sonde.quickstart import up as quick_start
+
+    config = build_config(
+        bind=bind,
+        data_dir=data_dir_or_default(data_dir),
+        tls_cert=None,
+        tls_key=None,
+        heartbeat_interval=30.0,
+        probe_timeout=30.0,
+        log_format="text",
+        log_level=log_level,
+        allowed_hosts=(),
+    )
+    if isinstance(config, str):
+        print(f"sonde up: {config}", file=sys.stderr)
+        return 2
+    return quick_start(config, allow_root)
+
+
+@app.command
+def login(*, hub: str, api_key: str, check: bool = True) -> int:
+    """Store a hub URL and API key in ~/.sonde/config.json for `sonde mcp-bridge`.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL, e.g. https://hub.example:3000.
+    api_key
+        An API key from `sonde hub key create` (the agent's enrollment is not an MCP key).
+    check
+        Try the key with GET /api/v1/agents first; a key the hub refuses is not saved.
+    """
+    from sonde.bridge.login import login as do_login
+
+    return do_login(hub, api_key, check=check)
+
+
+@app.command(name="mcp-bridge")
+def mcp_bridge(
+    *,
+    hub: str | None = None,
+    api_key: str | None = None,
+    log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
+) -> int:
+    """Serve the hub's MCP tools on stdin/stdout, for stdio MCP clients such as Claude Code.
+
+    The hub URL and API key come from `sonde login` (~/.sonde/config.json);
+    --hub, --api-key, SONDE_HUB_URL and SONDE_API_KEY override them.
+    stdout carries only JSON-RPC; diagnostics go to stderr.
+
+    Parameters
+    ----------
+    hub
+        The hub's URL (default: $SONDE_HUB_URL, then hubUrl in the config).
+    api_key
+        The API key (default: $SONDE_API_KEY, then apiKey in the config).
+    log_level
+        DEBUG, INFO, WARNING or ERROR (on stderr).
+    """
+    from sonde.bridge.run import run_mcp_bridge
+
+    return run_mcp_bridge(hub, api_key, log_level)
+
+
+service_app = App(name="service", help="Run the agent under systemd as user `sonde`, hardened.")
+app.command(service_app)
+UnitDir = Annotated[Path, Parameter(name="--unit-dir")]
+
+
+@service_app.command(name="install")
+def service_install(
+    *, unit_dir: UnitDir = Path("/etc/systemd/system"), now: Annotated[bool, Parameter(negative="")] = False
+) -> int:
+    """Write sonde-agent.service (runs `sonde start` as user sonde) and print the next steps.
+
+    Parameters
+    ----------
+    unit_dir
+        Where to write the unit (default /etc/systemd/system).
+    now
+        Also run `systemctl daemon-reload` and `systemctl enable --now sonde-agent`.
+    """
+    from sonde.agent.service import install_service
+
+    return install_service(unit_dir, now=now)
+
+
+@service_app.command(name="uninstall")
+def service_uninstall(
+    *, unit_dir: UnitDir = Path("/etc/systemd/system"), now: Annotated[bool, Parameter(negative="")] = False
+) -> int:
+    """Remove sonde-agent.service.
+
+    Parameters
+    ----------
+    unit_dir
+        Where the unit is (default /etc/systemd/system).
+    now
+        Stop and disable the service first, and reload systemd after.
+    """
+    from sonde.agent.service import uninstall_service
+
+    return uninstall_service(unit_dir, now=now)
+
+
+@service_app.command(name="status")
+def service_status(*, unit_dir: UnitDir = Path("/etc/systemd/system")) -> int:
+    """Is the unit installed, does it match what install would write now, is it active? Exit 1 if not current.
+
+    Parameters
+    ----------
+    unit_dir
+        Where the unit is (default /etc/systemd/system).
+    """
+    from sonde.agent.service import service_status as report
+
+    return report(unit_dir)
