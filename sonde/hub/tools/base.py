@@ -6,6 +6,7 @@ next; the MCP layer turns it into a tool error result.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -51,6 +52,31 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 async def no_progress(progress: float, total: float | None, message: str | None) -> None:
     return None
+
+
+PROGRESS_INTERVAL_S = 0.2
+
+
+class ThrottledProgress:
+    """Progress for a fleet-wide call: the first and the last report, and at most one per interval between.
+
+    A thousand agents finishing within a second would otherwise be a thousand
+    notifications for the client to read and the hub to send; a person (or a
+    model) needs a few per second.
+    """
+
+    def __init__(self, report: ProgressFn, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self._report = report
+        self._interval_s = interval_s
+        self._last: float | None = None
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        now = time.monotonic()
+        last = progress == total
+        if not last and self._last is not None and now - self._last < self._interval_s:
+            return
+        self._last = now
+        await self._report(progress, total, message)
 
 
 @dataclass

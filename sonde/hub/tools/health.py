@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field, JsonValue
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
 from sonde.hub.errors import not_found, unavailable
 from sonde.hub.probing import resolve_agent, visible_agents
-from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import (
+    AGENT_FIELD,
+    TAGS_FIELD,
+    ThrottledProgress,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+    ToolSpec,
+)
 from sonde.packs.executor import cap_result
 
 CATEGORY = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
@@ -165,12 +173,13 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
         wanted = [rb for cat, rb in runbooks.items() if not args.categories or cat in args.categories]
         plans.append([RunbookOutcome(record, rb) for rb in wanted])
     done = 0
+    progress = ThrottledProgress(call.progress)
 
     async def agent_done(outcomes: list[RunbookOutcome]) -> None:
         nonlocal done
         done += 1
         if outcomes:
-            await call.progress(done, len(plans), f"{outcomes[0].agent.name} checked")
+            await progress(done, len(plans), f"{outcomes[0].agent.name} checked")
 
     with trio.move_on_after(args.deadline_s):
         await run_runbooks(hub, caller, plans, via="mcp.health_check", on_agent_done=agent_done)
