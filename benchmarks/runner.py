@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +22,7 @@ from benchmarks import (
 from benchmarks.common import Bench, ScenarioResult
 from benchmarks.hub import Workspace
 from benchmarks.machine import describe_machine, now_iso, package_versions, raise_open_file_limit
+from benchmarks.procs import REPO
 from benchmarks.report import check_targets, render_table, write_results
 from benchmarks.sizes import Sizes
 
@@ -110,10 +112,23 @@ async def run_set(sizes: Sizes, names: Sequence[str], workspace: Workspace) -> d
     return results
 
 
+def compile_bytecode() -> str:
+    """Byte-compile sonde as ``pip install`` does, so start-up times do not include compiling it.
+
+    A checkout (an editable install) has no bytecode until something writes it, and
+    ``PYTHONDONTWRITEBYTECODE`` (set on some machines) stops that; every ``sonde serve``
+    would then compile every module it imports, which a wheel install never does.
+    """
+    compileall.compile_dir(str(REPO / "sonde"), quiet=1)
+    return "bytecode: sonde compiled to __pycache__ first, as an install does"
+
+
 def run_benchmarks(sizes: Sizes, names: Sequence[str], out_dir: Path, keep: bool = False) -> dict[str, Any]:
     """Run ``names`` at ``sizes``, write ``out_dir/<set>-<date>.{json,txt}``; returns the run."""
     open_files = raise_open_file_limit()
     print(describe_open_files(open_files), flush=True)
+    bytecode = compile_bytecode()
+    print(bytecode, flush=True)
     workspace = Workspace.create(keep)
     print(f"workspace: {workspace.root}{' (kept)' if keep else ''}", flush=True)
     date, started = now_iso(), time.perf_counter()
@@ -131,6 +146,7 @@ def run_benchmarks(sizes: Sizes, names: Sequence[str], out_dir: Path, keep: bool
         "load_average_after": [round(x, 2) for x in psutil.getloadavg()],
         "versions": package_versions(),
         "open_files": open_files,
+        "bytecode": bytecode,
         "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(sizes).items()},
         "scenarios": scenarios,
     }
