@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,10 +118,12 @@ async def running_agents(
     connect_concurrency: int = 64,
     hang_every: int = 0,
     hang_flag: Path | None = None,
+    python_options: Callable[[int], Sequence[str]] = lambda worker: (),
 ) -> AsyncIterator[RunningAgents]:
     """Run agents 0..count-1 in ``workers`` processes; yields once every worker reported its acks.
 
     Each worker stops its agents by itself after ``hold_s``, or when the block ends.
+    ``python_options(w)`` go between the interpreter and ``-m`` for worker ``w`` (a profiler).
     """
     if count > fleet.enrolled:
         raise ValueError(f"only {fleet.enrolled} agents are enrolled, {count} asked for")
@@ -148,6 +150,7 @@ async def running_agents(
             }
             path = write_spec(workspace, f"agents-{first}", spec)
             argv = python_module("benchmarks.fleet_worker", str(path))
+            argv[1:1] = python_options(w)
             env = workspace.env("agents")
             child = await stack.enter_async_context(
                 open_child(f"agents-{first}", argv, env=env, log_dir=workspace.log_dir)

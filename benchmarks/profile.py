@@ -50,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cprofile",
         action="store_true",
-        help="run the hub under cProfile instead of py-spy (exact call counts; slower hub)",
+        help="run the hub (and with --agent the first agent worker) under cProfile instead of py-spy",
     )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the collapsed stacks go")
     return parser.parse_args(argv)
@@ -82,10 +82,18 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
         options = ["-m", "cProfile", "-o", str(hub_stats)] if args.cprofile else []
         async with running_hub(workspace, data, name="profile-hub", python_options=options) as hub:
             await ensure_enrolled(workspace, hub, fleet, agent_count)
-            async with running_agents(workspace, hub, fleet, agent_count, workers=workers) as agents:
+            agent_stats = args.out / "profile-agent.pstats"
+            cprofile_agent = args.cprofile and args.agent
+
+            def agent_options(worker: int) -> list[str]:
+                return ["-m", "cProfile", "-o", str(agent_stats)] if cprofile_agent and worker == 0 else []
+
+            async with running_agents(
+                workspace, hub, fleet, agent_count, workers=workers, python_options=agent_options
+            ) as agents:
                 await wait_online(hub, agent_count, 120.0, 0.1)
                 targets = {} if args.cprofile else {"hub": hub.child.pid}
-                if args.agent:
+                if args.agent and not args.cprofile:
                     targets["agent"] = agents.workers[0].pid
                 if args.fanout:
                     tool, arguments = "health_check", {"tags": [], "categories": [CATEGORY]}
@@ -107,6 +115,8 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
                     await trio.to_thread.run_sync(recorder.wait, 30)
         if args.cprofile:
             outputs["hub"] = hub_stats  # written when the hub exited
+        if cprofile_agent:
+            outputs["agent"] = agent_stats
     finally:
         workspace.remove()
     return outputs
