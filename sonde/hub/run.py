@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import signal
 import sys
 from pathlib import Path
@@ -10,8 +9,6 @@ from pathlib import Path
 import trio
 
 from sonde.hub.config import HubConfig, parse_bind
-
-GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython's default is 700)
 
 
 def build_config(
@@ -57,30 +54,34 @@ def build_config(
 
 
 async def run_until_signal(config: HubConfig) -> None:
+    """Serve until SIGTERM or SIGINT; this process's garbage collection follows `gc_policy`."""
+    from sonde.hub.core import Hub
+    from sonde.hub.gc_policy import configure_gc, govern_gc
     from sonde.hub.serve import serve_hub
 
     shutdown = trio.Event()
+    ready_send, ready_receive = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             await nursery.start(
-                lambda task_status: serve_hub(config, shutdown=shutdown, task_status=task_status)
+                lambda task_status: serve_hub(
+                    config, hub_ready=ready_send, shutdown=shutdown, task_status=task_status
+                )
             )
+            hub = await ready_receive.receive()
+            configure_gc()  # start-up is over: freeze what it built
+            governor = trio.CancelScope()
+
+            async def govern() -> None:
+                with governor:
+                    await govern_gc(hub.fleet)
+
+            nursery.start_soon(govern)
             async for _ in signals:
                 print("sonde hub: shutting down", file=sys.stderr, flush=True)
                 shutdown.set()
                 break
-
-
-def tune_garbage_collector() -> None:
-    """Fewer, cheaper collections for a process holding thousands of connections.
-
-    Everything built at start-up (modules, models, the SDK) is moved out of the
-    collector's sight, and young generations are collected less often: full
-    collections over 10,000 agents' objects stalled the hub for seconds.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+            governor.cancel()  # the hub itself shuts down gracefully
 
 
 def innermost(exc: BaseException) -> BaseException:

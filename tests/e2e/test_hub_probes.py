@@ -161,3 +161,13 @@ async def test_agent_reconnects_to_a_restarted_hub(tmp_path: Path) -> None:
             assert agent.stop() == 0
         finally:
             again.stop()
+
+
+async def test_the_hub_process_freezes_start_up_objects_and_governs_full_collections(
+    fleet: SharedFleet,
+) -> None:
+    # sonde.hub.gc_policy: without it, full collections over 10,000 agents stalled the hub for seconds
+    line = fleet.hub.proc.wait_for(
+        re.compile(r"garbage collection: (\d+) start-up objects frozen"), timeout=10
+    )
+    assert int(line.group(1)) > 10_000
