@@ -120,6 +120,7 @@ class Link:
         self._late = 0
         self._dropped = 0
         self._last_received = trio.current_time()
+        self._heartbeat_sent = trio.Event()
 
     # --- public ----------------------------------------------------------
 
@@ -167,6 +168,10 @@ class Link:
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
+
+    async def heartbeat_sent(self) -> None:
+        """Wait until the next heartbeat is queued (a keepalive ping can ride the same wakeup)."""
+        await self._heartbeat_sent.wait()
 
     # --- internals -------------------------------------------------------
 
@@ -245,6 +250,8 @@ class Link:
             beat += 1
             await trio.sleep_until(start + beat * interval_s)
             await self.send(make_heartbeat())
+            self._heartbeat_sent.set()
+            self._heartbeat_sent = trio.Event()
 
     async def _supervise(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
         """Run one link task; whatever ends it ends the whole link."""

@@ -28,7 +28,6 @@ import trio
 from sonde.agent.config import AgentConfig
 from sonde.agent.connection import (
     DISCONNECT_TIMEOUT_S,
-    KEEPALIVE_INTERVAL_S,
     TRANSPORT_ERRORS,
     Connector,
     connect_websocket,
@@ -206,8 +205,6 @@ class AgentDaemon:
             runner = ProbeRunner(
                 self.registry, self.ctx, probes, max_in_flight=limit, scrub=self.scrubber.scrub_result
             )
-            if isinstance(transport, WebSocketTransport):
-                probes.start_soon(keep_alive, transport.ws, KEEPALIVE_INTERVAL_S)
             async with open_link(
                 transport,
                 codec,
@@ -218,6 +215,8 @@ class AgentDaemon:
                 ),
             ) as link:
                 runner.bind(link)
+                if isinstance(transport, WebSocketTransport):
+                    probes.start_soon(keep_alive, transport.ws, link.heartbeat_sent)
                 self._link = link
                 try:
                     await runner.wait_rejected()

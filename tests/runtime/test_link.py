@@ -228,3 +228,23 @@ async def test_bad_frames_are_dropped_and_counted(autojump_clock: trio.abc.Clock
             stats = hub_link.statistics()
             assert stats.dropped == 2
             assert not hub_link.closed
+
+
+async def test_heartbeat_sent_wakes_right_after_each_heartbeat(autojump_clock: trio.abc.Clock) -> None:
+    hub_codec, agent_codec = codecs()
+    woken: list[float] = []
+    start = trio.current_time()
+    async with websocket_pair() as (agent_transport, hub_transport):
+        async with open_link(hub_transport, hub_codec, ignore):
+            with trio.move_on_after(35):
+                async with open_link(
+                    agent_transport,
+                    agent_codec,
+                    ignore,
+                    heartbeat_interval_s=10,
+                    make_heartbeat=lambda: AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=0)),
+                ) as agent_link:
+                    while True:
+                        await agent_link.heartbeat_sent()
+                        woken.append(trio.current_time() - start)
+    assert [round(t, 3) for t in woken] == [10.0, 20.0, 30.0]

@@ -1,0 +1,63 @@
+"""The agent's keepalive ping: right after each heartbeat, at least every interval, and a dead hub is dropped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+import trio.testing
+
+from sonde.agent.connection import CLOSE_GOING_AWAY, keep_alive
+
+
+@dataclass
+class FakeWebSocket:
+    answer: bool = True
+    pings: list[float] = field(default_factory=list)
+    closed: list[tuple[int, str]] = field(default_factory=list)
+
+    async def ping(self) -> None:
+        self.pings.append(trio.current_time())
+        if not self.answer:
+            await trio.sleep_forever()
+
+    async def aclose(self, code: int, reason: str) -> None:
+        self.closed.append((code, reason))
+
+
+def every(interval_s: float) -> Any:
+    start = trio.current_time()
+    beat = 0
+
+    async def heartbeat_sent() -> None:
+        nonlocal beat
+        beat += 1
+        await trio.sleep_until(start + beat * interval_s)
+
+    return heartbeat_sent
+
+
+async def test_pings_follow_the_heartbeats(autojump_clock: trio.testing.MockClock) -> None:
+    ws = FakeWebSocket()
+    start = trio.current_time()
+    with trio.move_on_after(35):
+        await keep_alive(ws, every(10.0), interval_s=30.0)  # type: ignore[arg-type]
+    assert [round(t - start, 3) for t in ws.pings] == [10.0, 20.0, 30.0]
+    assert ws.closed == []
+
+
+async def test_without_heartbeats_it_pings_every_interval(autojump_clock: trio.testing.MockClock) -> None:
+    ws = FakeWebSocket()
+    start = trio.current_time()
+    with trio.move_on_after(95):
+        await keep_alive(ws, every(3600.0), interval_s=30.0)  # type: ignore[arg-type]
+    assert [round(t - start, 3) for t in ws.pings] == [30.0, 60.0, 90.0]
+
+
+async def test_a_hub_that_does_not_pong_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    ws = FakeWebSocket(answer=False)
+    start = trio.current_time()
+    await keep_alive(ws, every(10.0), interval_s=30.0)  # type: ignore[arg-type]
+    assert trio.current_time() - start == 40.0  # first ping after the heartbeat at 10 s, no pong for 30 s
+    assert ws.closed == [(CLOSE_GOING_AWAY, "keepalive timeout")]
