@@ -66,8 +66,9 @@ def agent_probes(record: AgentRecord) -> dict[str, dict[str, Any]]:
 
 def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, params: dict[str, Any]) -> None:
     """Refuse a probe the agent lacks, the policy forbids, or whose params are invalid."""
-    available = sorted(agent_probes(record))
-    if probe not in available:
+    offered = agent_probes(record)
+    if probe not in offered:
+        available = sorted(offered)
         raise not_found(
             f"Unknown probe {probe!r} on agent {record.name}. "
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
