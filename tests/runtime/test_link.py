@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
@@ -25,7 +25,7 @@ from sonde.protocol.messages import (
     ProbeResponsePayload,
 )
 from sonde.protocol.signing import new_private_key
-from sonde.runtime import Link, open_link
+from sonde.runtime import Link, Transport, open_link
 from tests.runtime.wspair import websocket_pair
 
 
@@ -34,6 +34,19 @@ def codecs() -> tuple[FrameCodec, FrameCodec]:
     return (
         FrameCodec(signing_key=hub_key, peer_key=agent_key.public_key()),
         FrameCodec(signing_key=agent_key, peer_key=hub_key.public_key(), agent_id="a1"),
+    )
+
+
+def beating_link(
+    transport: Transport, codec: FrameCodec, interval_s: float
+) -> AbstractAsyncContextManager[Link]:
+    """An agent-side link that sends a heartbeat every ``interval_s`` and ignores what it receives."""
+    return open_link(
+        transport,
+        codec,
+        ignore,
+        heartbeat_interval_s=interval_s,
+        make_heartbeat=lambda: AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=0)),
     )
 
 
@@ -192,13 +205,7 @@ async def test_heartbeats_on_schedule_and_silence_is_death(autojump_clock: trio.
     async with websocket_pair() as (agent_transport, hub_transport):
         async with open_link(hub_transport, hub_codec, on_hub, liveness_timeout_s=20) as hub_link:
             with trio.move_on_after(35):
-                async with open_link(
-                    agent_transport,
-                    agent_codec,
-                    ignore,
-                    heartbeat_interval_s=10,
-                    make_heartbeat=lambda: AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=0)),
-                ):
+                async with beating_link(agent_transport, agent_codec, interval_s=10):
                     await trio.sleep_forever()
             assert [round(b - start, 3) for b in beats] == [10.0, 20.0, 30.0]
             assert not hub_link.closed
@@ -237,13 +244,7 @@ async def test_heartbeat_sent_wakes_right_after_each_heartbeat(autojump_clock: t
     async with websocket_pair() as (agent_transport, hub_transport):
         async with open_link(hub_transport, hub_codec, ignore):
             with trio.move_on_after(35):
-                async with open_link(
-                    agent_transport,
-                    agent_codec,
-                    ignore,
-                    heartbeat_interval_s=10,
-                    make_heartbeat=lambda: AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=0)),
-                ) as agent_link:
+                async with beating_link(agent_transport, agent_codec, interval_s=10) as agent_link:
                     while True:
                         await agent_link.heartbeat_sent()
                         woken.append(trio.current_time() - start)
