@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -70,55 +71,59 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def cprofile_options(path: Path) -> list[str]:
+    return ["-m", "cProfile", "-o", str(path)]
+
+
+def load(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    """The tool call each client repeats: a cheap probe, or a health_check across the fleet."""
+    if args.fanout:
+        return "health_check", {"tags": [], "categories": [CATEGORY]}
+    return "probe", {"agent": agent_name(0), "probe": ECHO_PROBE, "params": {"text": "x"}}
+
+
 async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
+    """Run the load with the profilers attached; returns where each profile was written."""
+    hub_stats, agent_stats = args.out / "profile-hub.pstats", args.out / "profile-agent.pstats"
+    cprofile_agent = args.cprofile and args.agent
+    agent_count = max(1, args.fanout)
+    tool, arguments = load(args)
     workspace = Workspace.create()
-    outputs: dict[str, Path] = {}
     try:
         data = HubData(workspace.directory("profile/hub"))
         fleet = SimulatedFleet(workspace.directory("profile/agents"))
-        agent_count = max(1, args.fanout)
-        workers = max(1, agent_count // AGENTS_PER_WORKER)
-        hub_stats = args.out / "profile-hub.pstats"
-        options = ["-m", "cProfile", "-o", str(hub_stats)] if args.cprofile else []
-        async with running_hub(workspace, data, name="profile-hub", python_options=options) as hub:
+        hub_options = cprofile_options(hub_stats) if args.cprofile else []
+        async with running_hub(workspace, data, name="profile-hub", python_options=hub_options) as hub:
             await ensure_enrolled(workspace, hub, fleet, agent_count)
-            agent_stats = args.out / "profile-agent.pstats"
-            cprofile_agent = args.cprofile and args.agent
-
-            def agent_options(worker: int) -> list[str]:
-                return ["-m", "cProfile", "-o", str(agent_stats)] if cprofile_agent and worker == 0 else []
-
             async with running_agents(
-                workspace, hub, fleet, agent_count, workers=workers, python_options=agent_options
+                workspace,
+                hub,
+                fleet,
+                agent_count,
+                workers=max(1, agent_count // AGENTS_PER_WORKER),
+                python_options=lambda w: cprofile_options(agent_stats) if cprofile_agent and w == 0 else [],
             ) as agents:
                 await wait_online(hub, agent_count, 120.0, 0.1)
-                targets = {} if args.cprofile else {"hub": hub.child.pid}
+                pids = {} if args.cprofile else {"hub": hub.child.pid}
                 if args.agent and not args.cprofile:
-                    targets["agent"] = agents.workers[0].pid
-                if args.fanout:
-                    tool, arguments = "health_check", {"tags": [], "categories": [CATEGORY]}
-                else:
-                    tool, arguments = (
-                        "probe",
-                        {"agent": agent_name(0), "probe": ECHO_PROBE, "params": {"text": "x"}},
-                    )
-                async with trio.open_nursery() as nursery:
-                    recorders = []
-                    for name, pid in targets.items():
-                        outputs[name] = args.out / f"profile-{name}.txt"
-                        recorders.append(start_py_spy(py_spy, pid, outputs[name]))
+                    pids["agent"] = agents.workers[0].pid
+                outputs = {name: args.out / f"profile-{name}.txt" for name in pids}
+                recorders = [start_py_spy(py_spy, pid, outputs[name]) for name, pid in pids.items()]
+                try:
                     await trio.sleep(1.0)  # let py-spy attach
-                    for _ in range(args.concurrency):
-                        nursery.start_soon(drive, hub.url, hub.admin_key, tool, arguments, args.calls)
-                for recorder in recorders:
-                    recorder.send_signal(2)  # SIGINT: py-spy writes its file and exits
-                    await trio.to_thread.run_sync(recorder.wait, 30)
-        if args.cprofile:
-            outputs["hub"] = hub_stats  # written when the hub exited
-        if cprofile_agent:
-            outputs["agent"] = agent_stats
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(args.concurrency):
+                            nursery.start_soon(drive, hub.url, hub.admin_key, tool, arguments, args.calls)
+                finally:
+                    for recorder in recorders:
+                        recorder.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+                        await trio.to_thread.run_sync(recorder.wait, 30)
     finally:
         workspace.remove()
+    if args.cprofile:  # written when the processes exited
+        outputs["hub"] = hub_stats
+    if cprofile_agent:
+        outputs["agent"] = agent_stats
     return outputs
 
 
