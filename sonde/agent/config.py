@@ -11,8 +11,6 @@ The write is atomic (a temp file in the same directory, then `os.replace`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -26,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_va
 from pydantic.alias_generators import to_camel
 
 from sonde.packs.context import DEFAULT_ALLOWED_PATHS, ProbeSettings
+from sonde.protocol.keytext import key_bytes
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +79,7 @@ class AgentConfig(BaseModel):
     @classmethod
     def _raw_ed25519_private_key(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                raw = base64.b64decode(value, validate=True)
-            except binascii.Error:
-                raise ValueError("not base64") from None
-            if len(raw) != 32:
-                raise ValueError("an Ed25519 private key is 32 bytes")
+            key_bytes(value, "an Ed25519 private key")
         return value
 
     @field_validator("hub_public_key")
@@ -97,7 +91,7 @@ class AgentConfig(BaseModel):
 
             try:
                 public_key_from_text(value)
-            except (binascii.Error, ValueError) as exc:
+            except ValueError as exc:
                 raise ValueError(f"not an Ed25519 public key: {exc}") from None
         return value
 

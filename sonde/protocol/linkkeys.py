@@ -23,13 +23,14 @@ can derive the keys (ephemeral Diffie-Hellman), with or without TLS.
 from __future__ import annotations
 
 import base64
-import binascii
 from dataclasses import dataclass
 from typing import Literal
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from sonde.protocol.keytext import key_bytes
 
 Role = Literal["agent", "hub"]
 _INFO = b"sonde link keys v1"
@@ -55,12 +56,7 @@ class LinkKeyExchange:
 
     def derive(self, peer_text: str, role: Role) -> LinkKeys:
         """Both directions' keys, from the peer's ``linkKey``; `ValueError` if it is not a usable key."""
-        try:
-            peer_raw = base64.b64decode(peer_text, validate=True)
-        except binascii.Error:
-            raise ValueError("linkKey is not base64") from None
-        if len(peer_raw) != 32:
-            raise ValueError("linkKey must be a 32-byte X25519 public key")
+        peer_raw = key_bytes(peer_text, "linkKey")
         try:
             shared = self._private.exchange(X25519PublicKey.from_public_bytes(peer_raw))
         except ValueError:  # a low-order point: no shared secret

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sonde.protocol.errors import SignatureError
+from sonde.protocol.keytext import key_bytes
 
 TIMESTAMP_WINDOW_S = 120.0
 NONCE_CACHE_MAX = 200_000
@@ -128,7 +129,8 @@ def private_key_to_text(key: Ed25519PrivateKey) -> str:
 
 
 def private_key_from_text(text: str) -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.from_private_bytes(base64.b64decode(text, validate=True))
+    """Parse a base64 raw Ed25519 private key; `ValueError` if it is not one."""
+    return Ed25519PrivateKey.from_private_bytes(key_bytes(text, "an Ed25519 private key"))
 
 
 def public_key_to_text(key: Ed25519PublicKey) -> str:
@@ -138,7 +140,4 @@ def public_key_to_text(key: Ed25519PublicKey) -> str:
 
 def public_key_from_text(text: str) -> Ed25519PublicKey:
     """Parse a base64 raw Ed25519 public key; `ValueError` if it is not one."""
-    raw = base64.b64decode(text, validate=True)
-    if len(raw) != 32:
-        raise ValueError("an Ed25519 public key is 32 bytes")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    return Ed25519PublicKey.from_public_bytes(key_bytes(text, "an Ed25519 public key"))

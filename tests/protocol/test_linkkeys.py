@@ -59,7 +59,7 @@ def test_public_key_text_matches_the_wire_pattern() -> None:
     ("peer", "words"),
     [
         ("not base64!", "not base64"),
-        (base64.b64encode(b"short").decode(), "32-byte"),
+        (base64.b64encode(b"short").decode(), "must be 32 bytes"),
         (base64.b64encode(bytes(32)).decode(), "not a usable"),  # a low-order point: no shared secret
     ],
 )
