@@ -108,28 +108,23 @@ async def run_runbooks(
                     jobs.append(_Job(index, outcome, step, dict(spec.params)))
                 else:
                     step.status, step.error = "skipped", "not allowed by your API key's policy"
-    steps_left = {id(o): sum(s.status == "pending" for s in o.steps) for ps in plans for o in ps}
-    plans_left = [sum(steps_left[id(o)] > 0 for o in outcomes) for outcomes in plans]
-
-    async def finished(job: _Job) -> None:
-        steps_left[id(job.outcome)] -= 1
-        if steps_left[id(job.outcome)] == 0:
-            job.outcome.finish()
-            plans_left[job.plan] -= 1
-            if plans_left[job.plan] == 0 and on_agent_done is not None:
-                await on_agent_done(plans[job.plan])
 
     async def worker(queue: Iterator[_Job]) -> None:
         for job in queue:
             await run_step(hub, caller, job.outcome.agent, job.step, job.params, via)
-            await finished(job)
+            # run_step sets the step's status with no checkpoint before this check, so exactly one
+            # worker (the one that ended an outcome's last step) sees the outcome complete here
+            if job.outcome.complete:
+                job.outcome.finish()
+                if on_agent_done is not None and all(o.complete for o in plans[job.plan]):
+                    await on_agent_done(plans[job.plan])
 
     try:
-        for index, outcomes in enumerate(plans):
+        for outcomes in plans:
             for outcome in outcomes:
-                if steps_left[id(outcome)] == 0:  # every step skipped: nothing to wait for
+                if outcome.complete:  # every step skipped: nothing to wait for
                     outcome.finish()
-            if plans_left[index] == 0 and on_agent_done is not None:
+            if on_agent_done is not None and all(o.complete for o in outcomes):
                 await on_agent_done(outcomes)
         queue = iter(jobs)  # shared: each job goes to exactly one worker
         async with trio.open_nursery() as nursery:
