@@ -147,8 +147,12 @@ class Pack:
         if self._loaded:
             return
         self._loaded = True  # first: the modules being imported register through this pack
-        for module in self.modules:
-            importlib.import_module(module)
+        try:
+            for module in self.modules:
+                importlib.import_module(module)
+        except BaseException:
+            self._loaded = False  # the next use raises again rather than offering half a pack
+            raise
         rank = {module: i for i, module in enumerate(self.modules)}
         ordered = sorted(self._probes.values(), key=lambda spec: rank.get(spec.run.__module__, len(rank)))
         self._probes.clear()

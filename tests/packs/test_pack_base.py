@@ -9,6 +9,7 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
+from sonde.packs.base import Pack
 from sonde.packs.textpattern import PythonPattern
 
 PATTERNS = [r"^/[^\x00-\x1f]{0,4095}$", r"^[^\x00-\x1f]{1,200}$"]
@@ -61,3 +62,10 @@ def test_probe_order_does_not_depend_on_what_was_imported_first() -> None:
     early = run_python(code.format(first="import sonde.packs.systemd.journal, sonde.packs.redis.probes\n"))
     assert alone == early
     assert alone.index("system.block.devices") < alone.index("system.info")
+
+
+def test_a_probe_module_that_fails_to_import_fails_every_use_not_just_the_first() -> None:
+    pack = Pack(name="broken", version="1", description="d", modules=("tests.packs.no_such_module",))
+    for _ in range(2):
+        with pytest.raises(ModuleNotFoundError):
+            _ = pack.probes
