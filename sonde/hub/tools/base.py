@@ -72,8 +72,8 @@ class ThrottledProgress:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         now = time.monotonic()
-        last = progress == total
-        if not last and self._last is not None and now - self._last < self._interval_s:
+        final = progress == total
+        if not final and self._last is not None and now - self._last < self._interval_s:
             return
         self._last = now
         await self._report(progress, total, message)
