@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.agent_socket import serve_agent_websocket
+from sonde.hub.mcp_answers import answering_as_json, choose_answer
 from sonde.hub.mcp_server import SondeUser
 
 if TYPE_CHECKING:
@@ -29,6 +30,40 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cache-control", b"no-store"),
 ]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(receive: Any, limit: int) -> bytes | None:
+    """The whole request body; None if the client went away first.
+
+    Raises `BodyTooLarge` once it grows past ``limit`` bytes.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay_body(body: bytes, receive: Any) -> Any:
+    """An ASGI ``receive`` that hands over ``body`` (already read) first, then defers to ``receive``."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replayed
 
 
 def is_mcp_path(path: str) -> bool:
@@ -104,7 +139,31 @@ class RootApp:
             )
             return
         scope = {**scope, "user": SondeUser(caller), "path": "/mcp"}
-        await self.mcp.handle_request(scope, receive, send_with_headers)
+        if scope["method"] != "POST":
+            await self.mcp.handle_request(scope, receive, send_with_headers)
+            return
+        limit = self.mcp.max_request_body_size  # the SDK's own cap (4 MiB unless set)
+        try:
+            if int(headers.get("content-length") or 0) > limit:  # hypercorn has checked it is a number
+                raise BodyTooLarge
+            body = await read_body(receive, limit)
+        except BodyTooLarge:
+            await send_json(
+                send_with_headers,
+                413,
+                {
+                    "error": {
+                        "code": "body_too_large",
+                        "message": f"an MCP request body may be at most {limit} bytes",
+                    }
+                },
+                [],
+            )
+            return
+        if body is None:
+            return
+        with answering_as_json(choose_answer(body)):
+            await self.mcp.handle_request(scope, replay_body(body, receive), send_with_headers)
 
     async def lifespan(self, scope: Scope, receive: Any, send: Any) -> None:
         started = False

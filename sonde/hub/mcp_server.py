@@ -1,4 +1,7 @@
-"""The MCP server: our tools on the SDK's low-level `Server`, served stateful with SSE.
+"""The MCP server: our tools on the SDK's low-level `Server`, served stateful.
+
+A request that asks for progress is answered over SSE, any other as one
+JSON body (`sonde.hub.mcp_answers`).
 
 Each tool call is one supervision boundary: `ToolError` and bad arguments
 become tool error results a model can read; `trio.Cancelled` passes through
@@ -24,6 +27,7 @@ from pydantic import ValidationError
 
 from sonde import __version__
 from sonde.hub.auth import Caller
+from sonde.hub.mcp_answers import SessionManager
 from sonde.hub.tools import all_tools
 from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec
 from sonde.packs.executor import describe_params_error
@@ -171,9 +175,9 @@ def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
 
 
 def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionManager:
-    return StreamableHTTPSessionManager(
+    return SessionManager(
         app=build_server(hub),
-        json_response=False,
+        json_response=False,  # chosen per request: see mcp_answers
         stateless=False,
         security_settings=transport_security(hub, bound_port),
         session_idle_timeout=hub.config.session_idle_timeout_s,

@@ -440,6 +440,7 @@ def post_oversized_bodies(hub: RunningHub) -> None:
         for content in (too_big, chunks(too_big)):
             refused = http.post("/mcp", content=content, headers={**MCP_HEADERS, **auth})
             assert refused.status_code == 413
+            assert refused.json()["error"]["code"] == "body_too_large"
             assert "mcp-session-id" not in refused.headers
         probe = json.dumps({"agent": "alpha", "probe": MEMORY, "params": {"pad": "x" * REST_BODY_LIMIT}})
         refused = http.post("/api/v1/probe", content=chunks(probe.encode()), headers=auth)

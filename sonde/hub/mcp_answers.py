@@ -1,0 +1,175 @@
+"""Answer an MCP request as one JSON body unless it asked for progress.
+
+The SDK's streamable HTTP transport answers either every request of a
+session over SSE or every one as a JSON body. SSE is what carries progress
+notifications, but for a call that asked for none it doubles the hub's CPU
+per call (an event-stream response with its writer and watcher tasks and
+several sends instead of one). Here the choice is made per request: one
+whose ``params._meta.progressToken`` is set is answered over SSE, any other
+as a single ``application/json`` body. Both are what the MCP specification
+lets a server answer with, and every conforming client reads both.
+
+`choose_answer` reads the request body (the root app has it in hand) and
+says which; `answering_as_json` marks the request task for the transport.
+The transport reads the mark through its ``is_json_response_enabled``
+attribute, which the SDK consults only inside the request's own task, and
+drops what the SDK itself drops in JSON mode: a notification tied to a
+request whose answer is a JSON body has no wire to go out on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any
+
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCError, JSONRPCResponse
+
+log = logging.getLogger(__name__)
+
+# The JSON-RPC id (as the SDK keys it: ``str(id)``) of the request this task
+# answers as one JSON body; None: over SSE.
+_json_answer: ContextVar[str | None] = ContextVar("sonde_mcp_json_answer", default=None)
+
+
+def choose_answer(body: bytes) -> str | None:
+    """The id of a request to answer as JSON, or None to leave it to SSE.
+
+    Only a well-formed request with a plain id and no progress token is
+    answered as JSON; anything else (notifications, responses, bodies the SDK
+    will refuse) takes the SDK's own path unchanged.
+    """
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return None
+    meta = (params or {}).get("_meta")
+    if meta is not None and (not isinstance(meta, dict) or meta.get("progressToken") is not None):
+        return None
+    return str(request_id)
+
+
+@contextmanager
+def answering_as_json(request_id: str | None) -> Iterator[None]:
+    """Mark the current task's request as answered as JSON (None: over SSE)."""
+    token = _json_answer.set(request_id)
+    try:
+        yield
+    finally:
+        _json_answer.reset(token)
+
+
+class _DropUnwired:
+    """The session's write stream, less notifications tied to a request answered as JSON.
+
+    The SDK's router would otherwise queue such a notification where the
+    request's JSON answer is awaited, and send it in place of the answer.
+    """
+
+    def __init__(self, inner: WriteStream[SessionMessage], json_requests: set[str]) -> None:
+        self._inner = inner
+        self._json_requests = json_requests
+
+    async def send(self, item: SessionMessage, /) -> None:
+        meta = item.metadata
+        if (
+            isinstance(meta, ServerMessageMetadata)
+            and meta.related_request_id is not None
+            and str(meta.related_request_id) in self._json_requests
+            and not isinstance(item.message, JSONRPCResponse | JSONRPCError)
+        ):
+            log.debug("dropped a notification for request %s, answered as JSON", meta.related_request_id)
+            return
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _DropUnwired:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class PerRequestTransport(StreamableHTTPServerTransport):
+    """The SDK's transport, choosing JSON or SSE per request (see the module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._json_requests: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    @property
+    def is_json_response_enabled(self) -> bool:
+        return _json_answer.get() is not None
+
+    @is_json_response_enabled.setter
+    def is_json_response_enabled(self, value: bool) -> None:
+        if value:
+            raise ValueError(
+                "PerRequestTransport chooses JSON or SSE per request; it takes no session-wide mode"
+            )
+
+    async def handle_request(self, scope: Any, receive: Any, send: Any) -> None:
+        request_id = _json_answer.get()
+        if request_id is None:
+            await super().handle_request(scope, receive, send)
+            return
+        self._json_requests.add(request_id)
+        try:
+            await super().handle_request(scope, receive, send)
+        finally:
+            self._json_requests.discard(request_id)
+
+    @asynccontextmanager
+    async def connect(
+        self,
+    ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
+        # The session's tasks (its router above all) start inside the request
+        # that opened it; they must not inherit that request's choice.
+        with answering_as_json(None):
+            async with super().connect() as (read_stream, write_stream):
+                yield read_stream, _DropUnwired(write_stream, self._json_requests)
+
+
+class SessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager with `PerRequestTransport` for every session.
+
+    The SDK admits the session (limit, owner) and builds its transport; the
+    transport is then replaced, before any request reaches it, by ours with
+    the same id and settings.
+    """
+
+    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        admitted = super()._admit_session(requestor)
+        if admitted is None or admitted.mcp_session_id is None:
+            return admitted
+        transport = PerRequestTransport(
+            mcp_session_id=admitted.mcp_session_id,
+            event_store=self.event_store,
+            security_settings=self.security_settings,
+            retry_interval=self.retry_interval,
+            idle_timeout=self.session_idle_timeout,
+        )
+        self._server_instances[admitted.mcp_session_id] = transport
+        return transport

@@ -1,0 +1,120 @@
+"""End to end, the hub answers an MCP request as one JSON body unless it asked for progress.
+
+The session's real `sonde hub` with its agents ``alpha`` and ``beta``, raw
+HTTP on /mcp, and the SSE parser the bridge uses to read event streams.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+
+from sonde.bridge.sse import SSEParser
+from tests.e2e.harness import SharedFleet
+
+pytestmark = pytest.mark.e2e
+
+PROTOCOL = "2025-06-18"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": PROTOCOL,
+        "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "0"},
+    },
+}
+
+
+class Session:
+    """One MCP session on the hub, spoken by hand."""
+
+    def __init__(self, http: httpx2.AsyncClient) -> None:
+        self.http = http
+        self.headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    async def post(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """POST one message; the answer's content type and the JSON-RPC messages it carried."""
+        answer = await self.http.post("/mcp", content=json.dumps(body), headers=self.headers)
+        assert answer.status_code in (200, 202), answer.text
+        kind = answer.headers.get("content-type", "").partition(";")[0]
+        if kind == "text/event-stream":
+            events = SSEParser().feed(answer.content)
+            return kind, [json.loads(e.data) for e in events if e.data.strip()]
+        return kind, [answer.json()] if answer.content else []
+
+
+async def open_session(http: httpx2.AsyncClient) -> tuple[Session, str, dict[str, Any]]:
+    session = Session(http)
+    answer = await http.post("/mcp", content=json.dumps(INITIALIZE), headers=session.headers)
+    assert answer.status_code == 200, answer.text
+    session.headers["mcp-session-id"] = answer.headers["mcp-session-id"]
+    session.headers["mcp-protocol-version"] = PROTOCOL
+    await session.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return session, answer.headers["content-type"], answer.json()
+
+
+def tool_call(
+    request_id: int, tool: str, arguments: dict[str, Any], progress_token: str | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": tool, "arguments": arguments}
+    if progress_token is not None:
+        params["_meta"] = {"progressToken": progress_token}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def test_requests_without_a_progress_token_are_answered_as_json(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    async with httpx2.AsyncClient(
+        base_url=hub.url, headers={"Authorization": f"Bearer {hub.admin_key}"}, timeout=30
+    ) as http:
+        session, opened_as, opened = await open_session(http)
+        assert opened_as.startswith("application/json")
+        assert opened["result"]["serverInfo"]["name"]
+
+        kind, messages = await session.post(
+            tool_call(1, "probe", {"agent": "alpha", "probe": "system.memory.usage"}, None)
+        )
+        assert kind == "application/json"
+        [answer] = messages
+        assert answer["id"] == 1
+        assert answer["result"]["isError"] is False
+        assert answer["result"]["structuredContent"]["result"]["total_bytes"] > 0
+
+        kind, messages = await session.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert kind == "application/json"
+        assert {"probe", "health_check"} <= {tool["name"] for tool in messages[0]["result"]["tools"]}
+
+
+async def test_calls_with_a_progress_token_stream_progress_over_sse_at_once(fleet: SharedFleet) -> None:
+    """Three concurrent calls on a session that was opened by a JSON answer, each with its own stream."""
+    hub = fleet.hub
+    answers: dict[int, tuple[str, list[dict[str, Any]]]] = {}
+    async with httpx2.AsyncClient(
+        base_url=hub.url, headers={"Authorization": f"Bearer {hub.admin_key}"}, timeout=30
+    ) as http:
+        session, opened_as, _ = await open_session(http)
+        assert opened_as.startswith("application/json")
+
+        async def call(request_id: int) -> None:
+            arguments = {"tags": [], "categories": ["system"]}
+            answers[request_id] = await session.post(
+                tool_call(request_id, "health_check", arguments, f"t{request_id}")
+            )
+
+        async with trio.open_nursery() as nursery:
+            for request_id in (11, 12, 13):
+                nursery.start_soon(call, request_id)
+
+    for request_id, (kind, messages) in answers.items():
+        assert kind == "text/event-stream"
+        progress = [m for m in messages if m.get("method") == "notifications/progress"]
+        assert progress, messages
+        assert {m["params"]["progressToken"] for m in progress} == {f"t{request_id}"}
+        assert messages[-1]["id"] == request_id
+        assert messages[-1]["result"]["isError"] is False

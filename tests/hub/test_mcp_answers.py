@@ -1,0 +1,81 @@
+"""Choosing JSON or SSE per MCP request, and what a JSON-answered request cannot carry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCNotification, JSONRPCResponse
+
+from sonde.hub.mcp_answers import _DropUnwired, choose_answer
+
+
+def body(message: Any) -> bytes:
+    return json.dumps(message).encode()
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "probe"}}, "7"),
+        ({"jsonrpc": "2.0", "id": "a-1", "method": "tools/list"}, "a-1"),
+        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {}}}, "3"),
+        (
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": None}}},
+            "3",
+        ),
+        # asks for progress: SSE
+        (
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": 1}}},
+            None,
+        ),
+        (
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": "p"}}},
+            None,
+        ),
+        # not a request, or not one the SDK will take: its own path
+        ({"jsonrpc": "2.0", "method": "notifications/initialized"}, None),
+        ({"jsonrpc": "2.0", "id": 3, "result": {}}, None),
+        ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, None),
+        ({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": []}, None),
+        ({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": "x"}}, None),
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], None),
+    ],
+)
+def test_choose_answer(message: Any, expected: str | None) -> None:
+    assert choose_answer(body(message)) == expected
+
+
+def test_choose_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
+    assert choose_answer(b"{not json") is None
+    assert choose_answer(b"\xff\xfe") is None
+
+
+def related(message: Any, request_id: int | str) -> SessionMessage:
+    return SessionMessage(message, metadata=ServerMessageMetadata(related_request_id=request_id))
+
+
+async def test_notifications_of_json_answered_requests_are_dropped_their_answers_are_not() -> None:
+    send, receive = anyio.create_memory_object_stream[SessionMessage](10)
+    stream = _DropUnwired(send, json_requests={"1"})
+    progress = JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/progress", params={"progressToken": 1}
+    )
+    async with stream:
+        await stream.send(related(progress, 1))  # answered as JSON: no wire for it
+        await stream.send(related(progress, 2))  # answered over SSE
+        await stream.send(SessionMessage(progress))  # tied to no request
+        await stream.send(related(JSONRPCResponse(jsonrpc="2.0", id=1, result={}), 1))
+    async with receive:
+        passed = [item async for item in receive]
+    assert [
+        (type(item.message).__name__, getattr(item.metadata, "related_request_id", None)) for item in passed
+    ] == [
+        ("JSONRPCNotification", 2),
+        ("JSONRPCNotification", None),
+        ("JSONRPCResponse", 1),
+    ]
