@@ -22,7 +22,7 @@ PACKAGES = (
     "mcp",
     "pydantic",
     "pydantic-core",
-    "cryptography",
+    "pynacl",
     "httpx2",
     "psutil",
 )

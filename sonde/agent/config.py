@@ -86,7 +86,7 @@ class AgentConfig(BaseModel):
     @classmethod
     def _raw_ed25519_public_key(cls, value: str | None) -> str | None:
         if value is not None:
-            # imported here: `sonde serve` reads this config without ever loading cryptography
+            # imported here: `sonde serve` reads this config without ever loading the crypto library
             from sonde.protocol.signing import public_key_from_text
 
             try:

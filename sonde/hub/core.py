@@ -15,8 +15,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from sonde.hub.agent_records import list_agents
 from sonde.hub.audit import AuditEntry
 from sonde.hub.audit_queue import AuditQueue
@@ -27,7 +25,12 @@ from sonde.hub.fleet import Fleet
 from sonde.hub.keys import count_active_admin_keys, create_api_key
 from sonde.hub.store import Store, open_store
 from sonde.packs.registry import PackRegistry, load_packs
-from sonde.protocol.signing import new_private_key, private_key_from_text, private_key_to_text
+from sonde.protocol.signing import (
+    Ed25519PrivateKey,
+    new_private_key,
+    private_key_from_text,
+    private_key_to_text,
+)
 
 log = logging.getLogger(__name__)
 HUB_KEY_META = "hub_private_key"

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
 from sonde.protocol.errors import RemoteProtocolError
@@ -27,7 +26,15 @@ from sonde.protocol.messages import (
     to_wire,
     utc_now,
 )
-from sonde.protocol.signing import ReplayGuard, mac_text, sign_frame, verify_frame, verify_mac_text
+from sonde.protocol.signing import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+    ReplayGuard,
+    mac_text,
+    sign_frame,
+    verify_frame,
+    verify_mac_text,
+)
 
 SHOWN_VALUE_CHARS = 80  # a peer's value quoted in an error (and so in a reject, a log, the audit)
 

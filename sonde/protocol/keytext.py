@@ -1,6 +1,6 @@
 """Keys as text: base64 of exactly 32 raw bytes, as Ed25519 and X25519 keys travel and are stored.
 
-Checked here without cryptography, so that reading an agent config does not load it.
+Checked here without the crypto library, so that reading an agent config does not load it.
 """
 
 from __future__ import annotations

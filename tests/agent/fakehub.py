@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import trio
 import trio_websocket
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sonde.agent.config import AgentConfig
 from sonde.protocol.codec import FrameCodec
@@ -29,7 +28,7 @@ from sonde.protocol.messages import (
     Message,
     RejectPayload,
 )
-from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
+from sonde.protocol.signing import Ed25519PrivateKey, new_private_key, private_key_to_text, public_key_to_text
 from sonde.runtime import Link, Transport, WebSocketTransport, open_link
 
 AGENT_ID = "agent-0001"

@@ -25,7 +25,6 @@ import httpx
 import psutil
 import trio
 import trio_websocket
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sonde.agent.config import load_config
 from sonde.agent.connection import sole_error
@@ -38,7 +37,12 @@ from sonde.packs.system import PACK as SYSTEM_PACK
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import AgentRegister, Message
-from sonde.protocol.signing import new_private_key, private_key_from_text, public_key_to_text
+from sonde.protocol.signing import (
+    Ed25519PrivateKey,
+    new_private_key,
+    private_key_from_text,
+    public_key_to_text,
+)
 from tests.e2e.procs import SONDE, EnrolledAgent, RunningHub, base_env
 from tests.testpacks import install_test_pack
 

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import trio
 import trio_websocket
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sonde.agent.enroll import build_request
 from sonde.packs.registry import PackRegistry
@@ -31,7 +30,13 @@ from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.enrollment import EnrollResponse
 from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import Envelope, HubAck, HubReject, Message
-from sonde.protocol.signing import new_private_key, public_key_from_text, public_key_to_text
+from sonde.protocol.signing import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+    new_private_key,
+    public_key_from_text,
+    public_key_to_text,
+)
 from tests.e2e.harness import (
     agent_identity,
     agent_socket,

@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 import trio
 import trio_websocket
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
@@ -61,7 +60,7 @@ from sonde.protocol.messages import (
     to_wire,
 )
 from sonde.protocol.serve_lines import BadRequest, encode_line, error_response, parse_request
-from sonde.protocol.signing import canonical_bytes, new_private_key, sign_frame
+from sonde.protocol.signing import Ed25519PrivateKey, canonical_bytes, new_private_key, sign_frame
 from tests.e2e.harness import agent_socket
 from tests.e2e.procs import base_env
 from tests.security.attack_fleet import (
