@@ -2,7 +2,8 @@
 
 Starts a hub and one simulated agent as the round-trip scenario does, attaches
 ``py-spy record`` to the hub (and, with ``--agent``, to the agent worker), runs
-``--calls`` sequential ``probe`` calls (or ``--concurrency`` clients at once) and
+``--calls`` sequential ``probe`` calls (or ``--concurrency`` clients at once, or
+``--fanout`` health checks, or holds an ``--idle`` fleet for ``--seconds``) and
 prints the functions with the most samples, by own time and including callees.
 The raw collapsed stacks are kept in ``--out`` for a flame graph
 (``py-spy``'s raw format; speedscope and inferno read it).
@@ -49,6 +50,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="instead: --calls health_check calls across this many agents (the bench category)",
     )
     parser.add_argument(
+        "--idle",
+        type=int,
+        default=0,
+        metavar="AGENTS",
+        help="instead: hold this many agents for --seconds with nothing but heartbeats (and keepalive pings)",
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long --idle profiles (default 20)")
+    parser.add_argument(
+        "--heartbeat", type=float, default=30.0, help="the hub's heartbeat interval, seconds (default 30)"
+    )
+    parser.add_argument(
         "--cprofile",
         action="store_true",
         help="run the hub (and with --agent the first agent worker) under cProfile instead of py-spy",
@@ -86,14 +98,20 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
     """Run the load with the profilers attached; returns where each profile was written."""
     hub_stats, agent_stats = args.out / "profile-hub.pstats", args.out / "profile-agent.pstats"
     cprofile_agent = args.cprofile and args.agent
-    agent_count = max(1, args.fanout)
+    agent_count = max(1, args.fanout, args.idle)
     tool, arguments = load(args)
     workspace = Workspace.create()
     try:
         data = HubData(workspace.directory("profile/hub"))
         fleet = SimulatedFleet(workspace.directory("profile/agents"))
         hub_options = cprofile_options(hub_stats) if args.cprofile else []
-        async with running_hub(workspace, data, name="profile-hub", python_options=hub_options) as hub:
+        async with running_hub(
+            workspace,
+            data,
+            name="profile-hub",
+            heartbeat_interval_s=args.heartbeat,
+            python_options=hub_options,
+        ) as hub:
             await ensure_enrolled(workspace, hub, fleet, agent_count)
             async with running_agents(
                 workspace,
@@ -111,8 +129,10 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
                 recorders = [start_py_spy(py_spy, pid, outputs[name]) for name, pid in pids.items()]
                 try:
                     await trio.sleep(1.0)  # let py-spy attach
+                    if args.idle:
+                        await trio.sleep(args.seconds)
                     async with trio.open_nursery() as nursery:
-                        for _ in range(args.concurrency):
+                        for _ in range(0 if args.idle else args.concurrency):
                             nursery.start_soon(drive, hub.url, hub.admin_key, tool, arguments, args.calls)
                 finally:
                     for recorder in recorders:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,27 @@ def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_pa
     assert (tmp_path / "profile-hub.pstats").stat().st_size > 0
     assert "Ordered by: internal time" in done.stdout
     assert "sonde/hub/run.py" in done.stdout  # the hub's own frames are in it
+
+
+def test_profiler_holds_an_idle_fleet_and_sees_its_heartbeats(tmp_path: Path) -> None:
+    argv = ["--cprofile", "--idle", "3", "--seconds", "2.5", "--heartbeat", "1", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    calls = {
+        (Path(file).name, function): count
+        for (file, _, function), (_, count, *_) in pstats.Stats(
+            str(tmp_path / "profile-hub.pstats")
+        ).stats.items()  # type: ignore[attr-defined]
+    }
+    assert calls[("codec.py", "decode")] >= 6  # heartbeats from 3 agents, 1 s apart, were decoded
+    assert ("mcp_server.py", "call_tool") not in calls  # and no tool was called
 
 
 def test_collapsed_stacks_are_summarized_by_own_and_inclusive_samples(tmp_path: Path) -> None:
