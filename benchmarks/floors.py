@@ -3,12 +3,13 @@
 ``python -m benchmarks.floors mcp``: the MCP SDK's own cost. One low-level
 `Server` with one tool that answers at once, with the input and output
 schemas of the hub's `probe` tool and a canned result of the same shape,
-served stateful with SSE through the SDK's session manager under
-`hypercorn.trio`, exactly as the hub serves ``/mcp``.
+served stateful through the SDK's session manager under `hypercorn.trio`.
+It answers as one JSON body, as the hub answers a call that asks for no
+progress (`sonde.hub.mcp_answers`); ``mcp-sse`` serves it with SSE instead.
 
-``python -m benchmarks.floors ws``: the transport's cost. A quart-trio
-``/ws/echo`` route (the hub's agent socket is a quart-trio route too) that
-sends every text frame back.
+``python -m benchmarks.floors ws``: the transport's cost. A plain ASGI
+WebSocket at ``/ws/echo`` under `hypercorn.trio` (the hub serves its agent
+socket straight from ASGI too) that sends every text frame back.
 
 Each prints its base URL on stdout and serves until stdin closes.
 """
@@ -25,8 +26,6 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from quart import websocket
-from quart_trio import QuartTrio
 
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 
@@ -65,8 +64,10 @@ def noop_server() -> Server[Any]:
 class McpFloorApp:
     """ASGI root: the lifespan runs the session manager; all HTTP goes to it."""
 
-    def __init__(self) -> None:
-        self.manager = StreamableHTTPSessionManager(app=noop_server(), json_response=False, stateless=False)
+    def __init__(self, json_response: bool) -> None:
+        self.manager = StreamableHTTPSessionManager(
+            app=noop_server(), json_response=json_response, stateless=False
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -79,16 +80,29 @@ class McpFloorApp:
             await self.manager.handle_request(scope, receive, send)
 
 
-def echo_app() -> QuartTrio:
-    app = QuartTrio("bench-floor")
-
-    @app.websocket(WS_PATH)
-    async def echo() -> None:
-        await websocket.accept()
-        while True:
-            await websocket.send(await websocket.receive())
-
-    return app
+async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Echo every text frame of a WebSocket at ``WS_PATH``; refuse anything else."""
+    if scope["type"] == "lifespan":
+        await receive()
+        await send({"type": "lifespan.startup.complete"})
+        await receive()
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] != WS_PATH:
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    if (await receive())["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    while True:
+        event = await receive()
+        if event["type"] != "websocket.receive":
+            return
+        await send({"type": "websocket.send", "text": event.get("text")})
 
 
 async def wait_stdin_closed() -> None:
@@ -99,7 +113,7 @@ async def wait_stdin_closed() -> None:
 
 
 async def serve_floor(kind: str) -> None:
-    app: Any = McpFloorApp() if kind == "mcp" else echo_app()
+    app: Any = echo_app if kind == "ws" else McpFloorApp(json_response=kind == "mcp")
     config = HypercornConfig()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
@@ -114,6 +128,6 @@ async def serve_floor(kind: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("mcp", "ws"):
-        sys.exit("usage: python -m benchmarks.floors mcp|ws")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("mcp", "mcp-sse", "ws"):
+        sys.exit("usage: python -m benchmarks.floors mcp|mcp-sse|ws")
     trio.run(serve_floor, sys.argv[1])

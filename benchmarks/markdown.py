@@ -16,7 +16,8 @@ from benchmarks.report import largest_size, number
 # (scenario, figure, statistic or "p50/p99", label)
 ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("roundtrip", "probe_rtt_ms", "p50/p99", "1. probe round trip via MCP, ms"),
-    ("roundtrip", "mcp_floor_rtt_ms", "p50/p99", "1. floor: trivial MCP tool, ms"),
+    ("roundtrip", "mcp_floor_rtt_ms", "p50/p99", "1. floor: trivial MCP tool (JSON answer), ms"),
+    ("roundtrip", "mcp_sse_floor_rtt_ms", "p50/p99", "1. the same tool answered over SSE, ms"),
     ("roundtrip", "ws_floor_rtt_ms", "p50/p99", "1. floor: WebSocket echo, ms"),
     ("roundtrip", "agent_probe_duration_ms", "median", "1. agent-side probe duration p50, ms"),
     ("roundtrip", "hub_overhead_p50_ms", "value", "1. hub overhead above the floors p50, ms"),

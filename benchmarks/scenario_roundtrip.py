@@ -2,8 +2,9 @@
 
 One MCP client calls ``probe(agent, "bench.noop.echo")`` N times in a row on
 one simulated agent. Then, with the hub stopped, the same client shape calls
-a trivial MCP tool (the SDK's own cost, `benchmarks.floors`) and a raw
-WebSocket client echoes a probe-request-sized frame (the transport's cost).
+a trivial MCP tool (the SDK's own cost, `benchmarks.floors`; answered as one
+JSON body as the hub answers these calls, and for reference over SSE) and a
+raw WebSocket client echoes a probe-request-sized frame (the transport's cost).
 
 Hub overhead (p50) = probe p50 - MCP floor p50 - WebSocket floor p50 - agent
 probe p50: what the hub and the agent's link add on top of the two
@@ -44,12 +45,14 @@ async def run(bench: Bench) -> ScenarioResult:
         "warmup": WARMUP_CALLS,
     }
     probe = await measure_probes(bench, result, n)
-    mcp_floor = await measure_mcp_floor(bench, result, bench.sizes.floor_round_trips)
+    mcp_floor = await measure_mcp_floor(bench, result, bench.sizes.floor_round_trips, "mcp")
+    mcp_sse_floor = await measure_mcp_floor(bench, result, bench.sizes.floor_round_trips, "mcp-sse")
     ws_floor = await measure_ws_floor(bench, result, bench.sizes.floor_round_trips)
     figures = result.figures
     figures["probe_rtt_ms"] = distribution(probe["rtt"], "ms")
     figures["agent_probe_duration_ms"] = distribution(probe["agent"], "ms")
     figures["mcp_floor_rtt_ms"] = distribution(mcp_floor, "ms")
+    figures["mcp_sse_floor_rtt_ms"] = distribution(mcp_sse_floor, "ms")
     figures["ws_floor_rtt_ms"] = distribution(ws_floor, "ms")
     p50 = {key: median_of(figures[key]) or 0.0 for key in figures}
     floors = p50["mcp_floor_rtt_ms"] + p50["ws_floor_rtt_ms"]
@@ -94,11 +97,12 @@ async def measure_probes(bench: Bench, result: ScenarioResult, n: int) -> dict[s
     return {"rtt": rtt, "agent": agent}
 
 
-async def measure_mcp_floor(bench: Bench, result: ScenarioResult, n: int) -> list[float]:
+async def measure_mcp_floor(bench: Bench, result: ScenarioResult, n: int, kind: str) -> list[float]:
+    """The trivial tool answered as JSON (``mcp``, as the hub answers a probe) or over SSE (``mcp-sse``)."""
     samples: list[float] = []
-    argv = python_module("benchmarks.floors", "mcp")
+    argv = python_module("benchmarks.floors", kind)
     env = bench.workspace.env("floors")
-    async with open_child("floor-mcp", argv, env=env, log_dir=bench.workspace.log_dir) as server:
+    async with open_child(f"floor-{kind}", argv, env=env, log_dir=bench.workspace.log_dir) as server:
         url = await server.read_line(FLOOR_START_TIMEOUT_S)
         arguments = {"agent": agent_name(0), "probe": ECHO_PROBE, "params": {"text": "x"}}
         async with mcp_client(url) as client:
@@ -107,7 +111,8 @@ async def measure_mcp_floor(bench: Bench, result: ScenarioResult, n: int) -> lis
             window = CpuWindow(server.meter())
             for _ in range(n):
                 samples.append((await timed_call(client, NOOP_TOOL, arguments))[0])
-            result.figures["mcp_floor_server_cpu_per_call_ms"] = scalar(window.cpu_s() * 1000 / n, "ms")
+            name = kind.replace("-", "_")
+            result.figures[f"{name}_floor_server_cpu_per_call_ms"] = scalar(window.cpu_s() * 1000 / n, "ms")
     return samples
 
 
