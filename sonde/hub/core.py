@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import trio
+from sqlite_utils import Database
 
 from sonde.hub.agent_records import list_agents
 from sonde.hub.audit import AuditEntry
@@ -33,6 +36,8 @@ from sonde.protocol.signing import (
 )
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 HUB_KEY_META = "hub_private_key"
 
 
@@ -70,6 +75,13 @@ class Hub:
             ts=time.time(),
         )
         await self.audit_queue.append(entry)
+
+    async def read_audit(
+        self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`Store.read` of the audit chain, with every entry appended before the call in it."""
+        await self.audit_queue.flush()
+        return await self.store.read(fn, *args, **kwargs)
 
 
 def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
@@ -119,4 +131,9 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
             if record.status == "online":
                 fleet.remember(record.model_copy(update={"status": "offline"}))
         hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
-        yield hub
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hub.audit_queue.run)
+            try:
+                yield hub
+            finally:
+                nursery.cancel_scope.cancel()  # the flusher queues what is left; the store commits it

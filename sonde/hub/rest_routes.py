@@ -205,7 +205,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
             filters = AuditFilters.model_validate(request.args.to_dict())
         except ValidationError as exc:
             raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
-        rows = await hub.store.read(
+        rows = await hub.read_audit(
             query_audit,
             agent=filters.agent,
             actor=filters.key,
@@ -219,7 +219,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/audit/verify")
     async def verify() -> dict[str, Any]:
         await require_caller(hub, admin=True)
-        report = await hub.store.read(verify_audit)
+        report = await hub.read_audit(verify_audit)
         return {
             "ok": report.ok,
             "rows": report.rows,

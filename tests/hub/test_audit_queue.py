@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,22 @@ import trio
 
 from sonde.hub.audit import AuditEntry, query_audit, verify_audit
 from sonde.hub.audit_queue import AuditQueue
-from sonde.hub.store import open_store
+from sonde.hub.store import Store, open_store
+
+
+@asynccontextmanager
+async def flushing(store: Store, linger_s: float = 0.05) -> AsyncIterator[AuditQueue]:
+    """An audit queue with its flusher running, as the hub runs it; stopped (queuing the rest) at exit."""
+    queue = AuditQueue(store, linger_s=linger_s)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queue.run)
+        yield queue
+        nursery.cancel_scope.cancel()
+
+
+async def count_rows(store: Store) -> int:
+    count: int = await store.read(lambda db: db.execute("SELECT count(*) FROM audit").fetchone()[0])
+    return count
 
 
 def entry(i: int, **detail: object) -> AuditEntry:
@@ -21,8 +38,7 @@ def entry(i: int, **detail: object) -> AuditEntry:
 
 
 async def test_entries_from_many_tasks_share_store_ops_and_keep_their_order(tmp_path: Path) -> None:
-    async with open_store(tmp_path / "hub.db") as store:
-        queue = AuditQueue(store)
+    async with open_store(tmp_path / "hub.db") as store, flushing(store) as queue:
         order: list[int] = []
 
         async def append(i: int) -> None:
@@ -43,21 +59,44 @@ async def test_entries_from_many_tasks_share_store_ops_and_keep_their_order(tmp_
 
 
 async def test_a_burst_is_written_in_a_few_store_ops(tmp_path: Path) -> None:
-    async with open_store(tmp_path / "hub.db") as store:
-        queue = AuditQueue(store)
+    async with open_store(tmp_path / "hub.db") as store, flushing(store) as queue:
         for i in range(1000):
             await queue.append(entry(i))
         await trio.sleep(0.2)
         stats = store.statistics()
-        assert await store.read(lambda db: db.execute("SELECT count(*) FROM audit").fetchone()[0]) == 1000
+        assert await count_rows(store) == 1000
     assert stats.ops < 50, stats  # one op per flush, not one per entry
+
+
+async def test_sequential_entries_linger_into_one_store_op(tmp_path: Path) -> None:
+    """One call at a time (a probe every few ms) still shares a flush: the linger collects them."""
+    async with open_store(tmp_path / "hub.db") as store, flushing(store, linger_s=0.2) as queue:
+        for i in range(10):
+            await queue.append(entry(i))
+            await trio.sleep(0.005)  # the writer is idle between calls
+        assert await count_rows(store) == 0  # still lingering
+        await trio.sleep(0.4)
+        assert await count_rows(store) == 10
+        assert store.statistics().ops == 1
+
+
+async def test_flush_commits_at_once_and_a_stopped_flusher_queues_the_rest(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        async with flushing(store, linger_s=60) as queue:
+            await queue.append(entry(1))
+            await queue.flush()  # what an audit reader does first
+            assert await count_rows(store) == 1
+            await queue.append(entry(2))
+            await queue.append(entry(3))
+        # the flusher stopped long before its linger ran out: the rest is queued, then committed
+    async with open_store(tmp_path / "hub.db") as store:
+        assert await count_rows(store) == 3
 
 
 async def test_an_unwritable_entry_is_logged_and_loses_only_itself(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with open_store(tmp_path / "hub.db") as store:
-        queue = AuditQueue(store)
+    async with open_store(tmp_path / "hub.db") as store, flushing(store) as queue:
         await queue.append(entry(1))
         await queue.append(entry(2, bad=float("nan")))
         await queue.append(entry(3))
@@ -79,5 +118,5 @@ async def test_past_the_bound_the_caller_waits_for_the_flush(tmp_path: Path) -> 
         for i in range(4):
             await queue.append(entry(i))
         await queue.append(entry(4))  # the fifth waits until everything so far is committed
-        count = await store.read(lambda db: db.execute("SELECT count(*) FROM audit").fetchone()[0])
+        count = await count_rows(store)
     assert count == 5

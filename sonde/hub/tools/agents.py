@@ -95,7 +95,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
     record = resolve_agent(hub, caller, args.agent)
     session = hub.fleet.sessions.get(record.id)
     boot = session.register.boot_time if session else None
-    entries = await hub.store.read(query_audit, agent=record.name, limit=200) if args.recent else []
+    entries = await hub.read_audit(query_audit, agent=record.name, limit=200) if args.recent else []
     recent = [
         RecentProbe(
             ts=iso(e["ts"]),

@@ -131,7 +131,7 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     hub, caller = call.hub, call.caller
     target = resolve_agent(hub, caller, args.agent).name if args.agent else None
     actor = None if caller.is_admin else caller.key_id
-    rows = await hub.store.read(
+    rows = await hub.read_audit(
         query_audit, agent=target, actor=actor, since=since_epoch(args.since), limit=args.lines
     )
     if args.grep:
