@@ -72,9 +72,10 @@ def test_smoke_run_writes_well_formed_results(tmp_path: Path) -> None:
     assert is_number(run["scenarios"]["roundtrip"]["figures"]["probe_rtt_ms"]["median"])
 
 
-def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_path: Path) -> None:
+def run_profiler(*args: str) -> str:
+    """``python -m benchmarks.profile ARGS``, which must succeed; its stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile", "--cprofile", "--calls", "5", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.profile", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -82,22 +83,18 @@ def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_pa
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_path: Path) -> None:
+    stdout = run_profiler("--cprofile", "--calls", "5", "--out", str(tmp_path))
     assert (tmp_path / "profile-hub.pstats").stat().st_size > 0
-    assert "Ordered by: internal time" in done.stdout
-    assert "sonde/hub/run.py" in done.stdout  # the hub's own frames are in it
+    assert "Ordered by: internal time" in stdout
+    assert "sonde/hub/run.py" in stdout  # the hub's own frames are in it
 
 
 def test_profiler_holds_an_idle_fleet_and_sees_its_heartbeats(tmp_path: Path) -> None:
-    argv = ["--cprofile", "--idle", "3", "--seconds", "2.5", "--heartbeat", "1", "--out", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    run_profiler("--cprofile", "--idle", "3", "--seconds", "2.5", "--heartbeat", "1", "--out", str(tmp_path))
     calls = {
         (Path(file).name, function): count
         for (file, _, function), (_, count, *_) in pstats.Stats(
