@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import trio
 
@@ -19,7 +19,7 @@ class LineTooLong(Exception):
 
 async def read_lines(
     stream: trio.abc.ReceiveStream, max_line_bytes: int = MAX_LINE_BYTES
-) -> AsyncIterator[bytes | LineTooLong]:
+) -> AsyncGenerator[bytes | LineTooLong, None]:
     """Yield each non-blank line (without its newline) until EOF; a last unterminated line counts.
 
     An over-long line is not buffered: it is skipped and yielded as a `LineTooLong`

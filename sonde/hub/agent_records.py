@@ -108,7 +108,7 @@ def list_agents(db: Database) -> list[AgentRecord]:
     return [_from_row(row) for row in db.query(f"{_SELECT} ORDER BY name")]
 
 
-def update_agent(db: Database, agent_id: str, **fields: Any) -> AgentRecord | None:
+def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord | None:
     """Change some fields of an agent; returns the updated record, or None if the id is unknown.
 
     Raises ValueError for an unknown field or an invalid value (AgentNameTaken for a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -116,7 +117,7 @@ class RootApp:
             return
         caller = await self.hub.keys.authenticate(headers.get("authorization"))
 
-        async def send_with_headers(message: dict[str, Any]) -> None:
+        async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)

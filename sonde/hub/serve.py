@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING, cast
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -18,6 +19,9 @@ from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
 from sonde.hub.mcp_server import build_session_manager, transport_security
 from sonde.hub.rest import create_rest_app
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIFramework
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,12 @@ async def serve_hub(
         trigger = shutdown.wait if shutdown is not None else None
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(
-                lambda task_status: serve(root, hc, shutdown_trigger=trigger, task_status=task_status)
+                lambda task_status: serve(
+                    cast("ASGIFramework", root),  # RootApp speaks ASGI in plain dicts
+                    hc,
+                    shutdown_trigger=trigger,
+                    task_status=task_status,
+                )
             )
             url = bound_url(config, binds)
             port = int(url.rsplit(":", 1)[1].split("/")[0])

@@ -49,6 +49,16 @@ class ServiceParams(Params):
 
 
 @dataclass(frozen=True)
+class ServiceDefaults:
+    """Where a pack's service is when neither the probe's params nor the agent config say."""
+
+    host: str
+    port: int
+    user: str | None = None
+    database: str | None = None
+
+
+@dataclass(frozen=True)
 class Endpoint:
     host: str
     port: int
@@ -61,14 +71,14 @@ class Endpoint:
 
 
 def endpoint(
-    params: ServiceParams, config: Mapping[str, Any], defaults: Mapping[str, Any], database: str | None = None
+    params: ServiceParams, config: Mapping[str, Any], defaults: ServiceDefaults, database: str | None = None
 ) -> Endpoint:
     """The endpoint for ``params``, completed from the pack's agent ``config``, then ``defaults``."""
 
     def pick(name: str, given: Any) -> Any:
         if given is not None:
             return given
-        return config.get(name, defaults.get(name))
+        return config.get(name, getattr(defaults, name))
 
     return Endpoint(
         host=str(pick("host", params.host)),
@@ -93,7 +103,7 @@ def port_answers(host: str, port: int, timeout_s: float = DETECT_CONNECT_TIMEOUT
 
 
 def detect_service(
-    name: str, module: str, package: str, sockets: tuple[str, ...], host: str, port: int
+    name: str, module: str, package: str, sockets: tuple[str, ...], defaults: ServiceDefaults
 ) -> Detection:
     """Detected when the driver is importable and a unix socket exists or the port answers."""
     if not driver_installed(module):
@@ -101,6 +111,9 @@ def detect_service(
     for path in sockets:
         if os.path.exists(path):
             return Detection(True, f"{name} socket at {path}")
-    if port_answers(host, port):
-        return Detection(True, f"{name} answers on {host}:{port}")
-    return Detection(False, f"no {name} here: no socket ({', '.join(sockets)}) and nothing on {host}:{port}")
+    if port_answers(defaults.host, defaults.port):
+        return Detection(True, f"{name} answers on {defaults.host}:{defaults.port}")
+    return Detection(
+        False,
+        f"no {name} here: no socket ({', '.join(sockets)}) and nothing on {defaults.host}:{defaults.port}",
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sonde.hub.tools.base import ToolSpec
 
 
-def all_tools() -> list[ToolSpec]:  # type: ignore[type-arg]
+def all_tools() -> list[ToolSpec[Any, Any]]:
     from sonde.hub.tools import agents, capabilities, health, logs, probe
 
     return [

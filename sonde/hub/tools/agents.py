@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -35,7 +35,9 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
     return ListAgentsOutput(agents=summaries, online=online, total=len(summaries))
 
 
-TOOLS = [ToolSpec("list_agents", LIST_AGENTS, ListAgentsInput, ListAgentsOutput, list_agents)]
+TOOLS: list[ToolSpec[Any, Any]] = [
+    ToolSpec("list_agents", LIST_AGENTS, ListAgentsInput, ListAgentsOutput, list_agents)
+]
 
 
 # --- agent_overview ----------------------------------------------------------

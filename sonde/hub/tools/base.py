@@ -28,7 +28,7 @@ AGENT_FIELD = Field(
     pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
     description="Agent name (or id), exactly as list_agents shows it.",
 )
-TAGS_FIELD = Field(
+TAGS_FIELD: Any = Field(
     default_factory=list,
     max_length=16,
     description="Only agents carrying ALL these tags. A leading '#' is ignored. "

@@ -87,6 +87,6 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
     )
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any, Any]] = [
     ToolSpec("list_capabilities", LIST_CAPABILITIES, CapabilitiesInput, CapabilitiesOutput, list_capabilities)
 ]

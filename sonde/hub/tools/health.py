@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import trio
 from pydantic import BaseModel, Field, JsonValue
@@ -283,7 +283,7 @@ async def diagnose_agent(
     return outcome
 
 
-TOOLS = [
+TOOLS: list[ToolSpec[Any, Any]] = [
     ToolSpec("health_check", HEALTH_CHECK, HealthCheckInput, HealthCheckOutput, health_check),
     ToolSpec("diagnose", DIAGNOSE, DiagnoseInput, DiagnoseOutput, diagnose),
 ]

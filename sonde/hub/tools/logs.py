@@ -147,4 +147,6 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     )
 
 
-TOOLS = [ToolSpec("query_logs", QUERY_LOGS, QueryLogsInput, QueryLogsOutput, query_logs)]
+TOOLS: list[ToolSpec[Any, Any]] = [
+    ToolSpec("query_logs", QUERY_LOGS, QueryLogsInput, QueryLogsOutput, query_logs)
+]

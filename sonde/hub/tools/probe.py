@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, JsonValue
 
@@ -47,4 +47,4 @@ async def run_probe(call: ToolCall, args: ProbeInput) -> ProbeOutput:
     return ProbeOutput(**reading.__dict__)
 
 
-TOOLS = [ToolSpec("probe", DESCRIPTION, ProbeInput, ProbeOutput, run_probe)]
+TOOLS: list[ToolSpec[Any, Any]] = [ToolSpec("probe", DESCRIPTION, ProbeInput, ProbeOutput, run_probe)]

@@ -61,7 +61,7 @@ def cpu_percent(stats: dict[str, Any]) -> float | None:
     if not before.get("system_cpu_usage") or system_delta <= 0 or cpu_delta < 0:
         return None
     cpus = now.get("online_cpus") or len(now.get("cpu_usage", {}).get("percpu_usage") or []) or 1
-    return round(cpu_delta / system_delta * cpus * 100, 2)
+    return round(float(cpu_delta / system_delta * cpus * 100), 2)
 
 
 def memory_used(memory: dict[str, Any]) -> int | None:
@@ -70,7 +70,7 @@ def memory_used(memory: dict[str, Any]) -> int | None:
         return None
     detail = memory.get("stats") or {}
     cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
-    return max(usage - cache, 0) if cache < usage else usage
+    return int(max(usage - cache, 0) if cache < usage else usage)
 
 
 def _block_io(blkio: dict[str, Any]) -> tuple[int, int]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
-from sonde.packs.services import detect_service
+from sonde.packs.services import ServiceDefaults, detect_service
 
-DEFAULTS = {"host": "127.0.0.1", "port": 3306, "user": "root", "database": None}
+DEFAULTS = ServiceDefaults("127.0.0.1", 3306, user="root")
 SOCKETS = ("/run/mysqld/mysqld.sock", "/var/run/mysqld/mysqld.sock", "/var/lib/mysql/mysql.sock")
 
 
 def detect_mysql() -> Detection:
-    return detect_service("MySQL/MariaDB", "pymysql", "PyMySQL", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+    return detect_service("MySQL/MariaDB", "pymysql", "PyMySQL", SOCKETS, DEFAULTS)
 
 
 PACK = Pack(

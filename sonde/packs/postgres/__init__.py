@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
-from sonde.packs.services import detect_service
+from sonde.packs.services import ServiceDefaults, detect_service
 
-DEFAULTS = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": "postgres"}
+DEFAULTS = ServiceDefaults("127.0.0.1", 5432, user="postgres", database="postgres")
 SOCKETS = ("/var/run/postgresql/.s.PGSQL.5432", "/tmp/.s.PGSQL.5432")
 
 
 def detect_postgres() -> Detection:
-    return detect_service("PostgreSQL", "psycopg", "psycopg", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+    return detect_service("PostgreSQL", "psycopg", "psycopg", SOCKETS, DEFAULTS)
 
 
 PACK = Pack(

@@ -49,7 +49,7 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
             results = []
             for sql, args in queries:
                 with connection.cursor() as cursor:
-                    cursor.execute(sql, args)  # type: ignore[arg-type]  # constant SQL, bound args
+                    cursor.execute(sql, args)  # constant SQL, bound args
                     results.append(cursor.fetchall())
             return results
     except psycopg.errors.InsufficientPrivilege as exc:

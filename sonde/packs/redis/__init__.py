@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
-from sonde.packs.services import detect_service
+from sonde.packs.services import ServiceDefaults, detect_service
 
-DEFAULTS = {"host": "127.0.0.1", "port": 6379, "user": None, "database": None}
+DEFAULTS = ServiceDefaults("127.0.0.1", 6379)
 SOCKETS = ("/run/redis/redis-server.sock", "/var/run/redis/redis-server.sock", "/run/redis/redis.sock")
 
 
 def detect_redis() -> Detection:
-    return detect_service("Redis", "redis", "redis-py", SOCKETS, DEFAULTS["host"], DEFAULTS["port"])
+    return detect_service("Redis", "redis", "redis-py", SOCKETS, DEFAULTS)
 
 
 PACK = Pack(

@@ -137,6 +137,6 @@ async def block_devices(ctx: ProbeContext, params: BlockParams) -> BlockDevices:
     if output.returncode != 0:
         raise ProbeUnavailable(f"lsblk failed: {output.stderr.strip()[:300]}")
     rows = flatten_lsblk(json.loads(output.stdout).get("blockdevices", []))
-    counters = await ctx.in_thread(psutil.disk_io_counters, True) or {}
+    counters: dict[str, Any] = await ctx.in_thread(psutil.disk_io_counters, True) or {}
     rows = with_io(rows, counters)
     return BlockDevices(devices=rows[: params.limit], truncated=len(rows) > params.limit)

@@ -83,12 +83,14 @@ def tcp_from_psutil() -> list[TcpConnection]:
     found = []
     for conn in psutil.net_connections(kind="tcp"):
         family: Family = "ipv4" if conn.family == socket.AF_INET else "ipv6"
-        remote = conn.raddr if conn.raddr else None
+        local, remote = conn.laddr, conn.raddr or None
+        if not local:  # psutil gives () for an address it does not know
+            continue
         found.append(
             TcpConnection(
                 family,
-                conn.laddr.ip,
-                conn.laddr.port,
+                local.ip,
+                local.port,
                 remote.ip if remote else "",
                 remote.port if remote else 0,
                 conn.status,

@@ -66,8 +66,8 @@ def busy_percent(before: CpuTimes | None, after: CpuTimes) -> float:
 
 
 def _sample() -> tuple[CpuTimes, list[CpuTimes]]:
-    total = psutil.cpu_times()._asdict()
-    per_cpu = [times._asdict() for times in psutil.cpu_times(percpu=True)]
+    total: CpuTimes = psutil.cpu_times()._asdict()
+    per_cpu: list[CpuTimes] = [times._asdict() for times in psutil.cpu_times(percpu=True)]
     return total, per_cpu
 
 

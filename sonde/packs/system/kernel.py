@@ -102,7 +102,7 @@ def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
     for line in text.splitlines():
         match = TEXT_LINE.match(line)
         if match and match["level"] in LEVELS:
-            level = LEVELS.index(match["level"])  # type: ignore[arg-type]
+            level = LEVELS.index(match["level"])
             messages.append(_message(level, match["facility"], float(match["time"]), match["msg"], boot_time))
         elif messages and line.strip():
             last = messages[-1]
@@ -116,7 +116,7 @@ def select(
     messages: list[KernelMessage], max_level: Level, limit: int
 ) -> tuple[list[KernelMessage], dict[str, int]]:
     """The last ``limit`` messages at ``max_level`` or more severe, and counts per level of all."""
-    counts = {level: 0 for level in LEVELS}
+    counts: dict[str, int] = {level: 0 for level in LEVELS}
     for message in messages:
         counts[message.level] += 1
     ceiling = LEVELS.index(max_level)

@@ -68,7 +68,10 @@ def listening_from_psutil() -> list[BoundSocket]:
         if protocol == "udp" and (conn.raddr or not conn.laddr):
             continue
         family: Family = "ipv4" if conn.family == socket.AF_INET else "ipv6"
-        found.append(BoundSocket(protocol, family, conn.laddr.ip, conn.laddr.port, conn.pid))
+        local = conn.laddr
+        if not local:  # psutil gives () for an address it does not know
+            continue
+        found.append(BoundSocket(protocol, family, local.ip, local.port, conn.pid))
     return found
 
 
