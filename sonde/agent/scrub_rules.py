@@ -58,7 +58,7 @@ _HEADER = re.compile(
     + r"(?P<value>[^\s\x00\"'](?:[^\r\n\x00\"']*[^\s\x00\"'])?)"
 )
 _ASSIGN = re.compile(
-    r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?=[\s\"'\\]))[ \t]*)"
+    r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?![/:]))[ \t]*)"
     r"(?!(?:\\?[\"'])?(?:" + _SCHEME + r")?\[REDACTED\])(?![|>][-+]?[ \t]*(?:\r?\n|\x00|$))(?!-----BEGIN)"
     r"(?P<value>" + _QUOTED + "|(?:" + _SCHEME + ")?" + _BARE + ")"
 )
@@ -95,9 +95,23 @@ def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
     return match
 
 
+# nsswitch.conf's "passwd: files systemd" names where accounts come from, not a password.
+NSS_SOURCES = frozenset(
+    {
+        "files", "compat", "db", "nis", "nisplus", "ldap", "sss", "systemd", "winbind", "hesiod",
+        "extrausers", "altfiles", "usrfiles", "cache", "mymachines", "[notfound=return]",
+    }
+)  # fmt: skip
+
+
 def _named_value_is_secret(match: re.Match[str]) -> bool:
     value = match["value"].strip("\\\"'")
-    return bool(value) and set(value) != {"*"} and is_secret_name(match["name"].lstrip("-"))
+    if not value or set(value) == {"*"}:
+        return False
+    name = match["name"].lstrip("-")
+    if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
+        return False
+    return is_secret_name(name)
 
 
 def _stem_hits(lower: str) -> list[int]:
@@ -329,6 +343,23 @@ SHAPE_RULES = (
             r"(?i:login)[ \t]+[^\s\x00]+[ \t]+(?i:password)[ \t]+" + _FRESH + r"(?P<value>[^\s\x00]+)"
         ),
         _contains_folded("login"),
+    ),
+    # The password flags of known programs on a command line (within 200 characters of the
+    # program's name): redis-cli -a, sshpass -p, the mongo tools' -p, the ldap tools' -w,
+    # and curl's -u/--user/-U/--proxy-user user:SECRET. The argv form: sonde.agent.scrubber.
+    ShapeRule(
+        "program_password_flag",
+        re.compile(
+            r"(?<![\w.-])(?:"
+            r"redis-cli(?:[^\r\n\x00]{0,200}?[ \t]-a[ \t]+)"
+            r"|sshpass(?:[^\r\n\x00]{0,200}?[ \t]-p[ \t]*)"
+            r"|mongo(?:sh|dump|restore|export|import|stat|top)?(?:[^\r\n\x00]{0,200}?[ \t]-p[ \t]+)"
+            r"|ldap[a-z]{3,8}(?:[^\r\n\x00]{0,200}?[ \t]-w[ \t]*)"
+            r"|curl(?:[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"[\"']?[^\s\x00:\"']{1,256}:)"
+            r")" + _FRESH + r"(?P<value>" + _QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
+        ),
+        _contains("redis-cli", "sshpass", "mongo", "ldap", "curl"),
     ),
     # mysql -pSECRET on a command line (within 200 characters, before any other mysql).
     ShapeRule(

@@ -15,7 +15,11 @@ reports as ``meta.redactions``:
   bearer/basic credentials, URL and connection-string passwords,
   ``password=``-style assignments), then by the operator's own patterns;
 - in a list of strings (an argv), the item after a secret flag
-  (``--password``, ``--requirepass``) is redacted, and so is mysql's ``-pSECRET``.
+  (``--password``, ``--requirepass``) is redacted, and so are the password
+  flags of known programs (`ProgramFlags`): mysql's and sshpass's
+  ``-pSECRET``, ``redis-cli -a SECRET``, ``sshpass -p``, the mongo tools'
+  ``-p``, the ldap tools' ``-w``, and the password half of curl's
+  ``-u user:SECRET``.
 
 Operator patterns (``scrubPatterns`` in the agent config) are Python regular
 expressions; a match is replaced whole, or only its named group ``secret`` when
@@ -42,9 +46,56 @@ from sonde.agent.secret_names import is_secret_name
 MIN_BUILTIN_CHARS = 4  # the shortest built-in shape is "pw=x"
 KEY_CACHE_ENTRIES = 4096  # dict keys remembered (keys repeat across list items)
 _ARGV_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
-_MYSQL_PROGRAMS = frozenset({"mysql", "mysqldump", "mysqladmin", "mariadb", "mysqlcheck", "mysqlimport"})
 _SCALARS = frozenset({int, float, bool, type(None)})
-_KEEP, _HIDE, _HIDE_MYSQL_P = 0, 1, 2  # what happens to an item of a list
+# What happens to an item of a list: kept, hidden whole, hidden after its two-character
+# flag (-pSECRET), hidden after the first colon (curl's user:SECRET).
+_KEEP, _HIDE, _HIDE_ATTACHED, _HIDE_AFTER_COLON = 0, 1, 2, 3
+
+
+class ProgramFlags(NamedTuple):
+    """A program's own password flags, beyond the ones named like secrets (``--password``)."""
+
+    separate: frozenset[str] = frozenset()  # the next item is the password: redis-cli -a PW
+    attached: tuple[str, ...] = ()  # the password follows the flag in the same item: -pPW
+    user_password: frozenset[str] = frozenset()  # the next item, or the rest of this one, is user:PW
+
+
+_MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
+_MONGO = ProgramFlags(separate=frozenset({"-p"}))
+_LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",))
+PROGRAM_FLAGS: dict[str, ProgramFlags] = {
+    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mariadb", "mysqlcheck", "mysqlimport"), _MYSQL),
+    "redis-cli": ProgramFlags(separate=frozenset({"-a"})),
+    "sshpass": ProgramFlags(separate=frozenset({"-p"}), attached=("-p",)),
+    **dict.fromkeys(
+        (
+            "mongo",
+            "mongosh",
+            "mongodump",
+            "mongorestore",
+            "mongoexport",
+            "mongoimport",
+            "mongostat",
+            "mongotop",
+        ),
+        _MONGO,
+    ),
+    **dict.fromkeys(
+        (
+            "ldapsearch",
+            "ldapmodify",
+            "ldapadd",
+            "ldapdelete",
+            "ldapwhoami",
+            "ldappasswd",
+            "ldapcompare",
+            "ldapmodrdn",
+            "ldapexop",
+        ),
+        _LDAP,
+    ),
+    "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
+}
 
 
 class KeyFacts(NamedTuple):
@@ -159,26 +210,67 @@ def _is_secret_flag(item: str) -> bool:
 
 def _argv_plan(items: Sequence[Any]) -> list[int] | None:
     """What to hide in a list read as an argv (None: nothing): the value after a secret
-    flag (``--password x``), and the password of mysql's ``-pSECRET``."""
+    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own flags."""
     if not items or not isinstance(items[0], str):
         return None  # not an argv
     plan = None
-    mysql = items[0].rsplit("/", 1)[-1] in _MYSQL_PROGRAMS
-    hide_next = False
+    flags = PROGRAM_FLAGS.get(items[0].rsplit("/", 1)[-1], _NO_FLAGS)
+    pending = _KEEP  # what the flag before asks of this item
     for index, item in enumerate(items):
-        if not isinstance(item, str) or (not hide_next and item[:1] != "-"):
-            hide_next = False
+        if not isinstance(item, str):
+            pending = _KEEP
             continue
         action = _KEEP
-        if hide_next and item[:1] != "-" and not _already_hidden(item):
-            action = _HIDE
-        elif mysql and item.startswith("-p") and len(item) > 2 and item[2:] != REDACTED:
-            action = _HIDE_MYSQL_P
-        hide_next = item[:1] == "-" and _is_secret_flag(item)
+        if item[:1] != "-":
+            if pending != _KEEP and _hides(item, pending):
+                action = pending
+            pending = _KEEP
+        else:
+            pending = _flag_asks(item, flags)
+            if pending == _KEEP:
+                action = _attached_value(item, flags)
         if action != _KEEP:
             plan = plan or [_KEEP] * len(items)
             plan[index] = action
     return plan
+
+
+_NO_FLAGS = ProgramFlags()
+
+
+def _flag_asks(flag: str, flags: ProgramFlags) -> int:
+    """What ``flag`` asks of the item after it."""
+    if flag in flags.separate or _is_secret_flag(flag):
+        return _HIDE
+    if flag in flags.user_password:
+        return _HIDE_AFTER_COLON
+    return _KEEP
+
+
+def _attached_value(item: str, flags: ProgramFlags) -> int:
+    """How to hide a password inside the flag item itself (``-pPW``, ``-ubob:PW``, ``--user=bob:PW``)."""
+    if item.startswith(flags.attached) and len(item) > 2:
+        return _HIDE_ATTACHED if _hides(item[2:], _HIDE) else _KEEP
+    if item.split("=", 1)[0] in flags.user_password or item[:2] in flags.user_password:
+        return _HIDE_AFTER_COLON if _hides(item, _HIDE_AFTER_COLON) else _KEEP
+    return _KEEP
+
+
+def _hides(item: str, action: int) -> bool:
+    """Whether ``action`` finds something to hide in ``item``."""
+    if action == _HIDE_AFTER_COLON:
+        _, colon, password = item.partition(":")
+        return bool(colon) and not _already_hidden(password)
+    return not _already_hidden(item)
+
+
+def hide(item: str, action: int) -> str:
+    """``item`` with what ``action`` hides replaced by ``[REDACTED]``."""
+    if action == _HIDE_ATTACHED:
+        return item[:2] + REDACTED
+    if action == _HIDE_AFTER_COLON:
+        return item.partition(":")[0] + ":" + REDACTED
+    return REDACTED
 
 
 class _Walk:
@@ -256,8 +348,6 @@ class _Walk:
         return value
 
     def _rebuild_item(self, item: Any, action: int, texts: Iterator[str]) -> Any:
-        if action == _HIDE:
-            return REDACTED
-        if action == _HIDE_MYSQL_P:
-            return "-p" + REDACTED
+        if action != _KEEP:
+            return hide(item, action)
         return self.rebuild(item, texts)

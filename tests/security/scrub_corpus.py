@@ -291,6 +291,27 @@ SECRETS: tuple[SecretCase, ...] = (
     SecretCase("redis_requirepass_flag", "redis-server *:6379 --requirepass r3dis-pw", "r3dis-pw"),
     SecretCase("redis_conf_directive", "bind 127.0.0.1\nrequirepass c0nf-pw\nport 6379", "c0nf-pw"),
     SecretCase("mysql_p_flag", "mysqldump -uroot -pmy-dump-pw shop > shop.sql", "my-dump-pw"),
+    SecretCase("unspaced_colon", "jdbc.user=app\njdbc.password:pr0p-pw\n", "pr0p-pw"),
+    SecretCase("openssl_passin", "openssl rsa -in k.pem -passin pass:0pen-pw -out k2.pem", "0pen-pw"),
+    SecretCase(
+        "redis_cli_a",
+        "/usr/bin/redis-cli -h cache -p 6380 -a r3d-cli-pw --no-auth-warning ping",
+        "r3d-cli-pw",
+        "/usr/bin/redis-cli -h cache -p 6380 -a [REDACTED] --no-auth-warning ping",
+    ),
+    SecretCase("sshpass_p", "sshpass -p 'ssh-p4ss' ssh deploy@web-1 uptime", "ssh-p4ss"),
+    SecretCase("sshpass_p_attached", "sshpass -pssh-p4ss2 scp a b:", "ssh-p4ss2"),
+    SecretCase(
+        "curl_user",
+        "curl -fsS -u deploy:curl-pw-9 https://ci.example.com/api",
+        "curl-pw-9",
+        "curl -fsS -u deploy:[REDACTED] https://ci.example.com/api",
+    ),
+    SecretCase("curl_user_equals", "curl --user=bot:curl-pw-10 http://x", "curl-pw-10"),
+    SecretCase("ldap_w", "ldapsearch -x -D cn=admin,dc=ex -w ld4p-pw -b dc=ex", "ld4p-pw"),
+    SecretCase(
+        "mongosh_p", "mongosh --host db -u admin -p m0ngo-pw --authenticationDatabase admin", "m0ngo-pw"
+    ),
     SecretCase("netrc", "machine api.example.com login bot password n3trc-pw", "n3trc-pw"),
     SecretCase(
         "xml_password_element",
@@ -324,6 +345,19 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     ),
     LookAlike("mysql_status", "Key_reads\t1234\nKey_blocks_used\t56\nKey_writes: 9", "Key_ counters"),
     LookAlike("monkey", "monkey: 3 bananas", "ends with 'key'"),
+    LookAlike(
+        "nsswitch",
+        "passwd:         files systemd\ngroup:          files systemd\nshadow:         files",
+        "the passwd database's sources",
+    ),
+    LookAlike("mysql_p_prompt", "mysql -u root -p shop", "-p then the database: mysql prompts"),
+    LookAlike(
+        "curl_user_prompt", "curl -u deploy https://ci.example.com/api", "curl prompts for the password"
+    ),
+    LookAlike("ldap_prompt", "ldapsearch -x -D cn=admin,dc=ex -W -b dc=ex", "-W prompts"),
+    LookAlike("redis_cli_plain", "redis-cli -h cache -p 6380 info memory", "no -a"),
+    LookAlike("mongosh_port", "mongosh --port 27017 --quiet", "--port, not -p"),
+    LookAlike("url_scheme_after_colon", "key_url:https://example.com/k", "a URL after a colon"),
     LookAlike("primary_key", "primary_key: id, key_count=12", "key as a word part, not a secret key"),
     LookAlike(
         "tokenizer_version", "tokenizer_version: 3, max_tokens: 4096, tokens_used: 12", "token-ish names"
