@@ -4,8 +4,8 @@
 `Server` with one tool that answers at once, with the input and output
 schemas of the hub's `probe` tool and a canned result of the same shape,
 served stateful through the SDK's session manager under `hypercorn.trio`.
-It answers as one JSON body, as the hub answers a call that asks for no
-progress (`sonde.hub.mcp_answers`); ``mcp-sse`` serves it with SSE instead.
+It answers as one JSON body, as the hub answers a probe
+(`sonde.hub.mcp_answers`); ``mcp-sse`` serves it with SSE instead.
 
 ``python -m benchmarks.floors ws``: the transport's cost. A plain ASGI
 WebSocket at ``/ws/echo`` under `hypercorn.trio` (the hub serves its agent

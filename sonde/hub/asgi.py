@@ -18,6 +18,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.mcp_answers import answering_as_json, choose_answer
 from sonde.hub.mcp_server import SondeUser
+from sonde.hub.tools import all_tools
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -92,6 +93,7 @@ class RootApp:
         self.hub = hub
         self.mcp = mcp
         self.quart_app = quart_app
+        self.progress_tools = frozenset(spec.name for spec in all_tools() if spec.reports_progress)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -163,7 +165,7 @@ class RootApp:
             return
         if body is None:
             return
-        with answering_as_json(choose_answer(body)):
+        with answering_as_json(choose_answer(body, self.progress_tools)):
             await self.mcp.handle_request(scope, replay_body(body, receive), send_with_headers)
 
     async def lifespan(self, scope: Scope, receive: Any, send: Any) -> None:

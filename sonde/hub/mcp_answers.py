@@ -4,10 +4,13 @@ The SDK's streamable HTTP transport answers either every request of a
 session over SSE or every one as a JSON body. SSE is what carries progress
 notifications, but for a call that asked for none it doubles the hub's CPU
 per call (an event-stream response with its writer and watcher tasks and
-several sends instead of one). Here the choice is made per request: one
-whose ``params._meta.progressToken`` is set is answered over SSE, any other
-as a single ``application/json`` body. Both are what the MCP specification
-lets a server answer with, and every conforming client reads both.
+several sends instead of one). Here the choice is made per request: a
+``tools/call`` of a tool that reports progress (`ToolSpec.reports_progress`:
+``health_check``) whose ``params._meta.progressToken`` is set is answered over
+SSE, anything else as a single ``application/json`` body. A progress token
+on a call to any other tool asks for what it would never get (those tools
+send no progress), so it does not buy an event stream. Both are answers the
+MCP specification lets a server give, and every conforming client reads both.
 
 `choose_answer` reads the request body (the root app has it in hand) and
 says which; `answering_as_json` marks the request task for the transport.
@@ -41,12 +44,13 @@ log = logging.getLogger(__name__)
 _json_answer: ContextVar[str | None] = ContextVar("sonde_mcp_json_answer", default=None)
 
 
-def choose_answer(body: bytes) -> str | None:
+def choose_answer(body: bytes, progress_tools: frozenset[str]) -> str | None:
     """The id of a request to answer as JSON, or None to leave it to SSE.
 
-    Only a well-formed request with a plain id and no progress token is
-    answered as JSON; anything else (notifications, responses, bodies the SDK
-    will refuse) takes the SDK's own path unchanged.
+    A well-formed request with a plain id is answered as JSON unless it calls
+    one of ``progress_tools`` with a progress token; anything else
+    (notifications, responses, bodies the SDK will refuse) takes the SDK's
+    own path unchanged.
     """
     try:
         message = json.loads(body)
@@ -61,7 +65,10 @@ def choose_answer(body: bytes) -> str | None:
     if params is not None and not isinstance(params, dict):
         return None
     meta = (params or {}).get("_meta")
-    if meta is not None and (not isinstance(meta, dict) or meta.get("progressToken") is not None):
+    if meta is not None and not isinstance(meta, dict):
+        return None
+    wants_progress = meta is not None and meta.get("progressToken") is not None
+    if wants_progress and message["method"] == "tools/call" and (params or {}).get("name") in progress_tools:
         return None
     return str(request_id)
 

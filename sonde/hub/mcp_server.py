@@ -1,7 +1,7 @@
 """The MCP server: our tools on the SDK's low-level `Server`, served stateful.
 
-A request that asks for progress is answered over SSE, any other as one
-JSON body (`sonde.hub.mcp_answers`).
+A call that asks a progress-reporting tool for progress is answered over
+SSE, anything else as one JSON body (`sonde.hub.mcp_answers`).
 
 Each tool call is one supervision boundary: `ToolError` and bad arguments
 become tool error results a model can read; `trio.Cancelled` passes through
@@ -29,7 +29,7 @@ from sonde import __version__
 from sonde.hub.auth import Caller
 from sonde.hub.mcp_answers import SessionManager
 from sonde.hub.tools import all_tools
-from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec
+from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec, no_progress
 from sonde.packs.executor import describe_params_error
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ async def call_tool(
     try:
         caller = caller_of(ctx)
         args = spec.input_model.model_validate(arguments)
-        output = await spec.handler(ToolCall(hub, caller, ctx.session.report_progress), args)
+        progress = ctx.session.report_progress if spec.reports_progress else no_progress
+        output = await spec.handler(ToolCall(hub, caller, progress), args)
         outcome = "ok"
         return tool_result(output.model_dump(mode="json"))
     except ValidationError as exc:

@@ -17,25 +17,30 @@ def body(message: Any) -> bytes:
     return json.dumps(message).encode()
 
 
+PROGRESS_TOOLS = frozenset({"health_check"})
+
+
+def call(request_id: object, tool: str, meta: object = None) -> dict[str, object]:
+    params: dict[str, object] = {"name": tool, "arguments": {}}
+    if meta is not None:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
-        ({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "probe"}}, "7"),
+        (call(7, "probe"), "7"),
         ({"jsonrpc": "2.0", "id": "a-1", "method": "tools/list"}, "a-1"),
-        ({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {}}}, "3"),
-        (
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": None}}},
-            "3",
-        ),
-        # asks for progress: SSE
-        (
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": 1}}},
-            None,
-        ),
-        (
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"_meta": {"progressToken": "p"}}},
-            None,
-        ),
+        (call(3, "health_check"), "3"),
+        (call(3, "health_check", {}), "3"),
+        (call(3, "health_check", {"progressToken": None}), "3"),
+        # asks a tool that reports progress for it: SSE
+        (call(3, "health_check", {"progressToken": 1}), None),
+        (call(3, "health_check", {"progressToken": "p"}), None),
+        # asks for progress a tool never sends: JSON all the same
+        (call(3, "probe", {"progressToken": 1}), "3"),
+        ({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {"progressToken": 1}}}, "4"),
         # not a request, or not one the SDK will take: its own path
         ({"jsonrpc": "2.0", "method": "notifications/initialized"}, None),
         ({"jsonrpc": "2.0", "id": 3, "result": {}}, None),
@@ -47,12 +52,12 @@ def body(message: Any) -> bytes:
     ],
 )
 def test_choose_answer(message: Any, expected: str | None) -> None:
-    assert choose_answer(body(message)) == expected
+    assert choose_answer(body(message), PROGRESS_TOOLS) == expected
 
 
 def test_choose_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
-    assert choose_answer(b"{not json") is None
-    assert choose_answer(b"\xff\xfe") is None
+    assert choose_answer(b"{not json", PROGRESS_TOOLS) is None
+    assert choose_answer(b"\xff\xfe", PROGRESS_TOOLS) is None
 
 
 def related(message: Any, request_id: int | str) -> SessionMessage:

@@ -93,6 +93,7 @@ class ToolSpec(Generic[InT, OutT]):
     input_model: type[InT]
     output_model: type[OutT]
     handler: Callable[[ToolCall, InT], Awaitable[OutT]]
+    reports_progress: bool = False  # only these get the caller's progress; see sonde.hub.mcp_answers
 
     def input_schema(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()

@@ -284,6 +284,8 @@ async def diagnose_agent(
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [
-    ToolSpec("health_check", HEALTH_CHECK, HealthCheckInput, HealthCheckOutput, health_check),
+    ToolSpec(
+        "health_check", HEALTH_CHECK, HealthCheckInput, HealthCheckOutput, health_check, reports_progress=True
+    ),
     ToolSpec("diagnose", DIAGNOSE, DiagnoseInput, DiagnoseOutput, diagnose),
 ]
