@@ -15,6 +15,7 @@ import trio
 
 from sonde.bridge.sse import SSEParser
 from tests.e2e.harness import SharedFleet
+from tests.e2e.mcpclient import mcp_client
 
 pytestmark = pytest.mark.e2e
 
@@ -125,3 +126,25 @@ async def test_calls_with_a_progress_token_stream_progress_over_sse_at_once(flee
         assert {m["params"]["progressToken"] for m in progress} == {f"t{request_id}"}
         assert messages[-1]["id"] == request_id
         assert messages[-1]["result"]["isError"] is False
+
+
+async def test_the_sdk_client_in_its_default_auto_mode_works_with_progress(fleet: SharedFleet) -> None:
+    """mcp 2.x's Client negotiates in ``mode="auto"`` (``server/discover`` first); every call still works."""
+    hub = fleet.hub
+    progress: list[float] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(done)
+
+    async with mcp_client(hub.url, hub.admin_key, mode="auto") as client:
+        assert client.server_info is not None
+        assert client.server_info.name == "sonde"
+        probed = await client.call_tool("probe", {"agent": "alpha", "probe": "system.memory.usage"})
+        checked = await client.call_tool(
+            "health_check", {"tags": [], "categories": ["system"]}, progress_callback=on_progress
+        )
+    assert not probed.is_error
+    assert probed.structured_content is not None
+    assert probed.structured_content["result"]["total_bytes"] > 0
+    assert not checked.is_error
+    assert progress  # the event stream carried the progress
