@@ -29,6 +29,7 @@ def test_wheel_ships_webui_packs_and_entry_points(tmp_path: Path) -> None:
         assert module in names, module
     for pack in ("system", "systemd", "docker", "nginx", "postgres", "mysql", "redis"):
         assert f"{pack} = sonde.packs.{pack}:PACK" in declared
+        assert f"sonde/packs/{pack}/descriptor.json" in names  # the register is built from it
     assert "sonde = sonde.cli:main" in declared
     sources = {p.relative_to(ROOT / "sonde").as_posix() for p in (ROOT / "sonde").rglob("*.py")}
     assert {f"sonde/{s}" for s in sources} <= names, (

@@ -14,12 +14,15 @@ model; its name has the shape ``pack.area.metric``.
 from __future__ import annotations
 
 import importlib
+import json
+import logging
 import os
 import re
 import shutil
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +34,7 @@ if typing.TYPE_CHECKING:
     from sonde.packs.runbook import Runbook
     from sonde.protocol.messages import PackDescriptor, ProbeDescriptor
 
+log = logging.getLogger(__name__)
 DEFAULT_PROBE_TIMEOUT_S = 15.0
 
 
@@ -129,6 +133,9 @@ class Pack:
     detect: Callable[[], Detection] | None = None
     categories: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
+    # `describe()` saved as JSON (`python -m sonde.packs.describe` writes it): the register
+    # is built from it without importing the probe modules, which wait for a probe to run.
+    described_by: Path | None = None
     _probes: dict[str, ProbeSpec[Any, Any]] = field(default_factory=dict, init=False, repr=False)
     _runbooks: dict[str, Runbook] = field(default_factory=dict, init=False, repr=False)
     _loaded: bool = field(default=False, init=False, repr=False, compare=False)
@@ -194,16 +201,49 @@ class Pack:
                 return Detection(False, f"detection failed: {type(exc).__name__}: {exc}")
         return Detection(True, "always available")
 
+    def describe(self) -> dict[str, Any]:
+        """What the register tells of this pack beyond its name, version and description, as JSON."""
+        return {
+            "categories": sorted({*self.categories, *self.runbooks}),
+            "probes": [spec.descriptor().model_dump(mode="json") for spec in self.probes.values()],
+        }
+
     def descriptor(self) -> PackDescriptor:
+        """The pack as the register describes it; from `described_by` while no probe module is loaded."""
         from sonde.protocol.messages import PackDescriptor  # the wire models, only when needed
 
-        return PackDescriptor(
-            name=self.name,
-            version=self.version,
-            description=self.description,
-            categories=tuple(sorted({*self.categories, *self.runbooks})),
-            probes=tuple(spec.descriptor() for spec in self.probes.values()),
+        described = None if self._loaded else self._saved_description()
+        if described is None:
+            described = self.describe()
+        return PackDescriptor.model_validate(
+            {
+                "name": self.name,
+                "version": self.version,
+                "description": self.description,
+                "categories": described["categories"],
+                "probes": described["probes"],
+            }
         )
+
+    def _saved_description(self) -> dict[str, Any] | None:
+        if self.described_by is None:
+            return None
+        try:
+            saved = json.loads(self.described_by.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "pack %s: cannot read %s (%s); loading its probes to describe it",
+                self.name,
+                self.described_by,
+                exc,
+            )
+            return None
+        if not isinstance(saved, dict) or not {"categories", "probes"} <= saved.keys():
+            log.warning(
+                "pack %s: %s is not a pack description; loading its probes", self.name, self.described_by
+            )
+            return None
+        return saved
 
     def groups_needed(self) -> set[str]:
         needed = set(self.requires.groups)

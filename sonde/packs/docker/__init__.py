@@ -24,6 +24,7 @@ def detect_docker() -> Detection:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="docker",
     version=__version__,
     description="Docker containers (state, health, restarts, ports), logs, images, stats and daemon info.",

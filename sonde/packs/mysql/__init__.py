@@ -7,6 +7,8 @@ PROCESS privilege: grant it to the agent's database user.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
 from sonde.packs.services import ServiceDefaults, detect_service
@@ -20,6 +22,7 @@ def detect_mysql() -> Detection:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="mysql",
     version=__version__,
     description="MySQL and MariaDB: database sizes, process list, QPS and connection usage, slow queries, InnoDB.",

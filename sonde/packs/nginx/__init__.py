@@ -8,6 +8,7 @@ Debian's defaults; every path must lie inside the agent's allowed paths.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from sonde import __version__
 from sonde.packs.base import Detection, Pack, Requirements
@@ -18,6 +19,7 @@ def detect_nginx() -> Detection:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="nginx",
     version=__version__,
     description="nginx config test, error and access log tails, and requests by status from the access log.",

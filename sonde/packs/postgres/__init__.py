@@ -9,6 +9,8 @@ is only visible to superusers and members of ``pg_monitor`` (or
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
 from sonde.packs.services import ServiceDefaults, detect_service
@@ -22,6 +24,7 @@ def detect_postgres() -> Detection:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="postgres",
     version=__version__,
     description="PostgreSQL: database sizes, connections vs max, long and blocked queries, replication, cache hits.",

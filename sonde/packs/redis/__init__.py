@@ -7,6 +7,8 @@ user needs ``+info +slowlog``; its password only comes from the agent config.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sonde import __version__
 from sonde.packs.base import Detection, Pack
 from sonde.packs.services import ServiceDefaults, detect_service
@@ -20,6 +22,7 @@ def detect_redis() -> Detection:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="redis",
     version=__version__,
     description="Redis: version, clients, memory vs maxmemory, evictions, keyspace, slow log and replication.",

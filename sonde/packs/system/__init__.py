@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sonde import __version__
 from sonde.packs.base import Pack
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="system",
     version=__version__,
     description="Core readings of any Linux machine: OS, CPU, memory, disks, network, processes.",

@@ -37,6 +37,7 @@ def require_systemd() -> None:
 
 
 PACK = Pack(
+    described_by=Path(__file__).with_name("descriptor.json"),
     name="systemd",
     version=__version__,
     description="systemd units (state, restarts, memory), failed units and the journal, audit included.",
