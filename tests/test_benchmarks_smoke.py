@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.subprocs import run_ok
+
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = ("roundtrip", "concurrent", "fanout", "scale", "local")
 DISTRIBUTION_KEYS = ("n", "min", "median", "p99", "max", "mean")
@@ -74,16 +76,9 @@ def test_smoke_run_writes_well_formed_results(tmp_path: Path) -> None:
 
 def run_profiler(*args: str) -> str:
     """``python -m benchmarks.profile ARGS``, which must succeed; its stdout."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
+    return run_ok(
+        [sys.executable, "-m", "benchmarks.profile", *args], cwd=REPO, timeout=SMOKE_TIMEOUT_S
+    ).stdout
 
 
 def test_profiler_runs_the_hub_under_cprofile_and_reports_sonde_functions(tmp_path: Path) -> None:

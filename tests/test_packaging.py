@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from tests.subprocs import run_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_ships_webui_packs_and_entry_points(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    run_ok(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)], timeout=300
     )
-    assert done.returncode == 0, done.stderr
     wheel = next(tmp_path.glob("sonde-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())

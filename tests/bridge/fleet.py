@@ -7,7 +7,6 @@ and the admin key, so `sonde mcp-bridge` there needs no flags.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from tests.bridge.slowpack import write_slow_pack
 from tests.e2e.procs import SONDE, EnrolledAgent, RunningHub, base_env, enroll_agent, running_hub, wait_until
+from tests.subprocs import run_ok
 
 
 @dataclass
@@ -43,15 +43,9 @@ def running_fleet(root: Path) -> Iterator[Fleet]:
             wait_until(lambda: online(hub, "alpha"), timeout=60)
             client_env = base_env(root / "client-home")
             (root / "client-home").mkdir()
-            login = subprocess.run(
-                [*SONDE, "login", "--hub", hub.url, "--api-key", hub.admin_key],
-                env=client_env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
+            login = run_ok(
+                [*SONDE, "login", "--hub", hub.url, "--api-key", hub.admin_key], env=client_env, timeout=30
             )
-            assert login.returncode == 0, login.stderr
             assert "the hub accepted the key (1 agent visible to it)" in login.stderr
             yield Fleet(hub, agent, client_env, root)
         finally:

@@ -8,7 +8,6 @@ once over stdio through `sonde mcp-bridge` (which finds the hub and key that
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.bridge.fleet import Fleet
 from tests.bridge.nodetools import inspector_cli
+from tests.subprocs import run_ok
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs, pytest.mark.timeout(600)]
 
@@ -45,15 +45,7 @@ def run_inspector(inspector: list[str], fleet: Fleet, transport: str, method: li
     else:
         home = fleet.client_env["HOME"]
         target = ["-e", f"HOME={home}", *method, "--", sys.executable, "-m", "sonde", "mcp-bridge"]
-    done = subprocess.run(
-        [*inspector, *target],
-        env=fleet.client_env,
-        capture_output=True,
-        text=True,
-        timeout=INSPECTOR_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    done = run_ok([*inspector, *target], env=fleet.client_env, timeout=INSPECTOR_TIMEOUT_S)
     return json.loads(done.stdout), done.stderr
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.subprocs import run_ok
+
 SONDE = [sys.executable, "-m", "sonde"]
 URL_LINE = re.compile(r"sonde hub listening on (\S+)")
 KEY_LINE = re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$")
@@ -166,15 +168,7 @@ def enroll_agent(
     home.mkdir(parents=True, exist_ok=True)
     env = {**with_site(base_env(home), site), **(extra_env or {})}
     token = hub.token()
-    done = subprocess.run(
-        [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", name],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    run_ok([*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", name], env=env, timeout=30)
     return EnrolledAgent(name, home, env)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from sonde.packs.describe import built_in_described, saved_text, stale
 from sonde.packs.registry import load_packs
+from tests.subprocs import run_ok
 
 REPO = Path(__file__).resolve().parents[2]
 BUILT_IN = ("system", "systemd", "docker", "nginx", "postgres", "mysql", "redis")
@@ -23,15 +23,7 @@ def test_every_built_in_pack_keeps_a_description() -> None:
 
 def test_the_saved_descriptions_match_the_modules() -> None:
     """Fails after a probe's name, description, parameters or timeout changed: run the command it names."""
-    done = subprocess.run(
-        [sys.executable, "-m", "sonde.packs.describe", "--check"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    run_ok([sys.executable, "-m", "sonde.packs.describe", "--check"], cwd=REPO)
 
 
 def test_the_register_comes_from_the_saved_description_without_importing_probes() -> None:
@@ -43,9 +35,7 @@ def test_the_register_comes_from_the_saved_description_without_importing_probes(
         "loaded = sorted(m for m in sys.modules if m.startswith('sonde.packs.') and m.count('.') == 3)\n"
         "print(json.dumps({'loaded': loaded, 'probes': sum(len(d['probes']) for d in described)}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = json.loads(run_ok([sys.executable, "-c", code], cwd=REPO).stdout)
     assert report["probes"] > 30
     probe_modules = [m for m in report["loaded"] if m.split(".")[2] in BUILT_IN]
     assert probe_modules == [], "describing the built-in packs imported their probe modules"
