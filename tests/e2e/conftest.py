@@ -41,3 +41,16 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedFleet]:
             for agent in agents.values():
                 if agent.proc is not None:
                     agent.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """When a test on the shared fleet fails, its report says whether the hub still runs and what it logged."""
+    report: pytest.TestReport = yield
+    fleet = getattr(item, "funcargs", {}).get("fleet")
+    if report.when == "call" and report.failed and isinstance(fleet, SharedFleet):
+        proc = fleet.hub.proc
+        state = "running" if proc.popen.poll() is None else f"exited with {proc.popen.returncode}"
+        tail = "\n".join(proc.lines[-80:])
+        report.sections.append(("shared hub", f"the hub process is {state}; its last stderr lines:\n{tail}"))
+    return report
