@@ -131,9 +131,10 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
                     await trio.sleep(1.0)  # let py-spy attach
                     if args.idle:
                         await trio.sleep(args.seconds)
-                    async with trio.open_nursery() as nursery:
-                        for _ in range(0 if args.idle else args.concurrency):
-                            nursery.start_soon(drive, hub.url, hub.admin_key, tool, arguments, args.calls)
+                    else:
+                        async with trio.open_nursery() as nursery:
+                            for _ in range(args.concurrency):
+                                nursery.start_soon(drive, hub.url, hub.admin_key, tool, arguments, args.calls)
                 finally:
                     for recorder in recorders:
                         recorder.send_signal(signal.SIGINT)  # py-spy writes its file and exits

@@ -222,12 +222,12 @@ SHAPE_RULES = (
         "program_password_flag",
         re.compile(
             r"(?<![\w.-])(?:"
-            r"redis-cli(?:[^\r\n\x00]{0,200}?[ \t]-a[ \t]+)"
-            r"|sshpass(?:[^\r\n\x00]{0,200}?[ \t]-p[ \t]*)"
-            r"|mongo(?:sh|dump|restore|export|import|stat|top)?(?:[^\r\n\x00]{0,200}?[ \t]-p[ \t]+)"
-            r"|ldap[a-z]{3,8}(?:[^\r\n\x00]{0,200}?[ \t]-w[ \t]*)"
-            r"|curl(?:[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
-            r"[\"']?[^\s\x00:\"']{1,256}:)"
+            r"redis-cli[^\r\n\x00]{0,200}?[ \t]-a[ \t]+"
+            r"|sshpass[^\r\n\x00]{0,200}?[ \t]-p[ \t]*"
+            r"|mongo(?:sh|dump|restore|export|import|stat|top)?[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
+            r"|ldap[a-z]{3,8}[^\r\n\x00]{0,200}?[ \t]-w[ \t]*"
+            r"|curl[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"[\"']?[^\s\x00:\"']{1,256}:"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
         _contains("redis-cli", "sshpass", "mongo", "ldap", "curl"),

@@ -264,7 +264,7 @@ def _hides(item: str, action: int) -> bool:
     return not _already_hidden(item)
 
 
-def hide(item: str, action: int) -> str:
+def _hide(item: str, action: int) -> str:
     """``item`` with what ``action`` hides replaced by ``[REDACTED]``."""
     if action == _HIDE_ATTACHED:
         return item[:2] + REDACTED
@@ -349,5 +349,5 @@ class _Walk:
 
     def _rebuild_item(self, item: Any, action: int, texts: Iterator[str]) -> Any:
         if action != _KEEP:
-            return hide(item, action)
+            return _hide(item, action)
         return self.rebuild(item, texts)

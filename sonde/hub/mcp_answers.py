@@ -1,4 +1,4 @@
-"""Answer an MCP request as one JSON body unless it asked for progress.
+"""Answer an MCP request as one JSON body unless it asks a tool that reports progress for it.
 
 The SDK's streamable HTTP transport answers either every request of a
 session over SSE or every one as a JSON body. SSE is what carries progress
