@@ -2,7 +2,8 @@
 
 It owns the HTTP side: which headers each request carries (the API key, the
 ``Mcp-Session-Id`` the hub gave in answer to ``initialize``, the negotiated
-``MCP-Protocol-Version`` after that), reading an answer body as JSON or as an
+``MCP-Protocol-Version`` after that; for a client on the session-less
+revision, the routing headers each message's own version asks for), reading an answer body as JSON or as an
 SSE stream parsed as it arrives, re-initializing once when the hub has
 forgotten the session (404), and the final ``DELETE``.
 
@@ -127,6 +128,7 @@ class HubSession:
         self.url = mcp_url
         self.session_id: str | None = None
         self.protocol_version: str | None = None
+        self.envelope_version: str | None = None  # the version the client last named per message
         self.generation = 0
         self._initialize: tuple[Any, bytes] | None = None  # the client's own: (id, body)
         self._initialized: bytes | None = None
@@ -143,13 +145,38 @@ class HubSession:
                 headers[VERSION_HEADER] = self.protocol_version
         return headers
 
+    def headers_for(self, message: Any, *, initialize: bool = False) -> dict[str, str]:
+        """The MCP headers for ``message``: the session's, or those its own protocol version asks for.
+
+        A client on MCP 2026-07-28 or later names the version in each message
+        and opens no session; such a message carries the routing headers that
+        repeat its version, method and name. Its notifications (which name no
+        version) go under the version the client last named, so the hub
+        acknowledges them instead of asking for a session.
+        """
+        version = None if message is None else jsonrpc.envelope_version(message)
+        if version is not None:
+            self.envelope_version = version
+        elif (
+            message is not None
+            and self.session_id is None
+            and self.envelope_version
+            and not jsonrpc.request_ids(message)
+        ):
+            version = self.envelope_version
+        if version is None:
+            return self.headers(initialize=initialize)
+        return jsonrpc.routing_headers(message, version)
+
     @asynccontextmanager
-    async def post(self, body: bytes, *, initialize: bool = False) -> AsyncIterator[httpx2.Response]:
-        """POST one message; the response's body is left to the caller to read."""
+    async def post(
+        self, body: bytes, message: Any = None, *, initialize: bool = False
+    ) -> AsyncIterator[httpx2.Response]:
+        """POST one message (``message``, parsed, picks the headers); the caller reads the response's body."""
         headers = {
             "Accept": POST_ACCEPT,
             "Content-Type": "application/json",
-            **self.headers(initialize=initialize),
+            **self.headers_for(message, initialize=initialize),
         }
         async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
             if initialize and is_success(response):

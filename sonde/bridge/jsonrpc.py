@@ -7,7 +7,9 @@ it writes every message it sends to stdout as one compact line.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from typing import Any
 
 INTERNAL_ERROR = -32603
@@ -15,6 +17,16 @@ PARSE_ERROR = -32700
 INITIALIZE = "initialize"
 INITIALIZED = "notifications/initialized"
 CANCELLED = "notifications/cancelled"
+
+# MCP 2026-07-28 drops the handshake: each message names its protocol version in
+# ``params._meta``, and over HTTP the routing headers must repeat what the body says.
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+VERSION_HEADER = "MCP-Protocol-Version"
+METHOD_HEADER = "Mcp-Method"
+NAME_HEADER = "Mcp-Name"
+NAME_BEARING_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
+BASE64_SENTINEL = re.compile(r"=\?base64\?.*\?=")
 
 Message = dict[str, Any]
 
@@ -63,6 +75,35 @@ def cancelled_request_id(message: Message | list[Any]) -> Any:
         return None
     params = message.get("params") if isinstance(message, dict) else None
     return params.get("requestId") if isinstance(params, dict) else None
+
+
+def envelope_version(message: Message | list[Any]) -> str | None:
+    """The protocol version a message carries in its own ``params._meta`` (MCP 2026-07-28 on), else None."""
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def routing_headers(message: Message | list[Any], version: str) -> dict[str, str]:
+    """The headers that repeat a per-request-versioned message's version, method and name on HTTP."""
+    headers = {VERSION_HEADER: version}
+    method = method_of(message)
+    if isinstance(method, str):
+        headers[METHOD_HEADER] = method
+        name_key = NAME_BEARING_METHODS.get(method)
+        params = message.get("params") if isinstance(message, dict) else None
+        name = params.get(name_key) if name_key and isinstance(params, dict) else None
+        if isinstance(name, str):
+            headers[NAME_HEADER] = header_value(name)
+    return headers
+
+
+def header_value(value: str) -> str:
+    """``value`` as an HTTP field value: verbatim if it survives one, else in the ``=?base64?...?=`` wrapper."""
+    if HEADER_SAFE.fullmatch(value) and value == value.strip() and not BASE64_SENTINEL.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode()).decode('ascii')}?="
 
 
 def id_key(request_id: Any) -> str:

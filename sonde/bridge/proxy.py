@@ -10,6 +10,9 @@ How it runs (one nursery, one writer of stdout):
   never overtake the request it cancels;
 - each POST's answer, JSON or SSE, is parsed as it arrives and every message
   in it (progress notifications included) goes to stdout as one line;
+- a client on the session-less revision (MCP 2026-07-28) names the version in
+  each message; `HubSession.headers_for` turns that into the routing headers
+  the hub checks, and a cancelled request's POST is simply closed;
 - the standalone GET stream carries what the hub sends outside any request;
 - anything that goes wrong becomes a JSON-RPC error ``-32603`` for the request
   it hit (naming the HTTP status, or the network error), and a line on stderr.
@@ -172,7 +175,7 @@ class Forwarder:
     ) -> None:
         initialize = jsonrpc.is_initialize(message)
         generation = self.hub.generation
-        async with self.hub.post(body, initialize=initialize) as response:
+        async with self.hub.post(body, message, initialize=initialize) as response:
             at_hub.set()
             expired = response.status_code == 404 and self.hub.session_id is not None and not initialize
             if not (expired and may_reinitialize):

@@ -32,12 +32,12 @@ SESSION_LINE = re.compile(rb"hub session ([0-9a-f]+)")
 
 
 @asynccontextmanager
-async def client_via_bridge(fleet: Fleet, errlog: Path) -> AsyncIterator[Client]:
+async def client_via_bridge(fleet: Fleet, errlog: Path, mode: str = "legacy") -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "sonde", "mcp-bridge"], env=fleet.client_env
     )
     with errlog.open("w") as err, trio.fail_after(90):
-        async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
+        async with Client(stdio_client(params, errlog=err), mode=mode) as client:
             yield client
 
 
@@ -133,3 +133,46 @@ async def test_a_session_the_hub_forgot_is_reinitialized(fleet: Fleet, tmp_path:
     assert len(sessions) == 2, sessions
     assert sessions[0] == first.group(1)
     assert b"re-initializing" in errlog.read_bytes()
+
+
+async def test_a_client_on_the_per_request_protocol_is_served_without_a_session(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """mcp 2.x's Client defaults to ``mode="auto"``: ``server/discover``, then no handshake and no session.
+
+    The bridge repeats each message's own version, method and tool name as the
+    routing headers the hub checks; nothing falls back to `initialize`.
+    """
+    assert fleet.agent.proc is not None
+    agent_pid = fleet.agent.proc.popen.pid
+    errlog = tmp_path / "bridge.err"
+    progress: list[float] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(done)
+
+    async with client_via_bridge(fleet, errlog, mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_info is not None
+        assert client.server_info.name == "sonde"
+        assert {"probe", "health_check"} <= {tool.name for tool in (await client.list_tools()).tools}
+        assert (await probe(client))["result"]["total_bytes"] > 0
+        checked = await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=on_progress)
+        assert not checked.is_error, checked.content
+        assert progress == [1]
+
+        call_scope = trio.CancelScope()  # cancelling closes the request's own POST
+
+        async def slow_call() -> None:
+            with call_scope:
+                await client.call_tool("probe", {"agent": "alpha", "probe": SLOW_PROBE})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_call)
+            await eventually(lambda: sleepers_under(agent_pid), within_s=20, interval_s=0.05)
+            call_scope.cancel()
+        await eventually(lambda: not sleepers_under(agent_pid), within_s=10, interval_s=0.05)
+        assert (await probe(client))["result"]["total_bytes"] > 0
+    log = errlog.read_text()
+    assert "hub session" not in log  # no initialize was sent
+    assert "ERROR" not in log, log
