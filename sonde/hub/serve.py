@@ -19,7 +19,7 @@ from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
 from sonde.hub.mcp_server import build_session_manager, transport_security
 from sonde.hub.rest import create_rest_app
-from sonde.hub.tcp_close import use_serialized_close
+from sonde.hub.tcp_guard import use_guarded_tcp_server
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -57,7 +57,7 @@ async def serve_hub(
 ) -> None:
     """Serve until ``shutdown`` is set (or forever); reports the base URL when bound."""
     admin_secret = bootstrap_admin_key(config)
-    use_serialized_close()
+    use_guarded_tcp_server()
     async with open_hub(config) as hub:
         manager = build_session_manager(hub, config.port)
         root = RootApp(hub, manager, create_rest_app(hub))
