@@ -97,8 +97,12 @@ async def serve_agent_websocket(
     if "origin" in headers:  # browsers always send Origin; agents never do
         await send({"type": "websocket.close", "code": 1008, "reason": "browsers may not connect here"})
         return
-    await send({"type": "websocket.accept"})
     client = scope.get("client") or ("?",)
+    try:
+        await send({"type": "websocket.accept"})
+    except Exception as exc:  # the server gave up on the request already (a malformed upgrade)
+        log.debug("could not accept the agent socket from %s: %s: %.200s", client[0], type(exc).__name__, exc)
+        return
     await serve_agent(hub, AsgiWebSocketTransport(receive, send), str(client[0]))
 
 
@@ -125,6 +129,10 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         return
     except trio.TooSlowError:
         await transport.close(CLOSE_POLICY, "no register frame in time")
+        return
+    except LinkClosed as ended:  # gone before a register, or a binary frame instead of one
+        log.info("agent socket from %s ended before a register: %s", peer, ended)
+        await transport.close(CLOSE_POLICY, "the first frame must be agent.register")
         return
     await run_session(hub, transport, codec, admitted)
 
