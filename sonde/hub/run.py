@@ -95,8 +95,10 @@ def run_hub(config: HubConfig) -> int:
     import mcp.server.lowlevel  # noqa: F401  (import first: the SDK may touch logging)
 
     from sonde.hub.logs import configure_logging
+    from sonde.hub.open_files import raise_open_file_limit
 
     configure_logging(config.log_format, config.log_level)
+    raise_open_file_limit()
     try:
         trio.run(run_until_signal, config)
     except OSError as exc:

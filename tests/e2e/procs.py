@@ -80,8 +80,13 @@ class Proc:
 
 
 def spawn(args: list[str], env: dict[str, str], stdout: int = subprocess.DEVNULL) -> Proc:
+    return watch([*SONDE, *args], env, stdout)
+
+
+def watch(argv: list[str], env: dict[str, str], stdout: int = subprocess.DEVNULL) -> Proc:
+    """Start ``argv`` with its stderr read line by line into the returned `Proc`."""
     popen = subprocess.Popen(
-        [*SONDE, *args], env=env, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+        argv, env=env, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
     proc = Proc(popen)
     proc.pumper = threading.Thread(target=proc.pump, daemon=True)
