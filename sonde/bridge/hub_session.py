@@ -111,6 +111,8 @@ async def read_event_stream(
             if event.event != "message":
                 log.debug("ignoring an SSE event of type %r", event.event)
                 continue
+            if not event.data.strip():
+                continue  # a priming event: only its id matters, and the parser keeps that
             try:
                 message = json.loads(event.data)
             except ValueError:

@@ -37,6 +37,8 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCResponse
 
+from sonde.hub.mcp_events import EventLog, SessionEvents
+
 log = logging.getLogger(__name__)
 
 # The JSON-RPC id (as the SDK keys it: ``str(id)``) of the request this task
@@ -167,13 +169,18 @@ class SessionManager(StreamableHTTPSessionManager):
     the same id and settings.
     """
 
+    event_log: EventLog | None = None  # when set, each session's SSE answers can be resumed from it
+
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
         admitted = super()._admit_session(requestor)
         if admitted is None or admitted.mcp_session_id is None:
             return admitted
+        events = self.event_store
+        if self.event_log is not None:
+            events = SessionEvents(self.event_log, admitted.mcp_session_id)
         transport = PerRequestTransport(
             mcp_session_id=admitted.mcp_session_id,
-            event_store=self.event_store,
+            event_store=events,
             security_settings=self.security_settings,
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,

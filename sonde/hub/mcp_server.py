@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from sonde import __version__
 from sonde.hub.auth import Caller
 from sonde.hub.mcp_answers import SessionManager
+from sonde.hub.mcp_events import EventLog
 from sonde.hub.tools import all_tools
 from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec, no_progress
 from sonde.packs.executor import describe_params_error
@@ -176,10 +177,12 @@ def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
 
 
 def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionManager:
-    return SessionManager(
+    manager = SessionManager(
         app=build_server(hub),
         json_response=False,  # chosen per request: see mcp_answers
         stateless=False,
         security_settings=transport_security(hub, bound_port),
         session_idle_timeout=hub.config.session_idle_timeout_s,
     )
+    manager.event_log = EventLog()  # SSE answers resume after a dropped connection: see mcp_events
+    return manager

@@ -11,9 +11,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
+import trio
 
+from sonde.bridge.sse import SSEParser
 from tests.e2e.mcpclient import call, call_error, mcp_client
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.e2e.toolpack import write_toolpack
@@ -233,3 +237,100 @@ async def test_offline_agent_is_reported_unreachable(
         assert report["summary"]["agents_checked"] == 2
         text = await call_error(client, "diagnose", agent="beta", category="system")
         assert "offline" in text
+
+
+# --- a dropped event stream, resumed ----------------------------------------------
+
+RESUMABLE_PROTOCOL = "2025-11-25"  # the SDK primes event streams (an id before any data) from here on
+
+
+async def open_raw_session(http: httpx2.AsyncClient) -> dict[str, str]:
+    """initialize + initialized by hand; the headers every later request of the session carries."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": RESUMABLE_PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "e2e-resume", "version": "0"},
+        },
+    }
+    opened = await http.post("/mcp", content=json.dumps(hello), headers=headers)
+    assert opened.status_code == 200, opened.text
+    headers |= {
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": RESUMABLE_PROTOCOL,
+    }
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post("/mcp", content=json.dumps(initialized), headers=headers)).status_code == 202
+    return headers
+
+
+async def read_events(
+    response: httpx2.Response, until: Any = None
+) -> tuple[list[tuple[str | None, dict[str, Any] | None]], str | None]:
+    """(id, message) for each SSE event until ``until(message)`` is true or the body ends; the last id."""
+    parser, seen = SSEParser(), []
+    async for chunk in response.aiter_bytes():
+        for event in parser.feed(chunk):
+            message = json.loads(event.data) if event.data.strip() else None
+            seen.append((event.id, message))
+            if until is not None and until(message):
+                return seen, parser.last_event_id
+    return seen, parser.last_event_id
+
+
+async def test_a_dropped_health_check_stream_is_resumed_with_last_event_id(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    """The POST's event stream is dropped after its first event; a GET with Last-Event-ID gets the rest.
+
+    gamma's toolcheck hangs, so the answer comes only at the 3 s deadline,
+    long after the connection that asked for it is gone.
+    """
+    hub, _ = fleet
+    call_body = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "tools/call",
+        "params": {
+            "name": "health_check",
+            "arguments": {"tags": ["#prod"], "categories": ["system", "toolcheck"], "deadline_s": 3},
+            "_meta": {"progressToken": "resume-me"},
+        },
+    }
+    auth = {"Authorization": f"Bearer {hub.admin_key}"}
+    async with httpx2.AsyncClient(base_url=hub.url, headers=auth, timeout=30) as http:
+        headers = await open_raw_session(http)
+        with trio.fail_after(20):
+            async with http.stream("POST", "/mcp", content=json.dumps(call_body), headers=headers) as posted:
+                assert posted.headers["content-type"].startswith("text/event-stream")
+                first, last_id = await read_events(posted, until=lambda _message: True)
+            # the connection is closed here, before any answer
+            assert first == [(last_id, None)]  # the priming event: an id, no data
+            assert last_id is not None
+            resume = headers | {"Last-Event-ID": last_id, "Accept": "text/event-stream"}
+            async with http.stream("GET", "/mcp", headers=resume) as resumed:
+                assert resumed.status_code == 200
+                rest, _ = await read_events(resumed, until=lambda m: m is not None and m.get("id") == 41)
+
+            other = await open_raw_session(http)  # another session cannot read this one's events
+            peek = other | {"Last-Event-ID": last_id, "Accept": "text/event-stream"}
+            stolen: list[tuple[str | None, dict[str, Any] | None]] = []
+            async with http.stream("GET", "/mcp", headers=peek) as foreign:
+                with trio.move_on_after(2):  # a replay stays open for what comes next: stop reading
+                    await read_events(foreign, until=lambda m: stolen.append((None, m)) and False)
+            assert [m for _, m in stolen if m is not None] == []
+
+    messages = [m for _, m in rest if m is not None]
+    assert all(event_id is not None and int(event_id) > int(last_id) for event_id, _ in rest)
+    progress = [m for m in messages if m.get("method") == "notifications/progress"]
+    assert progress
+    assert {m["params"]["progressToken"] for m in progress} == {"resume-me"}
+    answer = messages[-1]
+    assert answer["id"] == 41
+    report = answer["result"]["structuredContent"]
+    assert report["partial"] is True
+    assert report["summary"]["agents_checked"] == 2
