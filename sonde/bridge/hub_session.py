@@ -71,15 +71,16 @@ async def error_detail(response: httpx2.Response) -> str:
     return body.decode("utf-8", errors="replace").strip()[:300]
 
 
-async def read_messages(response: httpx2.Response, deliver: Deliver) -> None:
+async def read_messages(response: httpx2.Response, deliver: Deliver, parser: SSEParser | None = None) -> None:
     """Hand each JSON-RPC message in a 2xx body to ``deliver``, as it arrives.
 
-    Stops when ``deliver`` returns True or the body ends. Raises `HubAnswerError`,
-    `sonde.bridge.sse.SSEError` and `httpx2.HTTPError`.
+    Stops when ``deliver`` returns True or the body ends. An event stream is read
+    with ``parser`` when given (it keeps the last event id, to resume from).
+    Raises `HubAnswerError`, `sonde.bridge.sse.SSEError` and `httpx2.HTTPError`.
     """
     content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     if content_type == "text/event-stream":
-        await read_event_stream(response, deliver)
+        await read_event_stream(response, deliver, parser)
         return
     body = await read_capped(response)
     if content_type == "application/json":

@@ -34,6 +34,7 @@ import trio
 from sonde import __version__
 from sonde.bridge import jsonrpc
 from sonde.bridge.hub_session import (
+    Deliver,
     HubAnswerError,
     HubSession,
     describe_status,
@@ -56,6 +57,8 @@ DELETE_TIMEOUT_S = 3.0
 FLUSH_TIMEOUT_S = 2.0
 GET_RETRY_DEFAULT_S = 1.0
 GET_MAX_FAILURES = 3
+RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
+RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
 HTTP_TIMEOUT = httpx2.Timeout(connect=10.0, read=None, write=30.0, pool=None)
 TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
 
@@ -207,7 +210,11 @@ class Forwarder:
             self.hub.initialized(body)
 
     async def relay(self, response: httpx2.Response, waiting: dict[str, Any], *, initialize: bool) -> None:
-        """Send every message in a 2xx answer to the client; stop once ``waiting`` is answered."""
+        """Send every message in a 2xx answer to the client; stop once ``waiting`` is answered.
+
+        An event stream that breaks off, or ends, before the answer is picked up
+        again from its last event id, when it had one (`resume`).
+        """
 
         async def deliver(message: Any) -> bool:
             for item in message if isinstance(message, list) else [message]:
@@ -218,7 +225,37 @@ class Forwarder:
             await self.send(message)
             return not waiting
 
-        await read_messages(response, deliver)
+        parser = SSEParser()
+        try:
+            await read_messages(response, deliver, parser)
+        except TRANSPORT_ERRORS as exc:
+            if not self.resumable(parser, waiting):
+                raise
+            log.warning("the hub's answer stream broke off (%s)", describe_failure(exc))
+        if self.resumable(parser, waiting):
+            await self.resume(parser, deliver, waiting)
+
+    def resumable(self, parser: SSEParser, waiting: dict[str, Any]) -> bool:
+        return bool(waiting) and parser.last_event_id != "" and self.hub.session_id is not None
+
+    async def resume(self, parser: SSEParser, deliver: Deliver, waiting: dict[str, Any]) -> None:
+        """``GET`` with ``Last-Event-ID`` until ``waiting`` is answered, a few times at most."""
+        failure: BaseException | None = None
+        for attempt in range(1, RESUME_ATTEMPTS + 1):
+            await trio.sleep(parser.retry_ms / 1000 if parser.retry_ms is not None else RESUME_DELAY_S)
+            log.info("resuming the answer after event %s (attempt %d)", parser.last_event_id, attempt)
+            try:
+                async with self.hub.listen(parser.last_event_id) as resumed:
+                    if not is_success(resumed):
+                        raise HubAnswerError(f"resuming, the hub answered {describe_status(resumed)}")
+                    await read_event_stream(resumed, deliver, parser)
+            except TRANSPORT_ERRORS as exc:
+                failure = exc
+                log.warning("resuming failed: %s", describe_failure(exc))
+            if not waiting:
+                return
+        if failure is not None:
+            raise failure
 
     async def http_failure(self, response: httpx2.Response, waiting: dict[str, Any]) -> None:
         status = describe_status(response)

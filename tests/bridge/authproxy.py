@@ -28,15 +28,17 @@ class AuthProxy:
         self.upstream = upstream.rstrip("/")
         self.key = key
         self.requests = 0
+        self.cuts_left = 0  # POST event streams to break off after their first event
+        self.cut = 0
+        self.keep_host = True  # False: the upstream sees its own Host, as behind a gateway that rewrites it
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
         self.requests += 1
-        headers = [
-            (k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in HOP_BY_HOP
-        ]
+        dropped = HOP_BY_HOP if self.keep_host else HOP_BY_HOP | {"host"}
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in dropped]
         if not any(name.lower() == "authorization" for name, _ in headers):
             headers.append(("authorization", f"Bearer {self.key}"))
         body = await read_body(receive)
@@ -62,6 +64,36 @@ class AuthProxy:
                 if k.lower() not in HOP_BY_HOP | SET_BY_THE_PROXY
             ]
             await send({"type": "http.response.start", "status": response.status_code, "headers": passed})
+            cutting = (
+                self.cuts_left > 0
+                and method == "POST"
+                and response.headers.get("content-type", "").startswith("text/event-stream")
+            )
+            if cutting:
+                self.cuts_left -= 1
+            sent = b""
             async for chunk in response.aiter_raw():
+                end = first_event_end(sent + chunk) if cutting else None
+                if end is not None:  # the first event is complete: send it, then drop the connection
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": (sent + chunk)[len(sent) : end],
+                            "more_body": True,
+                        }
+                    )
+                    self.cut += 1
+                    raise StreamCut("the proxy broke the event stream off")
+                sent += chunk if cutting else b""
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+
+
+class StreamCut(Exception):
+    """Raised mid-body on purpose: the server drops the connection with the answer unfinished."""
+
+
+def first_event_end(data: bytes) -> int | None:
+    """Where the first SSE event in ``data`` ends (after its blank line), if it is complete."""
+    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n", b"\r\r") if (i := data.find(sep)) >= 0]
+    return min(ends) if ends else None

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.bridge.authproxy import AuthProxy
+from tests.bridge.fakehub import serving
 from tests.bridge.fleet import Fleet
 from tests.bridge.peer import eventually
 from tests.bridge.slowpack import SLOW_PROBE, sleepers_under
@@ -32,9 +35,11 @@ SESSION_LINE = re.compile(rb"hub session ([0-9a-f]+)")
 
 
 @asynccontextmanager
-async def client_via_bridge(fleet: Fleet, errlog: Path, mode: str = "legacy") -> AsyncIterator[Client]:
+async def client_via_bridge(
+    fleet: Fleet, errlog: Path, mode: str = "legacy", flags: tuple[str, ...] = ()
+) -> AsyncIterator[Client]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "sonde", "mcp-bridge"], env=fleet.client_env
+        command=sys.executable, args=["-m", "sonde", "mcp-bridge", *flags], env=fleet.client_env
     )
     with errlog.open("w") as err, trio.fail_after(90):
         async with Client(stdio_client(params, errlog=err), mode=mode) as client:
@@ -176,3 +181,36 @@ async def test_a_client_on_the_per_request_protocol_is_served_without_a_session(
     log = errlog.read_text()
     assert "hub session" not in log  # no initialize was sent
     assert "ERROR" not in log, log
+
+
+async def test_an_answer_stream_that_breaks_off_is_resumed_from_its_last_event(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Between bridge and hub, a proxy drops the health_check's event stream after its first event.
+
+    The bridge asks the hub for the rest (GET with Last-Event-ID): the client
+    sees its progress and its answer as if nothing happened.
+    """
+    errlog = tmp_path / "bridge.err"
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with httpx2.AsyncClient(timeout=None) as upstream:
+        proxy = AuthProxy(upstream, fleet.hub.url, fleet.hub.admin_key)
+        proxy.keep_host = False
+        async with serving(proxy) as proxy_url:
+            flags = ("--hub", proxy_url, "--api-key", fleet.hub.admin_key)
+            async with client_via_bridge(fleet, errlog, flags=flags) as client:
+                proxy.cuts_left = 1
+                result = await client.call_tool(
+                    "health_check", {"agent": "alpha"}, progress_callback=on_progress
+                )
+                assert (await probe(client))["result"]["total_bytes"] > 0  # the session goes on
+    assert proxy.cut == 1
+    assert not result.is_error, result.content
+    assert progress == [(1, 1, "alpha checked")]
+    log = errlog.read_text()
+    assert "the hub's answer stream broke off" in log
+    assert re.search(r"resuming the answer after event \d+ \(attempt 1\)", log), log
