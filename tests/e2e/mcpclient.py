@@ -1,4 +1,4 @@
-"""The mcp SDK's own client, under trio, with our API key."""
+"""The mcp SDK's own client, under trio, with our API key; and the initialize a raw client sends."""
 
 from __future__ import annotations
 
@@ -31,3 +31,9 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
     result = await client.call_tool(tool, arguments)
     assert result.is_error, result.structured_content
     return result.content[0].text  # type: ignore[union-attr]
+
+
+def initialize_request(protocol: str, request_id: int = 0) -> dict[str, Any]:
+    """The ``initialize`` a client speaking raw HTTP sends first."""
+    params = {"protocolVersion": protocol, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}

@@ -40,21 +40,12 @@ from tests.e2e.harness import (
     sonde_enroll,
     status_of,
 )
-from tests.e2e.mcpclient import call, mcp_client
+from tests.e2e.mcpclient import call, initialize_request, mcp_client
 
 pytestmark = pytest.mark.e2e
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "e2e", "version": "0"},
-    },
-}
+INITIALIZE = initialize_request("2025-06-18", request_id=1)
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 SESSION_HEADER = "mcp-session-id"

@@ -15,21 +15,12 @@ import trio
 
 from sonde.bridge.sse import SSEParser
 from tests.e2e.harness import SharedFleet
-from tests.e2e.mcpclient import mcp_client
+from tests.e2e.mcpclient import initialize_request, mcp_client
 
 pytestmark = pytest.mark.e2e
 
 PROTOCOL = "2025-06-18"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": PROTOCOL,
-        "capabilities": {},
-        "clientInfo": {"name": "e2e", "version": "0"},
-    },
-}
+INITIALIZE = initialize_request(PROTOCOL)
 
 
 class Session:

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from sonde.bridge.sse import SSEParser
-from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.mcpclient import call, call_error, initialize_request, mcp_client
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.e2e.toolpack import write_toolpack
 
@@ -247,17 +247,8 @@ RESUMABLE_PROTOCOL = "2025-11-25"  # the SDK primes event streams (an id before 
 async def open_raw_session(http: httpx2.AsyncClient) -> dict[str, str]:
     """initialize + initialized by hand; the headers every later request of the session carries."""
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": RESUMABLE_PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "e2e-resume", "version": "0"},
-        },
-    }
-    opened = await http.post("/mcp", content=json.dumps(hello), headers=headers)
+    hello = json.dumps(initialize_request(RESUMABLE_PROTOCOL))
+    opened = await http.post("/mcp", content=hello, headers=headers)
     assert opened.status_code == 200, opened.text
     headers |= {
         "mcp-session-id": opened.headers["mcp-session-id"],
