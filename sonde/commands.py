@@ -208,6 +208,20 @@ def audit_verify(*, data_dir: DataDir = None) -> int:
     return verify(data_dir_or_default(data_dir))
 
 
+@audit_app.command(name="prune")
+def audit_prune(*, older_than: str, data_dir: DataDir = None) -> int:
+    """Delete audit rows older than a given age; the remaining chain still verifies.
+
+    Parameters
+    ----------
+    older_than
+        Age of the rows to delete: 90d, 2160h (at least 1d). A broken chain is never pruned.
+    """
+    from sonde.hub.admin import audit_prune as prune
+
+    return prune(data_dir_or_default(data_dir), older_than)
+
+
 @app.command
 def enroll(
     *, hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")], token: str, name: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sonde.hub.audit import AuditEntry, append_audit, verify_audit
+from sonde.hub.audit import AuditEntry, append_audit, prune_audit, verify_audit
 from sonde.hub.db import open_database
 from sonde.hub.keys import (
     create_api_key,
@@ -110,10 +110,44 @@ def audit_verify(data_dir: Path) -> int:
     finally:
         db.close()
     if report.ok:
-        err(f"audit chain intact: {report.rows} rows verified")
+        pruned = f" (rows up to {report.starts_after} were pruned)" if report.starts_after else ""
+        err(f"audit chain intact: {report.rows} rows verified{pruned}")
         return 0
     err(f"audit chain BROKEN at seq {report.first_bad_seq}: {report.problem}")
     return 1
+
+
+MIN_PRUNE_AGE_S = 86400.0
+
+
+def audit_prune(data_dir: Path, older_than: str) -> int:
+    """Delete audit rows older than ``older_than`` (at least a day); the rest still verifies."""
+    try:
+        age_s = parse_duration(older_than)
+    except ValueError as exc:
+        err(f"--older-than: {exc}")
+        return 2
+    if age_s < MIN_PRUNE_AGE_S:
+        err(f"--older-than must be at least 1d (got {older_than}): recent rows are what an audit is for")
+        return 2
+    before = time.time() - age_s
+    db = open_database(data_dir / "sonde.db")
+    try:
+        pruned = prune_audit(db, before)
+    except ValueError as exc:
+        err(f"not pruning: {exc}; see `sonde hub audit verify`")
+        return 1
+    finally:
+        db.close()
+    cutoff = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(before))
+    if pruned.rows == 0:
+        err(f"no audit rows older than {cutoff}; nothing pruned")
+        return 0
+    err(
+        f"pruned {pruned.rows} audit rows older than {cutoff} (through row {pruned.through_seq}); "
+        "the prune itself is on the chain, which still verifies"
+    )
+    return 0
 
 
 def agent_accept(data_dir: Path, name: str) -> int:

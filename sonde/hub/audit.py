@@ -7,6 +7,11 @@ breaks its own hash, deleting one breaks the next row's ``prev_hash`` (and leave
 gap). Rows alone cannot show a deleted tail, so every append also records the chain head
 ``{"seq", "hash"}`` in the meta table (``audit_head``), and new rows chain from that head:
 a truncated tail stays visible even after later appends.
+
+`prune_audit` deletes the oldest rows without breaking that: it records the last
+deleted row's ``{"seq", "hash"}`` as the chain's anchor (``audit_anchor``), the
+chain is checked from there, and the prune is itself an entry on the chain: an
+anchor with no prune entry naming it means rows were cut from the start.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from sonde.hub.db import get_meta, query_one, set_meta, write_transaction
 
 GENESIS_HASH = "0" * 64
 AUDIT_HEAD_KEY = "audit_head"
+AUDIT_ANCHOR_KEY = "audit_anchor"
+PRUNE_ACTION = "cli.audit.prune"
 MAX_QUERY_LIMIT = 1000
 _HASHED_FIELDS = ("seq", "ts", "actor", "action", "target", "outcome", "duration_ms", "detail")
 _QUERY_COLUMNS = "seq, ts, actor, action, target, outcome, duration_ms, detail, hash"
@@ -52,6 +59,16 @@ class AuditVerification(BaseModel):
     rows: int
     first_bad_seq: int | None = None
     problem: str = ""
+    starts_after: int = 0  # the last pruned row (0: nothing was pruned)
+
+
+class AuditPruned(BaseModel):
+    """What `prune_audit` removed: ``rows`` rows, up to and including row ``through_seq``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rows: int
+    through_seq: int
 
 
 def _canonical(value: Any) -> str:
@@ -88,16 +105,42 @@ def append_many(db: Database, entries: Iterable[AuditEntry]) -> list[int]:
 
     Raises ValueError if a detail cannot be encoded as JSON (NaN, infinity).
     """
-    seqs: list[int] = []
     with write_transaction(db):
-        seq, digest = _read_head(db)
-        for entry in entries:
-            seq += 1
-            digest = _insert(db, entry, seq, digest)
-            seqs.append(seq)
-        if seqs:
-            set_meta(db, AUDIT_HEAD_KEY, _canonical({"seq": seq, "hash": digest}))
+        return _append(db, entries)
+
+
+def _append(db: Database, entries: Iterable[AuditEntry]) -> list[int]:
+    seqs: list[int] = []
+    seq, digest = _read_head(db)
+    for entry in entries:
+        seq += 1
+        digest = _insert(db, entry, seq, digest)
+        seqs.append(seq)
+    if seqs:
+        set_meta(db, AUDIT_HEAD_KEY, _canonical({"seq": seq, "hash": digest}))
     return seqs
+
+
+def prune_audit(db: Database, before_ts: float, actor: str = "cli") -> AuditPruned:
+    """Delete the rows made before ``before_ts`` (Unix time), keeping the rest checkable.
+
+    Refuses (ValueError) when the chain does not verify: pruning must not erase
+    the evidence of an edit. The prune is appended to the chain as `PRUNE_ACTION`.
+    """
+    with write_transaction(db):
+        report = _verify(db)
+        if not report.ok:
+            raise ValueError(f"the audit chain is broken at seq {report.first_bad_seq} ({report.problem})")
+        last = query_one(
+            db, "SELECT seq, hash FROM audit WHERE ts < ? ORDER BY seq DESC LIMIT 1", [before_ts]
+        )
+        if last is None:
+            return AuditPruned(rows=0, through_seq=report.starts_after)
+        removed = db.execute("DELETE FROM audit WHERE seq <= ?", [last["seq"]]).rowcount
+        set_meta(db, AUDIT_ANCHOR_KEY, _canonical({"seq": last["seq"], "hash": last["hash"]}))
+        detail: dict[str, JsonValue] = {"through_seq": last["seq"], "rows": removed, "before_ts": before_ts}
+        _append(db, [AuditEntry(actor=actor, action=PRUNE_ACTION, outcome="ok", detail=detail)])
+        return AuditPruned(rows=removed, through_seq=last["seq"])
 
 
 def append_audit(db: Database, entry: AuditEntry) -> int:
@@ -111,15 +154,48 @@ def verify_audit(db: Database) -> AuditVerification:
     Reads one consistent snapshot, so appends running meanwhile do not look like damage.
     """
     with db.atomic():
-        rows, last_seq, last_hash, broken = _walk_chain(db)
-        if broken is not None:
-            return AuditVerification(ok=False, rows=rows, first_bad_seq=broken[0], problem=broken[1])
-        return _check_head(db, rows, last_seq, last_hash)
+        return _verify(db)
 
 
-def _walk_chain(db: Database) -> tuple[int, int, str, tuple[int, str] | None]:
-    """(good rows, last good seq, last good hash, first problem or None)."""
-    rows, prev_seq, prev_hash = 0, 0, GENESIS_HASH
+def _verify(db: Database) -> AuditVerification:
+    anchor_seq, anchor_hash = _read_anchor(db)
+    rows, last_seq, last_hash, broken = _walk_chain(db, anchor_seq, anchor_hash)
+    if broken is not None:
+        return AuditVerification(
+            ok=False, rows=rows, first_bad_seq=broken[0], problem=broken[1], starts_after=anchor_seq
+        )
+    if anchor_seq and not _prune_recorded(db, anchor_seq):
+        return AuditVerification(
+            ok=False,
+            rows=rows,
+            first_bad_seq=anchor_seq,
+            problem=f"the log starts after row {anchor_seq}, but no prune through that row is on record",
+            starts_after=anchor_seq,
+        )
+    return _check_head(db, rows, last_seq, last_hash).model_copy(update={"starts_after": anchor_seq})
+
+
+def _read_anchor(db: Database) -> tuple[int, str]:
+    """The (seq, hash) the remaining rows chain from: the last pruned row, else genesis."""
+    recorded = get_meta(db, AUDIT_ANCHOR_KEY)
+    if recorded is None:
+        return 0, GENESIS_HASH
+    anchor = json.loads(recorded)
+    return int(anchor["seq"]), str(anchor["hash"])
+
+
+def _prune_recorded(db: Database, through_seq: int) -> bool:
+    row = query_one(
+        db,
+        "SELECT 1 AS found FROM audit WHERE action = ? AND json_extract(detail, '$.through_seq') = ? LIMIT 1",
+        [PRUNE_ACTION, through_seq],
+    )
+    return row is not None
+
+
+def _walk_chain(db: Database, prev_seq: int, prev_hash: str) -> tuple[int, int, str, tuple[int, str] | None]:
+    """(good rows, last good seq, last good hash, first problem or None), from the anchor on."""
+    rows = 0
     columns = (*_HASHED_FIELDS, "prev_hash", "hash")
     cursor = db.conn.execute(f"SELECT {', '.join(columns)} FROM audit ORDER BY seq")
     try:
