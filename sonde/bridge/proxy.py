@@ -9,7 +9,9 @@ How it runs (one nursery, one writer of stdout):
   hub (their response headers are in), so a ``notifications/cancelled`` can
   never overtake the request it cancels;
 - each POST's answer, JSON or SSE, is parsed as it arrives and every message
-  in it (progress notifications included) goes to stdout as one line;
+  in it (progress notifications included) goes to stdout as one line; an SSE
+  answer that breaks off before its response is resumed from its last event id
+  (``GET`` with ``Last-Event-ID``);
 - a client on the session-less revision (MCP 2026-07-28) names the version in
   each message; `HubSession.headers_for` turns that into the routing headers
   the hub checks, and a cancelled request's POST is simply closed;
