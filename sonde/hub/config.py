@@ -12,6 +12,7 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
 DEFAULT_PROBE_TIMEOUT_S = 30.0
 DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 30 * 60.0
+DEFAULT_MAX_SESSIONS_PER_KEY = 200  # of the SDK's 10,000: one key cannot take them all
 
 
 def default_data_dir() -> Path:
@@ -44,6 +45,7 @@ class HubConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_probes_in_flight_per_agent: int = 64
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S
+    max_sessions_per_key: int = DEFAULT_MAX_SESSIONS_PER_KEY
 
     @property
     def db_path(self) -> Path:

@@ -170,8 +170,18 @@ class SessionManager(StreamableHTTPSessionManager):
     """
 
     event_log: EventLog | None = None  # when set, each session's SSE answers can be resumed from it
+    max_sessions_per_owner: int | None = None  # when set, one API key's share of the sessions
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        if requestor is not None and self.max_sessions_per_owner is not None:
+            owned = sum(1 for owner in self._session_owners.values() if owner == requestor)
+            if owned >= self.max_sessions_per_owner:
+                log.warning(
+                    "refusing a new MCP session for key %s: it has %d open (end some, or let them idle out)",
+                    requestor["client_id"],
+                    owned,
+                )
+                return None  # the SDK answers 503 "Too many open sessions"
         admitted = super()._admit_session(requestor)
         if admitted is None or admitted.mcp_session_id is None:
             return admitted

@@ -185,4 +185,5 @@ def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionMan
         session_idle_timeout=hub.config.session_idle_timeout_s,
     )
     manager.event_log = EventLog()  # SSE answers resume after a dropped connection: see mcp_events
+    manager.max_sessions_per_owner = hub.config.max_sessions_per_key
     return manager

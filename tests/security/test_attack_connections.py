@@ -1,5 +1,7 @@
 """No connection, however it behaves, takes the hub down with it (sonde/hub/tcp_guard.py).
 
+(And no one key takes every MCP session: `DEFAULT_MAX_SESSIONS_PER_KEY`.)
+
 In hypercorn 0.18 an exception escaping one connection ends the whole server,
 and two can be had without credentials:
 
@@ -26,6 +28,7 @@ import pytest
 import trio
 import trio_websocket
 
+from sonde.hub.config import DEFAULT_MAX_SESSIONS_PER_KEY
 from tests.e2e.procs import RunningHub, running_hub
 
 pytestmark = [
@@ -157,3 +160,50 @@ async def test_a_socket_that_ends_before_its_register_is_not_an_error(tmp_path: 
         assert "Error in ASGI Framework" not in hub.proc.output
         assert_hub_serves(hub)
     gc.collect()
+
+
+def open_mcp_session(http: httpx.Client, key: str) -> httpx.Response:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    return http.post("/mcp", json=body, headers=headers)
+
+
+def test_one_key_cannot_take_every_mcp_session(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub:
+        created = hub.cli("hub", "key", "create", "--name", "other")
+        assert created.returncode == 0, created.stderr
+        other_key = created.stdout.strip()
+        with httpx.Client(base_url=hub.url, timeout=10) as http:
+            sessions = []
+            for _ in range(DEFAULT_MAX_SESSIONS_PER_KEY):
+                opened = open_mcp_session(http, hub.admin_key)
+                assert opened.status_code == 200, opened.text
+                sessions.append(opened.headers["mcp-session-id"])
+            refused = open_mcp_session(http, hub.admin_key)
+            assert refused.status_code == 503
+            assert "Too many open sessions" in refused.text
+            assert open_mcp_session(http, other_key).status_code == 200  # the others are unaffected
+            ended = http.delete(
+                "/mcp",
+                headers={
+                    "Authorization": f"Bearer {hub.admin_key}",
+                    "Mcp-Session-Id": sessions[0],
+                    "MCP-Protocol-Version": "2025-11-25",
+                },
+            )
+            assert ended.status_code == 200
+            assert open_mcp_session(http, hub.admin_key).status_code == 200  # room again
+        assert f"it has {DEFAULT_MAX_SESSIONS_PER_KEY} open" in hub.proc.output
