@@ -30,7 +30,6 @@ from sonde.bridge.sse import SSEError, SSEParser
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
 LAST_EVENT_ID_HEADER = "Last-Event-ID"
 POST_ACCEPT = "application/json, text/event-stream"
 MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
@@ -145,7 +144,7 @@ class HubSession:
             if self.session_id:
                 headers[SESSION_HEADER] = self.session_id
             if self.protocol_version:
-                headers[VERSION_HEADER] = self.protocol_version
+                headers[jsonrpc.VERSION_HEADER] = self.protocol_version
         return headers
 
     def headers_for(self, message: Any, *, initialize: bool = False) -> dict[str, str]:
@@ -157,15 +156,12 @@ class HubSession:
         version) go under the version the client last named, so the hub
         acknowledges them instead of asking for a session.
         """
-        version = None if message is None else jsonrpc.envelope_version(message)
+        if message is None:  # a replayed handshake: the session's own headers
+            return self.headers(initialize=initialize)
+        version = jsonrpc.envelope_version(message)
         if version is not None:
             self.envelope_version = version
-        elif (
-            message is not None
-            and self.session_id is None
-            and self.envelope_version
-            and not jsonrpc.request_ids(message)
-        ):
+        elif self.session_id is None and self.envelope_version and not jsonrpc.request_ids(message):
             version = self.envelope_version
         if version is None:
             return self.headers(initialize=initialize)

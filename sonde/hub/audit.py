@@ -79,12 +79,20 @@ def _chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
     return hashlib.sha256(f"{prev_hash}\n{_canonical(fields)}".encode()).hexdigest()
 
 
+def _read_mark(db: Database, key: str) -> tuple[int, str] | None:
+    """A ``{"seq", "hash"}`` recorded in the meta table (the head, the anchor), or None."""
+    recorded = get_meta(db, key)
+    if recorded is None:
+        return None
+    mark = json.loads(recorded)
+    return int(mark["seq"]), str(mark["hash"])
+
+
 def _read_head(db: Database) -> tuple[int, str]:
     """The (seq, hash) new rows chain from: the recorded head, else the last row, else genesis."""
-    recorded = get_meta(db, AUDIT_HEAD_KEY)
-    if recorded is not None:
-        head = json.loads(recorded)
-        return int(head["seq"]), str(head["hash"])
+    head = _read_mark(db, AUDIT_HEAD_KEY)
+    if head is not None:
+        return head
     row = query_one(db, "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
     return (0, GENESIS_HASH) if row is None else (row["seq"], row["hash"])
 
@@ -177,11 +185,7 @@ def _verify(db: Database) -> AuditVerification:
 
 def _read_anchor(db: Database) -> tuple[int, str]:
     """The (seq, hash) the remaining rows chain from: the last pruned row, else genesis."""
-    recorded = get_meta(db, AUDIT_ANCHOR_KEY)
-    if recorded is None:
-        return 0, GENESIS_HASH
-    anchor = json.loads(recorded)
-    return int(anchor["seq"]), str(anchor["hash"])
+    return _read_mark(db, AUDIT_ANCHOR_KEY) or (0, GENESIS_HASH)
 
 
 def _prune_recorded(db: Database, through_seq: int) -> bool:
@@ -227,28 +231,28 @@ def _check_row(row: dict[str, Any], prev_seq: int, prev_hash: str) -> tuple[int,
 
 
 def _check_head(db: Database, rows: int, last_seq: int, last_hash: str) -> AuditVerification:
-    recorded = get_meta(db, AUDIT_HEAD_KEY)
-    if recorded is None:
+    head = _read_mark(db, AUDIT_HEAD_KEY)
+    if head is None:
         if rows == 0:
             return AuditVerification(ok=True, rows=0)
         return AuditVerification(
             ok=False, rows=rows, first_bad_seq=None, problem="the recorded chain head is missing"
         )
-    head = json.loads(recorded)
-    if head["seq"] == last_seq and head["hash"] == last_hash:
+    head_seq, head_hash = head
+    if head_seq == last_seq and head_hash == last_hash:
         return AuditVerification(ok=True, rows=rows)
-    if head["seq"] > last_seq:
+    if head_seq > last_seq:
         return AuditVerification(
             ok=False,
             rows=rows,
             first_bad_seq=last_seq + 1,
-            problem=f"the log was truncated: it ends at row {last_seq} but the head is row {head['seq']}",
+            problem=f"the log was truncated: it ends at row {last_seq} but the head is row {head_seq}",
         )
     return AuditVerification(
         ok=False,
         rows=rows,
         first_bad_seq=last_seq,
-        problem=f"the last row {last_seq} does not match the recorded chain head (row {head['seq']})",
+        problem=f"the last row {last_seq} does not match the recorded chain head (row {head_seq})",
     )
 
 

@@ -79,11 +79,12 @@ class EventLog:
             self._streams.setdefault(key, _Stream())
         elif key not in self._streams:
             return str(seq)  # answered as JSON, or a stream nobody can resume: nothing to keep
-        size = NOTIFICATION_BYTES if message is None or not _is_answer(message) else _size(message)
+        answer = message if isinstance(message, JSONRPCResponse | JSONRPCError) else None
+        size = NOTIFICATION_BYTES if answer is None else _size(answer)
         self._events[seq] = _Event(key, message, size)
         self._streams[key].seqs.append(seq)
         self.bytes += size
-        if isinstance(message, JSONRPCResponse | JSONRPCError) and str(message.id) == stream:
+        if answer is not None and str(answer.id) == stream:
             now = self._clock()
             self._streams[key].answered_at = now
             self._answered.append((now, key))
@@ -99,10 +100,9 @@ class EventLog:
         event = self._events.get(after)
         if event is None or event.key[0] != session:
             return None
-        stream = self._streams[event.key]
-        for seq in [s for s in stream.seqs if s > after]:
-            kept = self._events.get(seq)
-            if kept is not None and kept.message is not None:
+        for seq in [s for s in self._streams[event.key].seqs if s > after]:  # a copy: sending awaits
+            kept = self._events.get(seq)  # None if evicted while an earlier one was being sent
+            if kept is not None and kept.message is not None:  # a None message is a priming event
                 await send(EventMessage(kept.message, str(seq)))
         return event.key[1]
 
@@ -117,11 +117,10 @@ class EventLog:
             oldest = next(iter(self._events))
             key = self._events[oldest].key
             self._drop(oldest)
-            stream = self._streams.get(key)
-            if stream is not None and stream.seqs and stream.seqs[0] == oldest:
-                stream.seqs.popleft()  # the oldest event overall is its stream's oldest
-                if not stream.seqs:
-                    del self._streams[key]
+            stream = self._streams[key]  # every kept event belongs to a kept stream
+            stream.seqs.popleft()  # and the oldest event overall is its stream's oldest
+            if not stream.seqs:
+                del self._streams[key]
 
     def _forget(self, key: tuple[str, StreamId]) -> None:
         stream = self._streams.pop(key, None)
@@ -150,9 +149,5 @@ class SessionEvents(EventStore):
         return await self.log.replay(self.session_id, last_event_id, send_callback)
 
 
-def _is_answer(message: JSONRPCMessage) -> bool:
-    return isinstance(message, JSONRPCResponse | JSONRPCError)
-
-
-def _size(message: JSONRPCMessage) -> int:
+def _size(message: JSONRPCResponse | JSONRPCError) -> int:
     return len(message.model_dump_json(by_alias=True, exclude_unset=True))
