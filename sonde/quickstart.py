@@ -119,17 +119,14 @@ def up(config: HubConfig, allow_root: bool) -> int:
         print(f"sonde up: {ROOT_MESSAGE}", file=sys.stderr)
         return 2
     from sonde.hub.logs import configure_logging
-    from sonde.hub.run import innermost
+    from sonde.hub.run import stop_reason
 
     configure_logging(config.log_format, config.log_level)
     started = time.monotonic()
     try:
         trio.run(run_up, config)
     except Exception as exc:  # the process boundary
-        cause = innermost(exc)
-        print(
-            f"sonde up: stopped after {time.monotonic() - started:.0f}s: {type(cause).__name__}: {cause}",
-            file=sys.stderr,
-        )
+        reason = stop_reason(exc, config)
+        print(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}", file=sys.stderr)
         return 1
     return 0

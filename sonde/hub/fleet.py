@@ -59,7 +59,6 @@ class Fleet:
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard()
         self._changed = trio.Condition()
-        self._detached_total = 0
 
     # --- lookup ----------------------------------------------------------
 
@@ -132,15 +131,7 @@ class Fleet:
         )
         await self._notify()
 
-    def connected(self) -> int:
-        return len(self.sessions)
-
-    def detached_total(self) -> int:
-        """Sessions ended since the hub started (the GC policy's measure of churn)."""
-        return self._detached_total
-
     async def detach(self, session: AgentSession) -> None:
-        self._detached_total += 1
         if self.sessions.get(session.agent_id) is not session:
             return  # already replaced by a newer connection
         del self.sessions[session.agent_id]

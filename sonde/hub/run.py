@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from pathlib import Path
@@ -58,6 +59,7 @@ async def run_until_signal(config: HubConfig) -> None:
     from sonde.hub.core import Hub
     from sonde.hub.gc_policy import configure_gc, govern_gc
     from sonde.hub.serve import serve_hub
+    from sonde.hub.tcp_guard import CONNECTIONS
 
     shutdown = trio.Event()
     ready_send, ready_receive = trio.open_memory_channel[Hub](1)
@@ -68,13 +70,13 @@ async def run_until_signal(config: HubConfig) -> None:
                     config, hub_ready=ready_send, shutdown=shutdown, task_status=task_status
                 )
             )
-            hub = await ready_receive.receive()
+            await ready_receive.receive()  # serving
             configure_gc()  # start-up is over: freeze what it built
             governor = trio.CancelScope()
 
             async def govern() -> None:
                 with governor:
-                    await govern_gc(hub.fleet)
+                    await govern_gc(CONNECTIONS)
 
             nursery.start_soon(govern)
             async for _ in signals:
@@ -101,12 +103,25 @@ def run_hub(config: HubConfig) -> int:
     raise_open_file_limit()
     try:
         trio.run(run_until_signal, config)
-    except OSError as exc:
-        print(f"sonde hub: cannot start: {exc}", file=sys.stderr)
-        return 1
     except Exception as exc:  # the process boundary: say why, exit non-zero
-        cause = innermost(exc)
-        message = f"{type(cause).__name__}: {cause}"
-        print(f"sonde hub: stopped: {message}", file=sys.stderr)
+        print(f"sonde hub: stopped: {stop_reason(exc, config)}", file=sys.stderr)
         return 1
     return 0
+
+
+BIND_PROBLEMS = {
+    errno.EADDRINUSE: "the address is already in use (another hub, or another program, listens there)",
+    errno.EADDRNOTAVAIL: "this machine has no such address",
+    errno.EACCES: "permission denied (ports under 1024 need privileges)",
+}
+
+
+def stop_reason(exc: BaseException, config: HubConfig) -> str:
+    """Why the hub stopped, for a person: a listening problem names the address and what to do."""
+    cause = innermost(exc)
+    if isinstance(cause, OSError) and cause.errno in BIND_PROBLEMS:
+        address = f"{config.host}:{config.port}"
+        return (
+            f"cannot listen on {address}: {BIND_PROBLEMS[cause.errno]}; choose another with --bind HOST:PORT"
+        )
+    return f"{type(cause).__name__}: {cause}"

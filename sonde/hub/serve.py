@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
 
 log = logging.getLogger(__name__)
+LISTEN_BACKLOG = 4096
 
 
 def hypercorn_config(config: HubConfig) -> HypercornConfig:
@@ -36,6 +37,10 @@ def hypercorn_config(config: HubConfig) -> HypercornConfig:
     hc.websocket_max_message_size = config.max_frame_bytes
     hc.graceful_timeout = 5.0
     hc.keep_alive_timeout = 75.0
+    # Hypercorn listens with a backlog of 100: when a fleet reconnects at once (the hub
+    # restarted), connections beyond it are dropped and their SYN retried a second
+    # later, and again. The kernel caps this at net.core.somaxconn (4096 by default).
+    hc.backlog = LISTEN_BACKLOG
     if config.certfile:
         hc.certfile = str(config.certfile)
         hc.keyfile = str(config.keyfile) if config.keyfile else None

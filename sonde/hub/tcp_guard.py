@@ -15,16 +15,39 @@ whole server, and a client with no credentials can cause two:
 
 `GuardedTCPServer` takes the send lock for the half-close, and contains any
 other failure to its own connection: logged, connection closed, server up.
-`use_guarded_tcp_server` puts it where hypercorn's trio worker looks the class
-up; it is idempotent. tests/security/test_attack_connections.py provokes both.
+
+Its close is shielded from cancellation. Hypercorn closes a connection whose
+request was answered before its body was read (a GET with a body, a refusal
+from the headers alone) from inside the application's task, and quart-trio
+cancels that task as the request ends: cancelled at the half-close, the socket
+stayed open, and the client's next request on it was read and never answered.
+
+It also lets go of a connection as soon as the peer has gone. Hypercorn's
+keep-alive timer is a task in the connection's task group, and the group is
+only left (and the socket closed) when every task in it has ended, so a
+connection the client closed while idle, or before its first request, stayed
+open in CLOSE_WAIT for the whole 75 s `keep_alive_timeout`: anyone could hold
+the hub's file descriptors by opening and closing connections.
+
+`WAITING` bounds the connections one address may hold before their first
+request (a slowloris client held each for 75 s). `CONNECTIONS` counts the
+connections opened and closed in this process: each leaves cyclic garbage, and
+the hub's collector (`sonde.hub.gc_policy`) runs a full collection after
+enough have closed.
+
+`use_guarded_tcp_server` puts the class where hypercorn's trio worker looks it
+up; it is idempotent. tests/security/test_attack_connections.py provokes each
+of the above against a real hub.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import hypercorn.trio.run as hypercorn_trio_run
 import trio
+from hypercorn.events import Event, Updated
 from hypercorn.trio.tcp_server import TCPServer
 
 from sonde.hub.run import innermost
@@ -40,10 +63,117 @@ _HALF_CLOSE_ERRORS = (
 )
 
 
+class ConnectionCount:
+    """How many connections are open, and how many have closed, in this process."""
+
+    def __init__(self) -> None:
+        self._open = 0
+        self._closed = 0
+
+    def opened(self) -> None:
+        self._open += 1
+
+    def closed(self) -> None:
+        self._open -= 1
+        self._closed += 1
+
+    def open_now(self) -> int:
+        return self._open
+
+    def closed_total(self) -> int:
+        return self._closed
+
+
+CONNECTIONS = ConnectionCount()  # the garbage collector is per process, and so is this
+
+MAX_WAITING_PER_ADDRESS = 1024  # a NAT'd fleet reconnecting over a slow link stays well under it
+WARN_EVERY_S = 60.0
+
+
+class WaitingConnections:
+    """Connections from each address that have not started a request yet, at most ``limit`` each.
+
+    Hypercorn keeps a connection that sends nothing (or its headers a byte at a
+    time) for its whole 75 s keep-alive timeout; without a bound one address
+    could hold every file descriptor the hub has and keep the fleet out. A
+    client that connects sends its request at once (agents, MCP clients, a
+    reverse proxy), so this only ever binds clients that hold connections open
+    without using them; even 10,000 agents behind one NAT address, reconnecting
+    at once over a link with 100 ms of latency, have some 500 waiting.
+    """
+
+    def __init__(self, limit: int = MAX_WAITING_PER_ADDRESS) -> None:
+        self.limit = limit
+        self._by_address: dict[str, int] = {}
+        self._warned_at: dict[str, float] = {}
+
+    def admit(self, address: str) -> bool:
+        waiting = self._by_address.get(address, 0)
+        if waiting >= self.limit:
+            now = time.monotonic()
+            if now - self._warned_at.get(address, -WARN_EVERY_S) >= WARN_EVERY_S:
+                self._warned_at[address] = now
+                log.warning(
+                    "refusing connections from %s: %d of its connections have not sent a request yet; "
+                    "more are refused until some do",
+                    address,
+                    waiting,
+                )
+            return False
+        self._by_address[address] = waiting + 1
+        return True
+
+    def started(self, address: str) -> None:
+        """A connection from ``address`` began its first request, or ended before it did."""
+        waiting = self._by_address[address] - 1
+        if waiting:
+            self._by_address[address] = waiting
+        else:
+            del self._by_address[address]
+            self._warned_at.pop(address, None)
+
+    def waiting(self, address: str) -> int:
+        return self._by_address.get(address, 0)
+
+
+WAITING = WaitingConnections()
+
+
 class GuardedTCPServer(TCPServer):
-    """`TCPServer` whose half-close never overlaps a send, and whose failures stay its own."""
+    """`TCPServer` whose half-close never overlaps a send, whose failures stay its own, which
+    waits for no keep-alive once the peer has gone, and which refuses an address past `WAITING`."""
+
+    peer_gone = False
+    waiting_from: str | None = None  # the address, until the first request starts
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        self.peer_gone = True  # end of stream, reset, or closed by us: nothing more will arrive
+        await self.idle_task.stop()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            if not event.idle:
+                self._request_started()
+            elif self.peer_gone:
+                return  # a request finished after the peer left: no keep-alive to wait out
+            with trio.CancelScope(shield=True):  # the keep-alive timer must start: see _close
+                await super().protocol_send(event)
+            return
+        await super().protocol_send(event)
+
+    def _request_started(self) -> None:
+        if self.waiting_from is not None:
+            WAITING.started(self.waiting_from)
+            self.waiting_from = None
 
     async def run(self) -> None:
+        address = peer_address(self.stream)
+        if address is None or not WAITING.admit(address):
+            await self.stream.aclose()
+            return
+        self.waiting_from = address
+        CONNECTIONS.opened()
         try:
             await super().run()
         except Exception as exc:  # one connection's failure must not end the server
@@ -53,22 +183,41 @@ class GuardedTCPServer(TCPServer):
             )
             log.debug("the HTTP server error", exc_info=exc)
             await self.stream.aclose()
+        finally:
+            self._request_started()
+            CONNECTIONS.closed()
 
     async def _close(self) -> None:
-        try:
-            self.send_lock.acquire_nowait()
-        except trio.WouldBlock:
-            # A send is in flight (perhaps stuck on a peer that does not read):
-            # no half-close; closing the stream below ends that send too.
-            pass
-        else:
+        # Shielded: this runs in the application's task when a response ends, and
+        # quart-trio cancels that task as the request is closed; cancelled at the
+        # half-close, the socket stayed open with nobody to answer on it.
+        with trio.CancelScope(shield=True):
             try:
-                await self.stream.send_eof()
-            except _HALF_CLOSE_ERRORS:
+                self.send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                # A send is in flight (perhaps stuck on a peer that does not read):
+                # no half-close; closing the stream below ends that send too.
                 pass
-            finally:
-                self.send_lock.release()
-        await self.stream.aclose()
+            else:
+                try:
+                    await self.stream.send_eof()
+                except _HALF_CLOSE_ERRORS:
+                    pass
+                finally:
+                    self.send_lock.release()
+            await self.stream.aclose()
+
+
+def peer_address(stream: trio.abc.Stream) -> str | None:
+    """The client's IP address (None if it has gone already)."""
+    sock = getattr(stream, "socket", None) or getattr(
+        getattr(stream, "transport_stream", None), "socket", None
+    )
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return None
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
 
 
 def use_guarded_tcp_server() -> None:

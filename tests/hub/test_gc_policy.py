@@ -1,10 +1,9 @@
-"""The hub's GC policy: no full collection without churn, one after enough agents left, bounded in rate."""
+"""The hub's GC policy: no full collection without churn, one after enough connections closed, bounded in rate."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 import trio
@@ -12,11 +11,12 @@ import trio.testing
 
 from sonde.hub import gc_policy
 from sonde.hub.gc_policy import MAX_INTERVAL_S, MIN_INTERVAL_S, FullCollectionPolicy, govern_gc
+from sonde.hub.tcp_guard import ConnectionCount
 
 
 def test_a_steady_fleet_never_pays_for_a_full_collection() -> None:
     policy = FullCollectionPolicy(last_at=0.0)
-    assert not policy.due(now=10 * MAX_INTERVAL_S, connected=10_000, detached_total=0)
+    assert not policy.due(now=10 * MAX_INTERVAL_S, open_now=10_000, closed_total=0)
 
 
 @pytest.mark.parametrize(
@@ -30,27 +30,22 @@ def test_a_steady_fleet_never_pays_for_a_full_collection() -> None:
 )
 def test_a_full_collection_follows_churn(connected: int, left: int, due: bool) -> None:
     policy = FullCollectionPolicy(last_at=0.0)
-    assert policy.due(now=MIN_INTERVAL_S, connected=connected, detached_total=left) is due
+    assert policy.due(now=MIN_INTERVAL_S, open_now=connected, closed_total=left) is due
 
 
 def test_full_collections_are_at_most_every_few_minutes_and_at_least_every_few_hours() -> None:
     policy = FullCollectionPolicy(last_at=0.0)
-    assert not policy.due(now=MIN_INTERVAL_S - 1, connected=10, detached_total=10_000)
-    policy.collected(now=MIN_INTERVAL_S, detached_total=10_000)
-    assert not policy.due(now=2 * MIN_INTERVAL_S, connected=10_000, detached_total=10_001)
-    assert policy.due(now=MIN_INTERVAL_S + MAX_INTERVAL_S, connected=10_000, detached_total=10_001)
+    assert not policy.due(now=MIN_INTERVAL_S - 1, open_now=10, closed_total=10_000)
+    policy.collected(now=MIN_INTERVAL_S, closed_total=10_000)
+    assert not policy.due(now=2 * MIN_INTERVAL_S, open_now=10_000, closed_total=10_001)
+    assert policy.due(now=MIN_INTERVAL_S + MAX_INTERVAL_S, open_now=10_000, closed_total=10_001)
 
 
-@dataclass
-class FakeChurn:
-    connected_agents: int = 1000
-    detached: int = 0
-
-    def connected(self) -> int:
-        return self.connected_agents
-
-    def detached_total(self) -> int:
-        return self.detached
+def churn(count: ConnectionCount, opened: int, closed: int) -> None:
+    for _ in range(opened):
+        count.opened()
+    for _ in range(closed):
+        count.closed()
 
 
 async def test_the_governor_collects_once_churn_makes_it_due(
@@ -58,15 +53,16 @@ async def test_the_governor_collects_once_churn_makes_it_due(
 ) -> None:
     collections: list[float] = []
     monkeypatch.setattr(gc_policy.gc, "collect", lambda: collections.append(trio.current_time()) or 0)
-    churn = FakeChurn()
+    count = ConnectionCount()
+    churn(count, opened=1000, closed=0)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(govern_gc, churn, 30.0)
+        nursery.start_soon(govern_gc, count, 30.0)
         await trio.sleep(2 * MAX_INTERVAL_S)
-        assert collections == []  # nothing left: never
-        churn.detached = 150
+        assert collections == []  # nothing closed: never
+        churn(count, opened=150, closed=150)
         await trio.sleep(31)
         assert len(collections) == 1
-        churn.detached = 200
+        churn(count, opened=50, closed=50)
         await trio.sleep(MIN_INTERVAL_S + 31)
         assert len(collections) == 1  # 50 more since: not enough
         nursery.cancel_scope.cancel()
