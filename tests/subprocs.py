@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -13,3 +18,26 @@ def run_ok(argv: list[str], *, timeout: float = 120, **options: Any) -> subproce
         f"{argv[:4]} exited {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
     )
     return done
+
+
+NOT_UTF8_NAME = b"\xff\xfesleeper"
+NOT_UTF8_SHOWN = "\\xff\\xfesleeper"  # how a probe shows it: the bytes, escaped
+
+
+@contextmanager
+def process_named_not_utf8(directory: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``sleep`` whose process name and argv[0] are bytes that are not UTF-8 (killed on exit).
+
+    Python keeps such bytes (from /proc, a directory) as lone surrogates, which
+    no UTF-8 encoder takes: the agent and `sonde serve --json` died of them.
+    """
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    link = os.fsencode(directory) + b"/" + NOT_UTF8_NAME
+    os.symlink(os.fsencode(sleep), link)
+    process = subprocess.Popen([link, b"300"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()

@@ -137,7 +137,12 @@ class ProbeRunner:
         reply: ProbeResponse | ProbeError | None = None
         try:
             with scope:
-                reply = await self._answer(request)
+                try:
+                    reply = await self._answer(request)
+                except Exception as exc:  # one probe's failure is its own: the link and the others go on
+                    log.exception("answering probe %s (%s) failed", request.probe, request.request_id)
+                    message = f"probe {request.probe} failed on the agent: {type(exc).__name__}"
+                    reply = self._error(request.request_id, "probe_failed", message)
         finally:
             self._in_flight.pop(request.request_id, None)
         if reply is None:

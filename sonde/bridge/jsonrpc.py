@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from sonde.protocol.jsontext import escapes_lone_surrogate
+
 INTERNAL_ERROR = -32603
 PARSE_ERROR = -32700
 INITIALIZE = "initialize"
@@ -41,6 +43,8 @@ def parse_line(line: bytes) -> Message | list[Any]:
         value = json.loads(line)
     except (ValueError, RecursionError) as exc:
         raise NotJsonRpc(f"not JSON: {exc}") from None
+    if escapes_lone_surrogate(line, value):  # it could be sent on neither as a header nor as UTF-8
+        raise NotJsonRpc("not JSON text: a string escapes a lone UTF-16 surrogate (\\ud800-\\udfff)")
     if isinstance(value, dict) or (isinstance(value, list) and value):
         return value
     raise NotJsonRpc("a JSON-RPC message is an object (or a non-empty array of them)")

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import PathNotAllowed, ProbeContext
 from sonde.packs.registry import PackRegistry
+from sonde.protocol.jsontext import valid_text, valid_unicode
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
@@ -27,6 +28,7 @@ DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 
 class ProbeExecutionError(Exception):
     def __init__(self, code: str, message: str) -> None:
+        message = valid_text(message)  # it may quote a file or process name that is not UTF-8
         super().__init__(message)
         self.code = code
         self.message = message
@@ -103,9 +105,14 @@ def json_size(value: Any) -> int:
 def cap_result(data: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool, int]:
     """Shorten the longest lists (and longest strings) until ``data`` fits in ``limit`` bytes.
 
-    A shortened result carries ``"truncated": true`` at its top level.
+    A shortened result carries ``"truncated": true`` at its top level. A result
+    holding text that is not valid Unicode is made so first (`valid_unicode`).
     """
-    size = json_size(data)
+    try:
+        size = json_size(data)
+    except UnicodeEncodeError:  # rare: the common case costs nothing more
+        data = valid_unicode(data)
+        size = json_size(data)
     if size <= limit:
         return data, False, size
     data = json.loads(json.dumps(data))  # a private copy to cut

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.jsontext import escapes_lone_surrogate
 from sonde.protocol.linkkeys import LinkKeys
 from sonde.protocol.messages import (
     MAX_FRAME_BYTES,
@@ -57,6 +58,10 @@ def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Mess
         raise RemoteProtocolError("bad_json", f"frame is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise RemoteProtocolError("bad_frame", "frame must be a JSON object")
+    if escapes_lone_surrogate(text, raw):
+        raise RemoteProtocolError(
+            "bad_json", "frame is not valid Unicode: it escapes a lone UTF-16 surrogate (\\ud800-\\udfff)"
+        )
     check_version(raw.get("v"))
     kind = raw.get("type")
     if not isinstance(kind, str) or kind not in MESSAGE_TYPES:

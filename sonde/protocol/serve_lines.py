@@ -27,7 +27,6 @@ Unknown top-level request keys are ignored, so clients may add their own
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated, Any, Final, Literal, NoReturn
 
 from pydantic import (
@@ -42,6 +41,7 @@ from pydantic import (
 )
 
 from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.jsontext import escapes_lone_surrogate
 
 API_VERSION: Final = "1.0.0"
 PROTOCOL_VERSION: Final = "1.0.0"
@@ -52,7 +52,6 @@ LINE_TOO_LONG = "Request line too long"
 MISSING_TOOL_NAME = "Missing tool name in tools/call request"
 INPUT_NOT_OBJECT = "Invalid tool input: expected an object"
 INPUT_TOO_DEEP = "Invalid tool input: nested too deeply"
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 RequestId = StrictStr | StrictInt | StrictFloat | None
 
@@ -104,10 +103,10 @@ def decode_json_line(line: bytes) -> object:
     """
     try:
         value = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-        if SURROGATE_ESCAPE.search(line):
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except (ValueError, RecursionError):  # UnicodeError and JSONDecodeError are ValueErrors
         raise BadRequest("bad_json", INVALID_JSON) from None
+    if escapes_lone_surrogate(line, value):
+        raise BadRequest("bad_json", INVALID_JSON)
     return value
 
 

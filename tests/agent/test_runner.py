@@ -201,6 +201,24 @@ async def test_scrubber_applies_to_results_and_error_messages(autojump_clock: tr
     assert caught.value.message == "cannot use [REDACTED]"
 
 
+def scrubber_failing_on_13(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    if data.get("value") == 13:
+        raise RuntimeError("a bug after the probe ran")
+    return data, 0
+
+
+async def test_a_failure_while_answering_is_that_probes_error_and_the_link_goes_on(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with agent_and_hub(Waiters(), scrub=scrubber_failing_on_13) as (hub, _):
+        with pytest.raises(ProbeFailed) as caught:
+            await hub.request(request("r1", "testpack.echo.value", {"value": 13}))
+        after = await hub.request(request("r2", "testpack.echo.value", {"value": 1}))
+    assert caught.value.code == "probe_failed"
+    assert caught.value.message == "probe testpack.echo.value failed on the agent: RuntimeError"
+    assert after.payload.result["value"] == 1
+
+
 async def test_hub_reject_mid_link_is_recorded(autojump_clock: trio.abc.Clock) -> None:
     async with agent_and_hub(Waiters()) as (hub, runner):
         await hub.send(HubReject(payload=RejectPayload(code="revoked", reason="revoked by admin")))

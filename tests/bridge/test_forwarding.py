@@ -270,10 +270,14 @@ async def test_cancelling_the_bridge_deletes_the_session() -> None:
 async def test_stdout_carries_only_jsonrpc_and_bad_lines_get_parse_errors() -> None:
     async with fake_hub() as (_hub, url), bridged(url) as (peer, _ended):
         await peer.send_raw(b"\n   \n")  # blank lines are skipped
-        await peer.send_raw(b"this is not json\n")
-        answer = await peer.receive()
-        assert answer["id"] is None
-        assert answer["error"]["code"] == -32700
+        for bad in (
+            b"this is not json",
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud800"}}',
+        ):
+            await peer.send_raw(bad + b"\n")
+            answer = await peer.receive()
+            assert answer["id"] is None
+            assert answer["error"]["code"] == -32700
         await peer.send_raw(json.dumps(INITIALIZE).encode() + b"\r\n")
         assert (await peer.receive())["id"] == 0
     jsonrpc_lines_only(peer.lines)

@@ -28,6 +28,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.mcpclient import call, call_error, mcp_client
 from tests.e2e.procs import URL_LINE, running_hub, spawn, wait_until
+from tests.subprocs import NOT_UTF8_SHOWN, process_named_not_utf8
 
 pytestmark = pytest.mark.e2e
 
@@ -77,6 +78,23 @@ async def test_invalid_params_and_unknown_probes_never_reach_the_agent(fleet: Sh
     assert [(row["detail"]["probe"], row["detail"]["params"], row["outcome"]) for row in sent] == [
         ("system.cpu.usage", {"interval_s": 0}, "ok")
     ]
+
+
+async def test_a_process_named_in_bytes_that_are_not_utf8_does_not_take_the_agent_down(
+    fleet: SharedFleet, tmp_path: Path
+) -> None:
+    # Before: UnicodeEncodeError while sizing the result, out of the probe runner: the agent process died.
+    agent = sorted(fleet.agents)[0]
+    with process_named_not_utf8(tmp_path) as sleeper:
+        async with mcp_client(fleet.hub.url, fleet.hub.admin_key) as client:
+            info = await call(
+                client, "probe", agent=agent, probe="system.process.info", params={"pid": sleeper.pid}
+            )
+            assert info["result"]["name"] == NOT_UTF8_SHOWN
+            assert info["result"]["cmdline"][0].endswith("/" + NOT_UTF8_SHOWN)
+            again = await call(client, "probe", agent=agent, probe="system.memory.usage")
+            assert again["result"]["total_bytes"] > 0
+    assert status_of(fleet.hub, agent) == "online"
 
 
 async def test_concurrent_probes_come_back_to_their_callers(fleet: SharedFleet) -> None:

@@ -96,6 +96,16 @@ def test_messages_are_frozen_and_strict() -> None:
             "invalid_field",
             "probe",
         ),
+        (  # half a surrogate pair: SQLite, logs and hashes cannot encode it (found by the fuzzer)
+            json.dumps({**to_wire(request()), "agentId": "\ud800"}),
+            "bad_json",
+            "lone UTF-16 surrogate",
+        ),
+        (
+            json.dumps({**to_wire(request()), "nonce": "n\udfff"}).replace("\\udfff", "\\uDFFF"),
+            "bad_json",
+            "lone UTF-16 surrogate",
+        ),
     ],
 )
 def test_bad_frames_name_what_is_wrong(text: str, code: str, fragment: str) -> None:
@@ -103,6 +113,14 @@ def test_bad_frames_name_what_is_wrong(text: str, code: str, fragment: str) -> N
         parse_frame(text)
     assert caught.value.code == code
     assert fragment in caught.value.message
+
+
+def test_a_whole_surrogate_pair_and_an_escaped_backslash_are_fine() -> None:
+    wire = to_wire(request())
+    for text in ("\U0001f600", "C:\\udev\\uDrive"):  # an emoji (escaped as a pair); backslash, then "ud"
+        message, raw = parse_frame(json.dumps({**wire, "nonce": text}))
+        assert raw["nonce"] == text
+        assert message.nonce == text
 
 
 def test_frame_larger_than_limit() -> None:

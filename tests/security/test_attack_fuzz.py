@@ -429,6 +429,9 @@ def socket_frames(fuzzer: Identity, fleet: AttackFleet) -> list[str]:
                 drawn.append(apply_mutation(bases[index], mutation, fuzzer.key, ascii_only=True))
 
     draw()
+    # Found by this fuzzer once (the hub answered 1011): a register whose agentId is half a
+    # surrogate pair, which reached the hub's SQLite lookup and could not be encoded.
+    drawn.append(bases[0][:-1] + ',"agentId":"\\ud800"}')
     return drawn
 
 

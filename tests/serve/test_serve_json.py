@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from sonde.packs.registry import load_packs
+from tests.subprocs import NOT_UTF8_SHOWN, process_named_not_utf8
 from tests.testpacks import install_test_pack
 
 pytestmark = pytest.mark.e2e
@@ -307,6 +308,18 @@ async def test_tools_call_success_shape(tmp_path: Path) -> None:
     output = response["result"]["output"]
     assert set(output) == MEMORY_FIELDS
     assert output["total_bytes"] > 0
+
+
+async def test_a_process_named_in_bytes_that_are_not_utf8_is_shown_escaped(tmp_path: Path) -> None:
+    with process_named_not_utf8(tmp_path) as sleeper:
+        done = await serve_batch(
+            tmp_path, [call(1, "system.process.info", {"pid": sleeper.pid}), call(2, MEMORY)]
+        )
+    first, second = sorted(done.responses, key=lambda response: response["id"])
+    assert first["ok"] is True, first
+    assert first["result"]["output"]["name"] == NOT_UTF8_SHOWN
+    assert first["result"]["output"]["cmdline"][0].endswith("/" + NOT_UTF8_SHOWN)
+    assert second["ok"] is True  # the server went on
 
 
 async def test_tools_call_without_input_uses_empty_object(tmp_path: Path) -> None:

@@ -1,0 +1,63 @@
+"""JSON that is also text: JSON lets a string escape half a surrogate pair (``"\\ud800"``).
+
+Python parses such a string and keeps the lone surrogate, which no UTF-8
+encoder takes: SQLite, a log line, a hash, an HTTP header or the answer written
+back out would fail on it later, far from the input. Every boundary that parses
+JSON from outside refuses it at once with `escapes_lone_surrogate`. Text this
+side made itself (a probe's result quoting a file or process name whose bytes
+were not UTF-8) is repaired instead, with `valid_text` / `valid_unicode`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def encodable(value: object) -> bool:
+    """Whether ``value`` (parsed JSON) can be written as UTF-8."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escapes_lone_surrogate(text: str | bytes, value: object) -> bool:
+    """Whether ``value``, parsed from the JSON ``text``, holds half a surrogate pair.
+
+    Checked only when ``text`` escapes a surrogate at all (a whole pair, an
+    emoji, is fine), so the common case costs one scan of the text.
+    """
+    if isinstance(text, bytes):
+        escaped = _SURROGATE_ESCAPE_BYTES.search(text) is not None
+    else:
+        escaped = _SURROGATE_ESCAPE_TEXT.search(text) is not None
+    return escaped and not encodable(value)
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: bytes that were not UTF-8 shown as ``\\xff``, a stray surrogate as ``\\udXXX``.
+
+    Python keeps the undecodable bytes of a file name, a process name or a
+    command line (os, psutil) as lone surrogates, which no UTF-8 encoder takes.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def valid_unicode(value: Any) -> Any:
+    """``value`` (parsed JSON) with every string, keys included, made `valid_text`."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_unicode(key): valid_unicode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [valid_unicode(item) for item in value]
+    return value
