@@ -21,6 +21,7 @@ from sonde import __version__
 from sonde.hub.agent_records import is_revoked
 from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession
+from sonde.hub.store import StoreCommitFailed
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange, LinkKeys
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
 log = logging.getLogger(__name__)
+CLOSE_INTERNAL_ERROR = 1011
 REGISTER_TIMEOUT_S = 15.0
 LIVENESS_GRACE_S = 5.0
 
@@ -134,7 +136,15 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         log.info("agent socket from %s ended before a register: %s", peer, ended)
         await transport.close(CLOSE_POLICY, "the first frame must be agent.register")
         return
-    await run_session(hub, transport, codec, admitted)
+    try:
+        await run_session(hub, transport, codec, admitted)
+    except StoreCommitFailed as exc:  # a full disk: say so once per attempt, no traceback
+        log.warning(
+            "agent %s could not be brought online: the hub cannot write its database (%s)",
+            admitted.register.payload.name,
+            exc.__cause__ or exc,
+        )
+        await transport.close(CLOSE_INTERNAL_ERROR, "the hub cannot write its database; try again later")
 
 
 @dataclass(frozen=True)

@@ -1,91 +1,182 @@
-"""Audit entries on their way to the chain: many entries, one store op.
+"""Audit entries on their way to the chain: many entries, one store op, none lost to a write failure.
 
 A fan-out writes one audit row per probe, thousands a second. Queued as one
 store op each, every row paid for its own savepoint, its own read of the chain
 head and its own head update. Here entries collect in a list, and `run` (the
-flusher, a task of the hub) queues one store op for them `LINGER_S` after the
-first: when the writer runs it, that op takes everything collected so far and
-appends it with one `append_many` (one head read, one head update). Entries
-keep their order, and the chain is the same as if they had been appended one
-by one. The linger is what batches sequential calls too: without it every
-probe paid a worker-thread hop and a transaction of its own (measured: a
-quarter of the hub's CPU per sequential probe).
+flusher, a task of the hub) writes them `LINGER_S` after the first, with one
+`append_many` (one head read, one head update). Entries keep their order: one
+write of entries is in flight at a time, and the chain is the same as if they
+had been appended one by one. The linger is what batches sequential calls too:
+without it every probe paid a worker-thread hop and a transaction of its own
+(measured: a quarter of the hub's CPU per sequential probe).
 
 Nothing waits for the commit (group commit), except when more than
-`MAX_PENDING` entries are waiting: then the caller waits for a flush
+`MAX_PENDING` entries are waiting: then the caller waits for a write
 (back-pressure, so the list stays bounded). Readers of the audit trail call
 `flush` first, so they see every entry appended before they asked. When the
-flusher stops (the hub shuts down), it queues what is left. A batch holding
-an entry that cannot be written (a NaN in a detail) is retried one entry at a
+flusher stops (the hub shuts down), it writes what is left. A batch holding an
+entry that cannot be encoded (a NaN in a detail) is retried one entry at a
 time, so only that entry is lost, and logged.
+
+When the database cannot be written (disk full, an I/O error), the entries stay
+in memory, first in line, and the flusher tries again every `RETRY_S`;
+`failure` says why meanwhile, and the hub refuses calls while it is set (every
+call must be on the record). Past `MAX_PENDING` entries kept, further ones
+(agent connections, failed logins: no call runs meanwhile) are counted, not
+kept, and the first write that works appends an ``audit.gap`` entry saying how
+many were lost and since when.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import sqlite3
+import time
 
 import trio
 from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, append_audit, append_many
-from sonde.hub.store import Store
+from sonde.hub.store import Store, StoreCommitFailed
 
 log = logging.getLogger(__name__)
 MAX_PENDING = 10_000
 LINGER_S = 0.05
+RETRY_S = 1.0
+GAP_ACTION = "audit.gap"
+
+
+class AuditUnavailable(RuntimeError):
+    """The audit chain cannot be written just now; the entries wait in memory."""
 
 
 class AuditQueue:
-    def __init__(self, store: Store, max_pending: int = MAX_PENDING, linger_s: float = LINGER_S) -> None:
+    def __init__(
+        self,
+        store: Store,
+        max_pending: int = MAX_PENDING,
+        linger_s: float = LINGER_S,
+        retry_s: float = RETRY_S,
+    ) -> None:
         self._store = store
         self._max_pending = max_pending
         self._linger_s = linger_s
-        self._lock = threading.Lock()  # the writer thread takes the list while trio appends
+        self._retry_s = retry_s
         self._pending: list[AuditEntry] = []
-        self._flush_queued = False  # entries are waiting for a flush that has not taken them yet
-        self._wanted = trio.Event()  # set by the first entry after a flush: wakes `run`
+        self._writing = trio.Lock()  # one write of entries at a time: the chain keeps their order
+        self._wanted = trio.Event()  # set by entries waiting for the flusher
+        self.failure: str | None = None  # why the last write failed; None while writes work
+        self._failing_since = 0.0
+        self._dropped = 0  # entries not kept while failing, past the bound
+        self._dropping_since = 0.0
 
     async def append(self, entry: AuditEntry) -> None:
-        with self._lock:
-            self._pending.append(entry)
-            wake = not self._flush_queued
-            self._flush_queued = True
-            full = len(self._pending) >= self._max_pending
-        if full:
-            await self._store.write(self._flush)
-        elif wake:
-            self._wanted.set()
+        if self.failure is not None and len(self._pending) >= self._max_pending:
+            if not self._dropped:  # memory stays bounded; the gap goes on the chain later
+                self._dropping_since = time.time()
+            self._dropped += 1
+            return
+        self._pending.append(entry)
+        self._wanted.set()
+        if len(self._pending) >= self._max_pending and self.failure is None:
+            try:
+                await self._write_pending()  # back-pressure
+            except AuditUnavailable:
+                pass  # kept in memory; the flusher tries again
+
+    def refusal(self) -> str | None:
+        """What a caller is told while the audit log cannot be written; None while it can."""
+        if self.failure is None:
+            return None
+        return (
+            f"The hub cannot write its audit log ({self.failure}), and every call must be on the record, "
+            "so it refuses calls until it can. An operator must fix that (often: free disk space where the "
+            "hub keeps sonde.db); calls are served again by themselves."
+        )
 
     async def flush(self) -> None:
-        """Commit every entry appended so far; returns once it is in the chain."""
-        await self._store.write(self._flush)
+        """Commit every entry appended so far; raises `AuditUnavailable` if it cannot."""
+        await self._write_pending()
 
     async def run(self) -> None:
-        """The flusher: one store op per `LINGER_S` at most; queues what is left when cancelled."""
+        """The flusher: one write per `LINGER_S` at most, retried every `RETRY_S` while failing."""
         try:
             while True:
                 await self._wanted.wait()
                 await trio.sleep(self._linger_s)
                 self._wanted = trio.Event()  # entries after this point wake the next round
-                await self._store.submit(self._flush)
-        finally:
-            if self._flush_queued:
-                with trio.CancelScope(shield=True):
-                    await self._store.submit(self._flush)
-
-    def _flush(self, db: Database) -> None:
-        """In the writer thread: append everything collected so far."""
-        with self._lock:
-            entries, self._pending = self._pending, []
-            self._flush_queued = False
-        if not entries:
-            return
-        try:
-            append_many(db, entries)  # all or nothing (a savepoint)
-        except ValueError:
-            for entry in entries:
                 try:
-                    append_audit(db, entry)
-                except ValueError as exc:
-                    log.error("audit entry %s %s not written: %s", entry.actor, entry.action, exc)
+                    await self._write_pending()
+                except AuditUnavailable:
+                    await trio.sleep(self._retry_s)
+                    self._wanted.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._write_pending()
+                except AuditUnavailable:
+                    log.error("%d audit entries were not written before the hub stopped", len(self._pending))
+
+    async def _write_pending(self) -> None:
+        async with self._writing:
+            entries, self._pending = self._pending, []
+            if self._dropped:
+                entries.append(self._gap_entry())
+            if not entries:
+                return
+            try:
+                with trio.CancelScope(shield=True):  # the outcome must be known: keep the entries or not
+                    await self._store.write(_append_entries, entries)
+            except (StoreCommitFailed, sqlite3.Error) as exc:
+                if self._dropped:
+                    entries.pop()  # the gap entry is made afresh next time
+                self._pending[:0] = entries
+                self._failed(exc)
+                raise AuditUnavailable(self.failure) from exc
+            self._written(len(entries))
+
+    def _gap_entry(self) -> AuditEntry:
+        return AuditEntry(
+            actor="hub",
+            action=GAP_ACTION,
+            target=None,
+            outcome="lost",
+            detail={"lost": self._dropped, "since": self._dropping_since, "reason": self.failure},
+        )
+
+    def _failed(self, exc: BaseException) -> None:
+        cause = exc.__cause__ if isinstance(exc, StoreCommitFailed) and exc.__cause__ else exc
+        if self.failure is None:
+            self._failing_since = time.time()
+            log.error(
+                "cannot write the audit log (%s): calls are refused until it can be written; "
+                "%d entries wait in memory, retried every %gs",
+                cause,
+                len(self._pending),
+                self._retry_s,
+            )
+        self.failure = str(cause)
+
+    def _written(self, count: int) -> None:
+        if self.failure is None:
+            return
+        log.warning(
+            "the audit log is written again after %.0fs: %d entries written, %d lost; calls are served again",
+            time.time() - self._failing_since,
+            count,
+            self._dropped,
+        )
+        self.failure = None
+        self._dropped = 0
+
+
+def _append_entries(db: Database, entries: list[AuditEntry]) -> None:
+    """In the writer thread: append ``entries`` in order; one that cannot be encoded loses only itself."""
+    try:
+        append_many(db, entries)  # all or nothing (a savepoint)
+    except ValueError:
+        for entry in entries:
+            try:
+                append_audit(db, entry)
+            except ValueError as exc:
+                log.error("audit entry %s %s not written: %s", entry.actor, entry.action, exc)

@@ -20,11 +20,12 @@ from sqlite_utils import Database
 
 from sonde.hub.agent_records import list_agents
 from sonde.hub.audit import AuditEntry
-from sonde.hub.audit_queue import AuditQueue
+from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.fleet import Fleet
+from sonde.hub.free_space import watch_free_space
 from sonde.hub.keys import count_active_admin_keys, create_api_key
 from sonde.hub.store import Store, open_store
 from sonde.packs.registry import PackRegistry, load_packs
@@ -80,7 +81,10 @@ class Hub:
         self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """`Store.read` of the audit chain, with every entry appended before the call in it."""
-        await self.audit_queue.flush()
+        try:
+            await self.audit_queue.flush()
+        except AuditUnavailable:
+            pass  # what is committed can still be read; the rest waits in memory
         return await self.store.read(fn, *args, **kwargs)
 
 
@@ -133,6 +137,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
         hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hub.audit_queue.run)
+            nursery.start_soon(watch_free_space, config.db_path.parent)
             try:
                 yield hub
             finally:

@@ -129,6 +129,10 @@ async def call_tool(
     outcome = "error"
     try:
         caller = caller_of(ctx)
+        refusal = hub.audit_queue.refusal()
+        if refusal is not None:
+            outcome = "audit_unavailable"
+            return tool_error(refusal)
         args = spec.input_model.model_validate(arguments)
         progress = ctx.session.report_progress if spec.reports_progress else no_progress
         output = await spec.handler(ToolCall(hub, caller, progress), args)

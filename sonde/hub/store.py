@@ -273,8 +273,10 @@ def _deliver(batch: list[_WriteOp], results: list[outcome.Outcome[Any]], counter
     for op, result in zip(batch, results, strict=True):
         if isinstance(result, outcome.Error):
             counters.failed_ops += 1
-            if op.done is None:
-                logger.error("store op %s failed", op.name, exc_info=result.error)
+            if op.done is None:  # nobody waits for it: say it here (a full disk is no bug: no traceback)
+                error = result.error
+                trace = None if isinstance(error, StoreCommitFailed) else error
+                logger.error("store op %s failed: %s", op.name, error, exc_info=trace)
         if op.done is not None:
             op.result = result
             op.done.set()

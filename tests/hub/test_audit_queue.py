@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, query_audit, verify_audit
-from sonde.hub.audit_queue import AuditQueue
+from sonde.hub.audit_queue import GAP_ACTION, AuditQueue
 from sonde.hub.store import Store, open_store
 
 
@@ -120,3 +121,75 @@ async def test_past_the_bound_the_caller_waits_for_the_flush(tmp_path: Path) -> 
         await queue.append(entry(4))  # the fifth waits until everything so far is committed
         count = await count_rows(store)
     assert count == 5
+
+
+async def limit_growth(store: Store, pages: int | None) -> None:
+    """Let the database grow no further (SQLite then fails writes: "database or disk is full")."""
+
+    def set_limit(db: Database) -> None:
+        current = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {current if pages is None else pages}")
+
+    await store.write(set_limit)
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 (the queue's state, moved by its flusher)
+            await trio.sleep(0.01)
+
+
+async def test_a_failing_write_keeps_the_entries_and_writes_them_once_it_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store, retry_s=0.05)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.run)
+            await queue.append(entry(0))
+            await queue.flush()
+            await limit_growth(store, None)
+            for i in range(1, 301):
+                await queue.append(entry(i))
+            await wait_until(lambda: queue.failure is not None)
+            refusal = queue.refusal()
+            assert refusal is not None
+            assert "database or disk is full" in refusal
+            assert await count_rows(store) == 1
+            await limit_growth(store, 1_000_000)
+            await wait_until(lambda: queue.failure is None)
+            assert queue.refusal() is None
+            nursery.cancel_scope.cancel()
+        rows = await store.read(query_audit, limit=1000)
+        verification = await store.read(verify_audit)
+    assert verification.ok
+    assert sorted(row["detail"]["i"] for row in rows) == list(range(301))  # nothing lost
+    messages = [r.message for r in caplog.records if r.name == "sonde.hub.audit_queue"]
+    assert sum("cannot write the audit log" in m for m in messages) == 1  # once, not per retry
+    assert any("written again" in m and "0 lost" in m for m in messages)
+
+
+async def test_past_the_bound_while_failing_entries_are_counted_and_the_gap_is_recorded(
+    tmp_path: Path,
+) -> None:
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store, max_pending=50, retry_s=0.05)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.run)
+            await limit_growth(store, None)
+            for i in range(40):
+                await queue.append(entry(i))
+            await wait_until(lambda: queue.failure is not None)
+            for i in range(40, 80):
+                await queue.append(entry(i))  # 10 more are kept, 30 are only counted
+            await limit_growth(store, 1_000_000)
+            await wait_until(lambda: queue.failure is None)
+            nursery.cancel_scope.cancel()
+        rows = await store.read(query_audit, limit=1000)
+        verification = await store.read(verify_audit)
+    assert verification.ok
+    kept = [row for row in rows if row["action"] == "mcp.probe"]
+    assert sorted(row["detail"]["i"] for row in kept) == list(range(50))
+    [gap] = [row for row in rows if row["action"] == GAP_ACTION]
+    assert gap["detail"]["lost"] == 30
+    assert "database or disk is full" in gap["detail"]["reason"]
