@@ -20,7 +20,12 @@ ERROR = {
 
 # (method, path, summary, who may call)
 ROUTES: list[tuple[str, str, str, str]] = [
-    ("get", "/api/v1/health", "Liveness; no auth, no fleet details", "anyone"),
+    (
+        "get",
+        "/api/v1/health",
+        "Liveness; 503 while calls are refused (the audit log cannot be written); no auth, no fleet details",
+        "anyone",
+    ),
     ("post", "/api/v1/agents/enroll", "Enroll an agent with a single-use token and its public key", "token"),
     ("get", "/api/v1/agents", "Agents this key may see (?tag=prod&tag=web: all tags)", "member"),
     ("get", "/api/v1/agents/{agent}", "One agent's overview (name or id)", "member"),

@@ -7,6 +7,7 @@ stable error shape ``{"error": {"code", "message"}}``; so do 404, 405 and 413.
 from __future__ import annotations
 
 import importlib.resources
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from sonde.hub.errors import HubError
 from sonde.hub.keys import EnrollmentRefused
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
+from sonde.protocol.jsontext import escapes_lone_surrogate
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -45,9 +47,15 @@ def error_response(status: int, code: str, message: str) -> Response:
 
 async def parse_body(model: type[M]) -> M:
     """The JSON body validated by ``model``; ApiError 400 naming the bad field."""
-    data = await request.get_json(force=True, silent=True)
+    body = await request.get_data(as_text=False)
+    try:  # not quart's get_json: bytes that are not UTF-8, or nesting too deep, escaped it as a 500
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_body", "request body is not valid JSON (UTF-8)") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_body", "request body must be a JSON object")
+    if escapes_lone_surrogate(body, data):
+        raise ApiError(400, "invalid_body", "request body escapes a lone UTF-16 surrogate (\\ud800-\\udfff)")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -76,6 +84,14 @@ def create_rest_app(hub: Hub) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     install_error_handlers(app)
     install_security_headers(app)
+
+    @app.before_request
+    async def refuse_while_unaudited() -> None:
+        """Every write and every call must be on the record: none while the audit log cannot be written."""
+        refusal = hub.audit_queue.refusal()
+        if refusal is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+            raise ApiError(503, "audit_unavailable", refusal)
+
     from sonde.hub.rest_routes import install_routes
 
     install_routes(app, hub)
@@ -134,7 +150,10 @@ def install_webui(app: QuartTrio) -> None:
 
     @app.get("/ui/<path:name>")
     async def asset(name: str) -> Response:
-        return await send_from_directory(root, name)
+        try:
+            return await send_from_directory(root, name)
+        except OSError:  # a name too long for the filesystem, say: not ours either way
+            raise ApiError(404, "not_found", "no such file") from None
 
 
 Handler = Callable[..., Awaitable[Any]]

@@ -67,8 +67,11 @@ def install_routes(app: QuartTrio, hub: Hub) -> None:
 
 def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__}
+    async def health() -> tuple[dict[str, Any], int]:
+        if hub.audit_queue.failure is not None:  # for monitoring: calls are refused meanwhile
+            problem = "the audit log cannot be written; calls are refused until it can (see the hub's log)"
+            return {"status": "degraded", "version": __version__, "problem": problem}, 503
+        return {"status": "ok", "version": __version__}, 200
 
     @app.post("/api/v1/agents/enroll")
     async def enroll_route() -> tuple[dict[str, Any], int]:
@@ -124,7 +127,8 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/agents/<agent>")
     async def agent(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub)
-        args = AgentOverviewInput(agent=agent)
+        record = resolve_agent(hub, caller, agent)  # first: a name no agent can have is a 404, not a 500
+        args = AgentOverviewInput(agent=record.name)
         return (await agent_overview(ToolCall(hub, caller), args)).model_dump(mode="json")
 
     @app.delete("/api/v1/agents/<agent>")
