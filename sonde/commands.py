@@ -156,24 +156,27 @@ def key_create(
         Probe name globs this key may run (default: all).
     """
     from sonde.hub.admin import key_create as create
+    from sonde.hub.admin import run_admin
 
-    return create(data_dir_or_default(data_dir), name, role, agents, probes)
+    return run_admin(create, data_dir_or_default(data_dir), name, role, agents, probes)
 
 
 @key_app.command(name="list")
 def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
     """List API keys (never their secrets)."""
     from sonde.hub.admin import key_list as show
+    from sonde.hub.admin import run_admin
 
-    return show(data_dir_or_default(data_dir), json)
+    return run_admin(show, data_dir_or_default(data_dir), json)
 
 
 @key_app.command(name="revoke")
 def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
     """Revoke an API key by id."""
     from sonde.hub.admin import key_revoke as revoke
+    from sonde.hub.admin import run_admin
 
-    return revoke(data_dir_or_default(data_dir), key_id)
+    return run_admin(revoke, data_dir_or_default(data_dir), key_id)
 
 
 @token_app.command(name="create")
@@ -187,25 +190,28 @@ def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir
     name
         Reserve the token for this agent name (also allows re-enrolling that name).
     """
+    from sonde.hub.admin import run_admin
     from sonde.hub.admin import token_create as create
 
-    return create(data_dir_or_default(data_dir), ttl, name)
+    return run_admin(create, data_dir_or_default(data_dir), ttl, name)
 
 
 @agent_admin_app.command(name="accept")
 def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
     """Accept an agent's changed attestation (it is held as degraded until then)."""
     from sonde.hub.admin import agent_accept as accept
+    from sonde.hub.admin import run_admin
 
-    return accept(data_dir_or_default(data_dir), name)
+    return run_admin(accept, data_dir_or_default(data_dir), name)
 
 
 @audit_app.command(name="verify")
 def audit_verify(*, data_dir: DataDir = None) -> int:
     """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
     from sonde.hub.admin import audit_verify as verify
+    from sonde.hub.admin import run_admin
 
-    return verify(data_dir_or_default(data_dir))
+    return run_admin(verify, data_dir_or_default(data_dir))
 
 
 @audit_app.command(name="prune")
@@ -218,8 +224,9 @@ def audit_prune(*, older_than: str, data_dir: DataDir = None) -> int:
         Age of the rows to delete: 90d, 2160h (at least 1d). A broken chain is never pruned.
     """
     from sonde.hub.admin import audit_prune as prune
+    from sonde.hub.admin import run_admin
 
-    return prune(data_dir_or_default(data_dir), older_than)
+    return run_admin(prune, data_dir_or_default(data_dir), older_than)
 
 
 @app.command

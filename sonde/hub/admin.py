@@ -8,14 +8,17 @@ else on stderr.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sonde.hub.audit import AuditEntry, append_audit, prune_audit, verify_audit
-from sonde.hub.db import open_database
+from sonde.hub.db import open_database, write_transaction
 from sonde.hub.keys import (
     create_api_key,
     create_enrollment_token,
@@ -24,10 +27,42 @@ from sonde.hub.keys import (
     revoke_api_key,
 )
 from sonde.hub.policy import Policy
+from sonde.packs.executor import describe_params_error
 
 
 def err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+class NoHubDatabase(Exception):
+    """The data directory holds no hub database (`run_admin` says so, exit 1)."""
+
+
+def existing_database(data_dir: Path) -> Path:
+    """The hub's database file, for an action on what it holds: a typo in --data-dir must not
+    answer from a database made up on the spot. Raises `NoHubDatabase`."""
+    path = data_dir / "sonde.db"
+    if not path.is_file():
+        raise NoHubDatabase(f"no hub database at {path} (start the hub once, or pass the right --data-dir)")
+    return path
+
+
+def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
+    """Run one admin action on ``data_dir``; a database that cannot be used is a message and exit 1."""
+    try:
+        return action(data_dir, *args)
+    except NoHubDatabase as exc:
+        err(f"sonde hub: {exc}")
+        return 1
+    except sqlite3.Error as exc:  # a full disk, a locked or unreadable file: nothing was changed
+        err(f"sonde hub: cannot use the hub's database {data_dir / 'sonde.db'}: {exc}; nothing was changed")
+        return 1
+    except ValidationError as exc:  # a bad --agents or --probes glob
+        err(f"sonde hub: {describe_params_error(exc)}")
+        return 2
+    except ValueError as exc:  # a bad name or role, said by the check that refused it
+        err(f"sonde hub: {exc}")
+        return 2
 
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
@@ -43,8 +78,9 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     db = open_database(data_dir / "sonde.db")
     try:
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
-        key, secret = create_api_key(db, name, role=role, policy=policy_data)
-        record(db, "cli.api_key.create", key.id, name=name, role=role)
+        with write_transaction(db):  # the key and its audit entry, or neither
+            key, secret = create_api_key(db, name, role=role, policy=policy_data)
+            record(db, "cli.api_key.create", key.id, name=name, role=role)
     finally:
         db.close()
     err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
@@ -54,7 +90,7 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
 
 
 def key_list(data_dir: Path, as_json: bool) -> int:
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         records = list_api_keys(db)
     finally:
@@ -71,10 +107,11 @@ def key_list(data_dir: Path, as_json: bool) -> int:
 
 
 def key_revoke(data_dir: Path, key_id: str) -> int:
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
-        revoked = revoke_api_key(db, key_id, time.time())
-        record(db, "cli.api_key.revoke", key_id, "ok" if revoked else "not_found")
+        with write_transaction(db):
+            revoked = revoke_api_key(db, key_id, time.time())
+            record(db, "cli.api_key.revoke", key_id, "ok" if revoked else "not_found")
     finally:
         db.close()
     if not revoked:
@@ -92,8 +129,9 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         return 2
     db = open_database(data_dir / "sonde.db")
     try:
-        token, secret = create_enrollment_token(db, ttl_s, name)
-        record(db, "cli.token.create", token.id, name=name)
+        with write_transaction(db):
+            token, secret = create_enrollment_token(db, ttl_s, name)
+            record(db, "cli.token.create", token.id, name=name)
     finally:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
@@ -104,7 +142,7 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
 
 
 def audit_verify(data_dir: Path) -> int:
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         report = verify_audit(db)
     finally:
@@ -131,7 +169,7 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
         err(f"--older-than must be at least 1d (got {older_than}): recent rows are what an audit is for")
         return 2
     before = time.time() - age_s
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         pruned = prune_audit(db, before)
     except ValueError as exc:
@@ -155,7 +193,7 @@ def agent_accept(data_dir: Path, name: str) -> int:
     from sonde.hub.agent_records import find_agent_by_name, get_agent
     from sonde.hub.attestation import accept_pending
 
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         agent = find_agent_by_name(db, name) or get_agent(db, name)
         if agent is None:
@@ -165,8 +203,9 @@ def agent_accept(data_dir: Path, name: str) -> int:
         if pending is None:
             err(f"agent {agent.name} has no changed attestation waiting; nothing to accept")
             return 0
-        accept_pending(db, agent.id)
-        record(db, "attestation.accept", agent.name, accepted=pending)
+        with write_transaction(db):
+            accept_pending(db, agent.id)
+            record(db, "attestation.accept", agent.name, accepted=pending)
     finally:
         db.close()
     err(f"accepted the new attestation of {agent.name}; its probes run again")
