@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["admin", "member"]
-AGENT_PATTERN = r"^(#[A-Za-z0-9][A-Za-z0-9._:-]{0,63}|[A-Za-z0-9*?\[\]._-]{1,64})$"
+AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]._-]{1,64}"
+AGENT_PATTERN = rf"^(#[A-Za-z0-9][A-Za-z0-9._:-]{{0,63}}|{AGENT_NAME_GLOB})$"
 PROBE_PATTERN = r"^[a-z0-9_.*?\[\]]{1,100}$"
 
 

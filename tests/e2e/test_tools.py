@@ -85,6 +85,19 @@ async def test_list_agents_and_tag_filtering(fleet: tuple[RunningHub, dict[str, 
         assert names(await call(client, "list_agents", tags=["prod", "web"])) == ["alpha"]
         assert names(await call(client, "list_agents", tags=["PROD", "#Web"])) == ["alpha"]
         assert names(await call(client, "list_agents", tags=["nope"])) == []
+        # a large fleet: counts for all, the first 'limit' by name, filters to narrow it
+        assert listed["by_status"] == {"online": 3}
+        assert (listed["total"], listed["matched"], listed["truncated"]) == (3, 3, False)
+        limited = await call(client, "list_agents", limit=2)
+        assert names(limited) == ["alpha", "beta"]
+        assert (limited["total"], limited["matched"], limited["truncated"]) == (3, 3, True)
+        assert names(await call(client, "list_agents", name="?a*")) == ["gamma"]
+        assert names(await call(client, "list_agents", name="*a", status="online", tags=["#prod"])) == [
+            "alpha",
+            "gamma",
+        ]
+        assert names(await call(client, "list_agents", status="offline")) == []
+        assert "limit" in await call_error(client, "list_agents", limit=0)
 
 
 async def test_list_capabilities_names_every_probe_once(
@@ -103,6 +116,11 @@ async def test_list_capabilities_names_every_probe_once(
         assert cpu["params_schema"]["additionalProperties"] is False
         assert "interval_s" in cpu["params_schema"]["properties"]
         assert {c["category"] for c in caps["categories"]} >= {"system", "toolcheck"}
+        assert (caps["matched"], caps["truncated"]) == (1, False)
+        first = await call(client, "list_capabilities", limit=1)
+        assert [a["agent"] for a in first["agents"]] == ["alpha"]
+        assert (first["matched"], first["truncated"]) == (3, True)
+        assert {c["category"] for c in first["categories"]} >= {"system", "toolcheck"}  # still every agent's
 
 
 async def test_health_check_is_partial_at_the_deadline_with_progress(

@@ -2,37 +2,74 @@
 
 from __future__ import annotations
 
+import fnmatch
 import time
-from typing import Annotated, Any
+from collections import Counter
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from sonde.hub.audit import query_audit
 from sonde.hub.diagnostics import runbooks_for
+from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import resolve_agent, visible_agents
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
 
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+
 
 class ListAgentsInput(ToolInput):
     tags: Annotated[list[str], TAGS_FIELD]
+    status: Literal["online", "offline", "degraded"] | None = Field(
+        default=None, description="Only agents in this status (e.g. offline, to see what is down)."
+    )
+    name: str | None = Field(
+        default=None,
+        pattern=f"^{AGENT_NAME_GLOB}$",
+        description="Only agent names matching this glob, e.g. 'web-*'.",
+    )
+    limit: int = Field(
+        default=DEFAULT_LIST_LIMIT,
+        ge=1,
+        le=MAX_LIST_LIMIT,
+        description="At most this many agents in the answer (by name); the counts cover all of them.",
+    )
 
 
 class ListAgentsOutput(ToolOutput):
     agents: list[AgentSummary]
-    online: int
-    total: int
+    online: int = Field(description="Online agents among all you can reach.")
+    total: int = Field(description="All agents you can reach.")
+    by_status: dict[str, int] = Field(description="All agents you can reach, counted by status.")
+    matched: int = Field(description="Agents matching the filters; 'agents' holds the first 'limit' of them.")
+    truncated: bool = Field(description="True when more agents matched than 'limit': narrow the filters.")
 
 
 LIST_AGENTS = """List the agents (machines) you can reach: id, name, status (online / offline / degraded),
-last seen, OS, agent version, packs and tags. Use it to find agent names for probe, diagnose
-and agent_overview, or to see which machines are offline."""
+last seen, OS, agent version, packs and tags, with counts by status. Use it to find agent names for
+probe, diagnose and agent_overview, or to see which machines are offline (status='offline'). On a large
+fleet it shows the first 'limit' (default 100) by name: narrow with name (a glob), status or tags."""
 
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:
     summaries = [summarize(call.hub, r) for r in visible_agents(call.hub, call.caller, args.tags)]
-    online = sum(1 for s in summaries if s.status == "online")
-    return ListAgentsOutput(agents=summaries, online=online, total=len(summaries))
+    by_status = Counter(s.status for s in summaries)
+    matched = [
+        s
+        for s in summaries
+        if (args.status is None or s.status == args.status)
+        and (args.name is None or fnmatch.fnmatchcase(s.name, args.name))
+    ]
+    return ListAgentsOutput(
+        agents=matched[: args.limit],
+        online=by_status["online"],
+        total=len(summaries),
+        by_status=dict(sorted(by_status.items())),
+        matched=len(matched),
+        truncated=len(matched) > args.limit,
+    )
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [

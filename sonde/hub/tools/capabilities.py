@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sonde.hub.diagnostics import describe_categories, runbooks_for
 from sonde.hub.probing import agent_probes, visible_agents
@@ -35,20 +35,32 @@ class CategoryInfo(BaseModel):
     description: str
 
 
+DEFAULT_AGENTS_SHOWN = 25
+
+
 class CapabilitiesInput(ToolInput):
     tags: Annotated[list[str], TAGS_FIELD]
+    limit: int = Field(
+        default=DEFAULT_AGENTS_SHOWN,
+        ge=1,
+        le=1000,
+        description="At most this many agents in 'agents' (by name); probes and categories cover all of them.",
+    )
 
 
 class CapabilitiesOutput(ToolOutput):
     agents: list[AgentCapabilities]
     probes: list[ProbeInfo]
     categories: list[CategoryInfo]
+    matched: int = Field(description="Agents you can reach (within tags); 'agents' holds the first 'limit'.")
+    truncated: bool = Field(description="True when more agents matched than 'limit'.")
 
 
 LIST_CAPABILITIES = """Discover what you can ask: every agent you can reach with its status, packs
 (with versions), probe names and diagnostic categories; then each probe ONCE with its description
 and parameter JSON schema, and each category with what it checks. Call it before probe or diagnose
-whenever you are not sure of a probe or category name."""
+whenever you are not sure of a probe or category name. On a large fleet 'agents' shows the first
+'limit' (default 25) by name; the probes and categories cover every agent."""
 
 
 async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> CapabilitiesOutput:
@@ -79,7 +91,9 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
         )
     descriptions = describe_categories(hub)
     return CapabilitiesOutput(
-        agents=agents,
+        agents=agents[: args.limit],
+        matched=len(agents),
+        truncated=len(agents) > args.limit,
         probes=sorted(catalogue.values(), key=lambda p: p.name),
         categories=[
             CategoryInfo(category=c, description=descriptions.get(c, "")) for c in sorted(used_categories)

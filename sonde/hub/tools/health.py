@@ -40,6 +40,7 @@ class Summary(BaseModel):
     warning: int
     info: int
     agents_checked: int
+    agents_unreachable: int
     probes_run: int
     probes_succeeded: int
     probes_failed: int
@@ -74,6 +75,9 @@ class HealthCheckInput(ToolInput):
     )
 
 
+MAX_LISTED = 50  # per list of a health_check answer: a fleet's worth would swamp the model
+
+
 class HealthCheckOutput(ToolOutput):
     summary: Summary
     findings: list[FindingOut]
@@ -81,13 +85,19 @@ class HealthCheckOutput(ToolOutput):
     categories: list[CategoryStatus]
     skipped: list[Skipped]
     partial: bool
+    omitted: dict[str, int] = Field(
+        default_factory=dict,
+        description=f"How many findings / unreachable / skipped entries were left out (each list shows at "
+        f"most {MAX_LISTED}, the most severe first); narrow with agent, tags or categories to see them.",
+    )
 
 
 HEALTH_CHECK = """Start here for broad questions ("is something wrong?", "how is #prod?").
 Runs every applicable diagnostic category (system, and each pack's: postgres, nginx, ...) on the
 matching online agents in parallel and returns a short ranked answer: findings sorted
 critical > warning > info, each naming agent, category and the probe it came from; the agents it
-could not reach; and per-category status. Follow up with diagnose (one category on one agent),
+could not reach (at most 50 of each list; 'omitted' counts the rest, 'summary' counts all); and
+per-category status. Follow up with diagnose (one category on one agent),
 probe (one reading) or query_logs (root cause). Pass tags only when the user names them with '#'."""
 
 
@@ -128,19 +138,22 @@ def summarize_outcomes(
         warning=sum(f.severity == "warning" for f in findings),
         info=sum(f.severity == "info" for f in findings),
         agents_checked=len({o.agent.id for o in outcomes}),
+        agents_unreachable=len(unreachable),
         probes_run=len(steps),
         probes_succeeded=sum(s.status == "ok" for s in steps),
         probes_failed=sum(s.status != "ok" for s in steps),
         duration_ms=round((time.perf_counter() - started) * 1000, 1),
     )
     partial = any(s.status == "timeout" for s in steps)
+    lists = {"findings": len(findings), "unreachable": len(unreachable), "skipped": len(skipped)}
     return HealthCheckOutput(
         summary=summary,
-        findings=findings,
-        unreachable=unreachable,
+        findings=findings[:MAX_LISTED],
+        unreachable=unreachable[:MAX_LISTED],
         categories=categories,
-        skipped=skipped,
+        skipped=skipped[:MAX_LISTED],
         partial=partial,
+        omitted={name: count - MAX_LISTED for name, count in lists.items() if count > MAX_LISTED},
     )
 
 
