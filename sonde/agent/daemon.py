@@ -41,7 +41,7 @@ from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import FrameCodec
-from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.errors import RemoteProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     AckPayload,
@@ -58,6 +58,11 @@ from sonde.runtime import CLOSE_NORMAL, Link, Transport, WebSocketTransport, ope
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 15.0
+NOT_OUR_HUB = (
+    "its answer is not signed with the hub key this agent pinned at enrollment ({}): it is not the hub "
+    "this agent enrolled with. If that hub was reinstalled, enroll again (`sonde enroll --hub URL --token "
+    "TOKEN`); if not, something else answers at that address"
+)
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
 STABLE_CONNECTION_S = 30.0
@@ -176,7 +181,13 @@ class AgentDaemon:
         register = self.register.model_copy(update={"link_key": exchange.public_text})
         await transport.send_text(codec.encode(AgentRegister(payload=register)))
         with trio.fail_after(ACK_TIMEOUT_S):
-            first = codec.decode(await transport.receive_text())  # signed with the pinned hub key
+            text = await transport.receive_text()
+        try:
+            first = codec.decode(text)  # signed with the pinned hub key
+        except SignatureError as exc:
+            if exc.code not in ("bad_signature", "unsigned"):
+                raise  # stale or replayed: its own message says why
+            raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
         if isinstance(first, HubReject):
             log.warning("the hub rejected the register: %s (%s)", first.payload.reason, first.payload.code)
             end.rejection = first.payload

@@ -95,7 +95,9 @@ class ReplayGuard:
         skew = (now - ts).total_seconds()
         if abs(skew) > self.window_s:
             raise SignatureError(
-                "stale", f"frame timestamp is {skew:+.0f}s from now (window ±{self.window_s:.0f}s)"
+                "stale",
+                f"frame timestamp is {skew:+.0f}s from now (window ±{self.window_s:.0f}s): "
+                "the agent's and the hub's clocks disagree (is NTP running on both?)",
             )
         now_s = now.timestamp()
         self._forget_older_than(now_s - self.window_s)

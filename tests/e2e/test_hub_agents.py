@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, call_error, mcp_client
-from tests.e2e.procs import enroll_agent, running_hub, wait_until
+from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, wait_until
 
 
 def agent_statuses(hub) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -46,3 +49,38 @@ async def test_two_agents_probe_die_and_come_back(tmp_path: Path) -> None:
             assert reading["result"]["total_bytes"] > 0
         for agent in agents:
             assert agent.stop() == 0
+
+
+def test_an_agent_pointed_at_another_hub_says_it_is_not_the_one_it_enrolled_with(tmp_path: Path) -> None:
+    """The hub key pinned at enrollment refuses a hub reinstalled (or impersonated) at the same address."""
+    with running_hub(tmp_path / "first") as first:
+        agent = enroll_agent(first, tmp_path, "pinned")
+    with running_hub(tmp_path / "second") as second:
+        config = agent.home / ".sonde" / "config.json"
+        saved = json.loads(config.read_text())
+        config.write_text(json.dumps({**saved, "hubUrl": second.url}))  # the same address, a new hub
+        proc = agent.start()
+        try:
+            proc.wait_for(re.compile(r"not signed with the hub key this agent pinned at enrollment"))
+            proc.wait_for(re.compile(r"reconnecting to \S+ in [0-9.]+s \(attempt 1\)"))  # it keeps trying
+            assert proc.popen.poll() is None
+            assert "Traceback" not in proc.output
+        finally:
+            agent.stop()
+
+
+def test_a_second_hub_on_a_taken_address_says_so_and_exits_1(tmp_path: Path) -> None:
+    with running_hub(tmp_path / "first") as first:
+        taken = first.url.removeprefix("http://")
+        done = subprocess.run(
+            [*SONDE, "hub", "--bind", taken, "--data-dir", str(tmp_path / "second")],
+            env=base_env(tmp_path / "home"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen on {taken}: the address is already in use" in done.stderr
+    assert "--bind HOST:PORT" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -200,6 +200,7 @@ async def test_replayed_or_stale_register_is_refused(fleet: SharedFleet) -> None
     code, reason = reject_code(await send_register(hub.url, stale))
     assert code == "bad_signature"
     assert "timestamp" in reason
+    assert "clocks disagree" in reason  # what the operator of the agent must fix
 
     # the same key with a fresh frame still gets in
     fresh = await send_register(hub.url, register_frame(agent_id, name, key))
