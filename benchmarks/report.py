@@ -23,7 +23,15 @@ TARGETS: tuple[tuple[str, str, str, str, float, str], ...] = (
     ("scale", "all_online", "value", ">=", 1.0, "all agents held online"),
     ("local", "serve_start_to_ready_s", "median", "<=", 0.4, "serve --json start to ready <= 0.4 s"),
     ("local", "serve_memory_usage_call_ms", "median", "<=", 5.0, "system.memory.usage call <= 5 ms"),
-    ("local", "agent_idle_rss_mib", "median", "<=", 40.0, "agent idle RSS <= 40 MB"),
+    # the figure is in MiB; the 40 MB is 40,000,000 bytes
+    (
+        "local",
+        "agent_idle_rss_mib",
+        "median",
+        "<=",
+        round(40e6 / 2**20, 2),
+        "agent idle RSS <= 40 MB (38.15 MiB)",
+    ),
 )
 
 
