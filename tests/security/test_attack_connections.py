@@ -77,6 +77,14 @@ async def racing_client(url: str, style: int) -> None:
         pass  # only the hub's fate is under test
 
 
+def server_of(hub: RunningHub) -> tuple[tuple[str, int], str]:
+    """Where to connect to the hub, and its ``host:port`` for a Host header."""
+    address = urlsplit(hub.url)
+    assert address.hostname is not None
+    assert address.port is not None
+    return (address.hostname, address.port), address.netloc
+
+
 def hub_running(hub: RunningHub) -> bool:
     return hub.proc.popen.poll() is None
 
@@ -124,12 +132,10 @@ UPGRADE = (
 )
 def test_an_upgrade_request_with_bytes_after_it_does_not_stop_the_hub(tmp_path: Path, after: bytes) -> None:
     with running_hub(tmp_path) as hub:
-        address = urlsplit(hub.url)
-        assert address.hostname is not None
-        assert address.port is not None
+        server, netloc = server_of(hub)
         for _ in range(3):
-            with socket.create_connection((address.hostname, address.port), timeout=10) as raw:
-                raw.sendall(UPGRADE.replace(b"{host}", address.netloc.encode()) + after)
+            with socket.create_connection(server, timeout=10) as raw:
+                raw.sendall(UPGRADE.replace(b"{host}", netloc.encode()) + after)
                 raw.settimeout(10)
                 try:
                     while raw.recv(4096):
@@ -229,13 +235,11 @@ async def test_the_hub_lets_go_of_a_connection_as_soon_as_the_peer_closes_it(tmp
     its connection did the same.
     """
     with running_hub(tmp_path) as hub:
-        address = urlsplit(hub.url)
-        assert address.hostname is not None
-        assert address.port is not None
+        server, _ = server_of(hub)
         assert psutil.Process(hub.proc.popen.pid).net_connections(kind="tcp"), "the hub is not this process"
         url = hub.url.replace("http://", "ws://") + "/ws/agent"
         for _ in range(10):  # connect and leave without a word
-            socket.create_connection((address.hostname, address.port), timeout=10).close()
+            socket.create_connection(server, timeout=10).close()
         for _ in range(10):  # one request each, then the client closes
             async with httpx.AsyncClient() as plain:
                 assert (await plain.get(f"{hub.url}/api/v1/agents")).status_code == 401
@@ -271,10 +275,7 @@ def test_one_address_cannot_hold_every_connection_without_sending_a_request(tmp_
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     with running_hub(tmp_path) as hub:
-        address = urlsplit(hub.url)
-        assert address.hostname is not None
-        assert address.port is not None
-        server = (address.hostname, address.port)
+        server, netloc = server_of(hub)
         idle = [
             socket.create_connection(server, timeout=10, source_address=("127.0.0.2", 0))
             for _ in range(MAX_WAITING_PER_ADDRESS)
@@ -284,10 +285,10 @@ def test_one_address_cannot_hold_every_connection_without_sending_a_request(tmp_
                 assert one_more.recv(64) == b""  # closed at once, unanswered
             hub.proc.wait_for(re.compile(rf"refusing connections from 127.0.0.2: {MAX_WAITING_PER_ADDRESS} "))
             with socket.create_connection(server, timeout=10) as other:  # another address is served
-                assert answered(other, address.netloc).startswith(b"HTTP/1.1 200")
-            assert answered(idle[0], address.netloc).startswith(b"HTTP/1.1 200")  # a request frees a place
+                assert answered(other, netloc).startswith(b"HTTP/1.1 200")
+            assert answered(idle[0], netloc).startswith(b"HTTP/1.1 200")  # a request frees a place
             with socket.create_connection(server, timeout=10, source_address=("127.0.0.2", 0)) as again:
-                assert answered(again, address.netloc).startswith(b"HTTP/1.1 200")
+                assert answered(again, netloc).startswith(b"HTTP/1.1 200")
         finally:
             for sock in idle:
                 sock.close()
@@ -307,18 +308,16 @@ def test_a_request_answered_before_its_body_arrived_does_not_leave_the_connectio
     client met this now and then (a 10 s read timeout in CI).
     """
     with running_hub(tmp_path) as hub:
-        address = urlsplit(hub.url)
-        assert address.hostname is not None
-        assert address.port is not None
+        server, netloc = server_of(hub)
         for _ in range(5):
-            with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
-                head = f"GET /ui/nothing HTTP/1.1\r\nHost: {address.netloc}\r\nContent-Length: 2\r\n\r\n"
+            with socket.create_connection(server, timeout=10) as sock:
+                head = f"GET /ui/nothing HTTP/1.1\r\nHost: {netloc}\r\nContent-Length: 2\r\n\r\n"
                 sock.sendall(head.encode())
                 time.sleep(0.05)  # the hub answers from the headers alone
                 sock.sendall(b"{}")
                 assert read_response(sock).startswith(b"HTTP/1.1 404")
                 try:  # answered or closed, never left open and silent
-                    sock.sendall(f"GET /api/v1/health HTTP/1.1\r\nHost: {address.netloc}\r\n\r\n".encode())
+                    sock.sendall(f"GET /api/v1/health HTTP/1.1\r\nHost: {netloc}\r\n\r\n".encode())
                     after = sock.recv(64)
                 except TimeoutError:
                     pytest.fail("the hub neither answered the next request nor closed the connection")
