@@ -20,7 +20,9 @@ Its close is shielded from cancellation. Hypercorn closes a connection whose
 request was answered before its body was read (a GET with a body, a refusal
 from the headers alone) from inside the application's task, and quart-trio
 cancels that task as the request ends: cancelled at the half-close, the socket
-stayed open, and the client's next request on it was read and never answered.
+stayed open, and the client's next request on it was read and never answered
+(the same family as hypercorn issue 106: a cancelled trio server skips the
+socket shutdown).
 
 It also lets go of a connection as soon as the peer has gone. Hypercorn's
 keep-alive timer is a task in the connection's task group, and the group is
