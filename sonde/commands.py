@@ -155,28 +155,25 @@ def key_create(
     probes
         Probe name globs this key may run (default: all).
     """
-    from sonde.hub.admin import key_create as create
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(create, data_dir_or_default(data_dir), name, role, agents, probes)
+    return admin.run_admin(admin.key_create, data_dir_or_default(data_dir), name, role, agents, probes)
 
 
 @key_app.command(name="list")
 def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
     """List API keys (never their secrets)."""
-    from sonde.hub.admin import key_list as show
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(show, data_dir_or_default(data_dir), json)
+    return admin.run_admin(admin.key_list, data_dir_or_default(data_dir), json)
 
 
 @key_app.command(name="revoke")
 def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
     """Revoke an API key by id."""
-    from sonde.hub.admin import key_revoke as revoke
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(revoke, data_dir_or_default(data_dir), key_id)
+    return admin.run_admin(admin.key_revoke, data_dir_or_default(data_dir), key_id)
 
 
 @token_app.command(name="create")
@@ -190,28 +187,25 @@ def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir
     name
         Reserve the token for this agent name (also allows re-enrolling that name).
     """
-    from sonde.hub.admin import run_admin
-    from sonde.hub.admin import token_create as create
+    from sonde.hub import admin
 
-    return run_admin(create, data_dir_or_default(data_dir), ttl, name)
+    return admin.run_admin(admin.token_create, data_dir_or_default(data_dir), ttl, name)
 
 
 @agent_admin_app.command(name="accept")
 def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
     """Accept an agent's changed attestation (it is held as degraded until then)."""
-    from sonde.hub.admin import agent_accept as accept
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(accept, data_dir_or_default(data_dir), name)
+    return admin.run_admin(admin.agent_accept, data_dir_or_default(data_dir), name)
 
 
 @audit_app.command(name="verify")
 def audit_verify(*, data_dir: DataDir = None) -> int:
     """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
-    from sonde.hub.admin import audit_verify as verify
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(verify, data_dir_or_default(data_dir))
+    return admin.run_admin(admin.audit_verify, data_dir_or_default(data_dir))
 
 
 @audit_app.command(name="prune")
@@ -223,10 +217,9 @@ def audit_prune(*, older_than: str, data_dir: DataDir = None) -> int:
     older_than
         Age of the rows to delete: 90d, 2160h (at least 1d). A broken chain is never pruned.
     """
-    from sonde.hub.admin import audit_prune as prune
-    from sonde.hub.admin import run_admin
+    from sonde.hub import admin
 
-    return run_admin(prune, data_dir_or_default(data_dir), older_than)
+    return admin.run_admin(admin.audit_prune, data_dir_or_default(data_dir), older_than)
 
 
 @app.command

@@ -47,10 +47,10 @@ class ListAgentsOutput(ToolOutput):
     truncated: bool = Field(description="True when more agents matched than 'limit': narrow the filters.")
 
 
-LIST_AGENTS = """List the agents (machines) you can reach: id, name, status (online / offline / degraded),
+LIST_AGENTS = f"""List the agents (machines) you can reach: id, name, status (online / offline / degraded),
 last seen, OS, agent version, packs and tags, with counts by status. Use it to find agent names for
 probe, diagnose and agent_overview, or to see which machines are offline (status='offline'). On a large
-fleet it shows the first 'limit' (default 100) by name: narrow with name (a glob), status or tags."""
+fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name: narrow with name (a glob), status or tags."""
 
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:

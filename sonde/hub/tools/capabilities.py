@@ -56,11 +56,11 @@ class CapabilitiesOutput(ToolOutput):
     truncated: bool = Field(description="True when more agents matched than 'limit'.")
 
 
-LIST_CAPABILITIES = """Discover what you can ask: every agent you can reach with its status, packs
+LIST_CAPABILITIES = f"""Discover what you can ask: every agent you can reach with its status, packs
 (with versions), probe names and diagnostic categories; then each probe ONCE with its description
 and parameter JSON schema, and each category with what it checks. Call it before probe or diagnose
 whenever you are not sure of a probe or category name. On a large fleet 'agents' shows the first
-'limit' (default 25) by name; the probes and categories cover every agent."""
+'limit' (default {DEFAULT_AGENTS_SHOWN}) by name; the probes and categories cover every agent."""
 
 
 async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> CapabilitiesOutput:

@@ -92,11 +92,11 @@ class HealthCheckOutput(ToolOutput):
     )
 
 
-HEALTH_CHECK = """Start here for broad questions ("is something wrong?", "how is #prod?").
+HEALTH_CHECK = f"""Start here for broad questions ("is something wrong?", "how is #prod?").
 Runs every applicable diagnostic category (system, and each pack's: postgres, nginx, ...) on the
 matching online agents in parallel and returns a short ranked answer: findings sorted
 critical > warning > info, each naming agent, category and the probe it came from; the agents it
-could not reach (at most 50 of each list; 'omitted' counts the rest, 'summary' counts all); and
+could not reach (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
 per-category status. Follow up with diagnose (one category on one agent),
 probe (one reading) or query_logs (root cause). Pass tags only when the user names them with '#'."""
 
