@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Any
 
 import httpx2
@@ -48,8 +49,16 @@ def is_success(response: httpx2.Response) -> bool:
 
 
 def describe_status(response: httpx2.Response) -> str:
-    reason = response.reason_phrase or ""
+    """``HTTP 401 Unauthorized``: the standard phrase when the server sent none (hypercorn sends none)."""
+    reason = response.reason_phrase or standard_phrase(response.status_code)
     return f"HTTP {response.status_code}{' ' + reason if reason else ''}"
+
+
+def standard_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 async def error_detail(response: httpx2.Response) -> str:

@@ -21,6 +21,7 @@ import pytest
 import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from tests.bridge.authproxy import AuthProxy
 from tests.bridge.fakehub import serving
@@ -80,6 +81,19 @@ async def test_initialize_list_tools_and_probe(fleet: Fleet, tmp_path: Path) -> 
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         )
     assert gone.status_code == 404
+
+
+async def test_a_refused_key_reaches_the_client_as_the_hubs_reason(fleet: Fleet, tmp_path: Path) -> None:
+    # hypercorn sends no reason phrase: the bridge names the status itself
+    refused = pytest.RaisesExc(
+        MCPError,
+        match="the Sonde hub answered HTTP 401 Unauthorized: a valid API key is required",
+        check=lambda error: error.code == -32603 and error.data == {"httpStatus": 401},
+    )
+    # the SDK's client raises it from its task groups, wrapped
+    with pytest.RaisesGroup(refused, flatten_subgroups=True):
+        async with client_via_bridge(fleet, tmp_path / "bridge.err", flags=("--api-key", "sonde_wrong")):
+            pass
 
 
 async def test_progress_notifications_reach_the_client(fleet: Fleet, tmp_path: Path) -> None:
