@@ -39,11 +39,15 @@ class NoHubDatabase(Exception):
 
 
 def existing_database(data_dir: Path) -> Path:
-    """The hub's database file, for an action on what it holds: a typo in --data-dir must not
-    answer from a database made up on the spot. Raises `NoHubDatabase`."""
+    """The hub's database file, for any action: a typo in --data-dir, or a hub started with one
+    and a command run without, must not answer from (or leave a key or token in) a database
+    made up on the spot, which no hub reads. Raises `NoHubDatabase`."""
     path = data_dir / "sonde.db"
     if not path.is_file():
-        raise NoHubDatabase(f"no hub database at {path} (start the hub once, or pass the right --data-dir)")
+        raise NoHubDatabase(
+            f"no hub database at {path}: pass the hub's --data-dir (or set SONDE_DATA_DIR), "
+            "or start the hub once to create it there"
+        )
     return path
 
 
@@ -75,7 +79,7 @@ def record(db: Any, action: str, target: str | None, outcome: str = "ok", **deta
 
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
     policy = Policy(agents=tuple(agents), probes=tuple(probes))
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
         with write_transaction(db):  # the key and its audit entry, or neither
@@ -127,7 +131,7 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
     except ValueError as exc:
         err(f"--ttl: {exc}")
         return 2
-    db = open_database(data_dir / "sonde.db")
+    db = open_database(existing_database(data_dir))
     try:
         with write_transaction(db):
             token, secret = create_enrollment_token(db, ttl_s, name)

@@ -8,11 +8,13 @@ can run in one process.
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
@@ -22,7 +24,7 @@ from sonde.hub.agent_records import list_agents
 from sonde.hub.audit import AuditEntry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.auth import KeyRing
-from sonde.hub.config import HubConfig
+from sonde.hub.config import HubConfig, default_data_dir
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.fleet import Fleet
 from sonde.hub.free_space import watch_free_space
@@ -114,12 +116,13 @@ def bootstrap_admin_key(config: HubConfig) -> str | None:
         db.close()
 
 
-def announce_admin_key(secret: str) -> None:
+def announce_admin_key(secret: str, data_dir: Path) -> None:
     """Print the first admin key to the terminal only (never to a log file)."""
+    where = "" if data_dir == default_data_dir() else f" --data-dir {shlex.quote(str(data_dir))}"
     print(
         "\n  First start: created an admin API key. It is shown once and never again:\n\n"
         f"    {secret}\n\n"
-        "  Create more with `sonde hub key create --name NAME`.\n",
+        f"  Create more with `sonde hub key create --name NAME{where}`.\n",
         file=sys.stderr,
         flush=True,
     )

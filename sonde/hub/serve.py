@@ -81,7 +81,7 @@ async def serve_hub(
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             manager.security_settings = transport_security(hub, port)
             if admin_secret:
-                announce_admin_key(admin_secret)
+                announce_admin_key(admin_secret, config.data_dir)
             print(f"sonde hub listening on {url}  (MCP: {url}/mcp)", file=sys.stderr, flush=True)
             if hub_ready is not None:
                 await hub_ready.send(hub)

@@ -137,6 +137,8 @@ def running_hub(tmp: Path, *extra: str, site: Path | None = None) -> Iterator[Ru
     proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), *extra], env)
     try:
         key = proc.wait_for(KEY_LINE).group(1)
+        # the banner's example command names the data directory (not the default one)
+        proc.wait_for(re.compile(re.escape(f"`sonde hub key create --name NAME --data-dir {data_dir}`")))
         url = proc.wait_for(URL_LINE).group(1)
         yield RunningHub(proc, url, key, data_dir, env)
     finally:

@@ -6,6 +6,7 @@ import resource
 import subprocess
 from pathlib import Path
 
+from sonde.hub.db import open_database
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_ok
 
@@ -28,7 +29,13 @@ def sonde_hub(
     )
 
 
+def make_store(tmp_path: Path) -> None:
+    """The empty store a hub's first start leaves (the admin commands never create one)."""
+    open_database(tmp_path / "data" / "sonde.db").close()
+
+
 def test_a_bad_name_or_glob_is_a_message_and_exit_2(tmp_path: Path) -> None:
+    make_store(tmp_path)
     for args, says in [
         (["key", "create", "--name", "!!bad"], "invalid API key name '!!bad'"),
         (["key", "create", "--name", "ok", "--agents", ""], "agents.0: String should match pattern"),
@@ -42,6 +49,7 @@ def test_a_bad_name_or_glob_is_a_message_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_database_that_cannot_be_written_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    make_store(tmp_path)
     first = sonde_hub(tmp_path, "key", "create", "--name", "first")
     assert first.returncode == 0, first.stderr
     for args in (["key", "create", "--name", "second"], ["token", "create"], ["key", "revoke", "x"]):
@@ -65,6 +73,8 @@ def test_a_database_that_cannot_be_written_changes_nothing_and_says_so(tmp_path:
 
 def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path: Path) -> None:
     for args in (
+        ["key", "create", "--name", "laptop"],
+        ["token", "create"],
         ["key", "list"],
         ["audit", "verify"],
         ["audit", "prune", "--older-than", "30d"],
@@ -73,5 +83,8 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
     ):
         done = sonde_hub(tmp_path, *args)
         assert done.returncode == 1
-        assert f"no hub database at {tmp_path / 'data' / 'sonde.db'}" in done.stderr
+        assert (
+            f"no hub database at {tmp_path / 'data' / 'sonde.db'}: pass the hub's --data-dir" in done.stderr
+        )
+        assert done.stdout == ""  # no key or token that no hub would accept
     assert not (tmp_path / "data").exists()
