@@ -47,6 +47,13 @@ class AgentSession:
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
 
+def degraded_reason(name: str) -> str:
+    return (
+        f"agent {name} is held as degraded: its attestation changed since it was accepted; "
+        f"an admin must accept it (`sonde hub agent accept {name}`) before it runs probes"
+    )
+
+
 class Fleet:
     def __init__(
         self, store: Store, records: Iterable[AgentRecord], max_in_flight_per_agent: int = 64
@@ -169,7 +176,7 @@ class Fleet:
         """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed."""
         session = self.sessions.get(agent_id)
         if session is None:
-            raise AgentUnavailable(self.offline_reason(agent_id))
+            raise AgentUnavailable(self.unavailable_reason(agent_id))
         if session.link.statistics().in_flight >= self.max_in_flight_per_agent:
             raise AgentUnavailable(
                 f"agent has {self.max_in_flight_per_agent} probes in flight already; try again shortly"
@@ -183,9 +190,12 @@ class Fleet:
         except trio.TooSlowError:
             raise ProbeTimeout(f"probe {probe} got no answer within {timeout_s:g}s") from None
 
-    def offline_reason(self, agent_id: str) -> str:
+    def unavailable_reason(self, agent_id: str) -> str:
+        """Why an agent that is not online cannot run probes: held as degraded, or offline since when."""
         record = self.records.get(agent_id)
         name = record.name if record else agent_id
+        if record is not None and record.status == "degraded":
+            return degraded_reason(name)
         seen = self.last_seen(agent_id)
         if seen is None:
             return f"agent {name} is offline and has never connected"

@@ -16,6 +16,7 @@ from pydantic import JsonValue, ValidationError
 
 from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import HubError, forbidden, not_found, unavailable
+from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
@@ -95,6 +96,18 @@ async def refresh_record(hub: Hub, record: AgentRecord) -> AgentRecord:
     return fresh
 
 
+async def current_status(hub: Hub, record: AgentRecord) -> tuple[AgentRecord, str]:
+    """The agent's record and status (online, offline, degraded), re-read when it is held:
+    an admin may have accepted it from the CLI, which changes the file, not this process."""
+    if hub.fleet.status(record.id) == "degraded":
+        record = await refresh_record(hub, record)
+    return record, hub.fleet.status(record.id)
+
+
+def capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 async def run_probe_for(
     hub: Hub,
     caller: Caller,
@@ -107,15 +120,9 @@ async def run_probe_for(
 ) -> Reading:
     """Check, run and audit one probe; raises `HubError` with a next step on any failure."""
     check_probe(hub, caller, record, probe, params)
-    if hub.fleet.status(record.id) == "degraded":
-        record = await refresh_record(hub, record)  # an admin may have accepted it from the CLI
-    if hub.fleet.status(record.id) == "degraded":
-        raise HubError(
-            f"Agent {record.name} is held as degraded: its attestation changed. An admin must accept it "
-            "(`sonde hub agent accept NAME`) before it runs probes.",
-            "agent_degraded",
-            409,
-        )
+    record, status = await current_status(hub, record)
+    if status == "degraded":
+        raise HubError(f"{capitalized(degraded_reason(record.name))}.", "agent_degraded", 409)
     started = time.perf_counter()
     outcome, error = "ok", ""
     try:

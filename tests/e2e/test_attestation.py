@@ -33,8 +33,16 @@ async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path)
         wait_until(lambda: status(hub, "delta") == "degraded")
         async with mcp_client(hub.url, hub.admin_key) as client:
             text = await call_error(client, "probe", agent="delta", probe="system.memory.usage")
-            assert "degraded" in text
-            assert "sonde hub agent accept" in text
+            assert "held as degraded" in text
+            assert "sonde hub agent accept delta" in text
+            # connected but held: never "offline", in any tool that names why it cannot run
+            text = await call_error(client, "diagnose", agent="delta", category="system")
+            assert "held as degraded" in text
+            assert "sonde hub agent accept delta" in text
+            checked = await call(client, "health_check", agent="delta")
+            assert [u["agent"] for u in checked["unreachable"]] == ["delta"]
+            assert "held as degraded" in checked["unreachable"][0]["reason"]
+            assert "offline" not in checked["unreachable"][0]["reason"]
             overview = await call(client, "agent_overview", agent="delta")
             assert overview["attestation"]["pending_change"] is True
             assert "toolcheck" not in overview["attestation"]["packs"]  # the old baseline is kept
@@ -43,6 +51,7 @@ async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path)
             assert done.returncode == 0, done.stderr
             reading = await call(client, "probe", agent="delta", probe="system.memory.usage")
             assert reading["result"]["total_bytes"] > 0
+            assert (await call(client, "health_check", agent="delta"))["unreachable"] == []
             assert (
                 "toolcheck" in (await call(client, "agent_overview", agent="delta"))["attestation"]["packs"]
             )

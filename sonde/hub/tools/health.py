@@ -9,8 +9,8 @@ import trio
 from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
-from sonde.hub.errors import not_found, unavailable
-from sonde.hub.probing import resolve_agent, visible_agents
+from sonde.hub.errors import HubError, not_found, unavailable
+from sonde.hub.probing import capitalized, current_status, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     TAGS_FIELD,
@@ -178,9 +178,10 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
     )
     unreachable: list[Unreachable] = []
     plans: list[list[RunbookOutcome]] = []
-    for record in records:
-        if hub.fleet.status(record.id) != "online":
-            unreachable.append(Unreachable(agent=record.name, reason=hub.fleet.offline_reason(record.id)))
+    for listed in records:
+        record, status = await current_status(hub, listed)
+        if status != "online":
+            unreachable.append(Unreachable(agent=record.name, reason=hub.fleet.unavailable_reason(record.id)))
             continue
         runbooks = runbooks_for(hub, record)
         wanted = [rb for cat, rb in runbooks.items() if not args.categories or cat in args.categories]
@@ -279,8 +280,11 @@ async def diagnose_agent(
         raise not_found(
             f"Agent {record.name} has no {category!r} category. Its categories: {', '.join(runbooks) or 'none'}."
         )
-    if hub.fleet.status(record.id) != "online":
-        raise unavailable(f"{hub.fleet.offline_reason(record.id)}. Check list_agents.")
+    record, status = await current_status(hub, record)
+    if status == "degraded":
+        raise HubError(f"{capitalized(hub.fleet.unavailable_reason(record.id))}.", "agent_degraded", 409)
+    if status != "online":
+        raise unavailable(f"{capitalized(hub.fleet.unavailable_reason(record.id))}. Check list_agents.")
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
     with trio.move_on_after(hub.config.probe_timeout_s + 2):
