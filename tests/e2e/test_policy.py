@@ -75,6 +75,9 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         assert {"system.disk.usage", "system.cpu.usage"} <= skipped
         assert not skipped & ALLOWED_PROBES
         assert report["summary"]["probes_run"] == 1  # only the memory probe ran
+        by_category = {c["category"]: c["status"] for c in report["categories"]}
+        assert by_category.pop("system") == "incomplete"  # two of its three probes were skipped
+        assert set(by_category.values()) <= {"not_checked"}  # other packs' categories: none ran
 
         diag = await call(client, "diagnose", agent="alpha", category="system")
         ran = {r["probe"]: r["status"] for r in diag["readings"]}
@@ -83,6 +86,7 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
             "system.memory.usage": "ok",
             "system.cpu.usage": "skipped",
         }
+        assert diag["complete"] is False
 
         assert (await call(client, "probe", agent="alpha", probe="system.memory.usage"))["agent"] == "alpha"
         denied = await call_error(client, "probe", agent="alpha", probe="system.disk.usage")
@@ -106,6 +110,27 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
             text = await call_error(client, tool, **args)
             assert "Unknown agent 'beta'" in text, (tool, text)
             assert "Agents you can reach: alpha." in text
+
+
+async def test_a_category_the_key_may_run_none_of_is_not_checked_never_ok(
+    scoped: tuple[RunningHub, str],
+) -> None:
+    hub, _ = scoped
+    created = hub.cli(
+        "hub", "key", "create", "--name", "web-only", "--agents", "alpha", "--probes", "nginx.*"
+    )
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    async with mcp_client(hub.url, key) as client:
+        report = await call(client, "health_check", agent="alpha", categories=["system"])
+        assert report["summary"]["probes_run"] == 0
+        assert [(c["category"], c["status"]) for c in report["categories"]] == [("system", "not_checked")]
+        refused = await call_error(client, "diagnose", agent="alpha", category="system")
+        assert "allows none of the 'system' category's probes" in refused
+    with hub.client(key) as http:
+        answer = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"})
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "forbidden"
 
 
 def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]) -> None:

@@ -9,7 +9,7 @@ import trio
 from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
-from sonde.hub.errors import HubError, not_found, unavailable
+from sonde.hub.errors import HubError, forbidden, not_found, unavailable
 from sonde.hub.probing import capitalized, current_status, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
     AGENT_FIELD,
@@ -52,9 +52,12 @@ class Unreachable(BaseModel):
     reason: str
 
 
+CategoryState = Literal["ok", "warning", "critical", "incomplete", "not_checked"]
+
+
 class CategoryStatus(BaseModel):
     category: str
-    status: Literal["ok", "warning", "critical", "incomplete"]
+    status: CategoryState
     agents: int
 
 
@@ -97,7 +100,8 @@ Runs every applicable diagnostic category (system, and each pack's: postgres, ng
 matching online agents in parallel and returns a short ranked answer: findings sorted
 critical > warning > info, each naming agent, category and the probe it came from; the agents it
 could not reach (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
-per-category status. Follow up with diagnose (one category on one agent),
+per-category status (incomplete when a probe was skipped by your key's policy, failed or timed out;
+not_checked when none ran). Follow up with diagnose (one category on one agent),
 probe (one reading) or query_logs (root cause). Pass tags only when the user names them with '#'."""
 
 
@@ -158,12 +162,19 @@ def summarize_outcomes(
 
 
 def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategoryStatus:
+    """The worst finding, else whether every probe answered: a probe skipped (the key's policy),
+    failed or timed out leaves the category incomplete, and one where none ran is not_checked,
+    never ok."""
+    steps = [s for o in outcomes for s in o.steps]
     severities = {f.severity for o in outcomes for f in o.findings}
-    if "critical" in severities:
-        status: Literal["ok", "warning", "critical", "incomplete"] = "critical"
+    status: CategoryState
+    if all(s.status == "skipped" for s in steps):
+        status = "not_checked"
+    elif "critical" in severities:
+        status = "critical"
     elif "warning" in severities:
         status = "warning"
-    elif any(s.status in ("timeout", "error") for o in outcomes for s in o.steps):
+    elif any(s.status != "ok" for s in steps):
         status = "incomplete"
     else:
         status = "ok"
@@ -264,7 +275,7 @@ async def diagnose(call: ToolCall, args: DiagnoseInput) -> DiagnoseOutput:
         category=args.category,
         findings=finding_outs(outcome),
         readings=readings,
-        complete=all(s.status in ("ok", "skipped") for s in outcome.steps),
+        complete=all(s.status == "ok" for s in outcome.steps),
     )
 
 
@@ -285,6 +296,11 @@ async def diagnose_agent(
         raise HubError(f"{capitalized(hub.fleet.unavailable_reason(record.id))}.", "agent_degraded", 409)
     if status != "online":
         raise unavailable(f"{capitalized(hub.fleet.unavailable_reason(record.id))}. Check list_agents.")
+    if not any(caller.allows_probe(probe) for probe in runbook.probes):
+        raise forbidden(
+            f"Your API key's policy allows none of the {category!r} category's probes "
+            f"({', '.join(runbook.probes)}): {caller.policy.describe()}."
+        )
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
     with trio.move_on_after(hub.config.probe_timeout_s + 2):
