@@ -10,6 +10,7 @@ print the same connection line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -23,13 +24,17 @@ from sonde.agent.daemon import ROOT_MESSAGE, agent_main
 from sonde.agent.enroll import enroll
 from sonde.agent.identity import active_packs, default_agent_name
 from sonde.hub.agent_records import get_agent
+from sonde.hub.attestation import accept_held
 from sonde.hub.config import HubConfig
+from sonde.hub.core import Hub
 from sonde.hub.db import open_database
 from sonde.hub.keys import create_api_key, create_enrollment_token, find_api_key
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
 
 STATE_FILE = "quickstart.json"
+
+log = logging.getLogger(__name__)
 
 
 def quickstart_key(data_dir: Path) -> str:
@@ -93,19 +98,42 @@ def announce(url: str, key: str, agent: str) -> None:
     )
 
 
+async def accept_local_agent(hub: Hub, agent_id: str) -> None:
+    """Accept the local agent's changed attestation (a pack that appeared, a code change).
+
+    It runs from this very installation, in this process, next to the hub: its
+    code changing is the hub's own code changing, so holding it would protect
+    nothing and only leave the quick start's one agent unusable."""
+    record = hub.fleet.find(agent_id)
+    if record is None or record.pending_attestation is None:
+        return
+    await accept_held(hub, record, "quickstart")
+    log.warning(
+        "the local agent %s changed (its code or its packs, same version): accepted the changed "
+        "attestation of the local agent, as it runs inside this hub",
+        record.name,
+    )
+
+
 async def run_up(config: HubConfig) -> None:
     shutdown = trio.Event()
     key = quickstart_key(config.data_dir)
+    hub_ready, hub_started = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             url = await nursery.start(
-                lambda task_status: serve_hub(config, shutdown=shutdown, task_status=task_status)
+                lambda task_status: serve_hub(
+                    config, shutdown=shutdown, hub_ready=hub_ready, task_status=task_status
+                )
             )
+            hub = await hub_started.receive()
             agent = await trio.to_thread.run_sync(local_agent, config.data_dir, url)
             registry = active_packs(load_packs(), agent.enabled_packs)
             daemon = await nursery.start(
                 lambda task_status: agent_main(agent, registry, handle_signals=False, task_status=task_status)
             )
+            if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
+                await accept_local_agent(hub, agent.agent_id)
             announce(url, key, agent.name or "?")
             async for _ in signals:
                 print("sonde up: shutting down", file=sys.stderr, flush=True)

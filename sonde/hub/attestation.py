@@ -87,3 +87,16 @@ def accept_pending(db: Any, agent_id: str) -> AgentRecord | None:
     return update_agent(
         db, agent_id, attestation=record.pending_attestation, pending_attestation=None, status="offline"
     )
+
+
+async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> AgentRecord | None:
+    """Accept ``record``'s held attestation in a running hub (audited as ``actor``); None if the
+    agent was removed meanwhile."""
+    was_pending = record.pending_attestation
+    updated = await hub.store.write(accept_pending, record.id)
+    if updated is None:
+        return None
+    hub.fleet.remember(updated)
+    outcome = "ok" if was_pending is not None else "nothing_pending"
+    await hub.audit(actor, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
+    return updated

@@ -11,7 +11,7 @@ from quart_trio import QuartTrio
 
 from sonde import __version__
 from sonde.hub.agent_records import delete_agent, set_tags
-from sonde.hub.attestation import accept_pending
+from sonde.hub.attestation import accept_held
 from sonde.hub.audit import query_audit, verify_audit
 from sonde.hub.keys import (
     create_api_key,
@@ -159,19 +159,12 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def accept_attestation(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True)
         record = resolve_agent(hub, caller, agent)
-        was_pending = record.pending_attestation
-        updated = await hub.store.write(accept_pending, record.id)
-        if updated is None:
+        if await accept_held(hub, record, caller.key_id) is None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
-        hub.fleet.remember(updated)
-        outcome = "ok" if was_pending is not None else "nothing_pending"
-        await hub.audit(
-            caller.key_id, "attestation.accept", record.name, outcome, detail={"accepted": was_pending}
-        )
         return {
             "agent": record.name,
             "status": hub.fleet.status(record.id),
-            "accepted": was_pending is not None,
+            "accepted": record.pending_attestation is not None,
         }
 
     @app.get("/api/v1/packs")

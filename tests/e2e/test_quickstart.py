@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, mcp_client
-from tests.e2e.procs import base_env, spawn
+from tests.e2e.procs import base_env, spawn, with_site
+from tests.e2e.toolpack import write_toolpack
 
 CLAUDE_LINE = re.compile(
     r'claude mcp add --transport http sonde (http://127\.0\.0\.1:\d+)/mcp --header "Authorization: Bearer (sonde_\S+)"'
@@ -15,10 +16,13 @@ CLAUDE_LINE = re.compile(
 
 async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -> None:
     env = base_env(tmp_path / "home")
+    # the third run has a pack more, with no version change: an unexplained change that holds
+    # a remote agent; the quick start's own agent, inside the hub, is accepted and answers
+    with_pack = with_site(env, write_toolpack(tmp_path / "site"))
     seen: list[tuple[str, str]] = []
-    for _ in range(2):
+    for run_env in (env, env, with_pack):
         proc = spawn(
-            ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"], env
+            ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"], run_env
         )
         try:
             url, key = proc.wait_for(CLAUDE_LINE, timeout=30).groups()
@@ -29,8 +33,12 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
                 reading = await call(client, "probe", agent=agents[0]["name"], probe="system.memory.usage")
                 assert reading["result"]["total_bytes"] > 0
             seen.append((key, agents[0]["id"]))
+            if run_env is with_pack:
+                assert any(
+                    "accepted the changed attestation of the local agent" in line for line in proc.lines
+                ), "\n".join(proc.lines)
         finally:
             assert proc.stop() == 0
-    # the second run reuses the same key and the same agent identity
-    assert seen[0] == seen[1]
+    # every run reuses the same key and the same agent identity
+    assert seen[0] == seen[1] == seen[2]
     assert not (tmp_path / "home" / ".sonde").exists()
