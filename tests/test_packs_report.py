@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sonde.agent.packs_report import aligned, first_line, render_text, report_pack
+from sonde.agent.packs_report import aligned, current_group_names, first_line, render_text, report_pack
 from sonde.packs.base import Detection, NoParams, Pack, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import load_packs
@@ -50,6 +51,17 @@ def test_json_lists_every_installed_pack(tmp_path: Path) -> None:
         assert entry["reason"] == pack.detection().reason
         assert entry["groupsNeeded"] == sorted(pack.groups_needed())
         assert [probe["name"] for probe in entry["probes"]] == sorted(pack.probes)
+
+
+def test_groups_missing_are_those_this_user_lacks_and_none_for_root(tmp_path: Path) -> None:
+    document = json.loads(run_packs_list(tmp_path, "--json").stdout)
+    groups = current_group_names()
+    for entry in document["packs"]:
+        if os.geteuid() == 0 or not entry["detected"]:
+            expected = []
+        else:
+            expected = [g for g in entry["groupsNeeded"] if g not in groups]
+        assert entry["groupsMissing"] == expected, entry
 
 
 def test_json_probe_description_is_the_first_line(tmp_path: Path) -> None:

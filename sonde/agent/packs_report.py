@@ -164,7 +164,8 @@ def render_json(reports: Sequence[PackReport]) -> str:
 
 def print_packs(as_json: bool) -> int:
     """Print every installed pack (JSON with ``as_json``); returns the exit code 0."""
-    member_of, enabled = current_group_names(), enabled_pack_names()
+    member_of = None if os.geteuid() == 0 else current_group_names()  # root reads without the groups
+    enabled = enabled_pack_names()
     reports = [
         report_pack(pack, member_of, enabled=pack.name in enabled) for pack in load_packs().packs.values()
     ]
