@@ -128,6 +128,10 @@ class Link:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    def close(self, reason: str) -> None:
+        """End the link, telling the peer ``reason`` (the WebSocket close frame carries it)."""
+        self._mark_closed(reason)
+
     def statistics(self) -> LinkStatistics:
         return LinkStatistics(len(self._pending), self._sent, self._received, self._late, self._dropped)
 

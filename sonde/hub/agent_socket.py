@@ -228,4 +228,6 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
             finally:
                 with trio.CancelScope(shield=True):
                     await hub.fleet.detach(session)
-                log.info("agent %s offline: %s", register.payload.name, link.close_reason or "replaced")
+                log.info(
+                    "agent %s offline: %s", register.payload.name, link.close_reason or "connection closed"
+                )

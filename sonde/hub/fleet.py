@@ -46,6 +46,11 @@ class AgentSession:
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
+    def end(self, reason: str) -> None:
+        """Close the connection from the hub's side, saying why to the agent and in the log."""
+        self.link.close(reason)
+        self.cancel_scope.cancel()
+
 
 def degraded_reason(name: str) -> str:
     return (
@@ -95,17 +100,18 @@ class Fleet:
         """Keep ``record``; an older agent under its name (re-enrolled) is forgotten and cut off."""
         other = self._ids_by_name.get(record.name)
         if other is not None and other != record.id:
-            self.forget(other)
+            self.forget(other, f"the name {record.name} was enrolled again, by a new identity")
         self.records[record.id] = record
         self._ids_by_name[record.name] = record.id
 
-    def forget(self, agent_id: str) -> None:
+    def forget(self, agent_id: str, reason: str) -> None:
+        """Drop the agent and end its connection, telling it ``reason``."""
         record = self.records.pop(agent_id, None)
         if record is not None and self._ids_by_name.get(record.name) == agent_id:
             del self._ids_by_name[record.name]
         session = self.sessions.get(agent_id)
         if session is not None:
-            session.cancel_scope.cancel()
+            session.end(reason)
 
     async def update(self, agent_id: str, **fields: Any) -> None:
         record = self.records.get(agent_id)
@@ -121,7 +127,9 @@ class Fleet:
         old = self.sessions.get(session.agent_id)
         if old is not None:
             log.info("agent %s reconnected; closing its previous connection", session.agent_id)
-            old.cancel_scope.cancel()
+            old.end(
+                "replaced by a newer connection of this agent (if this repeats, two agents run with one identity)"
+            )
         self.sessions[session.agent_id] = session
         reg = session.register
         await self.update(

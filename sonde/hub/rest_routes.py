@@ -136,7 +136,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, admin=True)
         record = resolve_agent(hub, caller, agent)
         await hub.store.write(delete_agent, record.id, time.time())
-        hub.fleet.forget(record.id)
+        hub.fleet.forget(record.id, "removed by an admin")
         await hub.audit(caller.key_id, "rest.agent.remove", record.name, "ok", detail={"agentId": record.id})
         return {"removed": record.id, "name": record.name}
 

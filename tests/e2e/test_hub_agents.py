@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, call_error, mcp_client
-from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, wait_until
+from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, spawn, wait_until
 
 
 def agent_statuses(hub) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -84,3 +84,25 @@ def test_a_second_hub_on_a_taken_address_says_so_and_exits_1(tmp_path: Path) -> 
     assert f"cannot listen on {taken}: the address is already in use" in done.stderr
     assert "--bind HOST:PORT" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        gone, twin = (enroll_agent(hub, tmp_path, name) for name in ("gone", "twin"))
+        procs = [gone.start(), twin.start()]
+        try:
+            wait_until(lambda: agent_statuses(hub) == {"gone": "online", "twin": "online"})
+            # a second process on the same identity (a cloned config) replaces the first
+            procs.append(spawn(["start", "--allow-root"], twin.env))
+            procs[1].wait_for(re.compile(r"replaced by a newer connection of this agent \(if this repeats"))
+            hub.proc.wait_for(re.compile(r"agent twin offline: replaced by a newer connection of this agent"))
+
+            with hub.client() as http:
+                assert http.delete("/api/v1/agents/gone").status_code == 200
+            hub.proc.wait_for(re.compile(r"agent gone offline: removed by an admin"))
+            procs[0].wait_for(re.compile(r"disconnected from \S+: .*removed by an admin"))
+            wait_until(lambda: procs[0].popen.poll() is not None, timeout=15)  # refused at its reconnect
+            assert procs[0].popen.returncode == 3, procs[0].output
+        finally:
+            for proc in procs:
+                proc.stop()

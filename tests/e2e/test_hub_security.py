@@ -146,6 +146,7 @@ async def test_name_takeover_needs_a_token_for_that_name(fleet: SharedFleet) -> 
         assert original.proc is not None
         assert original.proc.popen.returncode == 3, original.proc.output
         assert re.search(r"\b(revoked|unknown_agent)\b", original.proc.output)
+        assert "the name taken was enrolled again, by a new identity" in original.proc.output
         code, _ = reject_code(await send_register(hub.url, register_frame(old_id, "taken", old_key)))
         assert code == "revoked"
 
