@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -99,10 +100,20 @@ def create_rest_app(hub: Hub) -> QuartTrio:
     return app
 
 
+# The tools and the routes share their refusals, which name the MCP tool to look things up
+# with; a REST caller is pointed at the route that answers the same.
+REST_EQUIVALENTS = {"list_agents": "GET /api/v1/agents", "list_capabilities": "GET /api/v1/packs"}
+TOOL_NAMES = re.compile(r"\b(" + "|".join(REST_EQUIVALENTS) + r")\b")
+
+
+def for_rest(message: str) -> str:
+    return TOOL_NAMES.sub(lambda match: REST_EQUIVALENTS[match.group(1)], message)
+
+
 def install_error_handlers(app: QuartTrio) -> None:
     @app.errorhandler(HubError)
     async def api_error(exc: HubError) -> Response:
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, for_rest(exc.message))
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
