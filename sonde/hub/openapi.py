@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from sonde import __version__
 
@@ -55,14 +59,23 @@ ROUTES: list[tuple[str, str, str, str]] = [
 ]
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(bodies: Mapping[tuple[str, str], type[BaseModel]]) -> dict[str, Any]:
+    """The document; ``bodies`` are the models that validate each route's JSON body, keyed by
+    (method, path): their JSON Schemas (field names as the wire spells them) go in
+    ``components.schemas``."""
+    unknown = set(bodies) - {(method, path) for method, path, _, _ in ROUTES}
+    if unknown:
+        raise ValueError(f"request bodies for routes not in ROUTES: {sorted(unknown)}")
+    refs, schemas = models_json_schema(
+        [(model, "validation") for model in bodies.values()], ref_template="#/components/schemas/{model}"
+    )
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, who in ROUTES:
         operation: dict[str, Any] = {
             "summary": summary,
             "description": f"Who may call: {who}.",
             "responses": {
-                "200": {"description": "OK"},
+                "2XX": {"description": "Done (201 when something was created)"},
                 "4XX": {"description": "Refused", "content": {"application/json": {"schema": ERROR}}},
             },
         }
@@ -73,10 +86,19 @@ def openapi_document() -> dict[str, Any]:
             operation["parameters"] = [
                 {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
             ]
+        body = bodies.get((method, path))
+        if body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": refs[(body, "validation")]}},
+            }
         paths.setdefault(path, {})[method] = operation
     return {
         "openapi": "3.1.0",
         "info": {"title": "Sonde hub", "version": __version__},
         "paths": paths,
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
     }

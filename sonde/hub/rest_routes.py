@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -30,6 +31,7 @@ from sonde.hub.tools.health import DiagnoseInput, diagnose
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
 from sonde.packs.executor import describe_params_error
+from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.names import NAME_PATTERN
 
 if TYPE_CHECKING:
@@ -62,7 +64,22 @@ def install_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/openapi.json")
     async def openapi() -> dict[str, Any]:
-        return openapi_document()
+        return rest_openapi()
+
+
+@functools.cache
+def rest_openapi() -> dict[str, Any]:
+    """The OpenAPI document, with the models each route validates its body with (built once)."""
+    return openapi_document(
+        {
+            ("post", "/api/v1/agents/enroll"): EnrollRequest,
+            ("put", "/api/v1/agents/{agent}/tags"): TagsBody,
+            ("post", "/api/v1/probe"): ProbeInput,
+            ("post", "/api/v1/diagnose"): DiagnoseInput,
+            ("post", "/api/v1/api-keys"): NewApiKey,
+            ("post", "/api/v1/enrollment-tokens"): NewEnrollmentToken,
+        }
+    )
 
 
 def install_key_routes(app: QuartTrio, hub: Hub) -> None:

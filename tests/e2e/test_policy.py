@@ -7,6 +7,7 @@ only. Nothing about beta, and no other probe, may be seen or run.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -191,6 +192,27 @@ def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:
         assert "agents" not in http.get("/api/v1/health").text
         spec = http.get("/api/v1/openapi.json").json()
         assert "/api/v1/audit/verify" in spec["paths"]
+
+
+def test_openapi_documents_every_body_a_route_takes(scoped: tuple[RunningHub, str]) -> None:
+    hub, _ = scoped
+    with hub.client() as http:
+        spec = http.get("/api/v1/openapi.json").json()
+        schemas = spec["components"]["schemas"]
+        refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(spec))
+        assert refs
+        assert set(refs) <= set(schemas)  # every reference resolves inside the document
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                takes_body = method in ("post", "put") and path not in (
+                    "/api/v1/agents/{agent}/attestation/accept"
+                )
+                assert ("requestBody" in operation) == takes_body, (method, path)
+        # the field names a REST caller reads there are the ones the route accepts
+        token_body = schemas["NewEnrollmentToken"]["properties"]
+        ttl_field = next(name for name, field in token_body.items() if "minimum" in field)
+        created = http.post("/api/v1/enrollment-tokens", json={ttl_field: token_body[ttl_field]["minimum"]})
+        assert created.status_code == 201, created.text
 
 
 def test_audit_chain_detects_edits_and_deletions(scoped: tuple[RunningHub, str]) -> None:
