@@ -224,7 +224,11 @@ def audit_prune(*, older_than: str, data_dir: DataDir = None) -> int:
 
 @app.command
 def enroll(
-    *, hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")], token: str, name: str | None = None
+    *,
+    hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")],
+    token: str,
+    name: str | None = None,
+    replace: Annotated[bool, Parameter(negative="")] = False,
 ) -> int:
     """Enroll this machine with a hub (once), saving its identity in ~/.sonde/config.json.
 
@@ -236,12 +240,14 @@ def enroll(
         A single-use enrollment token from `sonde hub token create`.
     name
         The agent's name (default: this machine's hostname).
+    replace
+        Replace this machine's existing enrollment with a new identity.
     """
     from sonde.agent.enroll import EnrollError
     from sonde.agent.enroll import enroll as do_enroll
 
     try:
-        config = do_enroll(hub, token, name)
+        config = do_enroll(hub, token, name, replace=replace)
     except EnrollError as exc:
         print(f"sonde enroll: {exc}", file=sys.stderr)
         return 1

@@ -52,16 +52,25 @@ def enroll(
     config_path: Path | None = None,
     timeout_s: float = ENROLL_TIMEOUT_S,
     registry: PackRegistry | None = None,
+    replace: bool = True,
 ) -> AgentConfig:
     """Enroll this machine with the hub at ``hub_url`` and save the identity; returns the config.
 
     ``name`` defaults to the hostname; ``registry`` to the installed packs.
     Raises `EnrollError` (with the hub's code and message when the hub said
-    no) and writes nothing in that case. Blocks for at most about ``timeout_s``
-    per network operation.
+    no) and writes nothing in that case; without ``replace``, also when this
+    machine is enrolled already (before the token is spent). Blocks for at
+    most about ``timeout_s`` per network operation.
     """
     hub_url = normalize_hub_url(hub_url)
     existing = read_existing(config_path)
+    if existing is not None and existing.enrolled and not replace:
+        raise EnrollError(
+            "already_enrolled",
+            f"this machine is already enrolled as {existing.name} (agent id {existing.agent_id}) with "
+            f"{existing.hub_url}; enrolling again makes a new identity, and {existing.name} stays on that "
+            "hub until an admin removes it. Pass --replace to enroll anyway (the token was not used)",
+        )
     name = name or default_agent_name()
     registry = active_packs(registry or load_packs(), existing.enabled_packs if existing else None)
     key = new_private_key()

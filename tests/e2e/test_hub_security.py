@@ -8,8 +8,10 @@ frames a well-behaved agent never sends.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import secrets
+import subprocess
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +43,7 @@ from tests.e2e.harness import (
     status_of,
 )
 from tests.e2e.mcpclient import call, initialize_request, mcp_client
+from tests.e2e.procs import SONDE
 
 pytestmark = pytest.mark.e2e
 
@@ -114,6 +117,29 @@ async def test_enrollment_token_is_single_use_and_expires(fleet: SharedFleet) ->
     # the refused machine is left clean: a fresh token enrolls it
     retried = enroll_named(hub, reuse_home, "tok-reuse")
     assert config_file(retried.home).is_file()
+
+
+def test_an_enrolled_machine_enrolls_again_only_when_told_to(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    first = enroll_named(hub, fleet.home("again"), "again")
+    saved = config_file(first.home).read_text()
+    token = rest_token(hub)
+    done = sonde_enroll(hub.url, token, "again-2", first.env)
+    assert done.returncode == 1
+    assert "already enrolled as again" in done.stderr
+    assert "Pass --replace" in done.stderr
+    assert config_file(first.home).read_text() == saved  # nothing written, and the token not spent
+    replaced = subprocess.run(
+        [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", "again-2", "--replace"],
+        env=first.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert replaced.returncode == 0, replaced.stderr
+    assert agent_identity(first)[0] != json.loads(saved)["agentId"]
+    assert {"again", "again-2"} <= agent_rows(hub).keys()
 
 
 async def test_name_takeover_needs_a_token_for_that_name(fleet: SharedFleet) -> None:
