@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 import trio_websocket
 
+from sonde.connect_failures import describe_tls_failure
 from sonde.protocol.messages import MAX_FRAME_BYTES
 from sonde.runtime import LinkClosed, Transport, WebSocketTransport
 
@@ -83,7 +84,13 @@ async def open_stream(
     """A TCP stream to ``host:port``, wrapped in TLS (certificates checked) when ``tls``."""
     if tls:
         context = ssl.create_default_context()
-        return await trio.open_ssl_over_tcp_stream(host, port, ssl_context=context, https_compatible=True)
+        stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=context, https_compatible=True)
+        try:  # here, not inside the WebSocket handshake, which would wait out its timeout instead
+            await stream.do_handshake()
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return stream
     return await trio.open_tcp_stream(host, port)
 
 
@@ -144,6 +151,9 @@ async def keep_alive(
 
 def describe_transport_error(exc: BaseException) -> str:
     """A short phrase for a transport failure."""
+    tls = describe_tls_failure(exc)
+    if tls is not None:
+        return tls
     if isinstance(exc, trio_websocket.ConnectionRejected):
         return f"the hub refused the WebSocket (HTTP {exc.status_code})"
     if isinstance(exc, trio_websocket.ConnectionTimeout):

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 import sonde
 from sonde.agent.config import AgentConfig, ConfigError, check_hub_url, load_config, save_config
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
+from sonde.connect_failures import describe_tls_failure
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import describe_validation_error
 from sonde.protocol.enrollment import TOKEN_PATTERN, EnrollRequest, EnrollResponse, ErrorResponse
@@ -171,9 +172,14 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> tuple[int,
         with exc:  # an HTTP error answer is still an answer: the hub's error body
             return exc.code, exc.read(MAX_ANSWER_BYTES)
     except urllib.error.URLError as exc:
+        tls = describe_tls_failure(exc)
+        if tls is not None:
+            raise EnrollError("tls", f"cannot enroll with the hub at {hub_url}: {tls}") from None
         raise EnrollError("unreachable", f"cannot reach the hub at {hub_url}: {exc.reason}") from None
     except (OSError, http.client.HTTPException) as exc:
         reason = str(exc) or type(exc).__name__
+        if isinstance(exc, http.client.RemoteDisconnected) and hub_url.startswith("http://"):
+            reason += "; if the hub serves HTTPS (--tls-cert), use an https:// URL"
         raise EnrollError("unreachable", f"cannot reach the hub at {hub_url}: {reason}") from None
 
 

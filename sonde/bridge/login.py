@@ -15,6 +15,7 @@ import httpx2
 
 from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config, save_config
 from sonde.bridge.settings import check_api_key, normalize_hub_url
+from sonde.connect_failures import describe_failure, describe_tls_failure
 
 CHECK_TIMEOUT_S = 10.0
 
@@ -77,7 +78,11 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
             say(f"{exc}; nothing saved. Check the key, or create one with `sonde hub key create`.")
             return 1
         except httpx2.HTTPError as exc:
-            say(f"could not reach {hub_url} to check the key ({type(exc).__name__}: {exc}); saving it anyway")
+            tls = describe_tls_failure(exc)
+            if tls is not None:  # not an outage: this machine would never get through
+                say(f"cannot check the key at {hub_url}: {tls}; nothing saved (or pass --no-check)")
+                return 1
+            say(f"could not reach {hub_url} to check the key ({describe_failure(exc)}); saving it anyway")
     else:
         say("not checking the key against the hub (--no-check)")
     try:

@@ -48,6 +48,7 @@ from sonde.bridge.hub_session import (
 from sonde.bridge.settings import BridgeSettings
 from sonde.bridge.sse import SSEError, SSEParser
 from sonde.bridge.stdio import LineTooLong, read_lines, write_lines
+from sonde.connect_failures import describe_failure
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,6 @@ RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
 HTTP_TIMEOUT = httpx2.Timeout(connect=10.0, read=None, write=30.0, pool=None)
 TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
-
-
-def describe_failure(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Forwarder:

@@ -103,17 +103,17 @@ def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
         db.close()
 
 
-def bootstrap_admin_key(config: HubConfig) -> str | None:
-    """Create the first admin key on an empty store; returns its secret once, else None."""
-    db = open_database(config.db_path)
-    try:
-        if count_active_admin_keys(db) > 0 or get_meta(db, "bootstrapped") is not None:
-            return None
-        _, secret = create_api_key(db, "admin", role="admin")
-        set_meta(db, "bootstrapped", str(time.time()))
-        return secret
-    finally:
-        db.close()
+def bootstrap_admin_key(db: Database) -> str | None:
+    """Create the first admin key on an empty store; returns its secret once, else None.
+
+    A store op, run once the hub listens: a first start that fails before then (a
+    TLS key that does not match its certificate, a port in use) must not leave an
+    admin key behind that nobody was shown."""
+    if count_active_admin_keys(db) > 0 or get_meta(db, "bootstrapped") is not None:
+        return None
+    _, secret = create_api_key(db, "admin", role="admin")
+    set_meta(db, "bootstrapped", str(time.time()))
+    return secret
 
 
 def announce_admin_key(secret: str, data_dir: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import trio
 
 from sonde.hub.config import HubConfig, parse_bind
+from sonde.hub.tls_files import TLSFileError, check_tls_files
 
 
 def build_config(
@@ -33,7 +34,14 @@ def build_config(
         return "--tls-cert and --tls-key go together"
     for path in (tls_cert, tls_key):
         if path is not None and not path.is_file():
-            return f"TLS file {path} does not exist"
+            return (
+                f"TLS file {path} does not exist" if not path.exists() else f"TLS file {path} is not a file"
+            )
+    if tls_cert is not None and tls_key is not None:
+        try:
+            check_tls_files(tls_cert, tls_key)
+        except TLSFileError as exc:
+            return str(exc)
     if not 0.05 <= heartbeat_interval <= 3600:
         return "--heartbeat-interval must be between 0.05 and 3600 seconds"
     if not 0.1 <= probe_timeout <= 3600:

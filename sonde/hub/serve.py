@@ -20,6 +20,7 @@ from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hu
 from sonde.hub.mcp_server import build_session_manager, transport_security
 from sonde.hub.rest import create_rest_app
 from sonde.hub.tcp_guard import use_guarded_tcp_server
+from sonde.hub.tls_files import expiry_problem
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -61,8 +62,9 @@ async def serve_hub(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``shutdown`` is set (or forever); reports the base URL when bound."""
-    admin_secret = bootstrap_admin_key(config)
     use_guarded_tcp_server()
+    if config.certfile is not None and (expiring := expiry_problem(config.certfile)):
+        log.warning("%s", expiring)
     async with open_hub(config) as hub:
         manager = build_session_manager(hub, config.port)
         root = RootApp(hub, manager, create_rest_app(hub))
@@ -80,6 +82,7 @@ async def serve_hub(
             url = bound_url(config, binds)
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             manager.security_settings = transport_security(hub, port)
+            admin_secret = await hub.store.write(bootstrap_admin_key)
             if admin_secret:
                 announce_admin_key(admin_secret, config.data_dir)
             print(f"sonde hub listening on {url}  (MCP: {url}/mcp)", file=sys.stderr, flush=True)
