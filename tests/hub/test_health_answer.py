@@ -1,12 +1,28 @@
-"""A health_check answer stays small on a large fleet: counts cover everything, lists show the worst 50."""
+"""A health_check answer stays small on a large fleet (counts cover everything, lists show the worst
+50); the inputs it refuses; and a category status that means what the tool description says."""
 
 from __future__ import annotations
 
+import re
 import time
 
+import pytest
+from pydantic import ValidationError
+
 from sonde.hub.agent_records import AgentRecord
-from sonde.hub.diagnostics import RunbookOutcome
-from sonde.hub.tools.health import MAX_LISTED, Unreachable, summarize_outcomes
+from sonde.hub.diagnostics import RunbookOutcome, StepOutcome
+from sonde.hub.errors import HubError
+from sonde.hub.tools.health import (
+    HEALTH_CHECK,
+    MAX_LISTED,
+    HealthCheckInput,
+    HealthCheckOutput,
+    Unreachable,
+    category_status,
+    check_agent_tags,
+    missing_categories,
+    summarize_outcomes,
+)
 from sonde.packs.runbook import Finding, Runbook
 
 
@@ -33,3 +49,83 @@ def test_a_small_answer_is_whole_and_omits_nothing() -> None:
     answer = summarize_outcomes([outcome(1, "info")], [], time.perf_counter())
     assert len(answer.findings) == 1
     assert answer.omitted == {}
+
+
+# --- the inputs health_check refuses, and what its category status means ------------------
+
+
+def agent_record(name: str, tags: list[str]) -> AgentRecord:
+    return AgentRecord(name=name, public_key="k", enrolled_at=0.0, tags=tags)
+
+
+def test_a_named_agent_without_the_tags_is_refused_naming_its_tags() -> None:
+    check_agent_tags(agent_record("a1", ["prod"]), ["#PROD"])  # carries them: no refusal
+    with pytest.raises(HubError) as refused:
+        check_agent_tags(agent_record("a2", ["staging"]), ["#prod"])
+    assert refused.value.message == (
+        "Agent a2 does not carry the tags #prod; its tags: #staging. Drop tags to check a2, "
+        "or pick an agent that has them (list_agents with these tags)."
+    )
+    with pytest.raises(HubError, match="its tags: none"):
+        check_agent_tags(agent_record("a3", []), ["prod"])
+
+
+def test_a_category_no_matching_agent_has_is_refused_or_reported() -> None:
+    one, two = [agent_record("a1", [])], [agent_record("a1", []), agent_record("a2", [])]
+    offered = {"toolcheck", "system"}
+    assert missing_categories([], two, offered) == []
+    assert missing_categories(["system", "nosuch", "system", "other"], two, offered) == ["nosuch", "other"]
+    with pytest.raises(HubError) as refused:
+        missing_categories(["nosuch"], one, offered)
+    assert refused.value.code == "not_found"
+    assert refused.value.message.startswith(
+        "Agent a1 has no 'nosuch' category. Its categories: system, toolcheck."
+    )
+    with pytest.raises(HubError, match="None of the 2 matching agents has a 'docker' or 'x' category"):
+        missing_categories(["docker", "x", "docker"], two, offered)
+    assert missing_categories(["nosuch"], [], set()) == []  # no agent matched: agents_checked says so
+
+
+def test_categories_not_found_is_in_the_answer_and_its_schema() -> None:
+    answer = summarize_outcomes([], [], time.perf_counter(), categories_not_found=["nosuch"])
+    assert answer.model_dump(mode="json")["categories_not_found"] == ["nosuch"]
+    schema = HealthCheckOutput.model_json_schema()
+    assert "categories_not_found" in schema["properties"]
+    assert "categories_not_found" in HEALTH_CHECK
+
+
+@pytest.mark.parametrize("agent", ["", "x" * 5000, "dé", "a b", "-a"])
+def test_the_optional_agent_is_validated_like_every_other_tools(agent: str) -> None:
+    with pytest.raises(ValidationError):
+        HealthCheckInput(agent=agent)
+    assert HealthCheckInput(agent="web-1.example").agent == "web-1.example"
+    assert HealthCheckInput().agent is None
+
+
+def step(status: str) -> StepOutcome:
+    return StepOutcome("system.disk.usage", status=status)
+
+
+@pytest.mark.parametrize("severity", [None, "info", "warning", "critical"])
+@pytest.mark.parametrize(
+    "statuses", [("ok", "ok"), ("ok", "skipped"), ("ok", "timeout"), ("skipped", "skipped")]
+)
+def test_the_category_status_is_what_the_description_says(
+    severity: str | None, statuses: tuple[str, str]
+) -> None:
+    """HEALTH_CHECK states the precedence; category_status must follow exactly that order."""
+    stated = re.search(r"the first that applies of ([a-z_ >]+):", " ".join(HEALTH_CHECK.split()))
+    assert stated is not None, "the description must state the status precedence"
+    precedence = [s.strip() for s in stated[1].split(">")]
+    assert precedence == ["critical", "warning", "incomplete", "ok"]
+    found = RunbookOutcome(agent_record("a1", []), Runbook("system", "", ()), [step(s) for s in statuses])
+    if severity is not None:
+        found.findings.append(Finding(severity, "t", "d", "system.disk.usage"))  # type: ignore[arg-type]
+    applies = {
+        "critical": severity == "critical",
+        "warning": severity == "warning",
+        "incomplete": any(s != "ok" for s in statuses),
+        "ok": True,
+    }
+    expected = "not_checked" if set(statuses) == {"skipped"} else next(s for s in precedence if applies[s])
+    assert category_status("system", [found]).status == expected

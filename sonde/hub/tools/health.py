@@ -8,8 +8,10 @@ from typing import Annotated, Any, Literal
 import trio
 from pydantic import BaseModel, Field, JsonValue
 
+from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
 from sonde.hub.errors import HubError, forbidden, not_found, unavailable
+from sonde.hub.policy import has_tags, normalize_tags
 from sonde.hub.probing import capitalized, current_status, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
     AGENT_FIELD,
@@ -68,7 +70,9 @@ class Skipped(BaseModel):
 
 
 class HealthCheckInput(ToolInput):
-    agent: Annotated[str | None, Field(default=None, description="Only this agent (name or id).")]
+    agent: Annotated[str, AGENT_FIELD] | None = Field(
+        default=None, description="Only this agent (name or id); it must carry any tags given too."
+    )
     tags: Annotated[list[str], TAGS_FIELD]
     categories: list[CATEGORY] = Field(
         default_factory=list, max_length=32, description="Only these categories (default: all that apply)."
@@ -88,6 +92,10 @@ class HealthCheckOutput(ToolOutput):
     categories: list[CategoryStatus]
     skipped: list[Skipped]
     partial: bool
+    categories_not_found: list[str] = Field(
+        default_factory=list,
+        description="Requested categories that none of the matching agents has (the others were run).",
+    )
     omitted: dict[str, int] = Field(
         default_factory=dict,
         description=f"How many findings / unreachable / skipped entries were left out (each list shows at "
@@ -100,9 +108,12 @@ Runs every applicable diagnostic category (system, and each pack's: postgres, ng
 matching online agents in parallel and returns a short ranked answer: findings sorted
 critical > warning > info, each naming agent, category and the probe it came from; the agents it
 could not reach (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
-per-category status (incomplete when a probe was skipped by your key's policy, failed or timed out;
-not_checked when none ran). Follow up with diagnose (one category on one agent),
-probe (one reading) or query_logs (root cause). Pass tags only when the user names them with '#'."""
+per-category status, the first that applies of critical > warning > incomplete > ok: a critical or
+warning finding decides it even when some of the category's probes did not answer; incomplete when a
+probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A requested
+category no matching agent has is refused, or, when others were run, listed in categories_not_found.
+Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
+Pass tags only when the user names them with '#'."""
 
 
 def finding_outs(outcome: RunbookOutcome) -> list[FindingOut]:
@@ -120,7 +131,11 @@ def finding_outs(outcome: RunbookOutcome) -> list[FindingOut]:
 
 
 def summarize_outcomes(
-    outcomes: list[RunbookOutcome], unreachable: list[Unreachable], started: float
+    outcomes: list[RunbookOutcome],
+    unreachable: list[Unreachable],
+    started: float,
+    *,
+    categories_not_found: list[str] | None = None,
 ) -> HealthCheckOutput:
     findings = sorted(
         (f for o in outcomes for f in finding_outs(o)),
@@ -157,14 +172,16 @@ def summarize_outcomes(
         categories=categories,
         skipped=skipped[:MAX_LISTED],
         partial=partial,
+        categories_not_found=categories_not_found or [],
         omitted={name: count - MAX_LISTED for name, count in lists.items() if count > MAX_LISTED},
     )
 
 
 def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategoryStatus:
-    """The worst finding, else whether every probe answered: a probe skipped (the key's policy),
-    failed or timed out leaves the category incomplete, and one where none ran is not_checked,
-    never ok."""
+    """critical > warning > incomplete > ok, the first that applies: the worst finding decides, even
+    when other probes were skipped (the key's policy), failed or timed out; without a critical or
+    warning finding such a probe makes it incomplete. One where no probe ran is not_checked, never ok.
+    HEALTH_CHECK tells the model exactly this; keep the two in step."""
     steps = [s for o in outcomes for s in o.steps]
     severities = {f.severity for o in outcomes for f in o.findings}
     status: CategoryState
@@ -181,12 +198,57 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
     return CategoryStatus(category=category, status=status, agents=len(outcomes))
 
 
+def check_agent_tags(record: AgentRecord, tags: list[str]) -> None:
+    """Refuse a named agent that does not carry all of ``tags``: agent and tags both apply."""
+    if has_tags(record.tags, tags):
+        return
+    wanted = " ".join(f"#{t}" for t in normalize_tags(tags))
+    its = " ".join(f"#{t}" for t in record.tags) or "none"
+    raise not_found(
+        f"Agent {record.name} does not carry the tags {wanted}; its tags: {its}. Drop tags to check "
+        f"{record.name}, or pick an agent that has them (list_agents with these tags)."
+    )
+
+
+def matching_agents(call: ToolCall, args: HealthCheckInput) -> list[AgentRecord]:
+    """The agent named (if it carries the tags), else every visible agent with the tags."""
+    if args.agent is None:
+        return visible_agents(call.hub, call.caller, args.tags)
+    record = resolve_agent(call.hub, call.caller, args.agent)
+    check_agent_tags(record, args.tags)
+    return [record]
+
+
+def missing_categories(requested: list[str], records: list[AgentRecord], offered: set[str]) -> list[str]:
+    """The requested categories that none of ``records`` (offering ``offered``) has.
+
+    Refuses when that is every requested category: running nothing would read as an all-clear.
+    With no matching agent at all there is nothing to say (agents_checked is 0).
+    """
+    if not records:
+        return []
+    missing = [c for c in dict.fromkeys(requested) if c not in offered]
+    if not missing or len(missing) < len(set(requested)):
+        return missing
+    names = " or ".join(repr(c) for c in missing)
+    listed = ", ".join(sorted(offered)) or "none"
+    if len(records) == 1:
+        message = f"Agent {records[0].name} has no {names} category. Its categories: {listed}."
+    else:
+        message = (
+            f"None of the {len(records)} matching agents has a {names} category. Their categories: {listed}."
+        )
+    raise not_found(f"{message} Call list_capabilities to see which agent has which.")
+
+
 async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOutput:
     hub, caller = call.hub, call.caller
     started = time.perf_counter()
-    records = (
-        [resolve_agent(hub, caller, args.agent)] if args.agent else visible_agents(hub, caller, args.tags)
-    )
+    records = matching_agents(call, args)
+    not_found_categories: list[str] = []
+    if args.categories:
+        offered = {category for record in records for category in runbooks_for(hub, record)}
+        not_found_categories = missing_categories(args.categories, records, offered)
     unreachable: list[Unreachable] = []
     plans: list[list[RunbookOutcome]] = []
     for listed in records:
@@ -214,9 +276,15 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
         args.agent,
         "ok",
         duration_ms=(time.perf_counter() - started) * 1000,
-        detail={"agents": len(records), "tags": args.tags, "categories": args.categories},
+        detail={
+            "agents": len(records),
+            "tags": args.tags,
+            "categories": args.categories,
+            "categories_not_found": not_found_categories,
+        },
     )
-    return summarize_outcomes([o for outcomes in plans for o in outcomes], unreachable, started)
+    outcomes = [o for plan in plans for o in plan]
+    return summarize_outcomes(outcomes, unreachable, started, categories_not_found=not_found_categories)
 
 
 # --- diagnose ----------------------------------------------------------------
