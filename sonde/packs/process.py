@@ -39,6 +39,16 @@ async def _read_capped(stream: trio.abc.ReceiveStream, limit: int) -> tuple[byte
             return b"".join(chunks)[:limit], True
 
 
+# The package that brings each optional command a probe runs (README: "Optional commands").
+DEBIAN_PACKAGES = {
+    "ping": "iputils-ping",
+    "traceroute": "traceroute",
+    "lsblk": "util-linux",
+    "lscpu": "util-linux",
+    "dmesg": "util-linux",
+}
+
+
 async def run_command(
     argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 ) -> CommandOutput:
@@ -53,7 +63,9 @@ async def run_command(
         raise ValueError("empty command")
     executable = shutil.which(argv[0])
     if executable is None:
-        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine")
+        package = DEBIAN_PACKAGES.get(argv[0])
+        hint = f" (Debian and Ubuntu: apt install {package})" if package else ""
+        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine{hint}")
     if not os.access(executable, os.X_OK):
         raise ProbeUnavailable(f"command {argv[0]!r} may not be run by this user")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}

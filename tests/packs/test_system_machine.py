@@ -146,18 +146,19 @@ async def test_traceroute_loopback() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "params"),
+    ("name", "params", "package"),
     [
-        ("system.network.ping", {"host": "127.0.0.1"}),
-        ("system.network.traceroute", {"host": "127.0.0.1"}),
-        ("system.block.devices", {}),
+        ("system.network.ping", {"host": "127.0.0.1"}, "iputils-ping"),
+        ("system.network.traceroute", {"host": "127.0.0.1"}, "traceroute"),
+        ("system.block.devices", {}, "util-linux"),
     ],
 )
 async def test_a_missing_binary_is_unavailable_not_a_failure(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str, params: dict[str, Any]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str, params: dict[str, Any], package: str
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
     with pytest.raises(ProbeExecutionError) as caught:
         await run(name, **params)
     assert caught.value.code == "unavailable"
     assert "is not installed on this machine" in caught.value.message
+    assert f"apt install {package}" in caught.value.message
