@@ -13,7 +13,7 @@ from sonde.hub.audit import query_audit
 from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import resolve_agent, visible_agents
-from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
 
 DEFAULT_LIST_LIMIT = 100
@@ -21,7 +21,7 @@ MAX_LIST_LIMIT = 1000
 
 
 class ListAgentsInput(ToolInput):
-    tags: Annotated[list[str], TAGS_FIELD]
+    tags: Annotated[list[TagQuery], TAGS_FIELD]
     status: Literal["online", "offline", "degraded"] | None = Field(
         default=None, description="Only agents in this status (e.g. offline, to see what is down)."
     )
@@ -40,9 +40,11 @@ class ListAgentsInput(ToolInput):
 
 class ListAgentsOutput(ToolOutput):
     agents: list[AgentSummary]
-    online: int = Field(description="Online agents among all you can reach.")
-    total: int = Field(description="All agents you can reach.")
-    by_status: dict[str, int] = Field(description="All agents you can reach, counted by status.")
+    online: int = Field(description="Online agents among 'total'.")
+    total: int = Field(
+        description="All agents you can reach with the tags given (name and status do not narrow it)."
+    )
+    by_status: dict[str, int] = Field(description="Those same agents ('total'), counted by status.")
     matched: int = Field(description="Agents matching the filters; 'agents' holds the first 'limit' of them.")
     truncated: bool = Field(description="True when more agents matched than 'limit': narrow the filters.")
 

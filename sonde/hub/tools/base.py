@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,10 @@ AGENT_FIELD = Field(
     pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
     description="Agent name (or id), exactly as list_agents shows it.",
 )
+# One tag to filter by: a blank one, or a bare '#', would match every agent.
+TagQuery = Annotated[
+    str, Field(max_length=65, pattern=r"[^#\s]", description="A tag, with or without a leading '#'.")
+]
 TAGS_FIELD: Any = Field(
     default_factory=list,
     max_length=16,

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from sonde.hub.diagnostics import describe_categories, runbooks_for
 from sonde.hub.probing import agent_probes, visible_agents
-from sonde.hub.tools.base import TAGS_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 
 
 class PackOut(BaseModel):
@@ -39,7 +39,7 @@ DEFAULT_AGENTS_SHOWN = 25
 
 
 class CapabilitiesInput(ToolInput):
-    tags: Annotated[list[str], TAGS_FIELD]
+    tags: Annotated[list[TagQuery], TAGS_FIELD]
     limit: int = Field(
         default=DEFAULT_AGENTS_SHOWN,
         ge=1,

@@ -16,6 +16,7 @@ from sonde.hub.probing import capitalized, current_status, resolve_agent, visibl
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     TAGS_FIELD,
+    TagQuery,
     ThrottledProgress,
     ToolCall,
     ToolInput,
@@ -73,7 +74,7 @@ class HealthCheckInput(ToolInput):
     agent: Annotated[str, AGENT_FIELD] | None = Field(
         default=None, description="Only this agent (name or id); it must carry any tags given too."
     )
-    tags: Annotated[list[str], TAGS_FIELD]
+    tags: Annotated[list[TagQuery], TAGS_FIELD]
     categories: list[CATEGORY] = Field(
         default_factory=list, max_length=32, description="Only these categories (default: all that apply)."
     )
