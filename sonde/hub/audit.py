@@ -34,6 +34,10 @@ PRUNE_ACTION = "cli.audit.prune"
 MAX_QUERY_LIMIT = 1000
 _HASHED_FIELDS = ("seq", "ts", "actor", "action", "target", "outcome", "duration_ms", "detail")
 _QUERY_COLUMNS = "seq, ts, actor, action, target, outcome, duration_ms, detail, hash"
+_CONTAINS_CLAUSE = (  # a literal, case-sensitive text in any text column
+    "(instr(actor, ?) > 0 OR instr(action, ?) > 0 OR instr(coalesce(target, ''), ?) > 0"
+    " OR instr(outcome, ?) > 0 OR instr(coalesce(detail, ''), ?) > 0)"
+)
 
 
 class AuditEntry(BaseModel):
@@ -264,12 +268,44 @@ def query_audit(
     action_prefix: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    contains: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     """Audit rows, newest first, as dicts (``detail`` decoded).
 
     ``agent`` matches ``target`` exactly; ``since`` is inclusive and ``until`` exclusive
-    (unix seconds). Raises ValueError unless 1 <= limit <= 1000.
+    (unix seconds); ``contains`` is as in `query_audit_page`. Raises ValueError unless
+    1 <= limit <= 1000.
+    """
+    rows, _ = query_audit_page(
+        db,
+        agent=agent,
+        actor=actor,
+        action_prefix=action_prefix,
+        since=since,
+        until=until,
+        contains=contains,
+        limit=limit,
+    )
+    return rows
+
+
+def query_audit_page(
+    db: Database,
+    *,
+    agent: str | None = None,
+    actor: str | None = None,
+    action_prefix: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    contains: str | None = None,
+    limit: int = 100,
+) -> tuple[list[dict[str, Any]], bool]:
+    """The newest ``limit`` matching rows (as `query_audit`) and whether older ones also matched.
+
+    ``contains`` keeps rows whose actor, action, target, outcome or detail contains
+    that literal, case-sensitive text; it is applied in the query, before the limit.
+    Raises ValueError unless 1 <= limit <= 1000.
     """
     if not 1 <= limit <= MAX_QUERY_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_QUERY_LIMIT}, not {limit}")
@@ -282,6 +318,18 @@ def query_audit(
     if action_prefix:
         clauses.append("substr(action, 1, ?) = ?")
         params += [len(action_prefix), action_prefix]
+    if contains:
+        clauses.append(_CONTAINS_CLAUSE)
+        params += [*[contains] * 4, _json_escaped(contains)]
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = db.query(f"SELECT {_QUERY_COLUMNS} FROM audit {where} ORDER BY seq DESC LIMIT ?", [*params, limit])
-    return [{**row, "detail": json.loads(row["detail"]) if row["detail"] else {}} for row in rows]
+    query = f"SELECT {_QUERY_COLUMNS} FROM audit {where} ORDER BY seq DESC LIMIT ?"
+    rows = [
+        {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
+        for row in db.query(query, [*params, limit + 1])
+    ]
+    return rows[:limit], len(rows) > limit
+
+
+def _json_escaped(text: str) -> str:
+    """``text`` as it appears inside a JSON string in the stored ``detail`` (quotes, non-ASCII escaped)."""
+    return _canonical(text)[1:-1]

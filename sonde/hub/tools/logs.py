@@ -1,49 +1,130 @@
-"""`query_logs`: root-cause digging in an agent's logs, or in the hub's own audit trail."""
+"""`query_logs`: root-cause digging in an agent's logs, or in the hub's own audit trail.
+
+Each source is one probe of one pack (the audit trail is read on the hub), and each
+supports only the filters its probe has: a filter a source cannot apply is refused
+when the arguments are validated, never silently dropped (`FILTER_SOURCES`).
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, Field, JsonValue, WithJsonSchema, model_validator
 
-from sonde.hub.audit import query_audit
-from sonde.hub.errors import HubError
+from sonde.hub.agent_records import AgentRecord
+from sonde.hub.audit import query_audit_page
+from sonde.hub.errors import HubError, not_found
 from sonde.hub.keys import parse_duration
 from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso
 
 SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
+# At most 5 digits: journalctl's relative times (the systemd probe's `since`) take no more.
+SINCE_PATTERN = r"^(\d{1,5}[smhd]|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?Z?)$"
+SINCE_FORMS = (
+    "a duration of 1 to 5 digits with s, m, h or d ('90s', '15m', '2h', '1d'), "
+    "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z')"
+)
+SOURCE_PACKS = {"systemd": "systemd", "docker": "docker", "nginx": "nginx", "system": "system"}
+FILTER_SOURCES = {"since": ("systemd", "audit"), "grep": ("systemd", "system", "audit")}
+
+
+def is_duration(since: str) -> bool:
+    return since[-1] in "smhd" and since[:-1].isdigit()
+
+
+def iso_epoch(text: str) -> float:
+    """Unix time of an ISO time ('Z': UTC, none: local time); ValueError or OverflowError if not one."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T")).timestamp()
+
+
+def is_since(text: str) -> bool:
+    """Whether ``text`` is a `since` this tool can use: the pattern, and a real date and time."""
+    if re.fullmatch(SINCE_PATTERN, text) is None:
+        return False
+    if is_duration(text):
+        return True
+    try:
+        iso_epoch(text)
+    except (ValueError, OverflowError, OSError):  # month 13, hour 99, a year out of the clock's reach
+        return False
+    return True
+
+
+def checked_since(since: str) -> str:
+    """``since`` if it is one of `SINCE_FORMS` and a real date and time; else ValueError saying so."""
+    if not is_since(since):
+        raise ValueError(f"since must be {SINCE_FORMS} (a real date and time), not {since!r}")
+    return since
+
+
+# Checked here, not by a pattern constraint alone: '2026-13-45T99:99' fits any pattern short of a calendar.
+Since = Annotated[
+    str, AfterValidator(checked_since), WithJsonSchema({"type": "string", "pattern": SINCE_PATTERN})
+]
 
 
 class QueryLogsInput(ToolInput):
     source: Literal["systemd", "docker", "nginx", "system", "audit"] = Field(
-        description="systemd journal, docker container logs, nginx logs, a log file under an allowed path "
-        "(system), or the hub's own audit trail (audit)."
+        description="systemd: the journal (unit, priority, since, grep); docker: a container's logs "
+        "(container; no since, no grep); nginx: the access or error log (kind, path; no since, no grep); "
+        "system: a log file under the agent's allowed paths (path, grep; no since); audit: the hub's own "
+        "audit trail (agent, since, grep)."
     )
     agent: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-        description="The agent whose logs to read (required except for audit).",
+        description="The agent whose logs to read (required except for audit, where it keeps the entries "
+        "targeting that agent).",
     )
-    lines: int = Field(default=100, ge=1, le=1000, description="At most this many lines (newest).")
-    since: str | None = Field(
+    lines: int = Field(default=100, ge=1, le=1000, description="At most this many lines (the newest).")
+    since: Since | None = Field(
         default=None,
-        pattern=r"^(\d+[smhd]|\d{4}-\d{2}-\d{2}[T ][0-9:]{5,8}Z?)$",
-        description="Only lines newer than this: '15m', '2h', '1d' or an ISO time.",
+        description="systemd and audit only: only entries newer than this, "
+        f"{SINCE_FORMS}. For systemd journalctl reads an ISO time in the agent's local time zone "
+        "(a Z is dropped); for audit Z means UTC, no Z the hub's local time.",
     )
-    unit: str | None = Field(default=None, pattern=r"^[A-Za-z0-9@:._-]{1,128}$", description="systemd unit.")
-    priority: Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"] | None = None
-    container: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-    kind: Literal["access", "error"] | None = Field(default=None, description="nginx log kind.")
+    unit: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9@:._-]{1,128}$", description="systemd only: the unit."
+    )
+    priority: Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"] | None = Field(
+        default=None, description="systemd only: this priority and more severe."
+    )
+    container: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="docker only (required there): the container name or ID.",
+    )
+    kind: Literal["access", "error"] | None = Field(
+        default=None, description="nginx only: which log (default error)."
+    )
     path: str | None = Field(
         default=None,
         pattern=r"^/[^\x00-\x1f]{0,4095}$",
-        description="A log file under the agent's allowed paths (system, nginx).",
+        description="system (required) and nginx: a log file under the agent's allowed paths.",
     )
-    grep: str | None = Field(default=None, pattern=SAFE_TEXT, description="Only lines containing this text.")
+    grep: str | None = Field(
+        default=None,
+        pattern=SAFE_TEXT,
+        description="systemd, system and audit only. systemd: a regular expression on the message "
+        "(journalctl --grep, case-insensitive when all lowercase); system: lines containing this literal, "
+        "case-sensitive text; audit: entries whose actor, action, target (agent), outcome or detail "
+        "contains it (literal, case-sensitive).",
+    )
+
+    @model_validator(mode="after")
+    def filters_the_source_supports(self) -> Self:
+        for name, sources in FILTER_SOURCES.items():
+            if getattr(self, name) is not None and self.source not in sources:
+                raise ValueError(
+                    f"source={self.source!r} has no {name} filter; only sources {', '.join(sources)} "
+                    f"support {name}. Leave {name} out (and narrow with lines)."
+                )
+        return self
 
 
 class AuditEntryOut(BaseModel):
@@ -66,23 +147,27 @@ class QueryLogsOutput(ToolOutput):
     truncated: bool
 
 
-QUERY_LOGS = """Read logs to find a root cause: source='systemd' (journal; unit, priority, since, grep),
-'docker' (a container's logs), 'nginx' (access or error log), 'system' (a log file under the agent's
-allowed paths, e.g. /var/log/syslog), or 'audit' (the hub's own trail of who ran what; members see
-their own calls). Lines are bounded (default 100, at most 1000); 'since' takes '15m', '2h' or an ISO time."""
+QUERY_LOGS = """Read logs to find a root cause. Each source supports only these filters:
+'systemd' (the journal: unit, priority, since, grep as a regex on the message), 'docker' (a container's
+logs: container; no since or grep), 'nginx' (access or error log: kind, path; no since or grep),
+'system' (a log file under the agent's allowed paths, e.g. /var/log/syslog: path, grep as literal text;
+no since), 'audit' (the hub's own trail of who ran what, members see their own calls: agent, since, grep
+over actor, action, target, outcome and detail). A filter the source does not support is refused.
+Lines are bounded (default 100, at most 1000); 'since' takes '15m', '2h', '1d' or an ISO time."""
 
 
 def since_epoch(since: str | None) -> float | None:
+    """Unix time of a validated `since` (see `QueryLogsInput`), or None."""
     if since is None:
         return None
-    if since[-1] in "smhd" and since[:-1].isdigit():
+    if is_duration(since):
         return time.time() - parse_duration(since)
-    return datetime.fromisoformat(since.replace("Z", "+00:00").replace(" ", "T")).timestamp()
+    return iso_epoch(since)
 
 
 def journal_since(since: str) -> str:
     """Our '15m' / ISO forms in the shape journalctl takes ('-15m', 'YYYY-MM-DD HH:MM:SS')."""
-    if since[-1] in "smhd" and since[:-1].isdigit():
+    if is_duration(since):
         return f"-{since}"
     return since.replace("T", " ").rstrip("Z")[:19]
 
@@ -100,7 +185,7 @@ def log_probe(args: QueryLogsInput) -> tuple[str, dict[str, Any]]:
                 "query_logs with source='docker' needs a container (see probe docker.containers.list)."
             )
         return "docker.container.logs", {"container": args.container, "lines": args.lines}
-    if args.source == "nginx":
+    if args.source == "nginx":  # neither nginx probe filters by time or text
         probe = "nginx.logs.access" if args.kind == "access" else "nginx.logs.error"
         return probe, {"path": args.path, "lines": args.lines}
     if args.path is None:
@@ -114,6 +199,7 @@ async def query_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     if args.agent is None:
         raise HubError(f"query_logs with source={args.source!r} needs an agent; see list_agents.")
     record = resolve_agent(call.hub, call.caller, args.agent)
+    require_source_pack(record, args.source)
     probe, params = log_probe(args)
     params = {key: value for key, value in params.items() if value is not None}
     reading = await run_probe_for(call.hub, call.caller, record, probe, params, via="mcp.query_logs")
@@ -127,15 +213,30 @@ async def query_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     )
 
 
+def require_source_pack(record: AgentRecord, source: str) -> None:
+    """Refuse a source whose pack the agent does not have (not detected there), naming those it has."""
+    packs = {pack.get("name") for pack in record.packs}
+    if SOURCE_PACKS[source] in packs:
+        return
+    available = [name for name, pack in SOURCE_PACKS.items() if pack in packs]
+    raise not_found(
+        f"Agent {record.name} has no {SOURCE_PACKS[source]} pack, so source={source!r} is not available "
+        f"there. Sources available on {record.name}: {', '.join([*available, 'audit'])}."
+    )
+
+
 async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     hub, caller = call.hub, call.caller
     target = resolve_agent(hub, caller, args.agent).name if args.agent else None
     actor = None if caller.is_admin else caller.key_id
-    rows = await hub.read_audit(
-        query_audit, agent=target, actor=actor, since=since_epoch(args.since), limit=args.lines
+    rows, more = await hub.read_audit(
+        query_audit_page,
+        agent=target,
+        actor=actor,
+        since=since_epoch(args.since),
+        contains=args.grep,
+        limit=args.lines,
     )
-    if args.grep:
-        rows = [r for r in rows if args.grep in r["action"] or args.grep in str(r["detail"])]
     entries = [AuditEntryOut(**{**r, "ts": iso(r["ts"])}) for r in rows]
     return QueryLogsOutput(
         source="audit",
@@ -143,7 +244,7 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
         probe=None,
         result=None,
         audit=entries,
-        truncated=len(rows) >= args.lines,
+        truncated=more,
     )
 
 
