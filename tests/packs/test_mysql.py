@@ -99,6 +99,39 @@ async def test_databases_sizes(connections: list[Any]) -> None:
         await trio.to_thread.run_sync(execute, admin, f"DROP DATABASE {name}")
 
 
+@pytest.fixture
+async def sized_databases() -> AsyncIterator[list[str]]:
+    """Three databases of one table each, dropped afterwards."""
+    names = [f"sonde_size_{uuid.uuid4().hex[:10]}" for _ in range(3)]
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for name in names:
+            for sql in (
+                f"CREATE DATABASE {name}",
+                f"CREATE TABLE {name}.t (id INT PRIMARY KEY, v TEXT) ENGINE=InnoDB",
+                f"INSERT INTO {name}.t VALUES (1, REPEAT('x', 60000))",
+            ):
+                await trio.to_thread.run_sync(execute, admin, sql)
+        yield names
+    finally:
+        for name in names:
+            await trio.to_thread.run_sync(execute, admin, f"DROP DATABASE IF EXISTS {name}")
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_databases_total_covers_the_databases_not_listed(sized_databases: list[str]) -> None:
+    everything = await run("mysql.databases.sizes")
+    assert set(sized_databases) <= {d["name"] for d in everything["databases"]}
+    assert everything["total_size_bytes"] == sum(d["size_bytes"] for d in everything["databases"])
+    one = await run("mysql.databases.sizes", limit=1)
+    assert (len(one["databases"]), one["truncated"]) == (1, True)
+    assert one["total_size_bytes"] == everything["total_size_bytes"]
+    assert one["total"] == everything["total"] == len(everything["databases"]) >= 3
+    system = await run("mysql.databases.sizes", include_system=True, limit=1)
+    assert system["total"] > everything["total"]  # mysql, sys and the schemas too
+    assert system["total_size_bytes"] > everything["total_size_bytes"]
+
+
 async def test_process_list_shows_a_long_statement(connections: list[Any]) -> None:
     sleeper = await trio.to_thread.run_sync(connect)
     connections.append(sleeper)
@@ -242,14 +275,50 @@ def test_innodb_arithmetic_and_findings() -> None:
     assert (finding.severity, finding.title) == ("critical", "InnoDB buffer pool hit ratio is only 88%")
 
 
-async def test_unreachable_and_refused() -> None:
+async def test_unreachable_server_is_unavailable() -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run("mysql.status.summary", port=1, interval_s=0)
     assert (caught.value.code, "MySQL is not available at 127.0.0.1:1" in caught.value.message) == (
         "unavailable",
         True,
     )
+
+
+@pytest.fixture
+async def mysql_user() -> AsyncIterator[str]:
+    """A user with a password the agent config does not hold, and no privileges; dropped afterwards."""
+    name = f"sonde_user_{uuid.uuid4().hex[:10]}"
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        await trio.to_thread.run_sync(
+            execute, admin, f"CREATE USER '{name}'@'%' IDENTIFIED BY 'not-in-config'"
+        )
+        yield name
+    finally:
+        await trio.to_thread.run_sync(execute, admin, f"DROP USER IF EXISTS '{name}'@'%'")
+        await trio.to_thread.run_sync(admin.close)
+
+
+@pytest.mark.parametrize("unknown_user", [True, False], ids=["unknown-user", "wrong-password"])
+async def test_refused_login_is_not_a_missing_privilege(mysql_user: str, unknown_user: bool) -> None:
+    user = "no_such_user_sonde" if unknown_user else mysql_user
     with pytest.raises(ProbeExecutionError) as caught:
-        await run("mysql.innodb.summary", user="no_such_user_sonde")
+        await run("mysql.status.summary", user=user, interval_s=0)
     assert caught.value.code == "permission_denied"
-    assert "PROCESS privilege" in caught.value.message
+    message = caught.value.message
+    assert f"did not accept the login of user '{user}'" in message
+    assert f"Access denied for user '{user}'@'127.0.0.1'" in message  # the user and host the server refused
+    assert "packs.mysql.password" in message
+    assert "PROCESS" not in message
+
+
+async def test_database_not_granted_is_a_missing_privilege(mysql_user: str) -> None:
+    ctx = ProbeContext()
+    ctx.settings.packs["mysql"] = {"password": "not-in-config", "database": "mysql"}
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(REGISTRY, "mysql.innodb.summary", {"user": mysql_user}, ctx)
+    assert caught.value.code == "permission_denied"
+    message = caught.value.message
+    assert f"Access denied for user '{mysql_user}'@'%' to database 'mysql'" in message
+    assert "packs.mysql.database" in message
+    assert "did not accept the login" not in message

@@ -78,6 +78,35 @@ async def test_databases_sizes() -> None:
 
 
 @pytest.fixture
+async def extra_databases() -> AsyncIterator[list[str]]:
+    """Two fresh databases (copies of template1), dropped afterwards."""
+    names = [f"sonde_size_test_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for name in names:
+            await trio.to_thread.run_sync(lambda name=name: execute(admin, f"CREATE DATABASE {name}"))
+        yield names
+    finally:
+        for name in names:
+            await trio.to_thread.run_sync(lambda name=name: execute(admin, f"DROP DATABASE IF EXISTS {name}"))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_databases_total_covers_the_databases_not_listed(extra_databases: list[str]) -> None:
+    everything = await run("postgres.databases.sizes")
+    assert set(extra_databases) <= {db["name"] for db in everything["databases"]}
+    assert everything["total_size_bytes"] == sum(db["size_bytes"] or 0 for db in everything["databases"])
+    one = await run("postgres.databases.sizes", limit=1)
+    assert (len(one["databases"]), one["truncated"]) == (1, True)
+    # approx: other sessions may write in between; the one database listed is far from the total
+    assert one["total_size_bytes"] == pytest.approx(everything["total_size_bytes"], rel=0.01)
+    assert one["total"] == everything["total"] == len(everything["databases"]) >= 3
+    with_templates = await run("postgres.databases.sizes", include_templates=True, limit=1)
+    assert with_templates["total"] == everything["total"] + 2  # template0, template1
+    assert with_templates["total_size_bytes"] > one["total_size_bytes"]
+
+
+@pytest.fixture
 async def extra_connections() -> AsyncIterator[list[psycopg.Connection[Any]]]:
     opened: list[psycopg.Connection[Any]] = []
     yield opened
@@ -103,6 +132,12 @@ async def test_connection_usage_finding(extra_connections: list[psycopg.Connecti
     assert finding.severity == "warning"
     assert finding.title.startswith("PostgreSQL uses")
     assert "of max_connections" in finding.title
+
+
+async def test_connection_usage_leaves_out_the_probe() -> None:
+    found = await run("postgres.connections.usage")
+    assert found["total"] == sum(found["by_state"].values())
+    assert found["usage_percent"] == round(found["total"] * 100 / found["max_connections"], 1)
 
 
 async def test_long_running_query_finding() -> None:
@@ -252,11 +287,45 @@ async def test_unreachable_server_is_unavailable() -> None:
     assert "PostgreSQL is not available at 127.0.0.1:1" in caught.value.message
 
 
-async def test_unknown_user_is_a_permission_problem() -> None:
+async def test_unknown_user_is_a_refused_login() -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run("postgres.connections.usage", user="no_such_role_sonde")
-    assert caught.value.code in ("permission_denied", "unavailable")
-    assert "no_such_role_sonde" in caught.value.message
+    assert caught.value.code == "permission_denied"
+    message = caught.value.message
+    assert "did not accept the login of user 'no_such_role_sonde'" in message
+    assert 'role "no_such_role_sonde" does not exist' in message
+    assert "packs.postgres.user" in message
+    assert "pg_monitor" not in message
+
+
+@pytest.fixture
+async def role_without_connect() -> AsyncIterator[tuple[str, str]]:
+    """A login role and a database it may not connect to, both dropped afterwards."""
+    suffix = uuid.uuid4().hex[:12]
+    role, database = f"sonde_role_{suffix}", f"sonde_noconnect_{suffix}"
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for sql in (
+            f"CREATE ROLE {role} LOGIN",
+            f"CREATE DATABASE {database}",
+            f"REVOKE CONNECT ON DATABASE {database} FROM PUBLIC",
+        ):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        yield role, database
+    finally:
+        for sql in (f"DROP DATABASE IF EXISTS {database}", f"DROP ROLE IF EXISTS {role}"):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_database_without_connect_is_a_missing_privilege(role_without_connect: tuple[str, str]) -> None:
+    role, database = role_without_connect
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("postgres.connections.usage", user=role, database=database)
+    assert caught.value.code == "permission_denied"
+    assert f'permission denied for database "{database}"' in caught.value.message
+    assert "CONNECT on that database" in caught.value.message
+    assert "did not accept the login" not in caught.value.message
 
 
 async def test_password_comes_from_agent_config_only() -> None:

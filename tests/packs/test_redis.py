@@ -236,6 +236,14 @@ async def test_eviction_finding(
     )
     findings = [f for f in strict.evaluate({"redis.memory.details": found}) if "evicted" in f.title]
     assert [f.severity for f in findings] == ["warning"]
+    # back to no limit: the counter stays, and the finding must not blame today's setting for it
+    admin.config_set("maxmemory", 0)
+    admin.config_set("maxmemory-policy", "noeviction")
+    later = await run("redis.memory.details")
+    [finding] = [f for f in strict.evaluate({"redis.memory.details": later}) if "evicted" in f.title]
+    assert "since the server started" in finding.detail
+    assert "Now: maxmemory 0 (no limit), policy noeviction" in finding.detail
+    assert "happened under an earlier setting" in finding.detail
 
 
 async def test_rejected_connection_finding(admin: redis.Redis, restored_config: None) -> None:
@@ -257,6 +265,9 @@ async def test_rejected_connection_finding(admin: redis.Redis, restored_config: 
     )
     [finding] = strict.evaluate({"redis.server.info": found})
     assert finding.title == f"Redis has rejected {found['rejected_connections']} connections since start"
+    assert f"since the server started {found['uptime_s']} s ago" in finding.detail
+    assert f"Now: maxclients {limit}, {found['connected_clients']} clients connected" in finding.detail
+    assert "was reached;" not in finding.detail  # the limit was hit then, not necessarily now
 
 
 async def test_replication_of_a_lone_primary(admin: redis.Redis) -> None:

@@ -11,7 +11,18 @@ from sonde.packs.mysql import DEFAULTS
 from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
 
 READ_TIMEOUT_S = 10
-ACCESS_DENIED = {1044, 1045, 1142, 1227, 1698}  # db access, login (1698: no password), table, privilege
+LOGIN_REFUSED = {1045, 1698}  # ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed the configured database
+PRIVILEGE_DENIED = {1142, 1143, 1227}  # table, column, a global privilege such as PROCESS
+LOGIN_HINT = (
+    "check that this user exists for the client host the server names, its password in the agent config "
+    "(packs.mysql.password) and its authentication plugin (a unix_socket / auth_socket user logs in only "
+    "over the socket, as the OS user of that name), or set the pack's user (packs.mysql.user)"
+)
+DATABASE_HINT = (
+    "grant the agent's database user access to that database, or change the pack's database "
+    "(packs.mysql.database)"
+)
 PRIVILEGE_HINT = "grant the agent's database user the PROCESS privilege (and SELECT on information_schema)"
 
 Query = tuple[str, Sequence[Any]]
@@ -63,11 +74,25 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         text = str(exc.args[1] if len(exc.args) > 1 else exc)[:300]
-        if code in ACCESS_DENIED:
-            raise PermissionError(f"MySQL at {where.where()} refused: {text}; {PRIVILEGE_HINT}") from None
+        refused = _refusal(where, code, text)
+        if refused is not None:
+            raise refused from None
         if not isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
             raise  # our SQL is wrong for this server: a probe failure, not an absent service
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
+
+
+def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | None:
+    """The error for a refused login or a missing privilege (None for any other error code)."""
+    if code in LOGIN_REFUSED:
+        return PermissionError(
+            f"MySQL at {where.where()} did not accept the login of user {where.user!r}: {text}; {LOGIN_HINT}"
+        )
+    if code == DATABASE_DENIED:
+        return PermissionError(f"MySQL at {where.where()} refused: {text}; {DATABASE_HINT}")
+    if code in PRIVILEGE_DENIED:
+        return PermissionError(f"MySQL at {where.where()} refused: {text}; {PRIVILEGE_HINT}")
+    return None
 
 
 async def run_queries(ctx: ProbeContext, params: MysqlParams, *queries: Query) -> list[list[dict[str, Any]]]:

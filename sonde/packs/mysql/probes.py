@@ -20,7 +20,7 @@ SELECT s.SCHEMA_NAME AS name,
 FROM information_schema.SCHEMATA s
 LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
 WHERE %s OR s.SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
-GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name LIMIT %s"""
+GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name"""
 PROCESSES = f"""
 SELECT ID AS id, USER AS user, HOST AS host, DB AS db, COMMAND AS command, TIME AS time_s,
        STATE AS state, LEFT(INFO, {QUERY_MAX_CHARS}) AS query
@@ -45,25 +45,33 @@ class Database(Result):
 
 class Databases(Result):
     databases: list[Database]
+    total: int
     total_size_bytes: int
     truncated: bool
+
+
+def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
+    """Totals over every row of ``rows``; the first ``limit`` rows listed."""
+    return Databases(
+        databases=[Database(**row) for row in rows[:limit]],
+        total=len(rows),
+        total_size_bytes=sum(int(row["size_bytes"]) for row in rows),
+        truncated=len(rows) > limit,
+    )
 
 
 @PACK.probe(
     "mysql.databases.sizes",
     """MySQL/MariaDB databases, largest first: data plus index size in bytes, reclaimable
     free bytes and table count (from information_schema; only databases this user can
-    see), with the total. Use it for 'what fills the disk' on a database server.""",
+    see), with the number of databases and their total size, both over every database
+    included (system schemas only with include_system), not just the `limit` listed. Use
+    it for 'what fills the disk' on a database server.""",
     timeout_s=20,
 )
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
-    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_system, params.limit + 1)))
-    shown = [Database(**row) for row in rows[: params.limit]]
-    return Databases(
-        databases=shown,
-        total_size_bytes=sum(db.size_bytes for db in shown),
-        truncated=len(rows) > params.limit,
-    )
+    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_system,)))
+    return databases_listing(rows, params.limit)
 
 
 class ProcessParams(MysqlParams):

@@ -69,7 +69,8 @@ class ConnectionUsage(Result):
     "postgres.connections.usage",
     """PostgreSQL client connections against max_connections: total, percent used, counts by
     state (active, idle, idle in transaction, ...), and the top databases and users by
-    connections; plus the server version. Use it for 'too many connections' errors.""",
+    connections; plus the server version. The probe's own connection is left out of every
+    figure. Use it for 'too many connections' errors.""",
     timeout_s=15,
 )
 async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
@@ -82,7 +83,7 @@ async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> Connec
         (SETTINGS, ()),
     )
     limits = settings[0]
-    total = sum(row["n"] for row in by_state) + 1  # the probe's own session counts against the limit too
+    total = sum(row["n"] for row in by_state)
     return ConnectionUsage(
         server_version=limits["version"],
         max_connections=limits["max_connections"],

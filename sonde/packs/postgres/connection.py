@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,21 @@ from sonde.packs.services import CONNECT_TIMEOUT_S, DatabaseName, Endpoint, Serv
 STATEMENT_TIMEOUT_MS = 10_000
 SESSION_OPTIONS = f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT_MS}"
 MONITOR_HINT = "grant the agent's database user the pg_monitor role"
+# a login the server refused (SQLSTATE 28P01 / 28000), in libpq's and the server's (English) words
+LOGIN_REFUSED = re.compile(
+    r"authentication failed|no pg_hba\.conf entry|pg_hba\.conf rejects|role \".*\" does not exist"
+    r"|is not permitted to log in|no password supplied"
+)
+LOGIN_SQLSTATES = {"28000", "28P01"}
+LOGIN_HINT = (
+    "check that this role exists and may log in, its password in the agent config "
+    "(packs.postgres.password) and the pg_hba.conf entry for this client, or set the pack's user "
+    "(packs.postgres.user)"
+)
+CONNECT_HINT = (
+    "grant the agent's database user CONNECT on that database, or set the pack's database "
+    "(packs.postgres.database)"
+)
 
 Query = tuple[str, Sequence[Any]]
 
@@ -56,11 +72,21 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
         raise PermissionError(f"PostgreSQL refused: {exc}; {MONITOR_HINT}") from None
     except psycopg.OperationalError as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "authentication failed" in text or "no pg_hba.conf entry" in text:
-            raise PermissionError(
-                f"PostgreSQL at {where.where()} refused user {where.user!r}: {text}"
-            ) from None
-        raise ProbeUnavailable(f"PostgreSQL is not available at {where.where()}: {text}") from None
+        raise _not_connected(where, text, exc.sqlstate) from None
+
+
+def _not_connected(where: Endpoint, text: str, sqlstate: str | None) -> Exception:
+    """What a failed connection means: the login refused, no CONNECT on the database, or no server."""
+    if sqlstate in LOGIN_SQLSTATES or LOGIN_REFUSED.search(text):
+        return PermissionError(
+            f"PostgreSQL at {where.where()} did not accept the login of user {where.user!r}: {text}; "
+            f"{LOGIN_HINT}"
+        )
+    if "permission denied for database" in text:  # SQLSTATE 42501 at connection time
+        return PermissionError(
+            f"PostgreSQL at {where.where()} refused user {where.user!r}: {text}; {CONNECT_HINT}"
+        )
+    return ProbeUnavailable(f"PostgreSQL is not available at {where.where()}: {text}")
 
 
 async def run_queries(

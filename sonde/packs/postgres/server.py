@@ -19,7 +19,7 @@ SELECT d.datname AS name, pg_encoding_to_char(d.encoding) AS encoding, d.datallo
        coalesce(s.numbackends, 0) AS connections
 FROM pg_database d LEFT JOIN pg_stat_database s ON s.datid = d.oid
 WHERE %s OR NOT d.datistemplate
-ORDER BY size_bytes DESC NULLS LAST, d.datname LIMIT %s"""
+ORDER BY size_bytes DESC NULLS LAST, d.datname"""
 IN_RECOVERY = "SELECT pg_is_in_recovery() AS in_recovery"
 REPLICAS = """
 SELECT application_name, client_addr::text AS client, state, sync_state,
@@ -58,25 +58,33 @@ class Database(Result):
 
 class Databases(Result):
     databases: list[Database]
+    total: int
     total_size_bytes: int
     truncated: bool
+
+
+def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
+    """Totals over every row (a size this user may not see counts as 0); the first ``limit`` rows listed."""
+    return Databases(
+        databases=[Database(**row) for row in rows[:limit]],
+        total=len(rows),
+        total_size_bytes=sum(row["size_bytes"] or 0 for row in rows),
+        truncated=len(rows) > limit,
+    )
 
 
 @PACK.probe(
     "postgres.databases.sizes",
     """PostgreSQL databases, largest first: name, encoding, size in bytes (null where this
     user may not connect), whether it allows connections, and current connections; with
-    the total size. Use it for 'what fills the disk' on a database server.""",
+    the number of databases and their total size, both over every database (templates
+    only with include_templates), not just the `limit` listed. Use it for 'what fills the
+    disk' on a database server.""",
     timeout_s=20,
 )
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
-    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_templates, params.limit + 1)))
-    shown = [Database(**row) for row in rows[: params.limit]]
-    return Databases(
-        databases=shown,
-        total_size_bytes=sum(db.size_bytes or 0 for db in shown),
-        truncated=len(rows) > params.limit,
-    )
+    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_templates,)))
+    return databases_listing(rows, params.limit)
 
 
 class Replica(Result):

@@ -16,6 +16,22 @@ THRESHOLDS: dict[str, Threshold] = {
 }
 
 
+def since_start(reading: Reading) -> str:
+    """How long a Redis counter has been counting, with the uptime when the reading has it."""
+    uptime = reading.get("uptime_s")
+    started = "since the server started" + (f" {uptime} s ago" if uptime is not None else "")
+    return f"{started} (or since its last CONFIG RESETSTAT)"
+
+
+def maxmemory_now(reading: Reading) -> str:
+    """The current maxmemory setting in words: 0 means no limit, noeviction means nothing is evicted."""
+    limit, policy = reading.get("maxmemory_bytes"), reading.get("maxmemory_policy")
+    setting = f"maxmemory {'0 (no limit)' if limit == 0 else f'{limit} bytes'}, policy {policy}"
+    if limit == 0 or policy == "noeviction":
+        return f"{setting}: nothing is evicted under it, so these evictions happened under an earlier setting"
+    return setting
+
+
 def memory_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     probe = "redis.memory.details"
     found = check(
@@ -32,8 +48,8 @@ def memory_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         reading.get("evicted_keys"),
         probe,
         "Redis has evicted {value} keys since start",
-        f"Keys were dropped to stay under maxmemory ({reading.get('maxmemory_bytes')} bytes, policy "
-        f"{reading.get('maxmemory_policy')}); if Redis is not a pure cache, data was lost.",
+        f"Counted {since_start(reading)}: keys dropped to stay under maxmemory as it was set then; if Redis "
+        f"is not a pure cache, data was lost. Now: {maxmemory_now(reading)}.",
     )
     return found
 
@@ -44,8 +60,8 @@ def client_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         reading.get("rejected_connections"),
         "redis.server.info",
         "Redis has rejected {value} connections since start",
-        f"maxclients ({reading.get('maxclients')}) was reached; {reading.get('connected_clients')} "
-        "clients are connected now.",
+        f"Counted {since_start(reading)}: clients refused because maxclients was reached at the time. "
+        f"Now: maxclients {reading.get('maxclients')}, {reading.get('connected_clients')} clients connected.",
     )
 
 
