@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
 log = logging.getLogger(__name__)
+# Hypercorn passes on neither the code nor the reason of a close the client began: the app
+# gets 1006 whether the agent stopped cleanly or its network dropped.
+ABNORMAL_CLOSURE = 1006
 CLOSE_INTERNAL_ERROR = 1011
 REGISTER_TIMEOUT_S = 15.0
 LIVENESS_GRACE_S = 5.0
@@ -80,7 +83,10 @@ class AsgiWebSocketTransport:
                 raise LinkClosed("binary frames are not part of the protocol")
             return str(text)
         self._closed = True
-        raise LinkClosed(f"connection closed ({event.get('code', 1005)})")
+        code = event.get("code", 1005)
+        if code == ABNORMAL_CLOSURE:  # hypercorn reports every close the agent began as 1006
+            raise LinkClosed("the agent closed the connection, or it dropped")
+        raise LinkClosed(f"connection closed ({code})")
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if not self._closed:

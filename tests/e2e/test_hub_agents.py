@@ -106,3 +106,15 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
         finally:
             for proc in procs:
                 proc.stop()
+
+
+def test_an_agent_that_stops_is_not_logged_as_an_abnormal_close(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agent = enroll_agent(hub, tmp_path, "leaving")
+        agent.start()
+        wait_until(lambda: agent_statuses(hub) == {"leaving": "online"})
+        assert agent.stop() == 0  # SIGTERM: a clean close from the agent's side
+        hub.proc.wait_for(
+            re.compile(r"agent leaving offline: the agent closed the connection, or it dropped")
+        )
+        assert "(1006)" not in hub.proc.output
