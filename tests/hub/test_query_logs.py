@@ -120,6 +120,11 @@ UNSUPPORTED = [
     ({"source": "system", "path": "/var/log/syslog", "since": "1h"}, "since", "systemd, audit"),
     ({"source": "docker", "container": "web", "grep": "x"}, "grep", "systemd, system, audit"),
     ({"source": "nginx", "kind": "access", "grep": "x"}, "grep", "systemd, system, audit"),
+    ({"source": "docker", "container": "web", "unit": "nginx.service"}, "unit", "systemd"),
+    ({"source": "audit", "priority": "err"}, "priority", "systemd"),
+    ({"source": "systemd", "container": "web"}, "container", "docker"),
+    ({"source": "system", "path": "/var/log/syslog", "kind": "access"}, "kind", "nginx"),
+    ({"source": "audit", "path": "/var/log/syslog"}, "path", "system, nginx"),
 ]
 
 

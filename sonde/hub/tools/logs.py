@@ -30,7 +30,15 @@ SINCE_FORMS = (
     "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z')"
 )
 SOURCE_PACKS = {"systemd": "systemd", "docker": "docker", "nginx": "nginx", "system": "system"}
-FILTER_SOURCES = {"since": ("systemd", "audit"), "grep": ("systemd", "system", "audit")}
+FILTER_SOURCES = {  # each source-specific argument and the sources that use it
+    "since": ("systemd", "audit"),
+    "grep": ("systemd", "system", "audit"),
+    "unit": ("systemd",),
+    "priority": ("systemd",),
+    "container": ("docker",),
+    "kind": ("nginx",),
+    "path": ("system", "nginx"),
+}
 
 
 def is_duration(since: str) -> bool:
