@@ -20,6 +20,7 @@ import grp
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -111,6 +112,30 @@ def sonde_command() -> tuple[str, ...]:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return (os.path.abspath(candidate),)
     return (os.path.abspath(sys.executable), "-m", "sonde")
+
+
+def closed_to_others(program: str) -> str | None:
+    """Where running ``program`` (and its ``#!`` interpreter), symlinks resolved, is closed to a user
+    who is neither owner nor group: ``'/root (mode 0700)'``; None if open, or if it cannot be read."""
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return None
+    paths = [program]
+    if first.startswith(b"#!") and first[2:].split():
+        paths.append(os.fsdecode(first[2:].split()[0]))
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        try:
+            for step in [*reversed(real.parents), real]:
+                mode = step.stat().st_mode
+                needed = stat.S_IXOTH | (stat.S_IROTH if step == real else 0)
+                if mode & needed != needed:
+                    return f"{step} (mode {stat.S_IMODE(mode):04o})"
+        except OSError:
+            return None
+    return None
 
 
 def group_exists(name: str) -> bool:
@@ -225,8 +250,13 @@ def report_install(path: Path, plan: Plan) -> None:
     print(f"  groups: {' '.join(spec.supplementary_groups) or '(none)'}, for {plan.packs_from}")
     if plan.missing_groups:
         print(f"  not on this machine, left out: {', '.join(plan.missing_groups)}")
-    if spec.exec_start[0].startswith("/root/"):
-        print(f"  warning: user {spec.user} cannot read {spec.exec_start[0]}; install sonde system-wide")
+    closed = closed_to_others(spec.exec_start[0])
+    if closed is not None:
+        print(
+            f"  warning: user {spec.user} cannot run {spec.exec_start[0]}: {closed} is closed to it, so the "
+            "unit would fail to start; install Sonde where every user can read it (e.g. a virtualenv "
+            "under /opt/sonde made with a system-wide Python) and install the unit from there"
+        )
     print("next:")
     if not user_exists(spec.user):
         print(f"  {useradd_command(spec)}")
@@ -299,6 +329,12 @@ def service_status(
         )
         for line in drift:
             print(f"  {line}")
+        closed = closed_to_others(plan.spec.exec_start[0])
+        if closed is not None:
+            current = False
+            print(
+                f"runnable: no, user {plan.spec.user} cannot run {plan.spec.exec_start[0]}: {closed} is closed to it"
+            )
     systemctl = systemctl or shutil.which("systemctl")
     if systemctl is not None:
         print(f"service: {(ask or is_active)([systemctl, 'is-active', 'sonde-agent'])}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from sonde.agent.service import (
     UNIT_NAME,
     Plan,
     UnitSpec,
+    closed_to_others,
     install_service,
     plan_unit,
     render_unit,
@@ -161,6 +165,61 @@ def test_install_writes_the_unit_and_says_what_to_do_next(
         assert "useradd --system --home /var/lib/sonde" in out
 
 
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user may pass through (pytest's own tmp root is 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="sonde-service-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        for path in made.rglob("*"):
+            if path.is_dir():
+                path.chmod(0o755)
+        shutil.rmtree(made)
+
+
+def program_behind(tmp_path: Path, mode: int, interpreter: str = "/bin/sh") -> Path:
+    """An executable script in a directory of ``mode``; its ``#!`` names ``interpreter``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = home / "sonde"
+    script.write_text(f"#!{interpreter}\nexit 0\n")
+    script.chmod(0o755)
+    home.chmod(mode)
+    return script
+
+
+@pytest.mark.parametrize("closed_part", ["directory", "interpreter"])
+def test_install_and_status_say_when_the_service_user_cannot_run_the_program(
+    tmp_path: Path, open_dir: Path, capsys: pytest.CaptureFixture[str], closed_part: str
+) -> None:
+    if closed_part == "directory":
+        program, closed = program_behind(open_dir, 0o700), open_dir / "home"
+    else:  # a script anyone may read, whose interpreter lives behind a closed directory (a venv of /root's)
+        (open_dir / "hidden").mkdir()
+        interpreter = program_behind(open_dir / "hidden", 0o700)
+        (open_dir / "open").mkdir()
+        program = program_behind(open_dir / "open", 0o755, interpreter=str(interpreter))
+        closed = open_dir / "hidden" / "home"
+    plan = Plan(UnitSpec(exec_start=(str(program), "start")), "the test's packs", ())
+    assert install_service(tmp_path, plan=plan, runner=FakeSystemctl()) == 0
+    said = f"user sonde cannot run {program}: {closed} (mode 0700) is closed to it"
+    assert said in capsys.readouterr().out
+    assert service_status(tmp_path, plan=plan, ask=lambda argv: "inactive", systemctl=SYSTEMCTL) == 1
+    assert f"runnable: no, {said}" in capsys.readouterr().out
+
+
+def test_a_program_every_user_may_run_gets_no_warning(
+    tmp_path: Path, open_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = program_behind(open_dir, 0o755)
+    plan = Plan(UnitSpec(exec_start=(str(program), "start")), "the test's packs", ())
+    install_service(tmp_path, plan=plan, runner=FakeSystemctl())
+    assert "cannot run" not in capsys.readouterr().out
+    assert service_status(tmp_path, plan=plan, ask=lambda argv: "active", systemctl=SYSTEMCTL) == 0
+
+
 def test_install_without_now_runs_nothing(tmp_path: Path) -> None:
     systemctl = FakeSystemctl()
     install_service(tmp_path, plan=plan_for(), runner=systemctl, systemctl=SYSTEMCTL)
@@ -298,8 +357,11 @@ def test_the_cli_installs_reports_and_uninstalls(tmp_path: Path) -> None:
     assert installed.returncode == 0, installed.stderr
     assert "ExecStart=/" in (tmp_path / UNIT_NAME).read_text()
     status = sonde("status")
-    assert status.returncode == 0, status.stdout + status.stderr
+    closed = closed_to_others(service.sonde_command()[0])  # e.g. this venv's Python under /root
+    assert status.returncode == (0 if closed is None else 1), status.stdout + status.stderr
     assert "matches" in status.stdout
+    assert ("runnable: no" in status.stdout) == (closed is not None)
+    assert ("cannot run" in installed.stdout) == (closed is not None)
     assert sonde("uninstall").returncode == 0
     assert not (tmp_path / UNIT_NAME).exists()
 
