@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,12 +29,15 @@ from sonde.packs.nginx.logformat import (
     parse_access_line,
     parse_config_test,
     parse_error_line,
+    refused_files,
     summarize_access,
 )
+from sonde.packs.nginx.probes import permission_note
 from sonde.packs.nginx.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold
 from tests.conftest import require
+from tests.packs.test_system_unprivileged import NOBODY, probe_as_nobody, unprivileged
 
 HAND = Path(__file__).parent / "recorded" / "hand"
 REGISTRY = PackRegistry.of([PACK])
@@ -154,10 +158,47 @@ def test_runbook_on_readings() -> None:
     [finding] = RUNBOOK.evaluate({"nginx.config.test": failing})
     assert (finding.severity, finding.title) == ("critical", "nginx config test fails")
     assert "unknown directive (/x:3)" in finding.detail
-    denied = {**failing, "syntax_ok": True, "permission_problem": True}
-    assert RUNBOOK.evaluate({"nginx.config.test": denied})[0].severity == "warning"
+    denied = {**failing, "syntax_ok": True, "permission_problem": True, "note": "check it with sudo"}
+    [refused] = RUNBOOK.evaluate({"nginx.config.test": denied})
+    assert (refused.severity, refused.title) == ("info", "nginx config test cannot run as the agent's user")
+    assert refused.detail == "check it with sudo"
     quiet = {"requests": 5, "server_error_percent": 80.0, "by_status_class": {"5xx": 4}, "top_paths": []}
     assert RUNBOOK.evaluate({"nginx.status.summary": quiet}) == []  # too few requests to judge
+
+
+@pytest.mark.parametrize(
+    ("recorded", "refused"),
+    [
+        ("nginx-t-unprivileged-pid.txt", ["/run/nginx.pid"]),  # nobody, Debian's nginx.conf
+        ("nginx-t-unprivileged-logs.txt", ["/var/log/nginx/error.log"]),  # in adm: may read, not write
+        ("nginx-t-read-only-run.txt", ["/run/nginx.pid"]),  # root under a read-only /run
+        ("nginx-t-unprivileged-key.txt", ["/tmp/ngx/key.pem"]),
+        ("nginx-t-unprivileged-include.txt", ["/tmp/ngx/secret.conf"]),
+        ("nginx-t-unprivileged-broken.txt", []),  # a real error stays one, whoever runs the test
+        ("nginx-t-e-stderr-failed.txt", []),
+        ("hand/nginx-t-unprivileged.txt", ["/run/nginx.pid"]),
+        ("hand/nginx-t-failed.txt", []),
+        ("hand/nginx-t-ok.txt", []),
+    ],
+)
+def test_a_test_failed_only_by_refused_files(recorded: str, refused: list[str]) -> None:
+    assert refused_files(parse_config_test((HAND.parent / recorded).read_text())) == refused
+
+
+def test_the_permission_note_says_how_to_check_instead() -> None:
+    written = parse_config_test((HAND.parent / "nginx-t-unprivileged-pid.txt").read_text())
+    note = permission_note(written, ["/run/nginx.pid"], "sonde")
+    assert note is not None
+    assert "could not open /run/nginx.pid for writing as user 'sonde'" in note
+    assert "needs to write its pid file and open its log files" in note
+    assert "`sudo nginx -t`" in note
+    assert "adm" not in note
+    read = parse_config_test((HAND.parent / "nginx-t-unprivileged-key.txt").read_text())
+    note = permission_note(read, ["/tmp/ngx/key.pem"], "sonde")
+    assert note is not None
+    assert "could not read /tmp/ngx/key.pem as user 'sonde'" in note
+    assert "`sudo nginx -t`" in note
+    assert permission_note(written, [], "sonde") is None
 
 
 # the real nginx
@@ -295,6 +336,27 @@ async def test_config_test_failing_is_a_finding(nginx: Nginx) -> None:
     [finding] = RUNBOOK.evaluate({"nginx.config.test": tested})
     assert (finding.severity, finding.title) == ("critical", "nginx config test fails")
     assert 'unknown directive "sever_tokens"' in finding.detail
+
+
+@unprivileged
+def test_config_test_as_an_unprivileged_user_is_no_config_error(nginx_binary: str) -> None:
+    root = Path(tempfile.mkdtemp(prefix="sonde-nginx-"))
+    try:
+        root.chmod(0o755)  # nobody may read the config, not write the pid or log files beside it
+        for sub in ("logs", "tmp", "www"):
+            (root / sub).mkdir()
+        conf = root / "nginx.conf"
+        conf.write_text(config(root, free_port(), free_port()).replace("user root;", ""))
+        conf.chmod(0o644)
+        found = probe_as_nobody("nginx.config.test", packs={"nginx": {"config": str(conf)}})
+    finally:
+        shutil.rmtree(root)
+    tested = found["result"]
+    assert (tested["ok"], tested["syntax_ok"], tested["permission_problem"]) == (False, True, True)
+    assert f"as user '{NOBODY}'" in tested["note"]
+    assert "`sudo nginx -t`" in tested["note"]
+    [finding] = RUNBOOK.evaluate({"nginx.config.test": tested})
+    assert (finding.severity, finding.detail) == ("info", tested["note"])
 
 
 async def test_status_summary_and_the_5xx_finding(nginx: Nginx) -> None:

@@ -112,6 +112,23 @@ async def test_connections_limit_marks_truncation(connected_pair: int) -> None:
     assert found["truncated"] is True
 
 
+async def test_time_wait_connections_have_no_owner_to_hide() -> None:
+    listener = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with listener:
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        server, _ = await listener.accept()
+        with server:
+            await client.aclose()  # the side that closes first keeps the TIME_WAIT socket
+            assert await server.recv(1) == b""
+        found = await run("system.network.connections", state="time_wait", port=port)
+    assert [c["pid"] for c in found["connections"]] == [None]
+    assert found["processes_visible"] is True  # TIME_WAIT sockets belong to no process
+    assert found["note"] is None
+
+
 async def test_ping_loopback() -> None:
     if shutil.which("ping") is None:  # iputils-ping is optional: then the probe must say so cleanly
         with pytest.raises(ProbeExecutionError) as caught:

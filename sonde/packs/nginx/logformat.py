@@ -40,6 +40,11 @@ TEST_MESSAGE = re.compile(
     r"(?P<text>.*?)(?: in (?P<file>/\S+?):(?P<line>\d+))?$"
 )
 ERROR_LEVELS = ("debug", "info", "notice", "warn", "error", "crit", "alert", "emerg")
+FATAL_LEVELS = ("crit", "alert", "emerg")
+# a file nginx could not open for this user: open() "/run/nginx.pid" failed (13: Permission denied),
+# cannot load certificate key "/etc/ssl/private/x.key": BIO_new_file() failed (...Permission denied...);
+# 30 (EROFS) is the same refusal inside a read-only sandbox such as systemd's ProtectSystem=
+REFUSED_FILE = re.compile(r'"(?P<file>/[^"]+)".*?(?:\((?:13|30): [^)]*\)|Permission denied)')
 TEXT_MAX_CHARS = 1000
 
 
@@ -194,3 +199,14 @@ def parse_config_test(output: str) -> ConfigTest:
         config_file=config_file,
         messages=messages,
     )
+
+
+def refused_files(tested: ConfigTest) -> list[str]:
+    """The files whose refusal alone failed the test: every fatal message is a file nginx could not
+    open as this user (pid or log files to write, or files the config names to read). Empty when the
+    test passed or any fatal message is about something else."""
+    fatal = [m for m in tested.messages if m.level in FATAL_LEVELS]
+    found = [REFUSED_FILE.search(m.text) for m in fatal]
+    if tested.successful or not fatal or None in found:
+        return []
+    return list(dict.fromkeys(match["file"] for match in found if match))

@@ -12,19 +12,19 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.nginx import PACK
 from sonde.packs.nginx.logformat import (
     ERROR_LEVELS,
+    ConfigTest,
     parse_access_line,
     parse_config_test,
     parse_error_line,
+    refused_files,
     summarize_access,
 )
+from sonde.packs.system.privileges import agent_user
 from sonde.packs.system.textfile import AbsolutePath, tail_lines
 
 DEFAULT_ACCESS_LOG = "/var/log/nginx/access.log"
 DEFAULT_ERROR_LOG = "/var/log/nginx/error.log"
-PERMISSION_NOTE = (
-    "nginx -t could not open files it needs as this user; run the agent with read access to the "
-    "config (and the 'adm' group for the logs), or read this as a permission problem, not a config error"
-)
+CHECK_AS_ROOT = "this is no verdict on the config: check it with `sudo nginx -t`"
 
 
 def log_path(ctx: ProbeContext, given: str | None, key: str, default: str) -> Path:
@@ -45,8 +45,27 @@ class ConfigTestResult(Result):
     config_file: str | None
     version: str | None
     messages: list[ConfigMessage]
-    permission_problem: bool
+    permission_problem: bool = Field(
+        description="The test failed only because this user may not open files nginx -t needs."
+    )
     note: str | None
+
+
+def permission_note(tested: ConfigTest, refused: list[str], user: str) -> str | None:
+    """Why a test that failed only on ``refused`` files cannot run as ``user`` (None if none were)."""
+    if not refused:
+        return None
+    files = ", ".join(refused)
+    if tested.syntax_ok:  # past parsing: nginx -t opens its pid file and log files for writing
+        return (
+            f"the syntax is ok, but nginx -t could not open {files} for writing as user '{user}': "
+            "nginx -t needs to write its pid file and open its log files for writing, which this user "
+            f"may not (or the agent's sandbox keeps read-only), so it cannot pass for this agent; {CHECK_AS_ROOT}"
+        )
+    return (
+        f"nginx -t could not read {files} as user '{user}': the config names files this user may "
+        f"not read (TLS keys are rightly kept from it), so the test cannot run as this user; {CHECK_AS_ROOT}"
+    )
 
 
 async def _version(ctx: ProbeContext) -> str | None:
@@ -60,7 +79,9 @@ async def _version(ctx: ProbeContext) -> str | None:
     """Run `nginx -t` on the configured config file (agent config nginx.config, else
     nginx's default): whether the test passed, whether the syntax is ok, the config file,
     the nginx version and every message with level, file and line. `permission_problem`
-    says the failure is about what this user may open, not the configuration itself.""",
+    says it failed only because this user may not open files nginx -t needs (its pid and
+    log files, which it writes, or files the config names, such as TLS keys): that is no
+    verdict on the config, and `note` says how to check it.""",
     timeout_s=20,
 )
 async def config_test(ctx: ProbeContext, params: NoParams) -> ConfigTestResult:
@@ -72,7 +93,7 @@ async def config_test(ctx: ProbeContext, params: NoParams) -> ConfigTestResult:
     if "invalid option" in output.stderr:  # nginx before 1.19.5 has no -e
         output = await ctx.run([item for item in argv if item not in ("-e", "stderr")])
     tested = parse_config_test(output.stderr + output.stdout)
-    denied = "Permission denied" in output.stderr
+    refused = refused_files(tested)
     return ConfigTestResult(
         ok=tested.successful and output.returncode == 0,
         syntax_ok=tested.syntax_ok,
@@ -81,8 +102,8 @@ async def config_test(ctx: ProbeContext, params: NoParams) -> ConfigTestResult:
         messages=[
             ConfigMessage(level=m.level, text=m.text, file=m.file, line=m.line) for m in tested.messages
         ],
-        permission_problem=denied,
-        note=PERMISSION_NOTE if denied else None,
+        permission_problem=bool(refused),
+        note=permission_note(tested, refused, agent_user()),
     )
 
 

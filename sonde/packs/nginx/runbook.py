@@ -19,13 +19,14 @@ SEVERE_LEVELS = ("error", "crit", "alert", "emerg")
 def config_findings(reading: Reading) -> list[Finding]:
     if reading.get("ok"):
         return []
+    if reading.get("permission_problem"):  # nothing wrong with nginx: the agent's user cannot run the test
+        detail = reading.get("note") or "nginx -t needs files this user may not open; run `sudo nginx -t`"
+        return [
+            Finding("info", "nginx config test cannot run as the agent's user", detail, "nginx.config.test")
+        ]
     first = next((m for m in reading.get("messages", []) if m["level"] in ("emerg", "alert", "crit")), None)
     where = f" ({first['file']}:{first['line']})" if first and first.get("file") else ""
     cause = f"{first['text']}{where}" if first else "see the messages of nginx.config.test"
-    if reading.get("permission_problem"):
-        return [
-            Finding("warning", "nginx config test could not run as this user", cause, "nginx.config.test")
-        ]
     return [
         Finding(
             "critical",

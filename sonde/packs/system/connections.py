@@ -19,7 +19,7 @@ from pydantic import Field
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
-from sonde.packs.system.listening import PROC_ROOT, socket_owners
+from sonde.packs.system.listening import PROC_ROOT, owners_note, socket_owners
 from sonde.packs.system.procnet import Family, parse_proc_net
 
 # /proc/net/tcp "st" column -> the state names psutil uses
@@ -37,6 +37,7 @@ TCP_STATES = {
     0x0B: "CLOSING",
     0x0C: "SYN_RECV",
 }
+OWNERLESS_STATES = frozenset({"TIME_WAIT"})  # the kernel's alone: no process holds it
 StateFilter = Literal["established", "listen", "time_wait", "close_wait", "all"]
 
 
@@ -75,8 +76,11 @@ class Connections(Result):
     total: int
     connections: list[Connection]
     truncated: bool
-    processes_visible: bool
+    processes_visible: bool = Field(
+        description="False when the owner of a listed connection is hidden (TIME_WAIT has none)."
+    )
     source: Literal["psutil", "procfs"]
+    note: str | None
 
 
 def tcp_from_psutil() -> list[TcpConnection]:
@@ -158,6 +162,7 @@ def _read(params: ConnectionParams) -> Connections:
     counts, chosen = summarize(found, params.state, params.port)
     shown = chosen[: params.limit]
     names = _names({c.pid for c in shown if c.pid is not None})
+    hidden = sum(1 for c in shown if c.pid is None and c.state not in OWNERLESS_STATES)
     return Connections(
         counts_by_state=counts,
         total=len(chosen),
@@ -175,8 +180,9 @@ def _read(params: ConnectionParams) -> Connections:
             for c in shown
         ],
         truncated=len(chosen) > len(shown),
-        processes_visible=all(c.pid is not None for c in shown),
+        processes_visible=hidden == 0,
         source=source,
+        note=owners_note(hidden),
     )
 
 
@@ -186,8 +192,9 @@ def _read(params: ConnectionParams) -> Connections:
     CLOSE_WAIT, LISTEN, ...) over all sockets, and the connections in the chosen `state`
     (default established), optionally only those on one local or remote `port`: local and
     remote address and port, state, and the owning PID and process name where this agent
-    may see it. Use it for 'who is connected to this
-    machine', connection leaks (many CLOSE_WAIT) or port exhaustion (many TIME_WAIT).""",
+    may see it (`processes_visible` is false when some owners are hidden; `note` then says
+    why and what would show them). Use it for 'who is connected to this machine',
+    connection leaks (many CLOSE_WAIT) or port exhaustion (many TIME_WAIT).""",
     timeout_s=15,
 )
 async def network_connections(ctx: ProbeContext, params: ConnectionParams) -> Connections:

@@ -3,8 +3,10 @@
 Every path goes through ``ProbeContext.allowed_path`` (symlinks resolved, then
 checked against the agent's allow-list). Directory sizes are summed with
 ``os.scandir`` without following symlinks; the walk stops after
-`MAX_WALK_ENTRIES` entries and says so (``complete: false``), so a huge tree
-costs a bounded amount of time.
+`MAX_WALK_ENTRIES` entries, so a huge tree costs a bounded amount of time. A
+size the walk could not finish (that cap, or a directory beneath the agent may
+not read) is a lower bound and says so: ``size_complete: false`` on its entry,
+``complete: false`` on the listing, and the unread directories in ``unreadable``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -25,6 +27,7 @@ from sonde.packs.system.info import iso_utc
 from sonde.packs.system.textfile import AbsolutePath, permission_error, read_text
 
 MAX_WALK_ENTRIES = 200_000
+UNREADABLE_MAX = 100
 READ_MAX_BYTES = 1024 * 1024
 SortKey = Literal["name", "size", "mtime"]
 EntryKind = Literal["file", "directory", "symlink", "other"]
@@ -41,6 +44,9 @@ class Entry(Result):
     name: str
     kind: EntryKind
     size_bytes: int
+    size_complete: bool = Field(
+        description="False when part of a directory's tree could not be counted: its size is a lower bound."
+    )
     mtime: str
     mode: str
     uid: int
@@ -52,8 +58,14 @@ class Listing(Result):
     total_entries: int
     entries: list[Entry]
     truncated: bool
-    complete: bool = Field(description="False when a directory size walk hit its entry cap.")
-    unreadable: list[str]
+    complete: bool = Field(
+        description="False when a directory size is a lower bound: the walk hit its entry cap or "
+        "met a directory it could not read."
+    )
+    unreadable: list[str] = Field(
+        description="Entries that could not be read, and the directories beneath (relative paths) "
+        "whose contents the size walk could not count."
+    )
 
 
 @dataclass(frozen=True)
@@ -84,11 +96,12 @@ def sort_entries(entries: list[Stat], sort_by: SortKey, descending: bool, limit:
     return sorted(entries, key=keys[sort_by], reverse=descending)[:limit]
 
 
-def _entry(item: Stat) -> Entry:
+def _entry(item: Stat, size_complete: bool) -> Entry:
     return Entry(
         name=item.name,
         kind=item.kind,
         size_bytes=item.size,
+        size_complete=size_complete,
         mtime=iso_utc(item.mtime),
         mode=stat.filemode(item.mode),
         uid=item.uid,
@@ -118,50 +131,81 @@ def _scan(directory: Path) -> tuple[list[Stat], list[str]]:
     return found, unreadable
 
 
-def tree_size(root: Path, budget: list[int]) -> tuple[int, bool]:
-    """Bytes under ``root`` (no symlinks followed); ``budget[0]`` entries may be visited in all."""
-    total = 0
-    stack = [root]
-    while stack:
+@dataclass
+class SizeWalk:
+    """What the size walks of one listing share: the entries they may still visit, and the
+    directories (relative to the listed one) whose contents they could not count."""
+
+    budget: int = MAX_WALK_ENTRIES
+    unreadable: list[str] = field(default_factory=list)
+
+    def could_not_read(self, path: Path, listed: Path) -> None:
+        if len(self.unreadable) < UNREADABLE_MAX:
+            self.unreadable.append(str(path.relative_to(listed)))
+
+
+def _read_directory(directory: Path, walk: SizeWalk, listed: Path) -> list[tuple[str, os.stat_result]] | None:
+    """Each entry of ``directory`` with its lstat, while the budget lasts; None (noted) if it cannot be read."""
+    try:
+        items = list(os.scandir(directory))
+    except FileNotFoundError:  # removed meanwhile: nothing left to count
+        return []
+    except OSError:
+        walk.could_not_read(directory, listed)
+        return None
+    found = []
+    for item in items:
+        walk.budget -= 1
+        if walk.budget < 0:
+            break
         try:
-            items = list(os.scandir(stack.pop()))
-        except OSError:
+            found.append((item.path, item.stat(follow_symlinks=False)))
+        except FileNotFoundError:
             continue
-        for item in items:
-            budget[0] -= 1
-            if budget[0] < 0:
-                return total, False
-            try:
-                info = item.stat(follow_symlinks=False)
-            except OSError:
-                continue
+        except OSError:  # listable but not searchable (mode r without x): no entry can be stat'ed
+            walk.could_not_read(directory, listed)
+            return None
+    return found
+
+
+def tree_size(root: Path, walk: SizeWalk, listed: Path) -> tuple[int, bool]:
+    """Bytes under ``root`` (no symlinks followed), and whether that is all of them: False when the
+    walk ran out of entries or met a directory it could not read (then the size is a lower bound)."""
+    total, exact = 0, True
+    stack = [root]
+    while stack and walk.budget >= 0:
+        found = _read_directory(stack.pop(), walk, listed)
+        exact = exact and found is not None
+        for path, info in found or ():
             total += info.st_size
             if stat.S_ISDIR(info.st_mode):
-                stack.append(Path(item.path))
-    return total, True
+                stack.append(Path(path))
+    return total, exact and walk.budget >= 0
 
 
 def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
     found, unreadable = _scan(directory)
     chosen = [item for item in found if item.kind == only]
-    complete = True
+    inexact: set[str] = set()
     if only == "directory" and params.sort_by == "size":
-        budget = [MAX_WALK_ENTRIES]
+        walk = SizeWalk()
         sized = []
         for item in chosen:
-            size, done = tree_size(directory / item.name, budget)
-            complete = complete and done
+            size, exact = tree_size(directory / item.name, walk, directory)
+            if not exact:
+                inexact.add(item.name)
             sized.append(Stat(item.name, item.kind, size, item.mtime, item.mode, item.uid))
         chosen = sized
+        unreadable += walk.unreadable
     top = sort_entries(chosen, params.sort_by, params.descending, params.limit)
     return Listing(
         path=str(directory),
         sort_by=params.sort_by,
         total_entries=len(chosen),
-        entries=[_entry(item) for item in top],
+        entries=[_entry(item, item.name not in inexact) for item in top],
         truncated=len(chosen) > len(top),
-        complete=complete,
-        unreadable=unreadable[:100],
+        complete=not inexact,
+        unreadable=unreadable[:UNREADABLE_MAX],
     )
 
 
@@ -182,8 +226,10 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
     "system.files.directories",
     """Subdirectories directly inside a directory (allowed paths only), sorted by name,
     mtime or size; with sort_by=size each size is the total of everything beneath it (like
-    `du`, symlinks not followed, at most 200,000 entries walked: `complete` says whether
-    the walk finished). Use it to find what fills a disk.""",
+    `du`, symlinks not followed, at most 200,000 entries walked). A size is a lower bound,
+    with `size_complete` false on its entry and `complete` false, when the walk stopped at
+    that cap or met a directory the agent may not read (listed in `unreadable`). Use it to
+    find what fills a disk.""",
     timeout_s=30,
 )
 async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing:

@@ -10,7 +10,9 @@ default on most distributions).
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 import psutil
@@ -19,7 +21,9 @@ from pydantic import Field
 from sonde.packs.base import Params, ProbeUnavailable, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.packs.system.access import why_refused
 from sonde.packs.system.info import iso_utc
+from sonde.packs.system.privileges import agent_user, capability_grant
 
 Level = Literal["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
 LEVELS: tuple[Level, ...] = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
@@ -42,11 +46,7 @@ TEXT_LINE = re.compile(
 )
 MESSAGE_MAX_CHARS = 2000
 DMESG_MAX_BYTES = 32 * 1024 * 1024  # the largest log_buf_len is 32 MiB
-RESTRICTED_HINT = (
-    "reading the kernel ring buffer is restricted (kernel.dmesg_restrict=1): the agent needs "
-    "CAP_SYSLOG (e.g. AmbientCapabilities=CAP_SYSLOG in its unit), or read /var/log/kern.log "
-    "with the 'adm' group through system.logs.tail"
-)
+KERN_LOG = Path("/var/log/kern.log")  # where rsyslog keeps kernel messages, if it runs
 
 
 class KernelParams(Params):
@@ -124,9 +124,25 @@ def select(
     return kept[-limit:], counts
 
 
+def restricted_hint(user: str, kern_log: str | None) -> str:
+    """What to do when dmesg is refused; ``kern_log`` is advice on /var/log/kern.log, None when it is absent."""
+    hint = (
+        "reading the kernel ring buffer is restricted (kernel.dmesg_restrict=1) to processes with "
+        f"CAP_SYSLOG, which user '{user}' lacks: {capability_grant('CAP_SYSLOG')}"
+    )
+    return f"{hint}; or read {KERN_LOG} through system.logs.tail ({kern_log})" if kern_log else hint
+
+
+def kern_log_advice(path: Path = KERN_LOG) -> str | None:
+    """Whether the agent may read ``path`` and if not why; None when there is no such file."""
+    if not path.is_file():
+        return None
+    return "the agent may read it" if os.access(path, os.R_OK) else why_refused(path)
+
+
 def _refusal(stderr: str) -> Exception:
     if "Operation not permitted" in stderr or "Permission denied" in stderr:
-        return PermissionError(RESTRICTED_HINT)
+        return PermissionError(restricted_hint(agent_user(), kern_log_advice()))
     return ProbeUnavailable(f"dmesg failed: {stderr.strip()[:300]}")
 
 

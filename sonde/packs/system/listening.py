@@ -21,6 +21,12 @@ import psutil
 from sonde.packs.base import NoParams, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.packs.system.privileges import (
+    agent_user,
+    capability_grant,
+    effective_capabilities,
+    sees_every_process,
+)
 from sonde.packs.system.procnet import Family, Protocol, is_listening, parse_proc_net
 
 PROC_ROOT = Path("/proc")
@@ -130,6 +136,30 @@ def _sort_key(bound: BoundSocket) -> tuple[str, int, str, int]:
     return bound.protocol, bound.port, bound.address, bound.pid or 0
 
 
+def hidden_owners_note(hidden: int, sees_all: bool, user: str) -> str | None:
+    """Why the owners of ``hidden`` sockets are unknown, and what would show them (None if none are);
+    ``sees_all``: the agent may read every process's /proc/PID/fd."""
+    if not hidden:
+        return None
+    if sees_all:
+        return (
+            f"no process visible to the agent holds {hidden} socket(s): they belong to the kernel, "
+            "were closed by their process, or belong to processes outside the agent's PID namespace"
+        )
+    return (
+        f"the owning process of {hidden} socket(s) is not visible to user '{user}': owners are found "
+        "in each process's /proc/PID/fd, which another user's process opens only to root or to a "
+        "process with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; to see them, "
+        f"{capability_grant('CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH')}. CAP_SYS_PTRACE also lets "
+        "the agent read any process's memory"
+    )
+
+
+def owners_note(hidden: int) -> str | None:
+    """`hidden_owners_note` for this agent: its user and capabilities."""
+    return hidden_owners_note(hidden, sees_every_process(effective_capabilities()), agent_user())
+
+
 def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) -> ListeningSockets:
     """The probe result for ``found`` sockets: de-duplicated, sorted, with process names."""
     unique = sorted(set(found), key=_sort_key)
@@ -149,7 +179,7 @@ def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) 
         ],
         source=source,
         processes_visible=hidden == 0,
-        note=f"the owning process of {hidden} socket(s) is not visible to this user" if hidden else None,
+        note=owners_note(hidden),
     )
 
 
@@ -164,8 +194,9 @@ def _read_listening() -> ListeningSockets:
     "system.network.listening",
     """Sockets waiting for connections: listening TCP and bound UDP sockets, each with
     protocol, family, local address, port, and the PID and name of the owning process where
-    this agent may see it (`processes_visible` is false when some owners are hidden). Use it
-    to find which service holds a port, or whether a service is listening at all.""",
+    this agent may see it (`processes_visible` is false when some owners are hidden; `note`
+    then says why and what would show them). Use it to find which service holds a port, or
+    whether a service is listening at all.""",
     timeout_s=15,
 )
 async def network_listening(ctx: ProbeContext, params: NoParams) -> ListeningSockets:

@@ -22,13 +22,13 @@ from typing import Annotated, BinaryIO
 
 from pydantic import Field
 
+from sonde.packs.system.access import why_refused
 from sonde.packs.textpattern import PythonPattern
 
 BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
 LINE_MAX_CHARS = 4096
 BINARY_SNIFF_BYTES = 8192
-LOG_ROOT = Path("/var/log")
 TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
 
 # Checked by Python's re (`PythonPattern`): the Rust engine spends ~8 MiB on the {0,4095} repeat.
@@ -56,13 +56,8 @@ class Lines:
 
 
 def permission_error(path: Path) -> PermissionError:
-    """A PermissionError whose message says which group would let the agent read ``path``."""
-    hint = (
-        "files under /var/log are readable by the 'adm' group: add the sonde user to it"
-        if path == LOG_ROOT or LOG_ROOT in path.parents
-        else "the sonde user may not read it; grant read access or remove it from allowed_paths"
-    )
-    return PermissionError(f"{path}: {hint}")
+    """A PermissionError whose message says who may read ``path`` and what would let the agent."""
+    return PermissionError(why_refused(path))
 
 
 def open_regular(path: Path) -> BinaryIO:
