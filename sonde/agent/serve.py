@@ -25,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from sonde.agent.config import ConfigError, load_config
+from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.manifest import ManifestError, select_tools
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext
@@ -95,9 +95,13 @@ class ToolServer:
 
 
 def create_tool_server(
-    registry: PackRegistry, names: list[str], scrubber: Scrubber | None = None
+    registry: PackRegistry,
+    names: list[str],
+    scrubber: Scrubber | None = None,
+    config: AgentConfig | None = None,
 ) -> ToolServer:
-    """A `ToolServer` exposing the probes ``names`` of ``registry`` (scrubbed by ``scrubber``)."""
+    """A `ToolServer` exposing the probes ``names`` of ``registry`` (scrubbed by ``scrubber``), with the
+    agent config's probe settings (``allowedPaths``, per-pack settings) as the agent has them."""
     tools = []
     for name in names:
         spec = registry.probe(name)
@@ -106,7 +110,8 @@ def create_tool_server(
             tools.append(
                 ToolDescription(name=name, description=description, input_schema=spec.params_schema())
             )
-    return ToolServer(registry, tuple(tools), scrubber=scrubber or Scrubber())
+    ctx = ProbeContext(settings=config.probe_settings()) if config is not None else ProbeContext()
+    return ToolServer(registry, tuple(tools), ctx=ctx, scrubber=scrubber or Scrubber())
 
 
 @dataclass
@@ -212,11 +217,13 @@ def run_serve(manifest: Path | None) -> int:
     registry = load_packs()
     try:
         names = select_tools(registry, manifest, Path.cwd())
-        scrubber = Scrubber.from_config(load_config())
+        config = load_config()
     except (ManifestError, ConfigError) as exc:
         print_startup_failure(str(exc))
         return 2
     try:
-        return trio.run(serve_stdio, create_tool_server(registry, names, scrubber))
+        return trio.run(
+            serve_stdio, create_tool_server(registry, names, Scrubber.from_config(config), config)
+        )
     except KeyboardInterrupt:  # SIGINT before the signal receiver was installed
         return 0

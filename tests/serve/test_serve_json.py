@@ -615,3 +615,23 @@ async def test_missing_manifest_file_given_by_option(tmp_path: Path) -> None:
     message = manifest_error(done)
     assert "absent.json" in message
     assert "not found" in message
+
+
+async def test_the_agent_configs_allowed_paths_apply(tmp_path: Path) -> None:
+    home, logs = tmp_path / "home", tmp_path / "applogs"
+    (home / ".sonde").mkdir(parents=True)
+    logs.mkdir()
+    (logs / "app.log").write_text("started\n")
+    config = home / ".sonde" / "config.json"
+    config.write_text(json.dumps({"allowedPaths": [str(logs)]}))
+    config.chmod(0o600)
+    call = {
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "system.logs.tail", "input": {"path": str(logs / "app.log")}},
+    }
+    env = {**os.environ, "HOME": str(home)}
+    done = await serve_batch(tmp_path, [call], env=env)
+    [answer] = done.responses
+    assert answer["ok"] is True, answer
+    assert "started" in json.dumps(answer["result"]["output"])
