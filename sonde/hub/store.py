@@ -78,31 +78,46 @@ class _WriteOp:
 
 @dataclass(eq=False)
 class _ReadConnections:
-    """One read-only connection per worker thread, all closed together."""
+    """Read-only connections, each lent to one worker thread at a time and kept between reads.
+
+    There are never more than reads run at once (the read limiter), whatever threads
+    trio's cache retires and starts: one connection per thread leaked a connection
+    and its file handles each time an idle thread was retired. All are closed together.
+    """
 
     path: Path
-    _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idle: list[Database] = field(default_factory=list)
     _opened: list[Database] = field(default_factory=list)
     _closed: bool = False
 
-    def get(self) -> Database:
-        """This thread's connection (runs in a worker thread)."""
-        db: Database | None = getattr(self._local, "db", None)
-        if db is not None:
-            return db
+    def borrow(self) -> Database:
+        """A connection for this read (runs in a worker thread); `give_back` it after."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._idle:
+                return self._idle.pop()
         db = open_read_database(self.path)
         with self._lock:
             if self._closed:
                 db.close()
                 raise StoreClosed("the store is closed")
             self._opened.append(db)
-        self._local.db = db
         return db
+
+    def give_back(self, db: Database) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(db)
+
+    @property
+    def opened(self) -> int:
+        return len(self._opened)
 
     def close_all(self) -> None:
         with self._lock:
-            self._closed, opened, self._opened = True, self._opened, []
+            self._closed, opened, self._opened, self._idle = True, self._opened, [], []
         for db in opened:
             db.close()
 
@@ -167,9 +182,12 @@ class Store:
             raise StoreClosed("the store is closed") from None
 
     def _run_read(self, call: Callable[[Database], T]) -> T:
-        db = self._readers.get()
-        with db.atomic():  # one snapshot for every query fn makes
-            return call(db)
+        db = self._readers.borrow()
+        try:
+            with db.atomic():  # one snapshot for every query fn makes
+                return call(db)
+        finally:
+            self._readers.give_back(db)
 
     def _close(self) -> None:
         """Refuse new work; the writer drains what is queued."""

@@ -15,7 +15,7 @@ from sqlite_utils import Database
 
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.keys import create_api_key, find_api_key
-from sonde.hub.store import StoreClosed, open_store
+from sonde.hub.store import StoreClosed, _ReadConnections, open_store
 
 
 def count_meta(db: Database) -> int:
@@ -190,3 +190,28 @@ async def test_cancelled_store_finishes_its_batch_and_fails_the_queue(tmp_path: 
         assert (get_meta(db, "held"), get_meta(db, "queued")) == ("v", None)
     finally:
         db.close()
+
+
+def test_read_connections_outlive_the_threads_that_used_them_and_are_reused(tmp_path: Path) -> None:
+    """trio retires idle worker threads: a connection per thread leaked one (and its files) each time."""
+    path = tmp_path / "sonde.db"
+    open_database(path).close()
+    readers = _ReadConnections(path)
+    seen: list[int] = []
+
+    def one_read() -> None:
+        db = readers.borrow()
+        try:
+            seen.append(db.execute("SELECT 1").fetchone()[0])
+        finally:
+            readers.give_back(db)
+
+    for _ in range(5):  # each read on a thread that then ends, as a retired worker does
+        thread = threading.Thread(target=one_read)
+        thread.start()
+        thread.join()
+    assert seen == [1] * 5
+    assert readers.opened == 1
+    readers.close_all()
+    with pytest.raises(StoreClosed):
+        readers.borrow()
