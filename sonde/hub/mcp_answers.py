@@ -56,7 +56,7 @@ def choose_answer(body: bytes, progress_tools: frozenset[str]) -> str | None:
     """
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a body nested past the parser's depth: the SDK refuses it
         return None
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None

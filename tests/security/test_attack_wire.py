@@ -465,3 +465,21 @@ async def test_oversized_bodies_are_refused_before_anything_runs(fleet: AttackFl
     assert len(audit_actions(fleet.hub, "rest.probe")) == probes_before
     assert len(audit_actions(fleet.hub, "agent.enroll")) == enrolls_before
     await assert_fleet_serves(fleet)
+
+
+def post_deeply_nested_bodies(hub: RunningHub) -> None:
+    """Small bodies nested past any JSON parser's depth, bare and inside tool arguments: 4xx, never 500."""
+    auth = {"Authorization": f"Bearer {hub.admin_key}"}
+    deep = "[" * 5000 + "]" * 5000
+    call = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","arguments":' + deep + "}}"
+    with httpx.Client(base_url=hub.url, timeout=30) as http:
+        for body in (deep, call):
+            refused = http.post("/mcp", content=body.encode(), headers={**MCP_HEADERS, **auth})
+            assert 400 <= refused.status_code < 500, (refused.status_code, refused.text[:200])
+
+
+async def test_a_deeply_nested_body_is_refused_without_a_traceback(fleet: AttackFleet) -> None:
+    with trio.fail_after(60):
+        await trio.to_thread.run_sync(post_deeply_nested_bodies, fleet.hub)
+    assert "RecursionError" not in fleet.hub.proc.output
+    await assert_fleet_serves(fleet)
