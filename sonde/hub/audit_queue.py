@@ -91,7 +91,8 @@ class AuditQueue:
         return (
             f"The hub cannot write its audit log ({self.failure}), and every call must be on the record, "
             "so it refuses calls until it can. An operator must fix that (often: free disk space where the "
-            "hub keeps sonde.db); calls are served again by themselves."
+            "hub keeps sonde.db, or make it writable again if it became read-only); calls are served "
+            "again by themselves."
         )
 
     async def flush(self) -> None:

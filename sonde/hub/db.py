@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,12 +96,35 @@ MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial,)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def open_database(path: Path) -> Database:
+class DatabaseNotWritable(sqlite3.OperationalError):
+    """The hub's database can be opened but not written (the file, its -wal and -shm files or
+    their directory are read-only to the hub's user, or the file system is mounted read-only)."""
+
+    def __init__(self, path: Path, cause: BaseException) -> None:
+        super().__init__(
+            f"cannot write the hub's database {path}: {cause}; the hub's user needs to write it, its "
+            "-wal and -shm files and their directory (check owner and mode, and that the file system "
+            "is not mounted read-only)"
+        )
+
+
+def is_read_only_error(error: BaseException | None) -> bool:
+    """SQLite said SQLITE_READONLY (or one of its kinds), here or in ``error``'s causes."""
+    while error is not None:
+        if getattr(error, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+            return True
+        error = error.__cause__
+    return False
+
+
+def open_database(path: Path, *, check_writable: bool = False) -> Database:
     """Open (creating if needed) the hub database at ``path`` and bring its schema up to date.
 
     The parent directory is created with mode 0700 and the file with mode 0600 when
     missing. The connection may be used from any thread, one thread at a time.
-    Raises RuntimeError if the file was written by a newer Sonde (schema too new).
+    Raises RuntimeError if the file was written by a newer Sonde (schema too new), and
+    `DatabaseNotWritable` if it cannot be written: SQLite opens a file it may not write
+    read-only without a word, so ``check_writable`` also makes one write (rolled back).
     """
     path = Path(path)
     _ensure_private_file(path)
@@ -109,6 +133,17 @@ def open_database(path: Path) -> Database:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         migrate(db, path)
+        if check_writable:
+            db.conn.execute("BEGIN IMMEDIATE")
+            try:  # fails at once on a read-only file, and leaves nothing
+                set_meta(db, "write_check", str(time.time()))
+            finally:
+                db.conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if is_read_only_error(exc):
+            raise DatabaseNotWritable(path, exc) from exc
+        raise
     except BaseException:
         db.close()
         raise

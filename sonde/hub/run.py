@@ -126,7 +126,11 @@ BIND_PROBLEMS = {
 
 def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
+    from sonde.hub.db import DatabaseNotWritable
+
     cause = innermost(exc)
+    if isinstance(cause, DatabaseNotWritable):
+        return str(cause)
     if isinstance(cause, OSError) and cause.errno in BIND_PROBLEMS:
         address = f"{config.host}:{config.port}"
         return (

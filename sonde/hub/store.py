@@ -31,7 +31,7 @@ import outcome
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.db import open_database, open_read_database
+from sonde.hub.db import is_read_only_error, open_database, open_read_database
 
 WRITE_QUEUE_SIZE = 1024
 MAX_BATCH_OPS = 256
@@ -207,13 +207,13 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     cancelled, the batch in flight completes and ops still queued fail with StoreClosed.
     """
     path = Path(path)
-    write_db = await trio.to_thread.run_sync(open_database, path)
+    writer = _Writer(path, await trio.to_thread.run_sync(lambda: open_database(path, check_writable=True)))
     send, receive = trio.open_memory_channel[_WriteOp](WRITE_QUEUE_SIZE)
     store = Store(path, send, _Counters())
     try:
         body_error: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_run_writer, write_db, receive, store._counters)
+            nursery.start_soon(_run_writer, writer, receive, store._counters)
             try:
                 yield store
             except Exception as exc:  # not handled: re-raised below, unwrapped from the nursery's group
@@ -226,11 +226,37 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
         _fail_leftovers(receive)
         store._readers.close_all()
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(write_db.close)
+            await trio.to_thread.run_sync(writer.db.close)
+
+
+@dataclass
+class _Writer:
+    """The writer's connection, opened again after a write found it read-only: SQLite keeps a
+    connection read-only once it opened the file so, and the store must write again, without a
+    restart, once the file is writable again."""
+
+    path: Path
+    db: Database
+
+    def reopen_if_read_only(self, results: list[outcome.Outcome[Any]]) -> None:
+        """In the writer's thread, after a batch."""
+        if not any(_is_read_only(result) for result in results):
+            return
+        try:
+            fresh = open_database(self.path)
+        except sqlite3.Error as exc:
+            logger.warning("the hub's database is read-only, and opening it again failed: %s", exc)
+            return
+        self.db.close()
+        self.db = fresh
+
+
+def _is_read_only(result: outcome.Outcome[Any]) -> bool:
+    return isinstance(result, outcome.Error) and is_read_only_error(result.error)
 
 
 async def _run_writer(
-    db: Database, receive: trio.MemoryReceiveChannel[_WriteOp], counters: _Counters
+    writer: _Writer, receive: trio.MemoryReceiveChannel[_WriteOp], counters: _Counters
 ) -> None:
     """Take batches off the queue and commit them, until the queue is closed and empty."""
     limiter = trio.CapacityLimiter(1)
@@ -239,7 +265,8 @@ async def _run_writer(
         # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
         # callers always hear how it ended, even when the store is being cancelled.
         with trio.CancelScope(shield=True):
-            results = await trio.to_thread.run_sync(_commit_batch, db, batch, limiter=limiter)
+            results = await trio.to_thread.run_sync(_commit_batch, writer.db, batch, limiter=limiter)
+            await trio.to_thread.run_sync(writer.reopen_if_read_only, results, limiter=limiter)
         _deliver(batch, results, counters)
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+from tests.conftest import require
 from tests.e2e.mcpclient import call, call_error, mcp_client
 from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, spawn, wait_until
 
@@ -118,3 +121,38 @@ def test_an_agent_that_stops_is_not_logged_as_an_abnormal_close(tmp_path: Path) 
             re.compile(r"agent leaving offline: the agent closed the connection, or it dropped")
         )
         assert "(1006)" not in hub.proc.output
+
+
+def without_file_overrides(argv: list[str]) -> list[str]:
+    """``argv`` run so that file modes bind it: as root, without the capabilities that override them."""
+    if os.geteuid() != 0:
+        return argv
+    require(
+        shutil.which("setpriv") is not None, "setpriv (util-linux) drops root's file-override capabilities"
+    )
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *argv]
+
+
+def test_a_hub_that_cannot_write_its_database_says_so_and_does_not_start(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as first:
+        data_dir = first.data_dir
+    for path in data_dir.iterdir():
+        path.chmod(0o444 if path.is_file() else 0o555)
+    data_dir.chmod(0o555)
+    try:
+        done = subprocess.run(
+            without_file_overrides([*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)]),
+            env=base_env(tmp_path / "home"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        data_dir.chmod(0o700)
+        for path in data_dir.iterdir():
+            path.chmod(0o600 if path.is_file() else 0o700)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot write the hub's database {data_dir / 'sonde.db'}" in done.stderr
+    assert "listening" not in done.stderr
+    assert "Traceback" not in done.stderr

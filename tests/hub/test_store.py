@@ -15,7 +15,7 @@ from sqlite_utils import Database
 
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.keys import create_api_key, find_api_key
-from sonde.hub.store import StoreClosed, _ReadConnections, open_store
+from sonde.hub.store import StoreClosed, _commit_batch, _ReadConnections, _WriteOp, _Writer, open_store
 
 
 def count_meta(db: Database) -> int:
@@ -215,3 +215,21 @@ def test_read_connections_outlive_the_threads_that_used_them_and_are_reused(tmp_
     readers.close_all()
     with pytest.raises(StoreClosed):
         readers.borrow()
+
+
+def test_a_writer_that_found_its_connection_read_only_opens_it_again(tmp_path: Path) -> None:
+    """SQLite keeps a connection read-only once it opened the file so (a file system remounted
+    read-only after an error, say): the store writes again once the file is writable again."""
+    path = tmp_path / "sonde.db"
+    open_database(path).close()
+    read_only = Database(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None))
+    writer = _Writer(path, read_only)
+    op = _WriteOp(lambda db: set_meta(db, "k", "v"), "set_meta", None)
+    failed = _commit_batch(writer.db, [op])
+    assert "readonly" in str(failed[0].error)  # type: ignore[attr-defined]
+    writer.reopen_if_read_only(failed)
+    assert writer.db is not read_only
+    done = _commit_batch(writer.db, [op])
+    assert done[0].unwrap() is None
+    assert get_meta(writer.db, "k") == "v"
+    writer.db.close()
