@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -161,6 +162,46 @@ class PerRequestTransport(StreamableHTTPServerTransport):
                 yield read_stream, _DropUnwired(write_stream, self._json_requests)
 
 
+_refused_for_owner: ContextVar[bool] = ContextVar("sonde_mcp_refused_for_owner", default=False)
+REFUSAL_LOG_EVERY_S = 60.0
+
+
+class OwnerRefusals:
+    """The log line for refused sessions: the first for a key, then one a minute with the count
+    since, not a line for each of a client's retries."""
+
+    def __init__(self) -> None:
+        self._said_at: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def say(self, key_id: str, owned: int) -> None:
+        now = time.monotonic()
+        self._since[key_id] = self._since.get(key_id, 0) + 1
+        if now - self._said_at.get(key_id, -REFUSAL_LOG_EVERY_S) < REFUSAL_LOG_EVERY_S:
+            return
+        refused, self._since[key_id], self._said_at[key_id] = self._since[key_id], 0, now
+        log.warning(
+            "refusing new MCP sessions for key %s: it has %d open, its share (end some, or let them idle "
+            "out); %d refused since the last line",
+            key_id,
+            owned,
+            refused,
+        )
+
+
+OWNER_REFUSALS = OwnerRefusals()
+
+
+class _NotTheGlobalLimit(logging.Filter):
+    """Drops the SDK's "N sessions are already open" when the refusal was one key's share."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_refused_for_owner.get() and str(record.msg).startswith("Refusing to open a new session"))
+
+
+logging.getLogger("mcp.server.streamable_http_manager").addFilter(_NotTheGlobalLimit())
+
+
 class SessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager with `PerRequestTransport` for every session.
 
@@ -176,11 +217,8 @@ class SessionManager(StreamableHTTPSessionManager):
         if requestor is not None and self.max_sessions_per_owner is not None:
             owned = sum(1 for owner in self._session_owners.values() if owner == requestor)
             if owned >= self.max_sessions_per_owner:
-                log.warning(
-                    "refusing a new MCP session for key %s: it has %d open (end some, or let them idle out)",
-                    requestor["client_id"],
-                    owned,
-                )
+                _refused_for_owner.set(True)  # the SDK's own line would blame its global limit
+                OWNER_REFUSALS.say(requestor["client_id"], owned)
                 return None  # the SDK answers 503 "Too many open sessions"
         admitted = super()._admit_session(requestor)
         if admitted is None or admitted.mcp_session_id is None:
