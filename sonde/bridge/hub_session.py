@@ -36,6 +36,8 @@ POST_ACCEPT = "application/json, text/event-stream"
 MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
 ERROR_BODY_PREVIEW_BYTES = 4096
 
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
 # Called with each message the hub sends; returns True once the caller has what it waited for.
 Deliver = Callable[[Any], Awaitable[bool]]
 
@@ -145,6 +147,7 @@ class HubSession:
         self._initialized: bytes | None = None
         self._reinitializing = trio.Lock()
         self._ready = trio.Event()
+        self._opened = False  # an initialize of ours was accepted once
 
     def headers(self, *, initialize: bool = False) -> dict[str, str]:
         """The MCP headers for a request (``initialize`` starts a session: none of them)."""
@@ -188,6 +191,7 @@ class HubSession:
         }
         async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
             if initialize and is_success(response):
+                self._opened = True
                 self.session_id = response.headers.get(SESSION_HEADER) or None
                 self.protocol_version = None
                 log.info("hub session %s", self.session_id or "(none: the hub keeps no sessions)")
@@ -221,21 +225,31 @@ class HubSession:
             await self._ready.wait()
         return self.generation
 
+    def never_opened(self) -> bool:
+        """The client's `initialize` failed (the hub was down, or refused it) and it went on
+        regardless: its requests carry no session, which the hub answers 400, until one is opened."""
+        return not self._opened and self._initialize is not None and self.envelope_version is None
+
     async def reinitialize(self, seen_generation: int) -> bool:
         """Open a new session by replaying the client's `initialize` and `initialized`.
 
-        Called after a 404 for a request sent under ``seen_generation``; if another
-        request already re-initialized since, this only says so. Returns whether
-        there is a fresh session to retry in.
+        Called after a 404 for a request sent under ``seen_generation`` (or a 400 while
+        `never_opened`); if another request already re-initialized since, this only says
+        so. Returns whether there is a fresh session to retry in.
         """
         async with self._reinitializing:
             if self.generation != seen_generation:
                 return True
             if self._initialize is None:
                 return False
-            log.warning("the hub no longer knows session %s (HTTP 404); re-initializing", self.session_id)
+            initialized = self._initialized
+            if self._opened:
+                log.warning("the hub no longer knows session %s (HTTP 404); re-initializing", self.session_id)
+            else:
+                log.warning("no hub session yet (the client's initialize failed); initializing now")
+                initialized = initialized or INITIALIZED
             try:
-                ok = await self._replay_handshake(*self._initialize, self._initialized)
+                ok = await self._replay_handshake(*self._initialize, initialized)
             except (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError) as exc:
                 log.error("re-initializing failed: %s: %s", type(exc).__name__, exc)
                 return False

@@ -179,17 +179,25 @@ class Forwarder:
         async with self.hub.post(body, message, initialize=initialize) as response:
             at_hub.set()
             expired = response.status_code == 404 and self.hub.session_id is not None and not initialize
-            if not (expired and may_reinitialize):
+            unopened = response.status_code == 400 and self.hub.never_opened() and not initialize
+            if not ((expired or unopened) and may_reinitialize):
                 await self.answer(message, body, response, waiting)
                 return
-        # the hub forgot the session: a new one, then this message again (once)
+        # the hub forgot the session, or none was ever opened: a new one, then this message again (once)
         if await self.hub.reinitialize(generation):
             await self.post_and_relay(message, body, waiting, trio.Event(), may_reinitialize=False)
-        else:
+        elif expired:
             await self.fail(
                 waiting,
                 "the Sonde hub answered HTTP 404 Not Found: the session expired and re-initializing failed",
                 {"httpStatus": 404},
+            )
+        else:
+            await self.fail(
+                waiting,
+                "the Sonde hub answered HTTP 400 Bad Request: there is no session (the client's initialize "
+                "failed) and opening one now failed too; see the bridge's log",
+                {"httpStatus": 400},
             )
 
     async def answer(

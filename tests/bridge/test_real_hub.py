@@ -26,8 +26,9 @@ from mcp.shared.exceptions import MCPError
 from tests.bridge.authproxy import AuthProxy
 from tests.bridge.fakehub import serving
 from tests.bridge.fleet import Fleet
-from tests.bridge.peer import eventually
+from tests.bridge.peer import INITIALIZE, INITIALIZED, call, eventually
 from tests.bridge.slowpack import SLOW_PROBE, sleepers_under
+from tests.bridge.test_process import bridge_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -228,3 +229,29 @@ async def test_an_answer_stream_that_breaks_off_is_resumed_from_its_last_event(
     log = errlog.read_text()
     assert "the hub's answer stream broke off" in log
     assert re.search(r"resuming the answer after event \d+ \(attempt 1\)", log), log
+
+
+async def test_a_client_that_goes_on_after_a_failed_initialize_gets_a_session_once_the_hub_answers(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The hub was unreachable when the client started: its initialize failed, but the client
+    kept the bridge and sends requests. They carry no session (the hub answers 400) until the
+    bridge opens one itself."""
+    async with httpx2.AsyncClient(timeout=None) as upstream:
+        proxy = AuthProxy(upstream, "http://127.0.0.1:9", fleet.hub.admin_key)  # nothing listens there
+        proxy.keep_host = False
+        async with serving(proxy) as proxy_url:
+            env = {**fleet.client_env, "SONDE_LOG_LEVEL": "INFO"}
+            async with bridge_process(env, "--hub", proxy_url, "--api-key", fleet.hub.admin_key) as bridge:
+                await bridge.peer.send(INITIALIZE)
+                failed = await bridge.peer.receive()
+                assert failed["error"]["code"] == -32603
+                await bridge.peer.send(INITIALIZED)
+                proxy.upstream = fleet.hub.url  # the hub is back
+                await bridge.peer.send(call(7, "list_agents"))
+                answer = await bridge.peer.receive()
+                assert answer["id"] == 7, answer
+                assert not answer["result"].get("isError"), answer
+                assert [a["name"] for a in answer["result"]["structuredContent"]["agents"]] == ["alpha"]
+                await bridge.peer.close()
+    assert b"no hub session yet (the client's initialize failed); initializing now" in bridge.stderr
