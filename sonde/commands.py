@@ -104,7 +104,7 @@ def hub(
     tls_key
         TLS private key file (PEM).
     heartbeat_interval
-        Seconds between agent heartbeats; an agent missing two is offline.
+        Seconds between agent heartbeats; an agent silent for two of them plus 5 s is offline.
     probe_timeout
         Seconds a probe may take before the caller gets a timeout.
     log_format

@@ -23,7 +23,7 @@ from sonde.hub.keys import (
 )
 from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import Policy
-from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents
+from sonde.hub.probing import current_status, resolve_agent, run_probe_for, visible_agents
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
 from sonde.hub.tools.base import ToolCall
@@ -139,7 +139,8 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def agents() -> dict[str, Any]:
         caller = await require_caller(hub)
         tags = request.args.getlist("tag")
-        return {"agents": [summarize(hub, r).model_dump() for r in visible_agents(hub, caller, tags)]}
+        records = [(await current_status(hub, r))[0] for r in visible_agents(hub, caller, tags)]
+        return {"agents": [summarize(hub, r).model_dump() for r in records]}
 
     @app.get("/api/v1/agents/<agent>")
     async def agent(agent: str) -> dict[str, Any]:

@@ -49,6 +49,12 @@ async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path)
 
             done = hub.cli("hub", "agent", "accept", "delta")
             assert done.returncode == 0, done.stderr
+            # the accept was made on the file, not through this hub: every view says so at once
+            assert (await call(client, "list_agents", name="delta"))["agents"][0]["status"] == "online"
+            assert (await call(client, "agent_overview", agent="delta"))["status"] == "online"
+            with hub.client() as http:
+                listed = http.get("/api/v1/agents").json()["agents"]
+            assert next(a["status"] for a in listed if a["name"] == "delta") == "online"
             reading = await call(client, "probe", agent="delta", probe="system.memory.usage")
             assert reading["result"]["total_bytes"] > 0
             assert (await call(client, "health_check", agent="delta"))["unreachable"] == []

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sonde.hub.audit import query_audit
 from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.policy import AGENT_NAME_GLOB
-from sonde.hub.probing import resolve_agent, visible_agents
+from sonde.hub.probing import current_status, resolve_agent, visible_agents
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
 
@@ -56,7 +56,10 @@ fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name: narrow 
 
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:
-    summaries = [summarize(call.hub, r) for r in visible_agents(call.hub, call.caller, args.tags)]
+    records = [
+        (await current_status(call.hub, r))[0] for r in visible_agents(call.hub, call.caller, args.tags)
+    ]
+    summaries = [summarize(call.hub, r) for r in records]
     by_status = Counter(s.status for s in summaries)
     matched = [
         s
@@ -133,7 +136,7 @@ audit log. Use it when the user asks about a specific machine."""
 
 async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverviewOutput:
     hub, caller = call.hub, call.caller
-    record = resolve_agent(hub, caller, args.agent)
+    record, _ = await current_status(hub, resolve_agent(hub, caller, args.agent))
     session = hub.fleet.sessions.get(record.id)
     boot = session.register.boot_time if session else None
     entries = await hub.read_audit(query_audit, agent=record.name, limit=200) if args.recent else []
