@@ -260,33 +260,9 @@ def _check_head(db: Database, rows: int, last_seq: int, last_hash: str) -> Audit
     )
 
 
-def query_audit(
-    db: Database,
-    *,
-    agent: str | None = None,
-    actor: str | None = None,
-    action_prefix: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    contains: str | None = None,
-    limit: int = 100,
-) -> list[dict[str, Any]]:
-    """Audit rows, newest first, as dicts (``detail`` decoded).
-
-    ``agent`` matches ``target`` exactly; ``since`` is inclusive and ``until`` exclusive
-    (unix seconds); ``contains`` is as in `query_audit_page`. Raises ValueError unless
-    1 <= limit <= 1000.
-    """
-    rows, _ = query_audit_page(
-        db,
-        agent=agent,
-        actor=actor,
-        action_prefix=action_prefix,
-        since=since,
-        until=until,
-        contains=contains,
-        limit=limit,
-    )
+def query_audit(db: Database, /, **filters: Any) -> list[dict[str, Any]]:
+    """The rows of `query_audit_page` (same filters), without whether more matched."""
+    rows, _ = query_audit_page(db, **filters)
     return rows
 
 
@@ -301,7 +277,11 @@ def query_audit_page(
     contains: str | None = None,
     limit: int = 100,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """The newest ``limit`` matching rows (as `query_audit`) and whether older ones also matched.
+    """Audit rows, newest first, as dicts (``detail`` decoded): the newest ``limit`` matching rows,
+    and whether older ones also matched.
+
+    ``agent`` matches ``target`` exactly; ``since`` is inclusive and ``until`` exclusive
+    (unix seconds).
 
     ``contains`` keeps rows whose actor, action, target, outcome or detail contains
     that literal, case-sensitive text; it is applied in the query, before the limit.
