@@ -7,6 +7,10 @@ under ``CI=true`` the same gap is a failure, so CI can never pass by skipping.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +23,18 @@ def require(ok: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true needs this: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A fresh directory under /tmp that every user may enter (pytest's own tmp root is 0700),
+    removed afterwards with whatever modes the test left inside it."""
+    made = Path(tempfile.mkdtemp(prefix="sonde-open-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        for path in made.rglob("*"):
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(made)

@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 
+def run_any(argv: list[str], *, timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to the end (text, output captured), however it exits."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, **options)
+
+
 def run_ok(argv: list[str], *, timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` to the end (text, output captured); it must exit 0, else its output is the failure."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, **options)
+    done = run_any(argv, timeout=timeout, **options)
     assert done.returncode == 0, (
         f"{argv[:4]} exited {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
     )

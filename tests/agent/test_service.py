@@ -5,12 +5,9 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,20 +160,6 @@ def test_install_writes_the_unit_and_says_what_to_do_next(
     assert "systemctl daemon-reload && systemctl enable --now sonde-agent" in out
     if not service.user_exists("sonde"):
         assert "useradd --system --home /var/lib/sonde" in out
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A directory every user may pass through (pytest's own tmp root is 0700)."""
-    made = Path(tempfile.mkdtemp(prefix="sonde-service-"))
-    made.chmod(0o755)
-    try:
-        yield made
-    finally:
-        for path in made.rglob("*"):
-            if path.is_dir():
-                path.chmod(0o755)
-        shutil.rmtree(made)
 
 
 def program_behind(tmp_path: Path, mode: int, interpreter: str = "/bin/sh") -> Path:

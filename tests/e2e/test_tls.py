@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import ssl
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import trustme
 
 from tests.e2e.procs import SONDE, RunningHub, base_env, running_hub, spawn, wait_until
-from tests.subprocs import run_ok
+from tests.subprocs import run_any, run_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -90,13 +89,10 @@ def test_clients_without_the_ca_name_the_certificate_as_the_cause(tls_hub: TLSHu
     home.mkdir()
     env = base_env(home)
     token = hub.token()
-    refused = subprocess.run(
+    refused = run_any(
         [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", "untrusting"],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
     assert refused.returncode == 1
     assert NOT_VERIFIED in refused.stderr
@@ -113,13 +109,10 @@ def test_clients_without_the_ca_name_the_certificate_as_the_cause(tls_hub: TLSHu
     finally:
         agent.stop()
 
-    login = subprocess.run(
+    login = run_any(
         [*SONDE, "login", "--hub", hub.url, "--api-key", hub.admin_key],
         env=base_env(tls_hub.root / "home-login"),
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
     assert login.returncode == 1
     assert NOT_VERIFIED in login.stderr
@@ -131,14 +124,11 @@ def test_clients_without_the_ca_name_the_certificate_as_the_cause(tls_hub: TLSHu
         "method": "initialize",
         "params": {"protocolVersion": "2025-11-25"},
     }
-    bridged = subprocess.run(
+    bridged = run_any(
         [*SONDE, "mcp-bridge", "--hub", hub.url, "--api-key", hub.admin_key],
         env=base_env(tls_hub.root / "home-bridge"),
         input=json.dumps(initialize) + "\n",
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
     answer = json.loads(bridged.stdout.splitlines()[0])
     assert answer["error"]["code"] == -32603
@@ -150,13 +140,10 @@ def tls_flags(cert: Path, key: Path) -> list[str]:
 
 
 def hub_refuses(tmp_path: Path, cert: Path, key: Path) -> str:
-    done = subprocess.run(
+    done = run_any(
         [*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), *tls_flags(cert, key)],
         env=base_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
@@ -181,13 +168,10 @@ def test_a_certificate_and_key_that_cannot_serve_are_named_before_anything_start
 def test_a_first_start_that_fails_leaves_no_admin_key_nobody_saw(tmp_path: Path) -> None:
     with running_hub(tmp_path / "first") as first:
         taken = first.url.removeprefix("http://")
-        failed = subprocess.run(
+        failed = run_any(
             [*SONDE, "hub", "--bind", taken, "--data-dir", str(tmp_path / "second" / "hubdata")],
             env=base_env(tmp_path / "home"),
-            capture_output=True,
-            text=True,
             timeout=60,
-            check=False,
         )
     assert failed.returncode == 1, failed.stderr
     assert "sonde_" not in failed.stderr

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,9 @@ async def test_kernel_messages_respect_the_level() -> None:
     assert all(m["level"] in ("emerg", "alert", "crit", "err") for m in found["messages"])
 
 
-@pytest.fixture
-async def connected_pair() -> AsyncIterator[int]:
-    """An established TCP connection of this process on 127.0.0.1; yields the listener's port."""
+@asynccontextmanager
+async def tcp_connection() -> AsyncIterator[tuple[int, trio.SocketStream, trio.socket.SocketType]]:
+    """An established TCP connection of this process on 127.0.0.1: (listener's port, client, server)."""
     listener = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     with listener:
         await listener.bind(("127.0.0.1", 0))
@@ -92,7 +93,14 @@ async def connected_pair() -> AsyncIterator[int]:
         server, _ = await listener.accept()
         with server:
             async with client:
-                yield port
+                yield port, client, server
+
+
+@pytest.fixture
+async def connected_pair() -> AsyncIterator[int]:
+    """An established TCP connection of this process on 127.0.0.1; yields the listener's port."""
+    async with tcp_connection() as (port, _, _):
+        yield port
 
 
 async def test_connections_show_our_own(connected_pair: int) -> None:
@@ -113,17 +121,10 @@ async def test_connections_limit_marks_truncation(connected_pair: int) -> None:
 
 
 async def test_time_wait_connections_have_no_owner_to_hide() -> None:
-    listener = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    with listener:
-        await listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        server, _ = await listener.accept()
-        with server:
-            await client.aclose()  # the side that closes first keeps the TIME_WAIT socket
-            assert await server.recv(1) == b""
-        found = await run("system.network.connections", state="time_wait", port=port)
+    async with tcp_connection() as (port, client, server):
+        await client.aclose()  # the side that closes first keeps the TIME_WAIT socket
+        assert await server.recv(1) == b""
+    found = await run("system.network.connections", state="time_wait", port=port)
     assert [c["pid"] for c in found["connections"]] == [None]
     assert found["processes_visible"] is True  # TIME_WAIT sockets belong to no process
     assert found["note"] is None

@@ -17,8 +17,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,17 +181,6 @@ def probe_as_nobody(
     assert done.returncode == 0, done.stderr[-3000:]
     answer: dict[str, Any] = json.loads(done.stdout)
     return answer
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A fresh directory under /tmp that user nobody may enter (removed afterwards)."""
-    path = Path(tempfile.mkdtemp(prefix="sonde-unprivileged-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def make(path: Path, mode: int, *, gid: int = 0, size: int | None = None) -> Path:
