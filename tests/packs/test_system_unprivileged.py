@@ -8,6 +8,8 @@ this root test process made with known owners and modes, in a directory under
 
 from __future__ import annotations
 
+import atexit
+import functools
 import grp
 import json
 import os
@@ -17,6 +19,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +160,49 @@ unprivileged = pytest.mark.skipif(
 )
 
 
+IMPORT_ROOTS = """
+import json, sys, sonde.packs.executor, sonde.packs.registry, sonde.packs.context
+import sonde.packs.system, sonde.packs.nginx
+for name in ("system", "nginx"):
+    sys.modules["sonde.packs." + name].PACK.probes  # the probe modules, and all they import
+print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)})))
+"""
+
+
+@functools.cache
+def nobody_import_path() -> str:
+    """A copy, in a directory user nobody may read, of the packages the probes import.
+
+    A clean clone may lie under a directory closed to other users (``mktemp -d`` makes
+    it 0700), and its virtualenv with it: nobody could not import Sonde from there.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ROOTS], capture_output=True, text=True, timeout=60, check=True
+    )
+    roots = {top_level(Path(f)) for f in json.loads(done.stdout)} - {None}
+    copy = Path(tempfile.mkdtemp(prefix="sonde-nobody-"))
+    copy.chmod(0o755)
+    atexit.register(shutil.rmtree, copy, True)
+    for root in sorted(r for r in roots if r is not None):
+        target = copy / root.name
+        if root.is_dir():
+            shutil.copytree(root, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(root, target)
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(copy)
+
+
+def top_level(module_file: Path) -> Path | None:
+    """The top-level package directory (or single module file) of a module outside the standard library."""
+    for parent in module_file.parents:
+        if parent.name in ("site-packages", "dist-packages") or (parent / "pyproject.toml").is_file():
+            relative = module_file.relative_to(parent)
+            return parent / relative.parts[0]
+    return None
+
+
 def probe_as_nobody(
     probe: str,
     params: dict[str, Any] | None = None,
@@ -170,13 +216,13 @@ def probe_as_nobody(
     drop = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_UID}"]
     drop += [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
     done = subprocess.run(
-        [*drop, sys.executable, "-c", PROBE_SCRIPT, json.dumps(request)],
+        [*drop, sys.executable, "-S", "-c", PROBE_SCRIPT, json.dumps(request)],
         capture_output=True,
         text=True,
         timeout=SUBPROCESS_TIMEOUT_S,
         check=False,
         cwd="/",
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": nobody_import_path()},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     answer: dict[str, Any] = json.loads(done.stdout)
