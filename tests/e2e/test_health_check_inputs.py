@@ -56,6 +56,14 @@ async def test_a_named_agent_must_carry_the_tags_given(hub: RunningHub) -> None:
         assert report["summary"]["probes_run"] == 3
 
 
+async def test_tags_no_agent_carries_are_refused_not_an_empty_all_clear(hub: RunningHub) -> None:
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        refused = await call_error(client, "health_check", tags=["#nosuch"])
+        assert "No agent you can reach carries the tags #nosuch. Tags in use: #prod #staging." in refused
+        report = await call(client, "health_check", tags=["prod"], categories=["system"])
+        assert report["summary"]["agents_checked"] == 1
+
+
 async def test_a_category_no_matching_agent_has_is_refused(hub: RunningHub) -> None:
     async with mcp_client(hub.url, hub.admin_key) as client:
         one = await call_error(client, "health_check", agent="web", categories=["nosuch"])

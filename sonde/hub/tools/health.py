@@ -112,7 +112,8 @@ could not reach (at most {MAX_LISTED} of each list; 'omitted' counts the rest, '
 per-category status, the first that applies of critical > warning > incomplete > ok: a critical or
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
 probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A requested
-category no matching agent has is refused, or, when others were run, listed in categories_not_found.
+category no matching agent has is refused, or, when others were run, listed in categories_not_found;
+tags no agent carries are refused.
 Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
 Pass tags only when the user names them with '#'."""
 
@@ -214,7 +215,16 @@ def check_agent_tags(record: AgentRecord, tags: list[str]) -> None:
 def matching_agents(call: ToolCall, args: HealthCheckInput) -> list[AgentRecord]:
     """The agent named (if it carries the tags), else every visible agent with the tags."""
     if args.agent is None:
-        return visible_agents(call.hub, call.caller, args.tags)
+        records = visible_agents(call.hub, call.caller, args.tags)
+        if args.tags and not records:  # checking nothing would read as an all-clear
+            in_use = sorted({tag for r in visible_agents(call.hub, call.caller) for tag in r.tags})
+            wanted = " ".join(f"#{t}" for t in normalize_tags(args.tags))
+            shown = " ".join(f"#{t}" for t in in_use[:30]) or "none"
+            raise not_found(
+                f"No agent you can reach carries the tags {wanted}. Tags in use: {shown}. "
+                "Check the tags with list_agents, or drop them."
+            )
+        return records
     record = resolve_agent(call.hub, call.caller, args.agent)
     check_agent_tags(record, args.tags)
     return [record]
