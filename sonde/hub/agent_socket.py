@@ -53,10 +53,11 @@ LIVENESS_GRACE_S = 5.0
 
 
 class Refused(Exception):
-    def __init__(self, code: RejectCode, reason: str) -> None:
+    def __init__(self, code: RejectCode, reason: str, agent: str | None = None) -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
+        self.agent = agent  # the enrolled agent's name, once the refusal is about one
 
 
 class AsgiWebSocketTransport:
@@ -121,9 +122,10 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         with trio.fail_after(REGISTER_TIMEOUT_S):
             admitted = await authenticate(hub, transport, codec)
     except Refused as refused:
-        log.warning("refused agent connection from %s: %s", peer, refused.reason)
+        who = f" (agent {refused.agent})" if refused.agent else ""
+        log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
         await hub.audit(
-            "agent", "agent.connect", None, "denied", detail={"peer": peer, "reason": refused.reason}
+            "agent", "agent.connect", refused.agent, "denied", detail={"peer": peer, "reason": refused.reason}
         )
         reject = HubReject(
             payload=RejectPayload(
@@ -181,7 +183,7 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
         verify_frame(raw, public_key_from_text(record.public_key))
         hub.fleet.register_replay_guard.check(message.nonce, message.ts, utc_now())
     except SignatureError as exc:
-        raise Refused("bad_signature", f"register frame rejected: {exc.message}") from None
+        raise Refused("bad_signature", f"register frame rejected: {exc.message}", record.name) from None
     if message.payload.name != record.name:
         raise Refused("protocol_error", f"agent is enrolled as {record.name!r}, not {message.payload.name!r}")
     if message.payload.link_key is None:

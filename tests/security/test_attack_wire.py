@@ -160,6 +160,10 @@ async def test_register_with_its_signature_removed_is_refused(fleet: AttackFleet
 
     rows = await expect_denied_connects(fleet, before, len(variants))
     assert all("register frame rejected" in row["detail"]["reason"] for row in rows)
+    assert {row["target"] for row in rows} == {"alpha"}  # whose identity was used, for the operator
+    assert "refused agent connection from 127.0.0.1 (agent alpha): register frame rejected" in (
+        fleet.hub.proc.output
+    )
     await assert_fleet_serves(fleet)
 
 
