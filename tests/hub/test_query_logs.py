@@ -62,7 +62,8 @@ def test_missing_targets_say_what_is_needed() -> None:
 
 def test_journal_since_forms() -> None:
     assert journal_since("15m") == "-15m"
-    assert journal_since("2026-11-22T02:00:00Z") == "2026-11-22 02:00:00"
+    assert journal_since("2026-11-22T02:00:00Z") == "2026-11-22 02:00:00 UTC"  # not the agent's local time
+    assert journal_since("2026-11-22T02:00:00") == "2026-11-22 02:00:00"
 
 
 # --- since: every form the schema admits works, or is refused at validation (bug 1) ---------

@@ -93,8 +93,8 @@ class QueryLogsInput(ToolInput):
     since: Since | None = Field(
         default=None,
         description="systemd and audit only: only entries newer than this, "
-        f"{SINCE_FORMS}. For systemd journalctl reads an ISO time in the agent's local time zone "
-        "(a Z is dropped); for audit Z means UTC, no Z the hub's local time.",
+        f"{SINCE_FORMS}. With Z an ISO time is UTC; without, it is the agent's local time for "
+        "systemd and the hub's for audit.",
     )
     unit: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9@:._-]{1,128}$", description="systemd only: the unit."
@@ -174,10 +174,12 @@ def since_epoch(since: str | None) -> float | None:
 
 
 def journal_since(since: str) -> str:
-    """Our '15m' / ISO forms in the shape journalctl takes ('-15m', 'YYYY-MM-DD HH:MM:SS')."""
+    """Our '15m' / ISO forms in the shape journalctl takes ('-15m', 'YYYY-MM-DD HH:MM:SS', with
+    ' UTC' for a Z: journalctl reads a bare time in the agent's time zone)."""
     if is_duration(since):
         return f"-{since}"
-    return since.replace("T", " ").rstrip("Z")[:19]
+    utc = " UTC" if since.endswith("Z") else ""
+    return since.replace("T", " ").rstrip("Z")[:19] + utc
 
 
 def log_probe(args: QueryLogsInput) -> tuple[str, dict[str, Any]]:

@@ -27,12 +27,16 @@ Priority = Literal["emerg", "alert", "crit", "err", "warning", "notice", "info",
 PRIORITIES: tuple[Priority, ...] = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 Transport = Literal["audit", "driver", "syslog", "journal", "stdout", "kernel"]
 TIME_PATTERN = (
-    r"^(\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?|today|yesterday|now"
+    r"^(\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?( UTC)?)?|today|yesterday|now"
     r"|-?\d{1,5} ?(s|sec|seconds?|min|minutes?|m|h|hours?|d|days?|w|weeks?)( ago)?)$"
 )
 TimeSpec = Annotated[
     str,
-    Field(pattern=TIME_PATTERN, strict=True, description="'2024-05-01 10:00', 'today', '-1h', '2 days ago'."),
+    Field(
+        pattern=TIME_PATTERN,
+        strict=True,
+        description="'2024-05-01 10:00' (the machine's time zone, or with ' UTC'), 'today', '-1h', '2 days ago'.",
+    ),
 ]
 OUTPUT_FIELDS = "MESSAGE,PRIORITY,_SYSTEMD_UNIT,SYSLOG_IDENTIFIER,_PID,_COMM,_TRANSPORT,_AUDIT_TYPE_NAME"
 MESSAGE_MAX_CHARS = 2000
