@@ -110,6 +110,11 @@ def _check_api_key_args(name: str, role: str, policy: object) -> None:
         raise ValueError(f"invalid role {role!r}: must be one of {', '.join(ROLES)}")
     if policy is not None and not isinstance(policy, dict):
         raise ValueError("an API key policy must be a JSON object or None")
+    if role == "admin" and policy:
+        raise ValueError(
+            "an admin key reaches every agent and probe whatever its policy says: "
+            "give --agents / --probes (a policy) to a member key instead"
+        )
 
 
 def _api_key_from_row(row: dict[str, Any]) -> ApiKeyRecord:
@@ -160,8 +165,19 @@ def get_api_key(db: Database, key_id: str) -> ApiKeyRecord | None:
     return None if row is None else _api_key_from_row(row)
 
 
+class LastAdminKey(ValueError):
+    """Revoking this key would leave no admin key: nobody could manage the hub over its API."""
+
+
 def revoke_api_key(db: Database, key_id: str, now: float | None = None) -> bool:
-    """Revoke a key; False if it is unknown or already revoked."""
+    """Revoke a key; False if it is unknown or already revoked. Raises `LastAdminKey` for the
+    last active admin key."""
+    row = query_one(db, "SELECT role, name FROM api_keys WHERE id = ? AND revoked_at IS NULL", [key_id])
+    if row is not None and row["role"] == "admin" and count_active_admin_keys(db) <= 1:
+        raise LastAdminKey(
+            f"API key {key_id} ({row['name']}) is the last active admin key: create another admin key "
+            "first (`sonde hub key create --name NAME --role admin`), then revoke this one"
+        )
     cursor = db.execute(
         "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [_now(now), key_id]
     )

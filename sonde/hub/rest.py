@@ -36,6 +36,9 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 256 * 1024
 
 
+MAX_PATH_AUDITED = 200  # of a refused request's path: an unauthenticated caller chooses its length
+
+
 def ApiError(status: int, code: str, message: str) -> HubError:
     return HubError(message, code, status)
 
@@ -72,7 +75,11 @@ async def require_caller(hub: Hub, admin: bool = False) -> Caller:
     if caller is None:
         hub.keys.failures.failed(client)
         await hub.audit(
-            "anonymous", "rest.auth", request.path, "denied", detail={"client": request.remote_addr}
+            "anonymous",
+            "rest.auth",
+            request.path[:MAX_PATH_AUDITED],
+            "denied",
+            detail={"client": request.remote_addr},
         )
         raise ApiError(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
     if admin and not caller.is_admin:

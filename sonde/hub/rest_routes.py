@@ -15,6 +15,7 @@ from sonde.hub.agent_records import delete_agent, set_tags
 from sonde.hub.attestation import accept_held
 from sonde.hub.audit import query_audit, verify_audit
 from sonde.hub.keys import (
+    LastAdminKey,
     create_api_key,
     create_enrollment_token,
     list_api_keys,
@@ -36,6 +37,9 @@ from sonde.protocol.names import NAME_PATTERN
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
+
+
+MAX_ID_SHOWN = 64
 
 
 class NewApiKey(BaseModel):
@@ -99,8 +103,12 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, admin=True)
         body = await parse_body(NewApiKey)
         policy = body.policy.model_dump(mode="json") if body.policy else None
-        record, secret = await hub.store.write(create_api_key, body.name, body.role, policy)
-        await hub.audit(caller.key_id, "rest.api_key.create", record.id, "ok", detail={"name": body.name})
+        try:
+            record, secret = await hub.store.write(create_api_key, body.name, body.role, policy)
+        except ValueError as exc:  # a name of spaces only, a policy on an admin key
+            raise ApiError(400, "invalid_body", str(exc)) from None
+        detail = {"name": body.name, "role": body.role, "policy": policy}
+        await hub.audit(caller.key_id, "rest.api_key.create", record.id, "ok", detail=detail)
         return {"key": record.model_dump(mode="json"), "secret": secret}, 201
 
     @app.get("/api/v1/api-keys")
@@ -112,10 +120,17 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.delete("/api/v1/api-keys/<key_id>")
     async def revoke_key(key_id: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True)
-        revoked = await hub.store.write(revoke_api_key, key_id, time.time())
+        key_id = key_id[:MAX_ID_SHOWN]  # ids are 32 characters: a longer one names no key
+        try:
+            revoked = await hub.store.write(revoke_api_key, key_id, time.time())
+        except LastAdminKey as exc:
+            await hub.audit(caller.key_id, "rest.api_key.revoke", key_id, "refused")
+            raise ApiError(409, "last_admin_key", str(exc)) from None
         await hub.audit(caller.key_id, "rest.api_key.revoke", key_id, "ok" if revoked else "not_found")
         if not revoked:
-            raise ApiError(404, "not_found", f"no active API key with id {key_id!r}")
+            raise ApiError(
+                404, "not_found", f"no active API key with id {key_id!r}; GET /api/v1/api-keys lists them"
+            )
         hub.keys.forget()
         return {"revoked": key_id}
 
@@ -124,7 +139,8 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, admin=True)
         body = await parse_body(NewEnrollmentToken)
         record, secret = await hub.store.write(create_enrollment_token, body.ttl_s, body.name)
-        await hub.audit(caller.key_id, "rest.token.create", record.id, "ok", detail={"name": body.name})
+        detail = {"name": body.name, "ttl_s": body.ttl_s}
+        await hub.audit(caller.key_id, "rest.token.create", record.id, "ok", detail=detail)
         return {"token": record.model_dump(mode="json"), "secret": secret}, 201
 
     @app.get("/api/v1/enrollment-tokens")
@@ -209,7 +225,7 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
     async def diagnose_route() -> dict[str, Any]:
         caller = await require_caller(hub)
         body = await parse_body(DiagnoseInput)
-        return (await diagnose(ToolCall(hub, caller), body)).model_dump(mode="json")
+        return (await diagnose(ToolCall(hub, caller), body, via="rest.diagnose")).model_dump(mode="json")
 
 
 def install_audit_routes(app: QuartTrio, hub: Hub) -> None:

@@ -152,6 +152,10 @@ def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         assert unknown.status_code == 404
         # the refusal the tools share names the route a REST caller looks agents up with
         assert unknown.json()["error"]["message"].endswith("Call GET /api/v1/agents for details.")
+        long_path = "/api/v1/agents/" + "z" * 10000
+        assert http.get(long_path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        denied = http.get("/api/v1/audit", params={"action": "rest.auth", "limit": 1}).json()["entries"][0]
+        assert denied["target"] == long_path[:200]  # an unauthenticated caller does not size the audit rows
         diag = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"}).json()
         assert {r["probe"] for r in diag["readings"] if r["status"] == "ok"} == {"system.memory.usage"}
         assert http.post("/api/v1/diagnose", json={"agent": "beta", "category": "system"}).status_code == 404
@@ -192,6 +196,39 @@ def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:
         assert "agents" not in http.get("/api/v1/health").text
         spec = http.get("/api/v1/openapi.json").json()
         assert "/api/v1/audit/verify" in spec["paths"]
+
+
+def test_key_routes_refuse_what_would_lock_out_or_mislead_an_admin(scoped: tuple[RunningHub, str]) -> None:
+    hub, _ = scoped
+    with hub.client() as http:
+        blank = http.post("/api/v1/api-keys", json={"name": "   "})
+        assert blank.status_code == 400, blank.text
+        assert "invalid API key name" in blank.json()["error"]["message"]
+        wide = http.post(
+            "/api/v1/api-keys", json={"name": "wide", "role": "admin", "policy": {"agents": ["a*"]}}
+        )
+        assert wide.status_code == 400, wide.text
+        assert "whatever its policy says" in wide.json()["error"]["message"]
+        admins = [k for k in http.get("/api/v1/api-keys").json()["keys"] if k["role"] == "admin"]
+        assert len(admins) == 1
+        last = http.delete(f"/api/v1/api-keys/{admins[0]['id']}")
+        assert last.status_code == 409, last.text
+        assert last.json()["error"]["code"] == "last_admin_key"
+        assert http.get("/api/v1/api-keys").status_code == 200  # still an admin
+        created = http.post("/api/v1/api-keys", json={"name": "ops2", "role": "admin"})
+        assert created.status_code == 201
+        entries = http.get("/api/v1/audit", params={"action": "rest.api_key.create", "limit": 1}).json()[
+            "entries"
+        ]
+        assert entries[0]["detail"]["role"] == "admin"
+        assert http.delete(f"/api/v1/api-keys/{created.json()['key']['id']}").status_code == 200
+        long_path = "/api/v1/agents/" + "z" * 10000
+        assert http.get(long_path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        denied = http.get("/api/v1/audit", params={"action": "rest.auth", "limit": 1}).json()["entries"][0]
+        assert denied["target"] == long_path[:200]  # an unauthenticated caller does not size the audit rows
+        diag = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"})
+        assert diag.status_code == 200
+        assert http.get("/api/v1/audit", params={"action": "rest.diagnose"}).json()["entries"]
 
 
 def test_openapi_documents_every_body_a_route_takes(scoped: tuple[RunningHub, str]) -> None:

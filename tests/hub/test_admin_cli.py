@@ -40,6 +40,10 @@ def test_a_bad_name_or_glob_is_a_message_and_exit_2(tmp_path: Path) -> None:
         (["key", "create", "--name", "!!bad"], "invalid API key name '!!bad'"),
         (["key", "create", "--name", "ok", "--agents", ""], "agents.0: String should match pattern"),
         (["token", "create", "--name", "a b"], "invalid agent name 'a b'"),
+        (
+            ["key", "create", "--name", "ok", "--role", "admin", "--agents", "web-*"],
+            "whatever its policy says",
+        ),
     ]:
         done = sonde_hub(tmp_path, *args)
         assert done.returncode == 2, done.stderr
@@ -88,3 +92,14 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
         )
         assert done.stdout == ""  # no key or token that no hub would accept
     assert not (tmp_path / "data").exists()
+
+
+def test_the_last_admin_key_is_not_revoked_from_the_cli_either(tmp_path: Path) -> None:
+    make_store(tmp_path)
+    created = sonde_hub(tmp_path, "key", "create", "--name", "only", "--role", "admin")
+    assert created.returncode == 0, created.stderr
+    key_id = created.stderr.split("admin API key ")[1].split()[0]
+    done = sonde_hub(tmp_path, "key", "revoke", key_id)
+    assert done.returncode == 2, done.stderr
+    assert "is the last active admin key" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ from sqlite_utils import Database
 from sonde.hub.db import open_database
 from sonde.hub.keys import (
     EnrollmentRefused,
+    LastAdminKey,
     consume_enrollment_token,
     count_active_admin_keys,
     create_api_key,
@@ -48,10 +49,10 @@ def raw_bytes(path: Path) -> bytes:
 
 
 def test_create_api_key_returns_secret_once(db: Database) -> None:
-    record, secret = create_api_key(db, "ci bot", role="admin", policy={"agents": ["web-*"]}, now=T0)
+    record, secret = create_api_key(db, "ci bot", role="member", policy={"agents": ["web-*"]}, now=T0)
     assert secret.startswith("sonde_")
     assert record.prefix == secret[:12]
-    assert record.role == "admin"
+    assert record.role == "member"
     assert record.policy == {"agents": ["web-*"]}
     assert record.created_at == T0
     assert record.revoked_at is None
@@ -257,3 +258,23 @@ def test_secrets_never_look_like_command_line_options(tmp_path: Path) -> None:
     for _ in range(200):
         assert not create_enrollment_token(db)[1].startswith("-")
         assert not create_api_key(db, "k")[1].startswith("-")
+
+
+def test_an_admin_key_with_a_policy_it_would_ignore_is_refused(db: Database) -> None:
+    with pytest.raises(
+        ValueError, match="an admin key reaches every agent and probe whatever its policy says"
+    ):
+        create_api_key(db, "wide", role="admin", policy={"agents": ["web-*"]})
+    assert list_api_keys(db) == []
+
+
+def test_the_last_admin_key_cannot_be_revoked(db: Database) -> None:
+    first, _ = create_api_key(db, "first", role="admin")
+    second, _ = create_api_key(db, "second", role="admin")
+    member, _ = create_api_key(db, "member")
+    assert revoke_api_key(db, first.id)
+    with pytest.raises(LastAdminKey, match="is the last active admin key"):
+        revoke_api_key(db, second.id)
+    assert revoke_api_key(db, member.id)  # members come and go
+    assert get_api_key(db, second.id) is not None
+    assert get_api_key(db, second.id).revoked_at is None  # type: ignore[union-attr]

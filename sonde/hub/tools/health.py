@@ -332,8 +332,8 @@ truncated, marked truncated=true). Categories per agent come from list_capabilit
 Use it after health_check points at an area, or when the user names one."""
 
 
-async def diagnose(call: ToolCall, args: DiagnoseInput) -> DiagnoseOutput:
-    outcome = await diagnose_agent(call, args.agent, args.category, args.description)
+async def diagnose(call: ToolCall, args: DiagnoseInput, *, via: str = "mcp.diagnose") -> DiagnoseOutput:
+    outcome = await diagnose_agent(call, args.agent, args.category, args.description, via=via)
     readings = []
     for step in outcome.steps:
         result, truncated = step.result, False
@@ -359,7 +359,7 @@ async def diagnose(call: ToolCall, args: DiagnoseInput) -> DiagnoseOutput:
 
 
 async def diagnose_agent(
-    call: ToolCall, agent: str, category: str, description: str | None
+    call: ToolCall, agent: str, category: str, description: str | None, *, via: str = "mcp.diagnose"
 ) -> RunbookOutcome:
     """Run one category on one agent for this caller (shared with the REST route)."""
     hub, caller = call.hub, call.caller
@@ -383,10 +383,10 @@ async def diagnose_agent(
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
     with trio.move_on_after(hub.config.probe_timeout_s + 2):
-        await run_runbooks(hub, caller, [[outcome]], via="mcp.diagnose")
+        await run_runbooks(hub, caller, [[outcome]], via=via)
     await hub.audit(
         caller.key_id,
-        "mcp.diagnose",
+        via,
         record.name,
         "ok" if outcome.complete else "partial",
         duration_ms=(time.perf_counter() - started) * 1000,
