@@ -152,10 +152,6 @@ def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         assert unknown.status_code == 404
         # the refusal the tools share names the route a REST caller looks agents up with
         assert unknown.json()["error"]["message"].endswith("Call GET /api/v1/agents for details.")
-        long_path = "/api/v1/agents/" + "z" * 10000
-        assert http.get(long_path, headers={"Authorization": "Bearer wrong"}).status_code == 401
-        denied = http.get("/api/v1/audit", params={"action": "rest.auth", "limit": 1}).json()["entries"][0]
-        assert denied["target"] == long_path[:200]  # an unauthenticated caller does not size the audit rows
         diag = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"}).json()
         assert {r["probe"] for r in diag["readings"] if r["status"] == "ok"} == {"system.memory.usage"}
         assert http.post("/api/v1/diagnose", json={"agent": "beta", "category": "system"}).status_code == 404
