@@ -69,15 +69,20 @@ def fast_command(argv: Sequence[str]) -> int | None:
 
 def run_start(*, allow_root: bool, log_level: str) -> int:
     """`sonde start`: load the enrolled config, then run the agent; 1 when there is none or it is bad."""
-    from sonde.agent.config import ConfigError, load_config
+    from sonde.agent.config import ConfigError, config_path, load_config
     from sonde.agent.daemon import NOT_ENROLLED_MESSAGE, run_agent
 
+    path = config_path()
     try:
-        config = load_config()
+        config = load_config(path)
     except ConfigError as exc:
         print(f"sonde start: {exc}", file=sys.stderr)
         return 1
     if config is None:
-        print(f"sonde start: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
+        print(f"sonde start: {NOT_ENROLLED_MESSAGE} (there is no {path})", file=sys.stderr)
+        return 1
+    if not config.enrolled:
+        missing = ", ".join(config.missing_identity())
+        print(f"sonde start: {NOT_ENROLLED_MESSAGE} ({path} lacks {missing})", file=sys.stderr)
         return 1
     return run_agent(config, allow_root=allow_root, log_level=log_level)

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import require
+
 
 def run_any(argv: list[str], *, timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` to the end (text, output captured), however it exits."""
@@ -46,3 +48,13 @@ def process_named_not_utf8(directory: Path) -> Iterator[subprocess.Popen[bytes]]
     finally:
         process.kill()
         process.wait()
+
+
+def without_file_overrides(argv: list[str]) -> list[str]:
+    """``argv`` run so that file modes bind it: as root, without the capabilities that override them."""
+    if os.geteuid() != 0:
+        return argv
+    require(
+        shutil.which("setpriv") is not None, "setpriv (util-linux) drops root's file-override capabilities"
+    )
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *argv]

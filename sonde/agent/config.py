@@ -32,7 +32,7 @@ CONFIG_FILE_NAME = "config.json"
 CONFIG_DIR_MODE = 0o700
 CONFIG_FILE_MODE = 0o600
 MAX_CONFIG_BYTES = 1024 * 1024
-IDENTITY_FIELDS = ("hub_url", "agent_id", "private_key", "hub_public_key")
+IDENTITY_FIELDS = ("hub_url", "agent_id", "name", "private_key", "hub_public_key")
 
 
 class ConfigError(Exception):

@@ -234,7 +234,17 @@ class AgentDaemon:
                 finally:
                     self._link = None
             probes.cancel_scope.cancel()  # the hub stopped waiting for these
-        log.info("disconnected from %s: %s", self.url, link.close_reason or "closed")
+        reason = link.close_reason or "closed"
+        if "replaced by a newer connection of this agent" in reason:
+            log.warning(
+                "disconnected from %s: %s: is another `sonde start` running with this identity "
+                "(agent %s, a copied config)?",
+                self.url,
+                reason,
+                self.config.agent_id,
+            )
+        else:
+            log.info("disconnected from %s: %s", self.url, reason)
         return runner.rejection
 
     def _log_connected(self, ack: AckPayload) -> None:
@@ -261,10 +271,17 @@ class AgentDaemon:
 
 
 async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[None]) -> None:
-    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`)."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`).
+
+    SIGHUP is said and ignored: the agent has nothing to reload, and dying of it would
+    be a clean exit to systemd's Restart=on-failure, so a stray "reload" would stop it for good.
+    """
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         task_status.started()
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP received: ignored (the agent has nothing to reload; SIGTERM stops it)")
+                continue
             log.info("%s received: stopping", signal.Signals(signum).name)
             await daemon.stop("agent stopping")
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import logging
+import os
 import re
 import urllib.error
 import urllib.request
@@ -19,7 +20,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 import sonde
-from sonde.agent.config import AgentConfig, ConfigError, check_hub_url, load_config, save_config
+from sonde.agent.config import (
+    AgentConfig,
+    ConfigError,
+    check_hub_url,
+    load_config,
+    save_config,
+)
+from sonde.agent.config import config_path as config_path_default
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
 from sonde.connect_failures import describe_tls_failure
 from sonde.packs.registry import PackRegistry, load_packs
@@ -73,6 +81,7 @@ def enroll(
             "hub until an admin removes it. Pass --replace to enroll anyway (the token was not used)",
         )
     name = name or default_agent_name()
+    check_can_save(config_path or config_path_default())
     registry = active_packs(registry or load_packs(), existing.enabled_packs if existing else None)
     key = new_private_key()
     request = build_request(token, name, public_key_to_text(key.public_key()), registry)
@@ -89,9 +98,32 @@ def enroll(
         )
     except ValidationError as exc:
         raise EnrollError("bad_response", f"the hub's answer is unusable: {exc.errors()[0]['msg']}") from None
-    saved = save_config(identity, config_path)
+    try:
+        saved = save_config(identity, config_path)
+    except OSError as exc:  # the check above passed, then the disk failed: say what was lost
+        raise EnrollError(
+            "cannot_save",
+            f"the hub enrolled {answer.name} (agent id {answer.agent_id}), but saving the identity failed: "
+            f"{exc}; an admin must remove that agent (DELETE /api/v1/agents/{answer.name}) before it is "
+            "enrolled again",
+        ) from None
     log.info("enrolled as %s (agent %s) with hub %s", answer.name, answer.agent_id, hub_url)
     return saved
+
+
+def check_can_save(path: Path) -> None:
+    """`EnrollError` unless the identity can be written at ``path``: checked before the token
+    is spent, as a hub that enrolled an agent whose identity was lost keeps its name taken."""
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the directory that save_config would create it in
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        why = "is not a directory" if existing.exists() and not existing.is_dir() else "is not writable"
+        raise EnrollError(
+            "cannot_save",
+            f"cannot save the identity in {path}: {existing} {why} by this user (a read-only file system, "
+            "or the wrong HOME?); fix that and enroll again (the token was not used)",
+        )
 
 
 def normalize_hub_url(hub_url: str) -> str:

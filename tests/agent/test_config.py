@@ -56,7 +56,7 @@ def test_login_only_config_is_valid_but_not_enrolled(tmp_path: Path) -> None:
     config = load_config(path)
     assert config is not None
     assert not config.enrolled
-    assert config.missing_identity() == ["agentId", "privateKey", "hubPublicKey"]
+    assert config.missing_identity() == ["agentId", "name", "privateKey", "hubPublicKey"]
     assert config.allowed_paths == ["/var/log"]
     assert config.enabled_packs is None
 

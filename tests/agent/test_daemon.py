@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import signal
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
@@ -32,10 +34,13 @@ from sonde.agent.daemon import (
 from sonde.agent.identity import code_hash
 from sonde.protocol.errors import AgentUnavailable
 from sonde.protocol.messages import HubReject, JsonValue, ProbeRequest, ProbeRequestPayload, RejectPayload
+from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from sonde.runtime import Transport
 from tests.agent.fakehub import AGENT_ID, FakeHub
 from tests.agent.probes import gone, registry_for_tests, wait_for_child
+from tests.e2e.procs import SONDE
 from tests.runtime.wspair import websocket_pair
+from tests.subprocs import run_any
 
 TINY_DELAY_S = 0.01
 
@@ -321,3 +326,37 @@ async def test_revoked_mid_link_stops_the_agent(autojump_clock: trio.abc.Clock) 
         await link.send(HubReject(payload=RejectPayload(code="revoked", reason="revoked by an admin")))
     assert exit_codes == [EXIT_REJECTED]
     assert len(connector.calls) == 1
+
+
+KEY = private_key_to_text(new_private_key())
+HUB_KEY = public_key_to_text(new_private_key().public_key())
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        (None, "(there is no {path})"),
+        (
+            {"hubUrl": "http://127.0.0.1:1", "apiKey": "sonde_x"},
+            "({path} lacks agentId, name, privateKey, hubPublicKey)",
+        ),
+        (
+            {"hubUrl": "http://127.0.0.1:1", "agentId": "a", "privateKey": KEY, "hubPublicKey": HUB_KEY},
+            "({path} lacks name)",
+        ),
+    ],
+)
+def test_sonde_start_names_the_config_and_what_it_lacks(
+    tmp_path: Path, config: dict[str, str] | None, says: str
+) -> None:
+    path = tmp_path / ".sonde" / "config.json"
+    if config is not None:
+        path.parent.mkdir()
+        path.write_text(json.dumps(config))
+        path.chmod(0o600)
+    done = run_any([*SONDE, "start", "--allow-root"], env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
+    assert done.returncode == EXIT_NOT_ENROLLED
+    assert (
+        f"sonde start: not enrolled: run `sonde enroll --hub URL --token TOKEN` first {says.format(path=path)}"
+        in (done.stderr)
+    )

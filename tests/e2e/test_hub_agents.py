@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import require
 from tests.e2e.mcpclient import call, call_error, mcp_client
 from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, spawn, wait_until
+from tests.subprocs import without_file_overrides
 
 
 def agent_statuses(hub) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -98,6 +96,7 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
             # a second process on the same identity (a cloned config) replaces the first
             procs.append(spawn(["start", "--allow-root"], twin.env))
             procs[1].wait_for(re.compile(r"replaced by a newer connection of this agent \(if this repeats"))
+            procs[1].wait_for(re.compile(r"WARNING .*is another `sonde start` running with this identity"))
             hub.proc.wait_for(re.compile(r"agent twin offline: replaced by a newer connection of this agent"))
 
             with hub.client() as http:
@@ -111,26 +110,20 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
                 proc.stop()
 
 
-def test_an_agent_that_stops_is_not_logged_as_an_abnormal_close(tmp_path: Path) -> None:
+def test_an_agent_survives_sighup_and_its_stop_is_not_logged_as_an_abnormal_close(tmp_path: Path) -> None:
     with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
         agent = enroll_agent(hub, tmp_path, "leaving")
-        agent.start()
+        proc = agent.start()
         wait_until(lambda: agent_statuses(hub) == {"leaving": "online"})
+        proc.popen.send_signal(signal.SIGHUP)  # a stray "reload": said, and survived
+        proc.wait_for(re.compile(r"SIGHUP received: ignored"))
+        assert proc.popen.poll() is None
+        assert agent_statuses(hub) == {"leaving": "online"}
         assert agent.stop() == 0  # SIGTERM: a clean close from the agent's side
         hub.proc.wait_for(
             re.compile(r"agent leaving offline: the agent closed the connection, or it dropped")
         )
         assert "(1006)" not in hub.proc.output
-
-
-def without_file_overrides(argv: list[str]) -> list[str]:
-    """``argv`` run so that file modes bind it: as root, without the capabilities that override them."""
-    if os.geteuid() != 0:
-        return argv
-    require(
-        shutil.which("setpriv") is not None, "setpriv (util-linux) drops root's file-override capabilities"
-    )
-    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *argv]
 
 
 def test_a_hub_that_cannot_write_its_database_says_so_and_does_not_start(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.mcpclient import call, initialize_request, mcp_client
 from tests.e2e.procs import SONDE
+from tests.subprocs import run_any, without_file_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -117,6 +118,24 @@ async def test_enrollment_token_is_single_use_and_expires(fleet: SharedFleet) ->
     # the refused machine is left clean: a fresh token enrolls it
     retried = enroll_named(hub, reuse_home, "tok-reuse")
     assert config_file(retried.home).is_file()
+
+
+def test_an_identity_that_could_not_be_saved_spends_no_token(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    home = fleet.home("nowhere")
+    env = agent_env(home)
+    home.chmod(0o555)  # ~/.sonde cannot be made: as on a read-only file system
+    token = rest_token(hub)
+    argv = without_file_overrides([*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", "nowhere"])
+    done = run_any(argv, env=env, timeout=30)
+    home.chmod(0o755)
+    assert done.returncode == 1
+    assert "cannot save the identity in" in done.stderr
+    assert "the token was not used" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "nowhere" not in agent_rows(hub)
+    saved = enroll_named(hub, fleet.home("somewhere"), "nowhere", token=token)  # the same token, elsewhere
+    assert config_file(saved.home).is_file()
 
 
 def test_an_enrolled_machine_enrolls_again_only_when_told_to(fleet: SharedFleet) -> None:
