@@ -72,6 +72,7 @@ def enroll(
     most about ``timeout_s`` per network operation.
     """
     hub_url = normalize_hub_url(hub_url)
+    token = token.strip()  # pasted with the newline `sonde hub token create` printed after it
     existing = read_existing(config_path)
     if existing is not None and existing.enrolled and not replace:
         raise EnrollError(

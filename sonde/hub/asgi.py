@@ -113,7 +113,13 @@ class RootApp:
             await send_json(
                 send,
                 429,
-                {"error": {"code": "too_many_failures", "message": "too many failed authentications; wait"}},
+                {
+                    "error": {
+                        "code": "too_many_failures",
+                        "message": "too many failed authentications from this address; "
+                        f"try again in {int(retry) + 1} s",
+                    }
+                },
                 [(b"retry-after", str(int(retry) + 1).encode())],
             )
             return

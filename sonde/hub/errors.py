@@ -9,11 +9,14 @@ from __future__ import annotations
 
 
 class HubError(Exception):
-    def __init__(self, message: str, code: str = "refused", status: int = 400) -> None:
+    def __init__(
+        self, message: str, code: str = "refused", status: int = 400, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
+        self.headers = headers or {}  # for a REST answer (Retry-After)
 
 
 def not_found(message: str) -> HubError:

@@ -70,7 +70,13 @@ async def require_caller(hub: Hub, admin: bool = False) -> Caller:
     client = str(request.remote_addr)
     retry = hub.keys.failures.retry_after(client)
     if retry is not None:
-        raise HubError("too many failed authentications; wait and try again", "too_many_failures", 429)
+        wait_s = int(retry) + 1
+        raise HubError(
+            f"too many failed authentications from this address; try again in {wait_s} s",
+            "too_many_failures",
+            429,
+            {"Retry-After": str(wait_s)},
+        )
     caller = await hub.keys.authenticate(request.headers.get("Authorization"))
     if caller is None:
         hub.keys.failures.failed(client)
@@ -120,7 +126,9 @@ def for_rest(message: str) -> str:
 def install_error_handlers(app: QuartTrio) -> None:
     @app.errorhandler(HubError)
     async def api_error(exc: HubError) -> Response:
-        return error_response(exc.status, exc.code, for_rest(exc.message))
+        response = error_response(exc.status, exc.code, for_rest(exc.message))
+        response.headers.update(exc.headers)
+        return response
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

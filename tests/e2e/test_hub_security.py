@@ -134,7 +134,8 @@ def test_an_identity_that_could_not_be_saved_spends_no_token(fleet: SharedFleet)
     assert "the token was not used" in done.stderr
     assert "Traceback" not in done.stderr
     assert "nowhere" not in agent_rows(hub)
-    saved = enroll_named(hub, fleet.home("somewhere"), "nowhere", token=token)  # the same token, elsewhere
+    # the same token, elsewhere, pasted with the newline it was printed with
+    saved = enroll_named(hub, fleet.home("somewhere"), "nowhere", token=f" {token}\n")
     assert config_file(saved.home).is_file()
 
 

@@ -288,6 +288,10 @@ def test_failed_authentication_is_rate_limited(scoped: tuple[RunningHub, str]) -
         assert 25 <= first_block <= 30  # earlier tests on this hub failed once on purpose
         assert set(codes[:first_block]) == {401}
         assert set(codes[first_block:]) == {429}
+        refused = http.get("/api/v1/agents")
+        wait_s = int(refused.headers["retry-after"])
+        assert 0 < wait_s <= 61
+        assert f"try again in {wait_s} s" in refused.json()["error"]["message"]
         blocked = http.post(f"{hub.url}/mcp", json={}, headers={"Authorization": f"Bearer {key}"})
         assert blocked.status_code == 429  # even a good key waits: the address is guessing
         assert int(blocked.headers["retry-after"]) > 0
