@@ -38,3 +38,10 @@ def open_dir() -> Iterator[Path]:
             if path.is_dir() and not path.is_symlink():
                 path.chmod(0o755)
         shutil.rmtree(made)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No `sonde` process a failing test started outlives the run."""
+    from tests.e2e.procs import stop_leftovers
+
+    stop_leftovers()

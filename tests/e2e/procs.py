@@ -91,7 +91,21 @@ def watch(argv: list[str], env: dict[str, str], stdout: int = subprocess.DEVNULL
     proc = Proc(popen)
     proc.pumper = threading.Thread(target=proc.pump, daemon=True)
     proc.pumper.start()
+    STARTED.append(proc)
     return proc
+
+
+# Every process `watch` started: what a failing test left running is stopped when the session ends
+# (tests/conftest.py), not left behind on the machine.
+STARTED: list[Proc] = []
+
+
+def stop_leftovers() -> int:
+    """Stop every started process still running; how many there were."""
+    left = [proc for proc in STARTED if proc.popen.poll() is None]
+    for proc in left:
+        proc.stop(timeout=5)
+    return len(left)
 
 
 def base_env(home: Path) -> dict[str, str]:
