@@ -104,8 +104,18 @@ async def current_status(hub: Hub, record: AgentRecord) -> tuple[AgentRecord, st
     return record, hub.fleet.status(record.id)
 
 
+async def visible_agents_now(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
+    """`visible_agents`, with each held agent re-read (`current_status`): the views that list agents."""
+    return [(await current_status(hub, record))[0] for record in visible_agents(hub, caller, tags)]
+
+
 def capitalized(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def held(record: AgentRecord) -> HubError:
+    """The refusal for an agent held as degraded (409), for every tool that would run its probes."""
+    return HubError(f"{capitalized(degraded_reason(record.name))}.", "agent_degraded", 409)
 
 
 async def run_probe_for(
@@ -122,7 +132,7 @@ async def run_probe_for(
     check_probe(hub, caller, record, probe, params)
     record, status = await current_status(hub, record)
     if status == "degraded":
-        raise HubError(f"{capitalized(degraded_reason(record.name))}.", "agent_degraded", 409)
+        raise held(record)
     started = time.perf_counter()
     outcome, error = "ok", ""
     try:

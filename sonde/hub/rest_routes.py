@@ -24,7 +24,7 @@ from sonde.hub.keys import (
 )
 from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import Policy
-from sonde.hub.probing import current_status, resolve_agent, run_probe_for, visible_agents
+from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
 from sonde.hub.tools.base import ToolCall
@@ -120,7 +120,8 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.delete("/api/v1/api-keys/<key_id>")
     async def revoke_key(key_id: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True)
-        key_id = key_id[:MAX_ID_SHOWN]  # ids are 32 characters: a longer one names no key
+        if len(key_id) > MAX_ID_SHOWN:  # ids are 32 characters: a longer one names no key
+            raise ApiError(404, "not_found", f"no API key has an id that long ({len(key_id)} characters)")
         try:
             revoked = await hub.store.write(revoke_api_key, key_id, time.time())
         except LastAdminKey as exc:
@@ -155,8 +156,9 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def agents() -> dict[str, Any]:
         caller = await require_caller(hub)
         tags = request.args.getlist("tag")
-        records = [(await current_status(hub, r))[0] for r in visible_agents(hub, caller, tags)]
-        return {"agents": [summarize(hub, r).model_dump() for r in records]}
+        return {
+            "agents": [summarize(hub, r).model_dump() for r in await visible_agents_now(hub, caller, tags)]
+        }
 
     @app.get("/api/v1/agents/<agent>")
     async def agent(agent: str) -> dict[str, Any]:

@@ -240,7 +240,7 @@ class _Writer:
 
     def reopen_if_read_only(self, results: list[outcome.Outcome[Any]]) -> None:
         """In the writer's thread, after a batch."""
-        if not any(_is_read_only(result) for result in results):
+        if not any(isinstance(r, outcome.Error) and is_read_only_error(r.error) for r in results):
             return
         try:
             fresh = open_database(self.path)
@@ -249,10 +249,6 @@ class _Writer:
             return
         self.db.close()
         self.db = fresh
-
-
-def _is_read_only(result: outcome.Outcome[Any]) -> bool:
-    return isinstance(result, outcome.Error) and is_read_only_error(result.error)
 
 
 async def _run_writer(

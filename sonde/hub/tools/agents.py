@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sonde.hub.audit import query_audit
 from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.policy import AGENT_NAME_GLOB
-from sonde.hub.probing import current_status, resolve_agent, visible_agents
+from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
 
@@ -56,10 +56,7 @@ fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name: narrow 
 
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:
-    records = [
-        (await current_status(call.hub, r))[0] for r in visible_agents(call.hub, call.caller, args.tags)
-    ]
-    summaries = [summarize(call.hub, r) for r in records]
+    summaries = [summarize(call.hub, r) for r in await visible_agents_now(call.hub, call.caller, args.tags)]
     by_status = Counter(s.status for s in summaries)
     matched = [
         s

@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
-from sonde.hub.errors import HubError, forbidden, not_found, unavailable
+from sonde.hub.errors import forbidden, not_found, unavailable
 from sonde.hub.policy import has_tags, normalize_tags
-from sonde.hub.probing import capitalized, current_status, resolve_agent, visible_agents
+from sonde.hub.probing import capitalized, current_status, held, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     TAGS_FIELD,
@@ -200,12 +200,16 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
     return CategoryStatus(category=category, status=status, agents=len(outcomes))
 
 
+def hashtags(tags: list[str]) -> str:
+    """``#prod #web``: tags as a person names them."""
+    return " ".join(f"#{t}" for t in tags)
+
+
 def check_agent_tags(record: AgentRecord, tags: list[str]) -> None:
     """Refuse a named agent that does not carry all of ``tags``: agent and tags both apply."""
     if has_tags(record.tags, tags):
         return
-    wanted = " ".join(f"#{t}" for t in normalize_tags(tags))
-    its = " ".join(f"#{t}" for t in record.tags) or "none"
+    wanted, its = hashtags(normalize_tags(tags)), hashtags(record.tags) or "none"
     raise not_found(
         f"Agent {record.name} does not carry the tags {wanted}; its tags: {its}. Drop tags to check "
         f"{record.name}, or pick an agent that has them (list_agents with these tags)."
@@ -218,8 +222,7 @@ def matching_agents(call: ToolCall, args: HealthCheckInput) -> list[AgentRecord]
         records = visible_agents(call.hub, call.caller, args.tags)
         if args.tags and not records:  # checking nothing would read as an all-clear
             in_use = sorted({tag for r in visible_agents(call.hub, call.caller) for tag in r.tags})
-            wanted = " ".join(f"#{t}" for t in normalize_tags(args.tags))
-            shown = " ".join(f"#{t}" for t in in_use[:30]) or "none"
+            wanted, shown = hashtags(normalize_tags(args.tags)), hashtags(in_use[:30]) or "none"
             raise not_found(
                 f"No agent you can reach carries the tags {wanted}. Tags in use: {shown}. "
                 "Check the tags with list_agents, or drop them."
@@ -256,9 +259,10 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
     hub, caller = call.hub, call.caller
     started = time.perf_counter()
     records = matching_agents(call, args)
+    runbooks_of = {record.id: runbooks_for(hub, record) for record in records}
     not_found_categories: list[str] = []
     if args.categories:
-        offered = {category for record in records for category in runbooks_for(hub, record)}
+        offered = {category for runbooks in runbooks_of.values() for category in runbooks}
         not_found_categories = missing_categories(args.categories, records, offered)
     unreachable: list[Unreachable] = []
     plans: list[list[RunbookOutcome]] = []
@@ -267,7 +271,7 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
         if status != "online":
             unreachable.append(Unreachable(agent=record.name, reason=hub.fleet.unavailable_reason(record.id)))
             continue
-        runbooks = runbooks_for(hub, record)
+        runbooks = runbooks_of[record.id]
         wanted = [rb for cat, rb in runbooks.items() if not args.categories or cat in args.categories]
         plans.append([RunbookOutcome(record, rb) for rb in wanted])
     done = 0
@@ -372,7 +376,7 @@ async def diagnose_agent(
         )
     record, status = await current_status(hub, record)
     if status == "degraded":
-        raise HubError(f"{capitalized(hub.fleet.unavailable_reason(record.id))}.", "agent_degraded", 409)
+        raise held(record)
     if status != "online":
         raise unavailable(f"{capitalized(hub.fleet.unavailable_reason(record.id))}. Check list_agents.")
     if not any(caller.allows_probe(probe) for probe in runbook.probes):
