@@ -41,7 +41,7 @@ from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import FrameCodec
-from sonde.protocol.errors import RemoteProtocolError, SignatureError
+from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, RemoteProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
     AckPayload,
@@ -235,7 +235,7 @@ class AgentDaemon:
                     self._link = None
             probes.cancel_scope.cancel()  # the hub stopped waiting for these
         reason = link.close_reason or "closed"
-        if "replaced by a newer connection of this agent" in reason:
+        if REPLACED_BY_NEWER_CONNECTION in reason:
             log.warning(
                 "disconnected from %s: %s: is another `sonde start` running with this identity "
                 "(agent %s, a copied config)?",

@@ -119,10 +119,10 @@ def check_can_save(path: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent  # the directory that save_config would create it in
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        why = "is not a directory" if existing.exists() and not existing.is_dir() else "is not writable"
+        why = "is not a directory" if not existing.is_dir() else "is not writable by this user"
         raise EnrollError(
             "cannot_save",
-            f"cannot save the identity in {path}: {existing} {why} by this user (a read-only file system, "
+            f"cannot save the identity in {path}: {existing} {why} (a read-only file system, "
             "or the wrong HOME?); fix that and enroll again (the token was not used)",
         )
 

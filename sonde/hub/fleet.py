@@ -19,7 +19,7 @@ import trio
 
 from sonde.hub.agent_records import AgentRecord, update_agent
 from sonde.hub.store import Store
-from sonde.protocol.errors import AgentUnavailable, ProbeTimeout
+from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
     Message,
@@ -127,9 +127,7 @@ class Fleet:
         old = self.sessions.get(session.agent_id)
         if old is not None:
             log.info("agent %s reconnected; closing its previous connection", session.agent_id)
-            old.end(
-                "replaced by a newer connection of this agent (if this repeats, two agents run with one identity)"
-            )
+            old.end(f"{REPLACED_BY_NEWER_CONNECTION} (if this repeats, two agents run with one identity)")
         self.sessions[session.agent_id] = session
         reg = session.register
         await self.update(

@@ -55,3 +55,8 @@ class ProbeFailed(SondeError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+# The close reason the hub gives a connection it replaces with a newer one of the same agent;
+# the agent recognises it to warn of two agents running with one identity.
+REPLACED_BY_NEWER_CONNECTION = "replaced by a newer connection of this agent"
