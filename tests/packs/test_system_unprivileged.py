@@ -29,6 +29,7 @@ from sonde.packs.system.access import Agent, PathOwnership, refusal_advice
 from sonde.packs.system.kernel import KERN_LOG, kern_log_advice, restricted_hint
 from sonde.packs.system.listening import hidden_owners_note
 from sonde.packs.system.privileges import parse_effective_capabilities, sees_every_process
+from tests.conftest import IN_CI
 
 NOBODY_UID = 65534
 SONDE = Agent(uid=999, user="sonde", gids=frozenset({999}))
@@ -154,8 +155,9 @@ async def main():
     return {"result": outcome.result}
 print(json.dumps(trio.run(main)))
 """
+# Skipped on a laptop without them; under CI=true the tests run, and fail if they cannot.
 unprivileged = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    not IN_CI and (os.geteuid() != 0 or shutil.which("setpriv") is None),
     reason="runs probes as user nobody: needs root and setpriv (util-linux)",
 )
 
