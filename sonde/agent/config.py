@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def load_config(path: Path | None = None) -> AgentConfig | None:
     data = read_config_data(path)
     if data is None:
         return None
-    warn_if_readable_by_others(path)
+    check_config_access(path)
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
@@ -214,11 +215,33 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def warn_if_readable_by_others(path: Path) -> None:
-    """Log a warning when the file holding the private key is open to group or others."""
+def check_config_access(path: Path) -> None:
+    """Refuse a config others could change; warn when others could read it.
+
+    Whoever can rewrite the file (or replace it, through its directory) can
+    point this agent at a hub of their own and widen ``allowedPaths``, and so
+    read what the agent's user may read: the file and its directory must be
+    owned by this user or root and writable by nobody else (a sticky
+    directory, like /tmp, is fine). As ssh does with its keys.
+    """
     try:
-        mode = path.stat().st_mode & 0o777
+        file_stat, dir_stat = path.stat(), path.parent.stat()
     except OSError:
         return
+    uid = os.geteuid()
+    for target, info, sticky_is_enough in ((path, file_stat, False), (path.parent, dir_stat, True)):
+        what = f"config {path}" if target == path else f"the config's directory {target}"
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (uid, 0):
+            raise ConfigError(
+                f"{what} belongs to uid {info.st_uid}, not to this user (uid {uid}) or root, "
+                f"who could point this agent at another hub; run `chown {uid} {target}`"
+            )
+        if mode & 0o022 and not (sticky_is_enough and mode & stat.S_ISVTX):
+            raise ConfigError(
+                f"{what} has mode {mode:o}: others can change it, and so point this agent at "
+                f"another hub; run `chmod go-w {target}`"
+            )
+    mode = stat.S_IMODE(file_stat.st_mode)
     if mode & 0o077:
         log.warning("config %s has mode %o; it holds a private key, run `chmod 600 %s`", path, mode, path)

@@ -11,6 +11,7 @@ import pytest
 
 from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config, save_config
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
+from tests.conftest import require
 
 
 def identity() -> AgentConfig:
@@ -134,3 +135,51 @@ def test_probe_settings_come_from_the_config() -> None:
     settings = config.probe_settings()
     assert settings.allowed_paths == ("/srv/logs",)
     assert settings.for_pack("docker") == {"socket": "/run/docker.sock"}
+
+
+# --- who may change the config -------------------------------------------------
+
+
+def saved(tmp_path: Path) -> tuple[Path, AgentConfig]:
+    path = tmp_path / ".sonde" / "config.json"
+    return path, save_config(identity(), path)
+
+
+@pytest.mark.parametrize("file_mode", [0o620, 0o602, 0o666])
+def test_a_config_others_may_write_is_refused(tmp_path: Path, file_mode: int) -> None:
+    path, config = saved(tmp_path)
+    path.chmod(file_mode)
+    with pytest.raises(ConfigError, match=rf"config {path} has mode {file_mode:o}: others can change it"):
+        load_config(path)
+    path.chmod(0o600)
+    assert load_config(path) == config
+
+
+def test_a_config_in_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    path, config = saved(tmp_path)
+    path.parent.chmod(0o777)
+    with pytest.raises(
+        ConfigError, match=rf"directory {path.parent} has mode 777.*`chmod go-w {path.parent}`"
+    ):
+        load_config(path)
+    path.parent.chmod(0o1777)  # sticky, like /tmp: others may not replace the file
+    assert load_config(path) == config
+
+
+def test_a_config_others_may_read_is_loaded_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, config = saved(tmp_path)
+    path.chmod(0o644)
+    assert load_config(path) == config
+    assert f"config {path} has mode 644; it holds a private key, run `chmod 600 {path}`" in caplog.text
+
+
+def test_a_config_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "giving a file to another user needs root")
+    path, config = saved(tmp_path)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ConfigError, match=rf"config {path} belongs to uid 65534, not to this user \(uid 0\)"):
+        load_config(path)
+    os.chown(path, 0, 0)
+    assert load_config(path) == config

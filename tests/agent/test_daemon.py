@@ -360,3 +360,14 @@ def test_sonde_start_names_the_config_and_what_it_lacks(
         f"sonde start: not enrolled: run `sonde enroll --hub URL --token TOKEN` first {says.format(path=path)}"
         in (done.stderr)
     )
+
+
+def test_sonde_start_refuses_a_config_others_may_change(tmp_path: Path) -> None:
+    path = tmp_path / ".sonde" / "config.json"
+    path.parent.mkdir(mode=0o700)
+    path.write_text(json.dumps({"hubUrl": "http://127.0.0.1:1", "name": "web-1"}))
+    path.chmod(0o666)
+    done = run_any([*SONDE, "start", "--allow-root"], env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
+    assert done.returncode == 1
+    assert f"sonde start: config {path} has mode 666: others can change it" in done.stderr
+    assert f"run `chmod go-w {path}`" in done.stderr
