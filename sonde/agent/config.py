@@ -159,13 +159,18 @@ def read_config_data(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def load_config(path: Path | None = None) -> AgentConfig | None:
-    """Read the config; None if the file does not exist. Raises `ConfigError` naming the file."""
+def load_config(path: Path | None = None, *, check_access: bool = True) -> AgentConfig | None:
+    """Read the config; None if the file does not exist. Raises `ConfigError` naming the file.
+
+    ``check_access=False`` skips `check_config_access`: for a caller that only
+    reports what the file says, such as root reading the service user's config.
+    """
     path = path or config_path()
     data = read_config_data(path)
     if data is None:
         return None
-    check_config_access(path)
+    if check_access:
+        check_config_access(path)
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:

@@ -169,7 +169,9 @@ def service_registry() -> tuple[PackRegistry, str]:
     when it exists, else from the caller's; without either, the packs detected here.
     """
     for path in (SERVICE_HOME / ".sonde" / CONFIG_FILE_NAME, config_path()):
-        config = load_config(path)  # ConfigError names the file
+        config = load_config(
+            path, check_access=False
+        )  # read, never connected with; ConfigError names the file
         if config is not None:
             described = "enabledPacks" if config.enabled_packs is not None else "the packs detected here"
             return active_packs(load_packs(), config.enabled_packs), f"{described} (config {path})"

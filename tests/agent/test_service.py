@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sonde.agent import service
+from sonde.agent.config import AgentConfig, save_config
 from sonde.agent.packs_report import render_text, report_pack
 from sonde.agent.service import (
     HARDENING,
@@ -30,6 +31,7 @@ from sonde.agent.service import (
 from sonde.packs.base import Detection, NoParams, Pack, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry
+from tests.conftest import require
 
 SYSTEMCTL = "/usr/bin/systemctl"
 NO_SUCH_GROUP = "sonde-test-no-such-group"
@@ -369,3 +371,18 @@ def test_packs_list_says_nothing_for_a_pack_that_does_not_apply() -> None:
     pack.detect = lambda: Detection(False, "not here")
     assert report_pack(pack, member_of=set()).groups_missing == ()
     assert report_pack(pack, member_of=set(), enabled=True).groups_missing == (NO_SUCH_GROUP,)
+
+
+def test_the_service_users_config_is_read_though_another_user_owns_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root, installing the unit, reads the packs from a config the service user owns: it only reports them."""
+    require(os.geteuid() == 0, "giving a file to another user needs root")
+    home = tmp_path / "home"
+    save_config(AgentConfig(enabled_packs=["system"]), home / "config.json")
+    os.chown(home / "config.json", 65534, 65534)
+    monkeypatch.setenv("SONDE_HOME", str(home))
+    monkeypatch.setattr(service, "SERVICE_HOME", tmp_path / "no-service-home")
+    registry, source = service.service_registry()
+    assert list(registry.packs) == ["system"]
+    assert source == f"enabledPacks (config {home / 'config.json'})"
