@@ -115,10 +115,14 @@ def describe_missing_group(name: str) -> str:
 
 
 def enabled_pack_names() -> set[str]:
-    """``enabledPacks`` from the agent config; empty when unset or unreadable."""
+    """``enabledPacks`` from the agent config; empty when unset, or unusable (said on stderr)."""
     try:
         config = load_config()
-    except ConfigError:
+    except ConfigError as exc:
+        print(
+            f"sonde packs list: {exc}; the agent would not start with it (enabledPacks not shown)",
+            file=sys.stderr,
+        )
         return set()
     return set(config.enabled_packs or ()) if config is not None else set()
 
@@ -166,9 +170,14 @@ def print_packs(as_json: bool) -> int:
     """Print every installed pack (JSON with ``as_json``); returns the exit code 0."""
     member_of = None if os.geteuid() == 0 else current_group_names()  # root reads without the groups
     enabled = enabled_pack_names()
-    reports = [
-        report_pack(pack, member_of, enabled=pack.name in enabled) for pack in load_packs().packs.values()
-    ]
+    registry = load_packs()
+    unknown = sorted(enabled - set(registry.packs))
+    if unknown:
+        print(
+            f"sonde packs list: enabledPacks names packs not installed here: {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+    reports = [report_pack(pack, member_of, enabled=pack.name in enabled) for pack in registry.packs.values()]
     sys.stdout.write((render_json(reports) if as_json else render_text(reports)) + "\n")
     sys.stdout.flush()
     return 0

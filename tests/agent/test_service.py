@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import stat
@@ -32,6 +33,8 @@ from sonde.packs.base import Detection, NoParams, Pack, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry
 from tests.conftest import require
+from tests.e2e.procs import SONDE
+from tests.subprocs import run_ok
 
 SYSTEMCTL = "/usr/bin/systemctl"
 NO_SUCH_GROUP = "sonde-test-no-such-group"
@@ -386,3 +389,18 @@ def test_the_service_users_config_is_read_though_another_user_owns_it(
     registry, source = service.service_registry()
     assert list(registry.packs) == ["system"]
     assert source == f"enabledPacks (config {home / 'config.json'})"
+
+
+def test_packs_list_says_what_it_cannot_use_from_the_config(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    save_config(AgentConfig(enabled_packs=["system", "nosuchpack"]), home / "config.json")
+    env = {**os.environ, "SONDE_HOME": str(home)}
+    listed = run_ok([*SONDE, "packs", "list", "--json"], env=env)
+    assert "enabledPacks names packs not installed here: nosuchpack" in listed.stderr
+    assert "would not start" not in listed.stderr
+    assert "system" in {p["name"] for p in json.loads(listed.stdout)["packs"]}
+    (home / "config.json").chmod(0o622)
+    listed = run_ok([*SONDE, "packs", "list", "--json"], env=env)
+    assert f"config {home / 'config.json'} has mode 622: others can change it" in listed.stderr
+    assert "the agent would not start with it (enabledPacks not shown)" in listed.stderr
+    assert "nosuchpack" not in listed.stderr
