@@ -40,6 +40,33 @@ _CONTAINS_CLAUSE = (  # a literal, case-sensitive text in any text column
 )
 
 
+# What a caller's request can put in a row is cut to these, so one call cannot write
+# megabytes to the log (an MCP body may be 4 MiB): the target's characters, and each
+# detail value's JSON bytes (a bigger one is replaced by a note of its size).
+MAX_TARGET_CHARS = 200
+MAX_DETAIL_VALUE_BYTES = 4096
+
+
+def bounded_target(target: str | None) -> str | None:
+    if target is None or len(target) <= MAX_TARGET_CHARS:
+        return target
+    return target[:MAX_TARGET_CHARS] + "..."
+
+
+def bounded_detail(detail: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """``detail`` with each value over `MAX_DETAIL_VALUE_BYTES` of JSON replaced by a note of its size."""
+    kept: dict[str, JsonValue] = {}
+    for key, value in detail.items():
+        if isinstance(value, (dict, list, str)):
+            size = len(json.dumps(value, ensure_ascii=False).encode())
+            if size > MAX_DETAIL_VALUE_BYTES:
+                value = {
+                    "omitted": f"{size} bytes of JSON, over the {MAX_DETAIL_VALUE_BYTES} an audit row keeps"
+                }
+        kept[key] = value
+    return kept
+
+
 class AuditEntry(BaseModel):
     """One thing that happened: who (actor), what (action), where (target), how it ended."""
 

@@ -21,7 +21,7 @@ import trio
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import list_agents
-from sonde.hub.audit import AuditEntry
+from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig, default_data_dir
@@ -67,14 +67,18 @@ class Hub:
         duration_ms: float | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        """Append to the audit chain without waiting for the commit (batched: `AuditQueue`)."""
+        """Append to the audit chain without waiting for the commit (batched: `AuditQueue`).
+
+        The target and each detail value are cut to a bounded size (`bounded_target`,
+        `bounded_detail`): they may hold what a caller sent.
+        """
         entry = AuditEntry(
             actor=actor,
             action=action,
-            target=target,
+            target=bounded_target(target),
             outcome=outcome,
             duration_ms=duration_ms,
-            detail=detail or {},
+            detail=bounded_detail(detail) if detail else {},
             ts=time.time(),
         )
         await self.audit_queue.append(entry)

@@ -80,6 +80,37 @@ async def test_invalid_params_and_unknown_probes_never_reach_the_agent(fleet: Sh
     ]
 
 
+async def test_what_a_caller_sends_is_kept_in_the_audit_log_only_up_to_a_bound(fleet: SharedFleet) -> None:
+    """An MCP body may be 4 MiB: an agent name or params that long must not go whole into an audit row."""
+    hub = fleet.hub
+    long_name = "x" * 5000
+    big = "v" * 100_000
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        assert "agent" in await call_error(client, "probe", agent=long_name, probe="system.cpu.usage")
+        # a pack the hub lacks: the params go to the agent as sent, and the agent refuses them
+        assert "value" in await call_error(
+            client, "probe", agent="beta", probe="e2e.echo.value", params={"value": big}
+        )
+    await eventually(
+        lambda: any(r["target"] and r["target"].startswith("x") for r in audit_rows(hub, "mcp.call.probe"))
+    )
+    (named,) = [r for r in audit_rows(hub, "mcp.call.probe") if r["target"] and r["target"].startswith("x")]
+    assert named["target"] == "x" * 200 + "..."
+    await eventually(
+        lambda: any(
+            r["detail"].get("probe") == "e2e.echo.value"
+            for r in probes_sent(fleet, "beta", {"e2e.echo.value"})
+        )
+    )
+    (sent,) = [
+        r for r in probes_sent(fleet, "beta", {"e2e.echo.value"}) if "omitted" in json.dumps(r["detail"])
+    ]
+    size = len(json.dumps({"value": big}))
+    assert sent["detail"]["params"] == {"omitted": f"{size} bytes of JSON, over the 4096 an audit row keeps"}
+    assert sent["detail"]["probe"] == "e2e.echo.value"
+    assert len(sent["detail"]["error"]) < 4096
+
+
 async def test_a_process_named_in_bytes_that_are_not_utf8_does_not_take_the_agent_down(
     fleet: SharedFleet, tmp_path: Path
 ) -> None:
