@@ -2,29 +2,50 @@
 
 MCP tools turn a `HubError` into a tool error whose text tells the model what
 to do next; REST turns it into ``{"error": {"code", "message"}}`` with its
-HTTP status.
+HTTP status. A refusal by the caller's role or policy also carries a `Denial`:
+what the audit row of that refusal records (REST writes it; see `sonde.hub.rest`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from pydantic import JsonValue
+
+
+@dataclass(frozen=True)
+class Denial:
+    """Why an authenticated caller was refused, for its audit row."""
+
+    reason: str  # a reason code: admin_required, agent_not_allowed, probe_not_allowed
+    target: str | None  # what the caller asked for (an agent's name, a path)
+    detail: dict[str, JsonValue] = field(default_factory=dict)
+
 
 class HubError(Exception):
     def __init__(
-        self, message: str, code: str = "refused", status: int = 400, headers: dict[str, str] | None = None
+        self,
+        message: str,
+        code: str = "refused",
+        status: int = 400,
+        headers: dict[str, str] | None = None,
+        denial: Denial | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
         self.headers = headers or {}  # for a REST answer (Retry-After)
+        self.denial = denial
 
 
-def not_found(message: str) -> HubError:
-    return HubError(message, "not_found", 404)
+def not_found(message: str, denial: Denial | None = None) -> HubError:
+    return HubError(message, "not_found", 404, denial=denial)
 
 
-def forbidden(message: str) -> HubError:
-    return HubError(message, "forbidden", 403)
+def forbidden(message: str, denial: Denial) -> HubError:
+    """A refusal by the caller's role or policy (403): always with the `Denial` its audit row records."""
+    return HubError(message, "forbidden", 403, denial=denial)
 
 
 def unavailable(message: str) -> HubError:

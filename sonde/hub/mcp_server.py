@@ -127,6 +127,7 @@ async def call_tool(
     started = time.perf_counter()
     caller: Caller | None = None
     outcome = "error"
+    detail: dict[str, Any] = {"tool": spec.name}
     try:
         caller = caller_of(ctx)
         refusal = hub.audit_queue.refusal()
@@ -143,6 +144,10 @@ async def call_tool(
         return tool_error(f"Invalid arguments for {spec.name}: {describe_params_error(exc)}")
     except ToolError as exc:
         outcome = exc.code
+        if (
+            exc.denial is not None
+        ):  # refused by the key's policy (a hidden agent reads as unknown to the caller)
+            detail.update(reason=exc.denial.reason, **exc.denial.detail)
         return tool_error(str(exc))
     except trio.Cancelled:
         outcome = "cancelled"
@@ -158,7 +163,7 @@ async def call_tool(
                 arguments.get("agent") if isinstance(arguments.get("agent"), str) else None,
                 outcome,
                 duration_ms=(time.perf_counter() - started) * 1000,
-                detail={"tool": spec.name},
+                detail=detail,
             )
 
 

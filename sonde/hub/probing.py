@@ -15,7 +15,7 @@ import trio
 from pydantic import JsonValue, ValidationError
 
 from sonde.hub.agent_records import AgentRecord, get_agent
-from sonde.hub.errors import HubError, forbidden, not_found, unavailable
+from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
 from sonde.packs.executor import describe_params_error
@@ -54,8 +54,9 @@ def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
     if record is None or not caller.allows_agent(record.name, record.tags):
         names = [r.name for r in visible_agents(hub, caller)]
         shown = ", ".join(names[:20]) or "none"
+        hidden = None if record is None else Denial("agent_not_allowed", record.name, {"agentId": record.id})
         raise not_found(
-            f"Unknown agent {agent!r}. Agents you can reach: {shown}. Call list_agents for details."
+            f"Unknown agent {agent!r}. Agents you can reach: {shown}. Call list_agents for details.", hidden
         )
     return record
 
@@ -75,7 +76,10 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
         )
     if not caller.allows_probe(probe):
-        raise forbidden(f"Your API key's policy does not allow probe {probe!r} ({caller.policy.describe()}).")
+        raise forbidden(
+            f"Your API key's policy does not allow probe {probe!r} ({caller.policy.describe()}).",
+            Denial("probe_not_allowed", record.name, {"agentId": record.id, "probe": probe}),
+        )
     spec = hub.packs.probe(probe)
     if spec is not None:  # a pack the hub does not have: the agent validates
         try:

@@ -1,7 +1,13 @@
 """The Quart app: `/api/v1/*` REST and the dashboard's static files.
 
 Every REST handler is one supervision boundary: `ApiError` becomes the
-stable error shape ``{"error": {"code", "message"}}``; so do 404, 405 and 413.
+stable error shape ``{"error": {"code", "message"}}``; so do 404, 405 (with
+its ``Allow`` header) and 413.
+
+A refusal of an authenticated caller by its role or policy (a `HubError`
+carrying a `Denial`) is audited where it becomes an answer, under the action
+the route named in `require_caller`: one row per refused request, as the MCP
+side writes one per tool call.
 """
 
 from __future__ import annotations
@@ -16,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from quart import Response, jsonify, request
+from quart import Response, g, jsonify, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from sonde.hub.auth import Caller
 from sonde.hub.enrollment import enroll_agent
-from sonde.hub.errors import HubError
+from sonde.hub.errors import Denial, HubError, forbidden
 from sonde.hub.keys import EnrollmentRefused
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
@@ -66,7 +72,12 @@ async def parse_body(model: type[M]) -> M:
         raise ApiError(400, "invalid_body", describe_params_error(exc)) from None
 
 
-async def require_caller(hub: Hub, admin: bool = False) -> Caller:
+async def require_caller(hub: Hub, admin: bool = False, *, action: str | None = None) -> Caller:
+    """The caller of this request; 401 (audited, rate limited per address) without a valid key.
+
+    ``action`` names the route in the audit row of a refusal of this caller (a
+    role's 403 here, a policy's later in the handler); by default the route itself.
+    """
     client = str(request.remote_addr)
     retry = hub.keys.failures.retry_after(client)
     if retry is not None:
@@ -88,15 +99,33 @@ async def require_caller(hub: Hub, admin: bool = False) -> Caller:
             detail={"client": request.remote_addr},
         )
         raise ApiError(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
+    g.sonde_caller, g.sonde_action = caller, action or route_action()
     if admin and not caller.is_admin:
-        raise ApiError(403, "forbidden", "this route needs an admin API key")
+        raise forbidden(
+            "this route needs an admin API key", Denial("admin_required", request.path[:MAX_PATH_AUDITED])
+        )
     return caller
+
+
+def route_action() -> str:
+    """The audit action of a route that names none: its method and rule."""
+    rule = request.url_rule.rule if request.url_rule is not None else request.path[:MAX_PATH_AUDITED]
+    return f"rest.{request.method} {rule}"
+
+
+async def audit_denial(hub: Hub, exc: HubError, denial: Denial) -> None:
+    """The audit row of a refusal by the caller's role or policy, shaped as a policy-refused MCP call's."""
+    caller: Caller | None = g.get("sonde_caller")
+    if caller is None:  # no route refuses before it knows its caller; nothing to name as the actor
+        return
+    detail = {"code": exc.code, "reason": denial.reason, **denial.detail}
+    await hub.audit(caller.key_id, g.sonde_action, denial.target, "denied", detail=detail)
 
 
 def create_rest_app(hub: Hub) -> QuartTrio:
     app = QuartTrio("sonde.hub", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    install_error_handlers(app)
+    install_error_handlers(app, hub)
     install_security_headers(app)
 
     @app.before_request
@@ -123,9 +152,11 @@ def for_rest(message: str) -> str:
     return TOOL_NAMES.sub(lambda match: REST_EQUIVALENTS[match.group(1)], message)
 
 
-def install_error_handlers(app: QuartTrio) -> None:
+def install_error_handlers(app: QuartTrio, hub: Hub) -> None:
     @app.errorhandler(HubError)
     async def api_error(exc: HubError) -> Response:
+        if exc.denial is not None:
+            await audit_denial(hub, exc, exc.denial)
         response = error_response(exc.status, exc.code, for_rest(exc.message))
         response.headers.update(exc.headers)
         return response
@@ -135,7 +166,10 @@ def install_error_handlers(app: QuartTrio) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
             exc.code or 500, "http_error"
         )
-        return error_response(exc.code or 500, code, exc.description or exc.name)
+        response = error_response(exc.code or 500, code, exc.description or exc.name)
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110 15.5.6: say what is allowed
+            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return response
 
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception) -> Response:  # the REST supervision boundary

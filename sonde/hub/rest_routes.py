@@ -100,7 +100,7 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.post("/api/v1/api-keys")
     async def new_key() -> tuple[dict[str, Any], int]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.api_key.create")
         body = await parse_body(NewApiKey)
         policy = body.policy.model_dump(mode="json") if body.policy else None
         try:
@@ -113,13 +113,13 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/api-keys")
     async def keys() -> dict[str, Any]:
-        await require_caller(hub, admin=True)
+        await require_caller(hub, admin=True, action="rest.api_key.list")
         records = await hub.store.read(list_api_keys)
         return {"keys": [r.model_dump(mode="json") for r in records]}
 
     @app.delete("/api/v1/api-keys/<key_id>")
     async def revoke_key(key_id: str) -> dict[str, Any]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.api_key.revoke")
         if len(key_id) > MAX_ID_SHOWN:  # ids are 32 characters: a longer one names no key
             raise ApiError(404, "not_found", f"no API key has an id that long ({len(key_id)} characters)")
         try:
@@ -137,7 +137,7 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.post("/api/v1/enrollment-tokens")
     async def new_token() -> tuple[dict[str, Any], int]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.token.create")
         body = await parse_body(NewEnrollmentToken)
         record, secret = await hub.store.write(create_enrollment_token, body.ttl_s, body.name)
         detail = {"name": body.name, "ttl_s": body.ttl_s}
@@ -154,7 +154,7 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
 def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/agents")
     async def agents() -> dict[str, Any]:
-        caller = await require_caller(hub)
+        caller = await require_caller(hub, action="rest.agent.list")
         tags = request.args.getlist("tag")
         return {
             "agents": [summarize(hub, r).model_dump() for r in await visible_agents_now(hub, caller, tags)]
@@ -162,14 +162,14 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/agents/<agent>")
     async def agent(agent: str) -> dict[str, Any]:
-        caller = await require_caller(hub)
+        caller = await require_caller(hub, action="rest.agent.overview")
         record = resolve_agent(hub, caller, agent)  # first: a name no agent can have is a 404, not a 500
         args = AgentOverviewInput(agent=record.name)
         return (await agent_overview(ToolCall(hub, caller), args)).model_dump(mode="json")
 
     @app.delete("/api/v1/agents/<agent>")
     async def remove_agent(agent: str) -> dict[str, Any]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.agent.remove")
         record = resolve_agent(hub, caller, agent)
         await hub.store.write(delete_agent, record.id, time.time())
         hub.fleet.forget(record.id, "removed by an admin")
@@ -178,7 +178,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.put("/api/v1/agents/<agent>/tags")
     async def put_tags(agent: str) -> dict[str, Any]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.agent.tags")
         record = resolve_agent(hub, caller, agent)
         body = await parse_body(TagsBody)
         try:
@@ -193,7 +193,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.post("/api/v1/agents/<agent>/attestation/accept")
     async def accept_attestation(agent: str) -> dict[str, Any]:
-        caller = await require_caller(hub, admin=True)
+        caller = await require_caller(hub, admin=True, action="rest.agent.attestation.accept")
         record = resolve_agent(hub, caller, agent)
         if await accept_held(hub, record, caller.key_id) is None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
@@ -205,7 +205,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/packs")
     async def packs() -> dict[str, Any]:
-        caller = await require_caller(hub)
+        caller = await require_caller(hub, action="rest.pack.list")
         listed = []
         for pack in hub.packs.packs.values():
             descriptor = pack.descriptor().model_dump(mode="json", by_alias=True)
@@ -217,7 +217,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
 def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
     @app.post("/api/v1/probe")
     async def probe() -> dict[str, Any]:
-        caller = await require_caller(hub)
+        caller = await require_caller(hub, action="rest.probe")
         body = await parse_body(ProbeInput)
         record = resolve_agent(hub, caller, body.agent)
         reading = await run_probe_for(hub, caller, record, body.probe, dict(body.params), via="rest.probe")
@@ -225,7 +225,7 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.post("/api/v1/diagnose")
     async def diagnose_route() -> dict[str, Any]:
-        caller = await require_caller(hub)
+        caller = await require_caller(hub, action="rest.diagnose")
         body = await parse_body(DiagnoseInput)
         return (await diagnose(ToolCall(hub, caller), body, via="rest.diagnose")).model_dump(mode="json")
 
@@ -233,7 +233,7 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
 def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/audit")
     async def audit() -> dict[str, Any]:
-        await require_caller(hub, admin=True)
+        await require_caller(hub, admin=True, action="rest.audit.query")
         try:
             filters = AuditFilters.model_validate(request.args.to_dict())
         except ValidationError as exc:
@@ -251,7 +251,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/audit/verify")
     async def verify() -> dict[str, Any]:
-        await require_caller(hub, admin=True)
+        await require_caller(hub, admin=True, action="rest.audit.verify")
         report = await hub.read_audit(verify_audit)
         return {
             "ok": report.ok,

@@ -112,6 +112,25 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
             assert "Unknown agent 'beta'" in text, (tool, text)
             assert "Agents you can reach: alpha." in text
 
+    # the caller reads a hidden agent as unknown; the audit log says it was the policy
+    with hub.client() as admin:
+        key_id = next(k["id"] for k in admin.get("/api/v1/api-keys").json()["keys"] if k["name"] == "scoped")
+        rows = admin.get("/api/v1/audit", params={"key": key_id, "limit": 1000}).json()["entries"]
+    refusals = [
+        (row["action"], row["target"], row["detail"]["reason"])
+        for row in sorted(rows, key=lambda row: row["seq"])
+        if row["action"].startswith("mcp.call.") and "reason" in row["detail"]
+    ]
+    assert refusals == [
+        ("mcp.call.probe", "alpha", "probe_not_allowed"),
+        ("mcp.call.probe", "beta", "agent_not_allowed"),
+        ("mcp.call.diagnose", "beta", "agent_not_allowed"),
+        ("mcp.call.agent_overview", "beta", "agent_not_allowed"),
+        ("mcp.call.health_check", "beta", "agent_not_allowed"),
+        ("mcp.call.query_logs", "beta", "agent_not_allowed"),
+        ("mcp.call.query_logs", "beta", "agent_not_allowed"),
+    ]
+
 
 async def test_a_category_the_key_may_run_none_of_is_not_checked_never_ok(
     scoped: tuple[RunningHub, str],
@@ -174,6 +193,70 @@ def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]
     with hub.client() as admin:
         assert statuses(hub) == {"alpha": "online", "beta": "online"}
         assert "sneaky" not in {k["name"] for k in admin.get("/api/v1/api-keys").json()["keys"]}
+
+
+def test_every_rest_refusal_of_a_key_is_on_the_record(scoped: tuple[RunningHub, str]) -> None:
+    """A key's role or policy refusing it over REST leaves a denied row, as a refused MCP call does."""
+    hub, _ = scoped
+    created = hub.cli(
+        "hub", "key", "create", "--name", "refused", "--agents", "alpha", "--probes", "system.info"
+    )
+    assert created.returncode == 0, created.stderr
+    with hub.client(created.stdout.strip()) as http:
+        refusals = [
+            ("POST", "/api/v1/api-keys", {"name": "sneaky", "role": "admin"}, 403),
+            ("DELETE", "/api/v1/agents/beta", None, 403),
+            ("GET", "/api/v1/agents/beta", None, 404),
+            ("POST", "/api/v1/probe", {"agent": "beta", "probe": "system.info"}, 404),
+            ("POST", "/api/v1/probe", {"agent": "alpha", "probe": "system.disk.usage"}, 403),
+            ("POST", "/api/v1/diagnose", {"agent": "beta", "category": "system"}, 404),
+        ]
+        for method, path, body, status in refusals:
+            assert http.request(method, path, json=body).status_code == status, (method, path)
+        # not refusals of this key: no agent by that name, a body that is not valid, a probe it may run
+        assert http.get("/api/v1/agents/nobody").status_code == 404
+        assert http.post("/api/v1/probe", json={"agent": "beta"}).status_code == 400
+        assert http.post("/api/v1/probe", json={"agent": "alpha", "probe": "system.info"}).status_code == 200
+    with hub.client() as admin:
+        key_id = next(k["id"] for k in admin.get("/api/v1/api-keys").json()["keys"] if k["name"] == "refused")
+        rows = admin.get("/api/v1/audit", params={"key": key_id}).json()["entries"]
+    assert {row["actor"] for row in rows} == {key_id}  # as its probe's own row names it
+    assert [row["outcome"] for row in rows].count("ok") == 1
+    denied = [
+        (row["action"], row["target"], row["detail"]["code"], row["detail"]["reason"])
+        for row in sorted(rows, key=lambda row: row["seq"])
+        if row["outcome"] == "denied"
+    ]
+    assert denied == [
+        ("rest.api_key.create", "/api/v1/api-keys", "forbidden", "admin_required"),
+        ("rest.agent.remove", "/api/v1/agents/beta", "forbidden", "admin_required"),
+        ("rest.agent.overview", "beta", "not_found", "agent_not_allowed"),
+        ("rest.probe", "beta", "not_found", "agent_not_allowed"),
+        ("rest.probe", "alpha", "forbidden", "probe_not_allowed"),
+        ("rest.diagnose", "beta", "not_found", "agent_not_allowed"),
+    ]
+    probe_refused = next(row for row in rows if row["detail"].get("reason") == "probe_not_allowed")
+    assert probe_refused["detail"]["probe"] == "system.disk.usage"
+
+
+def test_method_not_allowed_says_which_methods_are(scoped: tuple[RunningHub, str]) -> None:
+    """RFC 9110: a 405 carries an Allow header listing the methods the route takes."""
+    hub, key = scoped
+    with hub.client(key) as http:
+        for method, path, allowed in [
+            ("DELETE", "/api/v1/health", "GET, HEAD, OPTIONS"),
+            ("GET", "/api/v1/probe", "OPTIONS, POST"),
+            ("PUT", "/api/v1/api-keys", "GET, HEAD, OPTIONS, POST"),
+            ("PATCH", "/api/v1/agents/alpha", "DELETE, GET, HEAD, OPTIONS"),
+            ("POST", "/", "GET, HEAD, OPTIONS"),
+        ]:
+            answer = http.request(method, path)
+            assert answer.status_code == 405, (method, path, answer.text)
+            assert answer.headers.get("allow") == allowed, (method, path)
+            assert answer.json()["error"]["code"] == "method_not_allowed"
+        mcp = http.put("/mcp", headers={"Accept": "application/json, text/event-stream"})
+        assert mcp.status_code == 405, mcp.text
+        assert mcp.headers.get("allow") == "GET, POST, DELETE"
 
 
 def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:

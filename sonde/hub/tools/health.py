@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
-from sonde.hub.errors import forbidden, not_found, unavailable
+from sonde.hub.errors import Denial, forbidden, not_found, unavailable
 from sonde.hub.policy import has_tags, normalize_tags
 from sonde.hub.probing import capitalized, current_status, held, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
@@ -382,7 +382,8 @@ async def diagnose_agent(
     if not any(caller.allows_probe(probe) for probe in runbook.probes):
         raise forbidden(
             f"Your API key's policy allows none of the {category!r} category's probes "
-            f"({', '.join(runbook.probes)}): {caller.policy.describe()}."
+            f"({', '.join(runbook.probes)}): {caller.policy.describe()}.",
+            Denial("probe_not_allowed", record.name, {"agentId": record.id, "category": category}),
         )
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
