@@ -192,6 +192,35 @@ def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir
     return admin.run_admin(admin.token_create, data_dir_or_default(data_dir), ttl, name)
 
 
+@token_app.command(name="list")
+def token_list(
+    *,
+    show_all: Annotated[bool, Parameter(name="--all", negative="")] = False,
+    json: Annotated[bool, Parameter(negative="")] = False,
+    data_dir: DataDir = None,
+) -> int:
+    """List the enrollment tokens that can still enroll an agent (never their secrets).
+
+    Parameters
+    ----------
+    show_all
+        Also list used, expired and revoked tokens, with their state.
+    json
+        Print JSON instead of a table.
+    """
+    from sonde.hub import admin
+
+    return admin.run_admin(admin.token_list, data_dir_or_default(data_dir), show_all, json)
+
+
+@token_app.command(name="revoke")
+def token_revoke(token_id: str, /, *, data_dir: DataDir = None) -> int:
+    """Revoke an enrollment token by id, so it can no longer enroll an agent."""
+    from sonde.hub import admin
+
+    return admin.run_admin(admin.token_revoke, data_dir_or_default(data_dir), token_id)
+
+
 @agent_admin_app.command(name="accept")
 def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
     """Accept an agent's changed attestation (it is held as degraded until then)."""

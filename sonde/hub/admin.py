@@ -1,4 +1,4 @@
-"""Admin actions on a hub's data directory, for the CLI (`sonde hub key ...`).
+"""Admin actions on a hub's data directory, for the CLI (`sonde hub key|token|audit ...`).
 
 These work directly on the SQLite file (WAL lets them run beside a live hub),
 print the secret alone on stdout so scripts can capture it, and everything
@@ -20,11 +20,15 @@ from pydantic import ValidationError
 from sonde.hub.audit import AuditEntry, append_audit, prune_audit, verify_audit
 from sonde.hub.db import open_database, write_transaction
 from sonde.hub.keys import (
+    EnrollmentTokenRecord,
+    TokenNotRevocable,
     create_api_key,
     create_enrollment_token,
     list_api_keys,
+    list_enrollment_tokens,
     parse_duration,
     revoke_api_key,
+    revoke_enrollment_token,
 )
 from sonde.hub.policy import Policy
 from sonde.packs.executor import describe_params_error
@@ -75,6 +79,11 @@ def record(db: Any, action: str, target: str | None, outcome: str = "ok", **deta
         db,
         AuditEntry(actor="cli", action=action, target=target, outcome=outcome, detail=detail, ts=time.time()),
     )
+
+
+def utc_text(ts: float) -> str:
+    """``ts`` as people read it in a table: ``2025-01-31 09:15:00Z``."""
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
@@ -139,10 +148,64 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
     finally:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
-    expires = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(token.expires_at))
+    expires = utc_text(token.expires_at)
     err(f"created single-use enrollment token{reserved}, valid until {expires}:")
     print(secret, flush=True)
     return 0
+
+
+def token_list(data_dir: Path, show_all: bool, as_json: bool) -> int:
+    """The tokens that could still enroll an agent; with ``show_all`` used, expired and revoked ones too."""
+    db = open_database(existing_database(data_dir))
+    try:
+        records = list_enrollment_tokens(db, time.time())
+    finally:
+        db.close()
+    if not show_all:
+        records = [r for r in records if r.state == "active"]
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        return 0
+    print(f"{'ID':34} {'NAME':20} {'STATE':8} {'CREATED':20} {'EXPIRES':20} DETAIL")
+    for r in records:
+        name = r.name or "-"
+        created, expires = utc_text(r.created_at), utc_text(r.expires_at)
+        print(f"{r.id:34} {name[:20]:20} {r.state:8} {created:20} {expires:20} {token_detail(r)}")
+    return 0
+
+
+def token_detail(token: EnrollmentTokenRecord) -> str:
+    if token.used_at is not None:
+        return f"used at {utc_text(token.used_at)} by agent {token.used_by}"
+    if token.revoked_at is not None:
+        return f"revoked at {utc_text(token.revoked_at)}"
+    return "-"
+
+
+def token_revoke(data_dir: Path, token_id: str) -> int:
+    db = open_database(existing_database(data_dir))
+    try:
+        with write_transaction(db):  # the revocation and its audit entry, or neither
+            revoked = revoke_token_recorded(db, token_id)
+    finally:
+        db.close()
+    if isinstance(revoked, TokenNotRevocable):
+        err(f"{revoked.message} (see `sonde hub token list --all`)")
+        return 1
+    reserved = f" (for agent {revoked.name!r})" if revoked.name else ""
+    err(f"revoked enrollment token {token_id}{reserved}; it can no longer enroll an agent")
+    return 0
+
+
+def revoke_token_recorded(db: Any, token_id: str) -> EnrollmentTokenRecord | TokenNotRevocable:
+    """Revoke the token and put that on the audit chain, or put there why it was not."""
+    try:
+        token = revoke_enrollment_token(db, token_id, time.time())
+    except TokenNotRevocable as refusal:
+        record(db, "cli.token.revoke", token_id, "not_found", state=refusal.state)
+        return refusal
+    record(db, "cli.token.revoke", token_id, "ok", name=token.name)
+    return token
 
 
 def audit_verify(data_dir: Path) -> int:

@@ -92,7 +92,12 @@ def _migration_1_initial(db: Database) -> None:
         db.execute(statement)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial,)
+def _migration_2_token_revocation(db: Database) -> None:
+    # an operator can revoke a token that leaked; the row stays, for the audit trail
+    db.execute("ALTER TABLE enrollment_tokens ADD COLUMN revoked_at REAL")
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial, _migration_2_token_revocation)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

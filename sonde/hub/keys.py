@@ -24,6 +24,7 @@ from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
 
 Role = Literal["admin", "member"]
+TokenState = Literal["active", "used", "expired", "revoked"]  # only an active token enrolls
 ROLES: tuple[Role, ...] = ("admin", "member")
 ENROLLMENT_TOKEN_PREFIX = "enr_"
 API_KEY_PREFIX = "sonde_"
@@ -38,6 +39,7 @@ MAX_SECRET_CHARS = 256  # longer presented secrets are refused without hashing
 UNKNOWN_TOKEN = "unknown_token"
 TOKEN_USED = "token_used"
 TOKEN_EXPIRED = "token_expired"
+TOKEN_REVOKED = "token_revoked"
 TOKEN_NAME_MISMATCH = "token_name_mismatch"
 
 _KEY_NAME_RE = re.compile(r"[A-Za-z0-9 ._-]{1,64}")
@@ -46,7 +48,7 @@ _AGENT_NAME_RE = re.compile(NAME_PATTERN)
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _API_KEY_COLUMNS = "id, name, prefix, role, policy, created_at, revoked_at, last_used_at"
-_TOKEN_COLUMNS = "id, name, created_at, expires_at, used_at, used_by"
+_TOKEN_COLUMNS = "id, name, created_at, expires_at, used_at, used_by, revoked_at"
 
 
 class ApiKeyRecord(BaseModel):
@@ -65,7 +67,8 @@ class ApiKeyRecord(BaseModel):
 
 
 class EnrollmentTokenRecord(BaseModel):
-    """An enrollment token as the hub shows it; ``name`` is the agent name it is reserved for."""
+    """An enrollment token as the hub shows it; ``name`` is the agent name it is reserved for,
+    ``used_by`` the id of the agent it enrolled, ``state`` as of when it was read."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -75,6 +78,18 @@ class EnrollmentTokenRecord(BaseModel):
     expires_at: float
     used_at: float | None = None
     used_by: str | None = None
+    revoked_at: float | None = None
+    state: TokenState = "active"
+
+
+class TokenNotRevocable(Exception):
+    """No token that could still enroll has this id: ``state`` is None for an unknown id, else
+    why it cannot (used, expired or revoked already). ``message`` is for people."""
+
+    def __init__(self, state: TokenState | None, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+        self.message = message
 
 
 class EnrollmentRefused(Exception):
@@ -235,10 +250,58 @@ def create_enrollment_token(
     return record, secret
 
 
-def list_enrollment_tokens(db: Database) -> list[EnrollmentTokenRecord]:
-    """Every enrollment token, used and expired ones included, oldest first."""
+def token_state(row: dict[str, Any], now: float) -> TokenState:
+    """Whether the token in ``row`` could enroll at ``now``, and if not why."""
+    if row["used_at"] is not None:
+        return "used"
+    if row["revoked_at"] is not None:
+        return "revoked"
+    return "expired" if row["expires_at"] <= now else "active"
+
+
+def _token_from_row(row: dict[str, Any], now: float) -> EnrollmentTokenRecord:
+    return EnrollmentTokenRecord.model_validate({**row, "state": token_state(row, now)})
+
+
+def list_enrollment_tokens(db: Database, now: float | None = None) -> list[EnrollmentTokenRecord]:
+    """Every enrollment token, used, expired and revoked ones included, oldest first."""
+    now = _now(now)
     rows = db.query(f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens ORDER BY created_at, id")
-    return [EnrollmentTokenRecord.model_validate(row) for row in rows]
+    return [_token_from_row(row, now) for row in rows]
+
+
+def revoke_enrollment_token(db: Database, token_id: str, now: float | None = None) -> EnrollmentTokenRecord:
+    """Revoke a token that could still enroll; the row stays, so the audit trail can name it.
+
+    Raises `TokenNotRevocable` if no token has this id, or it was used, expired or revoked already.
+    """
+    now = _now(now)
+    with write_transaction(db):
+        cursor = db.execute(
+            "UPDATE enrollment_tokens SET revoked_at = ? WHERE id = ? "
+            "AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ?",
+            [now, token_id, now],
+        )
+        row = query_one(db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE id = ?", [token_id])
+    if row is None:
+        raise TokenNotRevocable(None, f"no enrollment token has id {token_id!r}")
+    record = _token_from_row(row, now)
+    if cursor.rowcount == 1:
+        return record
+    raise TokenNotRevocable(record.state, _not_revocable(record))
+
+
+def _not_revocable(record: EnrollmentTokenRecord) -> str:
+    token = f"enrollment token {record.id}"
+    if record.used_at is not None:
+        return (
+            f"{token} was already used at {_iso(record.used_at)} by agent {record.used_by}; "
+            "revoking it would change nothing; if that agent should not be enrolled, remove it "
+            f"(DELETE /api/v1/agents/{record.used_by})"
+        )
+    if record.revoked_at is not None:
+        return f"{token} was already revoked at {_iso(record.revoked_at)}"
+    return f"{token} already expired at {_iso(record.expires_at)}; it can enroll nothing, so there is nothing to revoke"
 
 
 def consume_enrollment_token(
@@ -246,8 +309,8 @@ def consume_enrollment_token(
 ) -> EnrollmentTokenRecord:
     """Mark the token used by ``agent_id``, atomically: of two concurrent callers one wins.
 
-    Raises EnrollmentRefused with code ``unknown_token``, ``token_used``, ``token_expired``
-    or ``token_name_mismatch``.
+    Raises EnrollmentRefused with code ``unknown_token``, ``token_used``, ``token_revoked``,
+    ``token_expired`` or ``token_name_mismatch``.
     """
     now = _now(now)
     if not isinstance(secret, str) or not _TOKEN_RE.fullmatch(secret):
@@ -256,22 +319,22 @@ def consume_enrollment_token(
     with write_transaction(db):
         cursor = db.execute(
             "UPDATE enrollment_tokens SET used_at = ?, used_by = ? WHERE token_hash = ? "
-            "AND used_at IS NULL AND expires_at > ? AND (name IS NULL OR name = ?)",
+            "AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ? AND (name IS NULL OR name = ?)",
             [now, agent_id, token_hash, now, agent_name],
         )
         row = query_one(
             db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = ?", [token_hash]
         )
     if cursor.rowcount == 1 and row is not None:
-        return EnrollmentTokenRecord.model_validate(row)
+        return _token_from_row(row, now)
     raise _refusal(row, agent_name, now)
 
 
 def peek_enrollment_token(db: Database, secret: str, now: float | None = None) -> str | None:
     """The agent name a usable token is reserved for (None if not reserved), without spending it.
 
-    Raises EnrollmentRefused (``unknown_token``, ``token_used``, ``token_expired``) if the
-    token could not be consumed now. Only :func:`consume_enrollment_token` is atomic.
+    Raises EnrollmentRefused (``unknown_token``, ``token_used``, ``token_revoked``,
+    ``token_expired``) if the token could not be consumed now. Only :func:`consume_enrollment_token` is atomic.
     """
     row = _find_token_row(db, secret)
     problem = _token_problem(row, _now(now))
@@ -311,6 +374,11 @@ def _token_problem(row: dict[str, Any] | None, now: float) -> EnrollmentRefused 
         return EnrollmentRefused(
             TOKEN_USED,
             f"enrollment token was already used at {_iso(row['used_at'])}; ask an admin for a new one",
+        )
+    if row["revoked_at"] is not None:
+        return EnrollmentRefused(
+            TOKEN_REVOKED,
+            f"enrollment token was revoked at {_iso(row['revoked_at'])}; ask an admin for a new one",
         )
     if row["expires_at"] <= now:
         return EnrollmentRefused(

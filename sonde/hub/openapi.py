@@ -53,7 +53,18 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("get", "/api/v1/api-keys", "List API keys (never secrets)", "admin"),
     ("delete", "/api/v1/api-keys/{id}", "Revoke an API key", "admin"),
     ("post", "/api/v1/enrollment-tokens", "Create an enrollment token: {ttlS?, name?}", "admin"),
-    ("get", "/api/v1/enrollment-tokens", "List enrollment tokens (never secrets)", "admin"),
+    (
+        "get",
+        "/api/v1/enrollment-tokens",
+        "List enrollment tokens with their state: active, used, expired or revoked (never secrets)",
+        "admin",
+    ),
+    (
+        "delete",
+        "/api/v1/enrollment-tokens/{id}",
+        "Revoke an enrollment token that could still enroll an agent; it stays listed, as revoked",
+        "admin",
+    ),
     ("get", "/api/v1/audit", "Audit entries (?agent=&key=&action=&since=&until=&limit=)", "admin"),
     ("get", "/api/v1/audit/verify", "Check the audit hash chain", "admin"),
 ]

@@ -16,11 +16,13 @@ from sonde.hub.attestation import accept_held
 from sonde.hub.audit import query_audit, verify_audit
 from sonde.hub.keys import (
     LastAdminKey,
+    TokenNotRevocable,
     create_api_key,
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
     revoke_api_key,
+    revoke_enrollment_token,
 )
 from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import Policy
@@ -51,7 +53,8 @@ class NewApiKey(BaseModel):
 
 class NewEnrollmentToken(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ttl_s: Annotated[float, Field(ge=60, le=7 * 86400, alias="ttlS")] = 900.0
+    # strict: "900" or true is a mistake to point out, not a lifetime to guess
+    ttl_s: Annotated[float, Field(ge=60, le=7 * 86400, alias="ttlS", strict=True)] = 900.0
     name: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None
 
 
@@ -146,9 +149,28 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
 
     @app.get("/api/v1/enrollment-tokens")
     async def tokens() -> dict[str, Any]:
-        await require_caller(hub, admin=True)
-        records = await hub.store.read(list_enrollment_tokens)
+        await require_caller(hub, admin=True, action="rest.token.list")
+        records = await hub.store.read(list_enrollment_tokens, time.time())
         return {"tokens": [r.model_dump(mode="json") for r in records]}
+
+    @app.delete("/api/v1/enrollment-tokens/<token_id>")
+    async def revoke_token(token_id: str) -> dict[str, Any]:
+        caller = await require_caller(hub, admin=True, action="rest.token.revoke")
+        if len(token_id) > MAX_ID_SHOWN:  # ids are 32 characters: a longer one names no token
+            raise ApiError(
+                404, "not_found", f"no enrollment token has an id that long ({len(token_id)} characters)"
+            )
+        try:
+            token = await hub.store.write(revoke_enrollment_token, token_id, time.time())
+        except TokenNotRevocable as exc:
+            await hub.audit(
+                caller.key_id, "rest.token.revoke", token_id, "not_found", detail={"state": exc.state}
+            )
+            raise ApiError(
+                404, "not_found", f"{exc.message}; GET /api/v1/enrollment-tokens lists them"
+            ) from None
+        await hub.audit(caller.key_id, "rest.token.revoke", token_id, "ok", detail={"name": token.name})
+        return {"revoked": token_id}
 
 
 def install_agent_routes(app: QuartTrio, hub: Hub) -> None:

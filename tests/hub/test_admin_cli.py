@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
+import time
 from pathlib import Path
 
+from sonde.hub.audit import verify_audit
 from sonde.hub.db import open_database
+from sonde.hub.keys import consume_enrollment_token, create_enrollment_token
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_ok
 
@@ -83,6 +87,8 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
         ["audit", "verify"],
         ["audit", "prune", "--older-than", "30d"],
         ["key", "revoke", "k1"],
+        ["token", "list"],
+        ["token", "revoke", "t1"],
         ["agent", "accept", "web-1"],
     ):
         done = sonde_hub(tmp_path, *args)
@@ -103,3 +109,84 @@ def test_the_last_admin_key_is_not_revoked_from_the_cli_either(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert "is the last active admin key" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def tokens_in_each_state(tmp_path: Path) -> dict[str, str]:
+    """Four tokens made on the store: state -> id (the revoked one is revoked by the CLI)."""
+    db = open_database(tmp_path / "data" / "sonde.db")
+    try:
+        made = {
+            state: create_enrollment_token(db, name="web-1" if state == "active" else None)
+            for state in ("active", "used", "revoked")
+        }
+        expired, _ = create_enrollment_token(db, ttl_s=60, now=time.time() - 3600)
+        consume_enrollment_token(db, made["used"][1], "web-2", "agent-2")
+    finally:
+        db.close()
+    ids = {state: record.id for state, (record, _) in made.items()}
+    revoked = sonde_hub(tmp_path, "token", "revoke", ids["revoked"])
+    assert revoked.returncode == 0, revoked.stderr
+    assert revoked.stderr == f"revoked enrollment token {ids['revoked']}; it can no longer enroll an agent\n"
+    return {**ids, "expired": expired.id}
+
+
+def test_token_list_shows_the_usable_tokens_and_with_all_every_state(tmp_path: Path) -> None:
+    make_store(tmp_path)
+    ids = tokens_in_each_state(tmp_path)
+    secret = sonde_hub(tmp_path, "token", "create").stdout.strip()
+    table = sonde_hub(tmp_path, "token", "list")
+    assert table.returncode == 0, table.stderr
+    assert table.stderr == ""
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "STATE", "CREATED", "EXPIRES", "DETAIL"]
+    assert len(rows) == 2
+    assert rows[0].startswith(ids["active"])
+    assert rows[0].split()[1:3] == ["web-1", "active"]
+    assert secret not in table.stdout
+    full = sonde_hub(tmp_path, "token", "list", "--all").stdout.splitlines()[1:]
+    states = {row.split()[0]: row.split()[2] for row in full}
+    assert {ids[state]: state for state in ids}.items() <= states.items()
+    used_row = next(row for row in full if row.startswith(ids["used"]))
+    assert used_row.endswith(" by agent agent-2")
+    assert " used at " in used_row
+    assert " revoked at " in next(row for row in full if row.startswith(ids["revoked"]))
+    listed = sonde_hub(tmp_path, "token", "list", "--json")
+    assert listed.stderr == ""
+    assert [(t["id"], t["name"], t["state"]) for t in json.loads(listed.stdout)][:1] == [
+        (ids["active"], "web-1", "active")
+    ]
+    every = json.loads(sonde_hub(tmp_path, "token", "list", "--all", "--json").stdout)
+    by_id = {t["id"]: t for t in every}
+    assert by_id[ids["used"]]["used_by"] == "agent-2"
+    assert by_id[ids["revoked"]]["revoked_at"] is not None
+    assert {by_id[ids[state]]["state"] for state in ids} == set(ids)
+    assert all("secret" not in t and "token_hash" not in t for t in every)
+
+
+def test_token_revoke_refuses_what_cannot_enroll_anyway_and_audits_each_try(tmp_path: Path) -> None:
+    make_store(tmp_path)
+    ids = tokens_in_each_state(tmp_path)
+    for token_id, says in [
+        ("no-such-id", "no enrollment token has id 'no-such-id'"),
+        (ids["used"], f"enrollment token {ids['used']} was already used at "),
+        (ids["expired"], f"enrollment token {ids['expired']} already expired at "),
+        (ids["revoked"], f"enrollment token {ids['revoked']} was already revoked at "),
+    ]:
+        done = sonde_hub(tmp_path, "token", "revoke", token_id)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith(says)
+        assert done.stderr.endswith(" (see `sonde hub token list --all`)\n")
+        assert done.stdout == ""
+    db = open_database(tmp_path / "data" / "sonde.db")
+    try:
+        rows = list(db.query("SELECT target, outcome, detail FROM audit WHERE action = 'cli.token.revoke'"))
+        assert verify_audit(db).ok
+    finally:
+        db.close()
+    assert [(row["target"], row["outcome"], json.loads(row["detail"])) for row in rows] == [
+        (ids["revoked"], "ok", {"name": None}),
+        ("no-such-id", "not_found", {"state": None}),
+        (ids["used"], "not_found", {"state": "used"}),
+        (ids["expired"], "not_found", {"state": "expired"}),
+        (ids["revoked"], "not_found", {"state": "revoked"}),
+    ]

@@ -19,7 +19,15 @@ from sonde.hub.db import (
     set_meta,
     write_transaction,
 )
+from sonde.hub.keys import (
+    EnrollmentRefused,
+    consume_enrollment_token,
+    create_enrollment_token,
+    list_enrollment_tokens,
+    revoke_enrollment_token,
+)
 
+T0 = 1_700_000_000.0
 TABLES = {"meta", "agents", "revoked_agents", "enrollment_tokens", "api_keys", "audit"}
 
 
@@ -50,7 +58,7 @@ def test_pragmas(tmp_path: Path) -> None:
 def test_first_open_creates_schema(tmp_path: Path) -> None:
     db = open_database(tmp_path / "hub.db")
     try:
-        assert schema_version(db) == SCHEMA_VERSION == 1
+        assert schema_version(db) == SCHEMA_VERSION == 2
         assert TABLES <= set(db.table_names())
         indexes = {index.name for index in db.table("audit").indexes}
         assert {"idx_audit_ts", "idx_audit_actor", "idx_audit_target"} <= indexes
@@ -70,10 +78,10 @@ def test_migrations_run_once_and_upgrade_existing_file(
         db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
 
     monkeypatch.setattr(hub_db, "MIGRATIONS", (*hub_db.MIGRATIONS, add_notes))
-    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     for _ in range(3):
         db = open_database(path)
-        assert schema_version(db) == 2
+        assert schema_version(db) == SCHEMA_VERSION + 1
         assert "notes" in db.table_names()
         db.close()
     assert calls == [1]
@@ -88,14 +96,38 @@ def test_failed_migration_is_rolled_back(tmp_path: Path, monkeypatch: pytest.Mon
         raise RuntimeError("migration bug")
 
     monkeypatch.setattr(hub_db, "MIGRATIONS", (*hub_db.MIGRATIONS, broken))
-    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(hub_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with pytest.raises(RuntimeError, match="migration bug"):
         open_database(path)
     monkeypatch.undo()
     db = open_database(path)
     try:
-        assert schema_version(db) == 1
+        assert schema_version(db) == SCHEMA_VERSION
         assert "half_done" not in db.table_names()
+    finally:
+        db.close()
+
+
+def test_a_version_1_database_upgrades_and_its_tokens_can_be_revoked(tmp_path: Path) -> None:
+    """A hub database written before tokens could be revoked: its tokens keep working, and now revoke."""
+    path = tmp_path / "hub.db"
+    old = Database(sqlite3.connect(path, isolation_level=None))
+    hub_db.MIGRATIONS[0](old)  # the schema as version 1 left it (a migration never changes)
+    old.execute("PRAGMA user_version = 1")
+    kept, kept_secret = create_enrollment_token(old, now=T0)
+    spared, spared_secret = create_enrollment_token(old, now=T0)
+    old.close()
+    db = open_database(path)
+    try:
+        assert schema_version(db) == SCHEMA_VERSION
+        assert "revoked_at" in db.table("enrollment_tokens").columns_dict
+        assert [(t.id, t.state, t.revoked_at) for t in list_enrollment_tokens(db, now=T0 + 1)] == [
+            (token.id, "active", None) for token in sorted((kept, spared), key=lambda t: t.id)
+        ]
+        revoke_enrollment_token(db, kept.id, now=T0 + 2)
+        with pytest.raises(EnrollmentRefused, match="revoked at"):
+            consume_enrollment_token(db, kept_secret, "web-1", "agent-1", now=T0 + 3)
+        assert consume_enrollment_token(db, spared_secret, "web-2", "agent-2", now=T0 + 3).state == "used"
     finally:
         db.close()
 

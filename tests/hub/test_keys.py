@@ -15,6 +15,7 @@ from sonde.hub.db import open_database
 from sonde.hub.keys import (
     EnrollmentRefused,
     LastAdminKey,
+    TokenNotRevocable,
     consume_enrollment_token,
     count_active_admin_keys,
     create_api_key,
@@ -26,6 +27,7 @@ from sonde.hub.keys import (
     parse_duration,
     peek_enrollment_token,
     revoke_api_key,
+    revoke_enrollment_token,
     touch_api_key,
 )
 from sonde.protocol.enrollment import TOKEN_PATTERN
@@ -136,7 +138,7 @@ def test_token_format_and_record(db: Database) -> None:
     assert re.fullmatch(TOKEN_PATTERN, secret)
     assert record.expires_at == T0 + 900
     assert record.used_at is None
-    assert list_enrollment_tokens(db) == [record]
+    assert list_enrollment_tokens(db, now=T0) == [record]
 
 
 @pytest.mark.parametrize("ttl_s", [59.0, 7 * 86400 + 1, float("nan")])
@@ -217,6 +219,58 @@ def test_concurrent_consumption_has_one_winner(tmp_path: Path) -> None:
         database.close()
     for first, second in zip(*outcomes, strict=True):
         assert sorted([first, second]) == ["token_used", "won"]
+
+
+def test_a_revoked_token_is_refused_as_revoked(db: Database) -> None:
+    record, secret = create_enrollment_token(db, name="web-1", now=T0)
+    revoked = revoke_enrollment_token(db, record.id, now=T0 + 10)
+    assert (revoked.state, revoked.revoked_at, revoked.used_at) == ("revoked", T0 + 10, None)
+    with pytest.raises(EnrollmentRefused) as peeked:
+        peek_enrollment_token(db, secret, now=T0 + 20)
+    with pytest.raises(EnrollmentRefused) as consumed:
+        consume_enrollment_token(db, secret, "web-1", "agent-1", now=T0 + 20)
+    for refused in (peeked, consumed):
+        assert refused.value.code == "token_revoked"
+        assert refused.value.message == (
+            "enrollment token was revoked at 2023-11-14T22:13:30Z; ask an admin for a new one"
+        )
+    assert list_enrollment_tokens(db, now=T0 + 20) == [revoked]  # kept, for the audit trail
+
+
+def test_only_a_token_that_could_still_enroll_is_revoked(db: Database) -> None:
+    used, used_secret = create_enrollment_token(db, now=T0)
+    consume_enrollment_token(db, used_secret, "web-1", "agent-1", now=T0 + 1)
+    expired, _ = create_enrollment_token(db, ttl_s=60, now=T0)
+    twice, _ = create_enrollment_token(db, now=T0)
+    revoke_enrollment_token(db, twice.id, now=T0 + 2)
+    for token_id, state, says in [
+        ("no-such-id", None, "no enrollment token has id 'no-such-id'"),
+        (
+            used.id,
+            "used",
+            f"enrollment token {used.id} was already used at 2023-11-14T22:13:21Z by agent agent-1; "
+            "revoking it would change nothing",
+        ),
+        (expired.id, "expired", f"enrollment token {expired.id} already expired at 2023-11-14T22:14:20Z"),
+        (twice.id, "revoked", f"enrollment token {twice.id} was already revoked at 2023-11-14T22:13:22Z"),
+    ]:
+        with pytest.raises(TokenNotRevocable) as refused:
+            revoke_enrollment_token(db, token_id, now=T0 + 60)
+        assert refused.value.state == state
+        assert refused.value.message.startswith(says)
+    states = {t.id: (t.state, t.revoked_at) for t in list_enrollment_tokens(db, now=T0 + 60)}
+    assert states == {
+        used.id: ("used", None),
+        expired.id: ("expired", None),
+        twice.id: ("revoked", T0 + 2),
+    }
+
+
+def test_listed_tokens_say_their_state_at_the_time_asked(db: Database) -> None:
+    record, _ = create_enrollment_token(db, ttl_s=60, now=T0)
+    assert record.state == "active"
+    assert [t.state for t in list_enrollment_tokens(db, now=T0 + 59)] == ["active"]
+    assert [t.state for t in list_enrollment_tokens(db, now=T0 + 60)] == ["expired"]
 
 
 @pytest.mark.parametrize(

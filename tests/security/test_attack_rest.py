@@ -34,6 +34,7 @@ PATH_ROUTES = [
     ("POST", "/api/v1/agents/{}/attestation/accept"),
     ("PUT", "/api/v1/agents/{}/tags"),
     ("DELETE", "/api/v1/api-keys/{}"),
+    ("DELETE", "/api/v1/enrollment-tokens/{}"),
 ]
 BODIES = [
     b"",
