@@ -26,6 +26,7 @@ from quart import Response, g, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from sonde.hub.audit import MAX_TARGET_CHARS
 from sonde.hub.auth import Caller
 from sonde.hub.enrollment import enroll_agent
 from sonde.hub.errors import Denial, HubError, forbidden
@@ -42,7 +43,7 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 256 * 1024
 
 
-MAX_PATH_AUDITED = 200  # of a refused request's path: an unauthenticated caller chooses its length
+MAX_PATH_AUDITED = MAX_TARGET_CHARS  # of a refused request's path: an unauthenticated caller chooses its length
 
 
 def ApiError(status: int, code: str, message: str) -> HubError:
