@@ -214,11 +214,11 @@ def token_list(
 
 
 @token_app.command(name="revoke")
-def token_revoke(token_id: str, /, *, data_dir: DataDir = None) -> int:
-    """Revoke an enrollment token by id, so it can no longer enroll an agent."""
+def token_revoke(token: str, /, *, data_dir: DataDir = None) -> int:
+    """Revoke an enrollment token, by its id or by the token itself, so it can no longer enroll an agent."""
     from sonde.hub import admin
 
-    return admin.run_admin(admin.token_revoke, data_dir_or_default(data_dir), token_id)
+    return admin.run_admin(admin.token_revoke, data_dir_or_default(data_dir), token)
 
 
 @agent_admin_app.command(name="accept")

@@ -26,6 +26,7 @@ from sonde.hub.keys import (
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
+    named_for_audit,
     parse_duration,
     revoke_api_key,
     revoke_enrollment_token,
@@ -149,7 +150,7 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
     expires = utc_text(token.expires_at)
-    err(f"created single-use enrollment token{reserved}, valid until {expires}:")
+    err(f"created single-use enrollment token {token.id}{reserved}, valid until {expires}:")
     print(secret, flush=True)
     return 0
 
@@ -182,30 +183,31 @@ def token_detail(token: EnrollmentTokenRecord) -> str:
     return "-"
 
 
-def token_revoke(data_dir: Path, token_id: str) -> int:
+def token_revoke(data_dir: Path, token: str) -> int:
     db = open_database(existing_database(data_dir))
     try:
         with write_transaction(db):  # the revocation and its audit entry, or neither
-            revoked = revoke_token_recorded(db, token_id)
+            revoked = revoke_token_recorded(db, token)
     finally:
         db.close()
     if isinstance(revoked, TokenNotRevocable):
         err(f"{revoked.message} (see `sonde hub token list --all`)")
         return 1
     reserved = f" (for agent {revoked.name!r})" if revoked.name else ""
-    err(f"revoked enrollment token {token_id}{reserved}; it can no longer enroll an agent")
+    err(f"revoked enrollment token {revoked.id}{reserved}; it can no longer enroll an agent")
     return 0
 
 
-def revoke_token_recorded(db: Any, token_id: str) -> EnrollmentTokenRecord | TokenNotRevocable:
-    """Revoke the token and put that on the audit chain, or put there why it was not."""
+def revoke_token_recorded(db: Any, token: str) -> EnrollmentTokenRecord | TokenNotRevocable:
+    """Revoke the token (by id or by its text) and put that on the audit chain, or put there why it was not.
+    The row names the token by id, never by its text."""
     try:
-        token = revoke_enrollment_token(db, token_id, time.time())
+        revoked = revoke_enrollment_token(db, token, time.time())
     except TokenNotRevocable as refusal:
-        record(db, "cli.token.revoke", token_id, "not_found", state=refusal.state)
+        record(db, "cli.token.revoke", named_for_audit(token, refusal), "not_found", state=refusal.state)
         return refusal
-    record(db, "cli.token.revoke", token_id, "ok", name=token.name)
-    return token
+    record(db, "cli.token.revoke", revoked.id, "ok", name=revoked.name)
+    return revoked
 
 
 def audit_verify(data_dir: Path) -> int:

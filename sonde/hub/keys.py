@@ -83,13 +83,14 @@ class EnrollmentTokenRecord(BaseModel):
 
 
 class TokenNotRevocable(Exception):
-    """No token that could still enroll has this id: ``state`` is None for an unknown id, else
-    why it cannot (used, expired or revoked already). ``message`` is for people."""
+    """No token that could still enroll is this one: ``state`` is None for an unknown token, else
+    why it cannot (used, expired or revoked already), and ``token_id`` its id. ``message`` is for people."""
 
-    def __init__(self, state: TokenState | None, message: str) -> None:
+    def __init__(self, state: TokenState | None, message: str, token_id: str | None = None) -> None:
         super().__init__(message)
         self.state = state
         self.message = message
+        self.token_id = token_id
 
 
 class EnrollmentRefused(Exception):
@@ -270,25 +271,38 @@ def list_enrollment_tokens(db: Database, now: float | None = None) -> list[Enrol
     return [_token_from_row(row, now) for row in rows]
 
 
-def revoke_enrollment_token(db: Database, token_id: str, now: float | None = None) -> EnrollmentTokenRecord:
+def named_for_audit(token: str, refusal: TokenNotRevocable) -> str | None:
+    """How the audit row of a refused revocation names the token: by id, never by its text."""
+    if refusal.token_id is not None:
+        return refusal.token_id
+    return None if token.startswith(ENROLLMENT_TOKEN_PREFIX) else token
+
+
+def revoke_enrollment_token(db: Database, token: str, now: float | None = None) -> EnrollmentTokenRecord:
     """Revoke a token that could still enroll; the row stays, so the audit trail can name it.
 
+    ``token`` is its id, or the token itself (``enr_...``): whoever pasted a token where
+    it should not be has that text at hand, not the id.
     Raises `TokenNotRevocable` if no token has this id, or it was used, expired or revoked already.
     """
     now = _now(now)
+    by_secret = token.startswith(ENROLLMENT_TOKEN_PREFIX)
+    column, value = ("token_hash", _hash_secret(token)) if by_secret else ("id", token)
     with write_transaction(db):
         cursor = db.execute(
-            "UPDATE enrollment_tokens SET revoked_at = ? WHERE id = ? "
+            f"UPDATE enrollment_tokens SET revoked_at = ? WHERE {column} = ? "
             "AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ?",
-            [now, token_id, now],
+            [now, value, now],
         )
-        row = query_one(db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE id = ?", [token_id])
+        row = query_one(db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE {column} = ?", [value])
     if row is None:
-        raise TokenNotRevocable(None, f"no enrollment token has id {token_id!r}")
+        raise TokenNotRevocable(
+            None, "no such enrollment token" if by_secret else f"no enrollment token has id {token!r}"
+        )
     record = _token_from_row(row, now)
     if cursor.rowcount == 1:
         return record
-    raise TokenNotRevocable(record.state, _not_revocable(record))
+    raise TokenNotRevocable(record.state, _not_revocable(record), record.id)
 
 
 def _not_revocable(record: EnrollmentTokenRecord) -> str:

@@ -62,7 +62,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
     (
         "delete",
         "/api/v1/enrollment-tokens/{id}",
-        "Revoke an enrollment token that could still enroll an agent; it stays listed, as revoked",
+        "Revoke an enrollment token that could still enroll an agent ({id}: its id, or the token itself); it stays listed, as revoked",
         "admin",
     ),
     ("get", "/api/v1/audit", "Audit entries (?agent=&key=&action=&since=&until=&limit=)", "admin"),

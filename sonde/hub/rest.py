@@ -43,7 +43,8 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 256 * 1024
 
 
-MAX_PATH_AUDITED = MAX_TARGET_CHARS  # of a refused request's path: an unauthenticated caller chooses its length
+# of a refused request's path: an unauthenticated caller chooses its length
+MAX_PATH_AUDITED = MAX_TARGET_CHARS
 
 
 def ApiError(status: int, code: str, message: str) -> HubError:

@@ -21,6 +21,7 @@ from sonde.hub.keys import (
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
+    named_for_audit,
     revoke_api_key,
     revoke_enrollment_token,
 )
@@ -163,14 +164,15 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         try:
             token = await hub.store.write(revoke_enrollment_token, token_id, time.time())
         except TokenNotRevocable as exc:
+            target = named_for_audit(token_id, exc)
             await hub.audit(
-                caller.key_id, "rest.token.revoke", token_id, "not_found", detail={"state": exc.state}
+                caller.key_id, "rest.token.revoke", target, "not_found", detail={"state": exc.state}
             )
             raise ApiError(
                 404, "not_found", f"{exc.message}; GET /api/v1/enrollment-tokens lists them"
             ) from None
-        await hub.audit(caller.key_id, "rest.token.revoke", token_id, "ok", detail={"name": token.name})
-        return {"revoked": token_id}
+        await hub.audit(caller.key_id, "rest.token.revoke", token.id, "ok", detail={"name": token.name})
+        return {"revoked": token.id}
 
 
 def install_agent_routes(app: QuartTrio, hub: Hub) -> None:

@@ -150,3 +150,22 @@ def test_a_hub_database_from_before_revocation_upgrades_on_start(tmp_path: Path)
         assert http.delete(f"/api/v1/enrollment-tokens/{leaked.id}").status_code == 200
         assert post_enroll(hub, leaked_secret, "old-leaked").json()["error"]["code"] == "token_revoked"
         assert post_enroll(hub, kept_secret, "old-kept").status_code == 201
+
+
+def test_rest_revokes_a_token_by_its_own_text_and_audits_only_its_id(hub: RunningHub) -> None:
+    token_id, secret = new_token(hub, "web-text")
+    with hub.client() as admin:
+        done = admin.delete(f"/api/v1/enrollment-tokens/{secret}")
+        assert done.status_code == 200, done.text
+        assert done.json() == {"revoked": token_id}
+        again = admin.delete(f"/api/v1/enrollment-tokens/{secret}")
+        assert again.status_code == 404
+        assert f"enrollment token {token_id} was already revoked at " in again.json()["error"]["message"]
+    assert tokens_by_id(hub)[token_id]["state"] == "revoked"
+
+    def outcomes() -> list[str]:
+        return [r["outcome"] for r in audit_rows(hub, "rest.token.revoke") if r["target"] == token_id]
+
+    wait_until(lambda: len(outcomes()) == 2)  # the hub commits its audit rows in batches
+    assert outcomes() == ["ok", "not_found"]
+    assert not any(secret in json.dumps(r) for r in audit_rows(hub, "rest.token.revoke"))

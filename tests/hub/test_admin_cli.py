@@ -190,3 +190,38 @@ def test_token_revoke_refuses_what_cannot_enroll_anyway_and_audits_each_try(tmp_
         (ids["expired"], "not_found", {"state": "expired"}),
         (ids["revoked"], "not_found", {"state": "revoked"}),
     ]
+
+
+def test_a_token_is_revoked_by_its_own_text_and_the_log_names_only_its_id(tmp_path: Path) -> None:
+    """Whoever pasted a token where it should not be has its text at hand, not its id."""
+    make_store(tmp_path)
+    created = sonde_hub(tmp_path, "token", "create", "--name", "web-9")
+    assert created.returncode == 0, created.stderr
+    secret = created.stdout.strip()
+    token_id = created.stderr.split("enrollment token ")[1].split()[0]  # create names the id
+    listed = json.loads(sonde_hub(tmp_path, "token", "list", "--json").stdout)
+    assert [t["id"] for t in listed] == [token_id]
+    done = sonde_hub(tmp_path, "token", "revoke", secret)
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stderr
+        == f"revoked enrollment token {token_id} (for agent 'web-9'); it can no longer enroll an agent\n"
+    )
+    again = sonde_hub(tmp_path, "token", "revoke", secret)
+    assert again.returncode == 1
+    assert again.stderr.startswith(f"enrollment token {token_id} was already revoked at ")
+    unknown = sonde_hub(tmp_path, "token", "revoke", "enr_" + "x" * 32)
+    assert unknown.returncode == 1
+    assert unknown.stderr == "no such enrollment token (see `sonde hub token list --all`)\n"
+    db = open_database(tmp_path / "data" / "sonde.db")
+    try:
+        rows = list(db.query("SELECT target, outcome FROM audit WHERE action = 'cli.token.revoke'"))
+        text = json.dumps(list(db.query("SELECT * FROM audit")))
+    finally:
+        db.close()
+    assert [(row["target"], row["outcome"]) for row in rows] == [
+        (token_id, "ok"),
+        (token_id, "not_found"),
+        (None, "not_found"),
+    ]
+    assert secret not in text
