@@ -74,11 +74,11 @@ async def parse_body(model: type[M]) -> M:
         raise ApiError(400, "invalid_body", describe_params_error(exc)) from None
 
 
-async def require_caller(hub: Hub, admin: bool = False, *, action: str | None = None) -> Caller:
+async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Caller:
     """The caller of this request; 401 (audited, rate limited per address) without a valid key.
 
     ``action`` names the route in the audit row of a refusal of this caller (a
-    role's 403 here, a policy's later in the handler); by default the route itself.
+    role's 403 here, a policy's later in the handler).
     """
     client = str(request.remote_addr)
     retry = hub.keys.failures.retry_after(client)
@@ -101,18 +101,12 @@ async def require_caller(hub: Hub, admin: bool = False, *, action: str | None = 
             detail={"client": request.remote_addr},
         )
         raise ApiError(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
-    g.sonde_caller, g.sonde_action = caller, action or route_action()
+    g.sonde_caller, g.sonde_action = caller, action
     if admin and not caller.is_admin:
         raise forbidden(
             "this route needs an admin API key", Denial("admin_required", request.path[:MAX_PATH_AUDITED])
         )
     return caller
-
-
-def route_action() -> str:
-    """The audit action of a route that names none: its method and rule."""
-    rule = request.url_rule.rule if request.url_rule is not None else request.path[:MAX_PATH_AUDITED]
-    return f"rest.{request.method} {rule}"
 
 
 async def audit_denial(hub: Hub, exc: HubError, denial: Denial) -> None:
