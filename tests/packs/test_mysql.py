@@ -172,6 +172,48 @@ async def test_connection_usage_finding(connections: list[Any]) -> None:
     assert after["version"].startswith(("10.", "11.", "8.", "5."))
 
 
+def threads_now(connection: Any) -> tuple[int, int]:
+    """Threads_connected and Threads_running as ``connection`` reads them (itself included in both)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Threads_connected', 'Threads_running')")
+        found = {name.lower(): int(value) for name, value in cursor.fetchall()}
+    return found["threads_connected"], found["threads_running"]
+
+
+async def status_beside(observer: Any) -> tuple[dict[str, Any], tuple[int, int]]:
+    """The probe's summary, and the threads ``observer`` counted just before and just after it (the same)."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            seen = await trio.to_thread.run_sync(threads_now, observer)
+            found = await run("mysql.status.summary", interval_s=0)
+            if await trio.to_thread.run_sync(threads_now, observer) == seen:  # no client came or went
+                return found, seen
+            await trio.sleep(POLL_S)
+
+
+async def test_connection_counts_leave_out_the_probe(connections: list[Any]) -> None:
+    observer = await trio.to_thread.run_sync(connect)
+    connections.append(observer)
+    idle, (connected, running) = await status_beside(observer)
+    # the observer counts every client and itself; the probe counts them too, but not its own connection
+    assert idle["threads_connected"] == connected
+    assert idle["threads_running"] == running - 1  # the observer's SHOW STATUS ran; the probe's is left out
+    extra = 3
+    for _ in range(extra):
+        connections.append(await trio.to_thread.run_sync(connect))
+    busy, (connected, _) = await status_beside(observer)
+    assert busy["threads_connected"] == connected == idle["threads_connected"] + extra
+    assert busy["connection_usage_percent"] == round(connected * 100 / busy["max_connections"], 1)
+    low = build_runbook(
+        {**THRESHOLDS, "connection_usage_percent": Threshold(warning=0.01, critical=100, unit="%")}
+    )
+    [finding] = [f for f in low.evaluate({"mysql.status.summary": busy}) if "max_connections" in f.title]
+    assert finding.title == f"MySQL uses {busy['connection_usage_percent']:g}% of max_connections"
+    assert finding.detail.startswith(
+        f"{connected} of {busy['max_connections']} connections, the probe's own not counted"
+    )
+
+
 async def test_slow_queries_finding(connections: list[Any]) -> None:
     slow = await trio.to_thread.run_sync(connect)
     connections.append(slow)
@@ -230,12 +272,14 @@ def status_rows(**values: int) -> dict[str, str]:
 
 
 def test_status_arithmetic() -> None:
-    before = status_rows(uptime=1000, questions=10_000, slow_queries=5, threads_connected=140)
+    # read over the probe's own connection: 140 other clients, and the probe's statement running
+    before = status_rows(uptime=1000, questions=10_000, slow_queries=5, threads_connected=141)
     after = status_rows(
         uptime=1002,
         questions=10_500,
         slow_queries=7,
-        threads_connected=140,
+        threads_connected=141,
+        threads_running=1,
         max_used_connections=151,
         connection_errors_max_connections=3,
     )
@@ -247,6 +291,7 @@ def test_status_arithmetic() -> None:
     }
     summary = summarize_status(before, after, variables, 2.0)
     assert (summary.queries_per_second, summary.slow_queries_per_minute) == (250.0, 60.0)
+    assert (summary.threads_connected, summary.threads_running) == (140, 0)
     assert summary.connection_usage_percent == 92.7
     assert (summary.long_query_time_s, summary.slow_query_log, summary.refused_max_connections) == (
         2.0,
@@ -322,3 +367,19 @@ async def test_database_not_granted_is_a_missing_privilege(mysql_user: str) -> N
     assert f"Access denied for user '{mysql_user}'@'%' to database 'mysql'" in message
     assert "packs.mysql.database" in message
     assert "did not accept the login" not in message
+
+
+async def test_missing_database_names_its_setting() -> None:
+    name = f"sonde_missing_{uuid.uuid4().hex[:10]}"
+    ctx = ProbeContext()
+    ctx.settings.packs["mysql"] = {"database": name}
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(REGISTRY, "mysql.status.summary", {"interval_s": 0}, ctx)
+    assert caught.value.code == "refused"  # the agent config's mistake, not a server that is down
+    message = caught.value.message
+    assert f"MySQL at 127.0.0.1:3306 has no database '{name}'" in message
+    assert f"Unknown database '{name}'" in message  # the server's own words
+    assert "packs.mysql.database" in message
+    assert "not available" not in message
+    ctx.settings.packs["mysql"] = {"database": "mysql"}  # one that is there
+    assert (await execute_probe(REGISTRY, "mysql.status.summary", {"interval_s": 0}, ctx)).result

@@ -17,6 +17,7 @@ import trio
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.postgres import PACK
+from sonde.packs.postgres.connection import PostgresParams, database_origin
 from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold
@@ -333,3 +334,32 @@ async def test_password_comes_from_agent_config_only() -> None:
     ctx.settings.packs["postgres"] = {"port": 5432, "password": "ignored-with-trust-auth"}
     found = await execute_probe(REGISTRY, "postgres.connections.usage", {}, ctx)
     assert found.result["max_connections"] > 0
+
+
+@pytest.mark.parametrize("named_by", ["param", "setting"])
+async def test_missing_database_names_where_it_was_set(named_by: str) -> None:
+    name = f"sonde_missing_{uuid.uuid4().hex[:12]}"
+    ctx = ProbeContext()
+    params: dict[str, Any] = {}
+    if named_by == "param":
+        params["database"] = name
+    else:
+        ctx.settings.packs["postgres"] = {"database": name}
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(REGISTRY, "postgres.connections.usage", params, ctx)
+    assert caught.value.code == "refused"  # a setting to fix, not a server that is down
+    message = caught.value.message
+    assert f"PostgreSQL at 127.0.0.1:5432 has no database '{name}', named by" in message
+    assert f'database "{name}" does not exist' in message  # the server's own words
+    assert ("the probe's database param" in message) == (named_by == "param")
+    assert ("packs.postgres.database" in message) == (named_by == "setting")
+    assert "not available" not in message
+    assert "did not accept the login" not in message
+
+
+def test_database_origin_follows_the_endpoint_order() -> None:
+    ctx = ProbeContext()
+    assert "default database" in database_origin(ctx, PostgresParams())
+    ctx.settings.packs["postgres"] = {"database": "app"}
+    assert "packs.postgres.database" in database_origin(ctx, PostgresParams())
+    assert database_origin(ctx, PostgresParams(database="other")) == "the probe's database param"

@@ -246,6 +246,39 @@ async def test_eviction_finding(
     assert "happened under an earlier setting" in finding.detail
 
 
+async def test_volatile_policy_without_ttl_keys_refuses_writes(
+    admin: redis.Redis, restored_config: None
+) -> None:
+    # under volatile-lru at the limit, any key with a TTL on this server could be evicted: only run
+    # where there is none, which is also the case the wording is about
+    require(
+        all(db.get("expires", 0) == 0 for db in admin.info("keyspace").values()),
+        "keys with a TTL on this Redis: volatile-lru at the limit would evict them",
+    )
+    keys = client(TEST_DB)
+    name = f"sonde:oom:{uuid.uuid4().hex}"
+    try:
+        admin.config_set("maxmemory-policy", "volatile-lru")
+        admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) // 2)
+        with pytest.raises(redis.exceptions.OutOfMemoryError, match="used memory > 'maxmemory'"):
+            await trio.to_thread.run_sync(keys.set, name, "x")  # no key has a TTL: nothing to evict
+        full = await run("redis.memory.details")
+        [finding] = [f for f in RUNBOOK.evaluate({"redis.memory.details": full}) if "of maxmemory" in f.title]
+        assert finding.severity == "critical"
+        assert finding.detail.endswith(
+            "policy volatile-lru: at the limit Redis evicts only keys that have a TTL; when no key has "
+            "one, writes fail with an OOM error just as under noeviction."
+        )
+        admin.config_set("maxmemory", 0)  # no limit: the same policy never evicts, nor refuses
+        await trio.to_thread.run_sync(keys.set, name, "x")
+        unlimited = await run("redis.memory.details")
+    finally:
+        keys.delete(name)
+        keys.close()
+    assert (unlimited["maxmemory_bytes"], unlimited["used_percent_of_max"]) == (0, None)
+    assert not [f for f in RUNBOOK.evaluate({"redis.memory.details": unlimited}) if "of maxmemory" in f.title]
+
+
 async def test_rejected_connection_finding(admin: redis.Redis, restored_config: None) -> None:
     rejected_before = int(admin.info("stats")["rejected_connections"])
     connected = int(admin.info("clients")["connected_clients"])

@@ -13,6 +13,7 @@ from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, end
 READ_TIMEOUT_S = 10
 LOGIN_REFUSED = {1045, 1698}  # ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR
 DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed the configured database
+DATABASE_MISSING = 1049  # ER_BAD_DB_ERROR: the configured database is not on this server
 PRIVILEGE_DENIED = {1142, 1143, 1227}  # table, column, a global privilege such as PROCESS
 LOGIN_HINT = (
     "check that this user exists for the client host the server names, its password in the agent config "
@@ -23,6 +24,7 @@ DATABASE_HINT = (
     "grant the agent's database user access to that database, or change the pack's database "
     "(packs.mysql.database)"
 )
+MISSING_DATABASE_HINT = "set it to a database on this server, or remove it: the probes need none"
 PRIVILEGE_HINT = "grant the agent's database user the PROCESS privilege (and SELECT on information_schema)"
 
 Query = tuple[str, Sequence[Any]]
@@ -82,11 +84,20 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
 
 
-def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | None:
-    """The error for a refused login or a missing privilege (None for any other error code)."""
+def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | ValueError | None:
+    """The error for a refused login, a missing privilege or database (None for any other error code).
+
+    A database not on the server is the agent config's mistake, not an absent
+    service: a `ValueError` (the executor's ``refused``) naming the setting.
+    """
     if code in LOGIN_REFUSED:
         return PermissionError(
             f"MySQL at {where.where()} did not accept the login of user {where.user!r}: {text}; {LOGIN_HINT}"
+        )
+    if code == DATABASE_MISSING and where.database is not None:
+        return ValueError(
+            f"MySQL at {where.where()} has no database {where.database!r}, named by the pack's database "
+            f"(packs.mysql.database in the agent config): {text}; {MISSING_DATABASE_HINT}"
         )
     if code == DATABASE_DENIED:
         return PermissionError(f"MySQL at {where.where()} refused: {text}; {DATABASE_HINT}")

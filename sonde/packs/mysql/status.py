@@ -4,6 +4,10 @@
 query rate are measured over a short sample (`interval_s`): the counters are
 read twice with a `trio.sleep` in between (no thread sleeps), and the
 differences divided by the time that passed.
+
+``Threads_connected`` and ``Threads_running`` count the connection that reads
+them: the probe's own, which is taken off both (as the postgres pack leaves its
+own session out), so an idle server reads 0 connections, not 1.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ VARIABLES = (
     "('max_connections', 'long_query_time', 'slow_query_log', 'version', 'version_comment', "
     "'innodb_buffer_pool_size')"
 )
+OWN_CONNECTIONS = 1  # the probe's connection, counted in the Threads_connected (and _running) it reads
 
 
 def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -64,10 +69,15 @@ def _int(status: Mapping[str, str], name: str) -> int:
 def summarize_status(
     before: Mapping[str, str], after: Mapping[str, str], variables: Mapping[str, str], elapsed_s: float
 ) -> StatusSummary:
-    """The summary from two ``SHOW GLOBAL STATUS`` readings ``elapsed_s`` apart (the same one twice for 0)."""
+    """The summary from two ``SHOW GLOBAL STATUS`` readings ``elapsed_s`` apart (the same one twice for 0).
+
+    Each reading is taken over the probe's own connection, which is left out of the
+    connected and running threads and so of the percent used.
+    """
     uptime = max(_int(after, "uptime"), 1)
     max_connections = _int(variables, "max_connections") or 1
-    connected = _int(after, "threads_connected")
+    connected = max(_int(after, "threads_connected") - OWN_CONNECTIONS, 0)
+    running = max(_int(after, "threads_running") - OWN_CONNECTIONS, 0)
     slow_delta = _int(after, "slow_queries") - _int(before, "slow_queries")
     questions_delta = _int(after, "questions") - _int(before, "questions")
     refused = as_number(after.get("connection_errors_max_connections"))
@@ -75,7 +85,7 @@ def summarize_status(
         version=" ".join(filter(None, (variables.get("version"), variables.get("version_comment")))),
         uptime_s=uptime,
         threads_connected=connected,
-        threads_running=_int(after, "threads_running"),
+        threads_running=running,
         max_connections=max_connections,
         connection_usage_percent=round(connected * 100 / max_connections, 1),
         max_used_connections=_int(after, "max_used_connections"),
@@ -101,7 +111,9 @@ def summarize_status(
     max_connections (percent used), highest use since start, aborted and refused
     connections, queries per second over an `interval_s` sample and since start, slow
     queries (total and per minute over the sample), long_query_time and whether the slow
-    query log is on. Use it for 'is the database overloaded' or 'too many connections'.""",
+    query log is on. The probe's own connection is left out of the connected and running
+    threads and the percent used (the highest use since start is the server's own count).
+    Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )
 async def status_summary(ctx: ProbeContext, params: StatusParams) -> StatusSummary:

@@ -25,6 +25,13 @@ LOGIN_HINT = (
     "(packs.postgres.password) and the pg_hba.conf entry for this client, or set the pack's user "
     "(packs.postgres.user)"
 )
+# the database to connect to is not on the server (SQLSTATE 3D000, invalid_catalog_name)
+DATABASE_MISSING = re.compile(r"database \".*\" does not exist")
+DATABASE_SQLSTATES = {"3D000"}
+MISSING_DATABASE_HINT = (
+    "name one that exists there instead: the probes read server-wide views and work from any "
+    "database ('postgres' is the usual one)"
+)
 CONNECT_HINT = (
     "grant the agent's database user CONNECT on that database, or set the pack's database "
     "(packs.postgres.database)"
@@ -43,7 +50,16 @@ def postgres_endpoint(ctx: ProbeContext, params: PostgresParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("postgres"), DEFAULTS, params.database)
 
 
-def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]]:
+def database_origin(ctx: ProbeContext, params: PostgresParams) -> str:
+    """Where the endpoint's database was named (the same order as `endpoint`), for an error to point at."""
+    if params.database is not None:
+        return "the probe's database param"
+    if "database" in ctx.settings.for_pack("postgres"):
+        return "the pack's database (packs.postgres.database in the agent config)"
+    return "the pack's default database (set packs.postgres.database in the agent config)"
+
+
+def _run(where: Endpoint, queries: Sequence[Query], origin: str) -> list[list[dict[str, Any]]]:
     try:
         import psycopg
         from psycopg.rows import dict_row
@@ -72,15 +88,24 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
         raise PermissionError(f"PostgreSQL refused: {exc}; {MONITOR_HINT}") from None
     except psycopg.OperationalError as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _not_connected(where, text, exc.sqlstate) from None
+        raise _not_connected(where, text, exc.sqlstate, origin) from None
 
 
-def _not_connected(where: Endpoint, text: str, sqlstate: str | None) -> Exception:
-    """What a failed connection means: the login refused, no CONNECT on the database, or no server."""
+def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str) -> Exception:
+    """What a failed connection means: the login refused, no such database, no CONNECT on it, or no server.
+
+    A database not on the server is a `ValueError` (the executor's ``refused``) naming
+    ``origin``, where it was configured: the service is there, the setting is wrong.
+    """
     if sqlstate in LOGIN_SQLSTATES or LOGIN_REFUSED.search(text):
         return PermissionError(
             f"PostgreSQL at {where.where()} did not accept the login of user {where.user!r}: {text}; "
             f"{LOGIN_HINT}"
+        )
+    if sqlstate in DATABASE_SQLSTATES or DATABASE_MISSING.search(text):
+        return ValueError(
+            f"PostgreSQL at {where.where()} has no database {where.database!r}, named by {origin}: {text}; "
+            f"{MISSING_DATABASE_HINT}"
         )
     if "permission denied for database" in text:  # SQLSTATE 42501 at connection time
         return PermissionError(
@@ -93,4 +118,4 @@ async def run_queries(
     ctx: ProbeContext, params: PostgresParams, *queries: Query
 ) -> list[list[dict[str, Any]]]:
     """Each query's rows (as dicts), over one connection opened and closed in a worker thread."""
-    return await ctx.in_thread(_run, postgres_endpoint(ctx, params), queries)
+    return await ctx.in_thread(_run, postgres_endpoint(ctx, params), queries, database_origin(ctx, params))

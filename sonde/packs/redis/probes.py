@@ -134,7 +134,8 @@ def memory(info: Mapping[str, str]) -> Memory:
     "redis.memory.details",
     """Redis memory: used, RSS, peak and dataset bytes, fragmentation ratio, maxmemory and
     its policy, percent of maxmemory used (null when there is no limit) and keys evicted
-    since start. Near maxmemory Redis evicts keys or, with noeviction, refuses writes.""",
+    since start. At maxmemory Redis evicts keys (a volatile-* policy only keys with a TTL)
+    or fails writes with OOM: under noeviction, and under volatile-* when no key has a TTL.""",
     timeout_s=15,
 )
 async def redis_memory(ctx: ProbeContext, params: RedisParams) -> Memory:

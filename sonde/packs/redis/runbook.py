@@ -32,6 +32,20 @@ def maxmemory_now(reading: Reading) -> str:
     return setting
 
 
+def at_the_limit(policy: str | None) -> str:
+    """What Redis does at maxmemory under ``policy``, in words: a volatile-* policy evicts only keys with a TTL."""
+    if policy == "noeviction":
+        return "refuses writes with an OOM error"
+    if policy is not None and policy.startswith("volatile-"):
+        return (
+            "evicts only keys that have a TTL; when no key has one, writes fail with an OOM error "
+            "just as under noeviction"
+        )
+    if policy is not None and policy.startswith("allkeys-"):
+        return "evicts keys, any key, with or without a TTL"
+    return "evicts keys or refuses writes, as its policy says"
+
+
 def memory_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     probe = "redis.memory.details"
     found = check(
@@ -40,8 +54,7 @@ def memory_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         probe,
         "Redis uses {value} of maxmemory",
         f"{reading.get('used_bytes')} of {reading.get('maxmemory_bytes')} bytes; policy "
-        f"{reading.get('maxmemory_policy')}: at the limit Redis "
-        f"{'refuses writes' if reading.get('maxmemory_policy') == 'noeviction' else 'evicts keys'}.",
+        f"{reading.get('maxmemory_policy')}: at the limit Redis {at_the_limit(reading.get('maxmemory_policy'))}.",
     )
     found += check(
         thresholds["evicted_keys"],
