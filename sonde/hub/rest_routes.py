@@ -86,7 +86,8 @@ def rest_openapi() -> dict[str, Any]:
             ("post", "/api/v1/diagnose"): DiagnoseInput,
             ("post", "/api/v1/api-keys"): NewApiKey,
             ("post", "/api/v1/enrollment-tokens"): NewEnrollmentToken,
-        }
+        },
+        {("get", "/api/v1/agents"): AgentFilters, ("get", "/api/v1/audit"): AuditFilters},
     )
 
 
@@ -179,7 +180,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/agents")
     async def agents() -> dict[str, Any]:
         caller = await require_caller(hub, action="rest.agent.list")
-        tags = request.args.getlist("tag")
+        tags = AgentFilters(tag=request.args.getlist("tag")).tag
         return {
             "agents": [summarize(hub, r).model_dump() for r in await visible_agents_now(hub, caller, tags)]
         }
@@ -285,11 +286,23 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
         }
 
 
+class AgentFilters(BaseModel):
+    tag: list[str] = Field(
+        default_factory=list, description="Only agents with this tag; repeated, only those with every one"
+    )
+
+
 class AuditFilters(BaseModel):
+    """The query string of GET /api/v1/audit; any other parameter is refused (400 invalid_query)."""
+
     model_config = ConfigDict(extra="forbid")
-    agent: str | None = Field(default=None, max_length=64)
-    key: str | None = Field(default=None, max_length=64)
-    action: str | None = Field(default=None, max_length=64)
-    since: float | None = Field(default=None, ge=0)
-    until: float | None = Field(default=None, ge=0)
-    limit: int = Field(default=100, ge=1, le=1000)
+    agent: str | None = Field(default=None, max_length=64, description="Only entries with this target")
+    key: str | None = Field(
+        default=None, max_length=64, description="Only entries by this actor: an API key's id"
+    )
+    action: str | None = Field(
+        default=None, max_length=64, description="Only entries whose action starts with this"
+    )
+    since: float | None = Field(default=None, ge=0, description="Only entries at or after (unix seconds)")
+    until: float | None = Field(default=None, ge=0, description="Only entries before (unix seconds)")
+    limit: int = Field(default=100, ge=1, le=1000, description="At most this many, the newest")

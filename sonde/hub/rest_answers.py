@@ -1,0 +1,88 @@
+"""The shapes of the REST answers the handlers build as dicts (`sonde.hub.rest_routes`).
+
+The OpenAPI document (`sonde.hub.openapi`) declares them; `extra="forbid"` lets its
+end-to-end test catch a handler that adds or renames a key.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sonde.hub.audit import AuditEntry
+from sonde.hub.keys import ApiKeyRecord, EnrollmentTokenRecord
+from sonde.hub.tools.views import AgentSummary
+from sonde.protocol.messages import PackDescriptor
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Health(Answer):
+    status: Literal["ok", "degraded"]
+    version: str
+    problem: str | None = Field(default=None, description="Why calls are refused; only when degraded")
+
+
+class AgentList(Answer):
+    agents: list[AgentSummary]
+
+
+class AgentRemoved(Answer):
+    removed: str = Field(description="The removed agent's id")
+    name: str
+
+
+class AgentTags(Answer):
+    agent: str
+    tags: list[str]
+
+
+class AttestationAccepted(Answer):
+    agent: str
+    status: str
+    accepted: bool = Field(description="False when no changed attestation was held")
+
+
+class PackList(Answer):
+    packs: list[PackDescriptor]
+
+
+class ApiKeyCreated(Answer):
+    key: ApiKeyRecord
+    secret: str = Field(description="The key to send as a bearer token; shown this once, never stored")
+
+
+class ApiKeyList(Answer):
+    keys: list[ApiKeyRecord]
+
+
+class EnrollmentTokenCreated(Answer):
+    token: EnrollmentTokenRecord
+    secret: str = Field(description="The token an agent enrolls with; shown this once, never stored")
+
+
+class EnrollmentTokenList(Answer):
+    tokens: list[EnrollmentTokenRecord]
+
+
+class Revoked(Answer):
+    revoked: str = Field(description="The id of what was revoked")
+
+
+class AuditRow(AuditEntry):
+    seq: int
+    hash: str
+
+
+class AuditEntries(Answer):
+    entries: list[AuditRow] = Field(description="Newest first")
+
+
+class AuditChainCheck(Answer):
+    ok: bool
+    rows: int
+    first_bad_seq: int | None = Field(alias="firstBadSeq")
+    problem: str

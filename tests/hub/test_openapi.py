@@ -1,0 +1,54 @@
+"""The OpenAPI document names exactly the routes the REST app serves, with their methods."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quart_trio import QuartTrio
+
+from sonde.hub.config import HubConfig
+from sonde.hub.core import open_hub
+from sonde.hub.rest import create_rest_app
+
+IGNORED_METHODS = {"HEAD", "OPTIONS"}  # Quart adds them to every rule; they answer no body of ours
+
+
+def shape(path: str) -> str:
+    """A path with its parameters unnamed: the rule's ``<key_id>`` is the document's ``{id}``."""
+    return re.sub(r"<[^>]+>|\{[^}]+\}", "{}", path)
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[QuartTrio]:
+    async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
+        yield create_rest_app(hub)
+
+
+async def served_document(app: QuartTrio) -> dict[str, Any]:
+    answer = await app.test_client().get("/api/v1/openapi.json")
+    assert answer.status_code == 200
+    document: dict[str, Any] = await answer.get_json()
+    return document
+
+
+async def test_the_document_has_every_route_the_app_serves_and_no_other(app: QuartTrio) -> None:
+    served: dict[str, set[str]] = {}
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/api/v1/"):
+            served.setdefault(shape(rule.rule), set()).update(set(rule.methods or ()) - IGNORED_METHODS)
+    documented: dict[str, set[str]] = {}
+    for path, operations in (await served_document(app))["paths"].items():
+        documented.setdefault(shape(path), set()).update(method.upper() for method in operations)
+    assert documented == served
+
+
+async def test_each_path_parameter_is_declared_and_described(app: QuartTrio) -> None:
+    for path, operations in (await served_document(app))["paths"].items():
+        for method, operation in operations.items():
+            declared = [p for p in operation.get("parameters", []) if p["in"] == "path"]
+            assert [p["name"] for p in declared] == re.findall(r"\{([^}]+)\}", path), (method, path)
+            assert all(p["required"] and p["description"] for p in declared), (method, path)
