@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.agent_socket import serve_agent_websocket
+from sonde.hub.auth import BEARER_CHALLENGE
 from sonde.hub.mcp_answers import answering_as_json, choose_answer
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.tools import all_tools
@@ -144,7 +145,7 @@ class RootApp:
                         "message": "a valid API key is required: Authorization: Bearer <key>",
                     }
                 },
-                [(b"www-authenticate", b'Bearer realm="sonde"')],
+                [(b"www-authenticate", BEARER_CHALLENGE.encode())],
             )
             return
         scope = {**scope, "user": SondeUser(caller), "path": "/mcp"}

@@ -17,6 +17,7 @@ from sonde.hub.ratelimit import FailureLimiter
 from sonde.hub.store import Store
 
 KEY_CACHE_TTL_S = 5.0
+BEARER_CHALLENGE = 'Bearer realm="sonde"'  # the WWW-Authenticate of every 401 (RFC 9110 11.6.1)
 TOUCH_EVERY_S = 60.0
 
 

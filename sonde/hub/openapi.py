@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from sonde import __version__
+from sonde.hub.auth import BEARER_CHALLENGE
 from sonde.hub.rest_answers import (
     AgentList,
     AgentRemoved,
@@ -53,6 +54,10 @@ WHO_MAY_CALL = {
     "token": "anyone holding an enrollment token, sent in the body; no API key",
     "member": "any API key; a member key sees only the agents and probes its policy allows",
     "admin": "an admin API key",
+}
+BEARER_HEADER = {
+    "description": f"How to authenticate: {BEARER_CHALLENGE}",
+    "schema": {"type": "string", "const": BEARER_CHALLENGE},
 }
 RETRY_AFTER = {
     "description": "Seconds until this address may try again",
@@ -297,6 +302,8 @@ def responses(
         }
         if status == HTTPStatus.TOO_MANY_REQUESTS:
             found[str(status)]["headers"] = {"Retry-After": RETRY_AFTER}
+        if status == HTTPStatus.UNAUTHORIZED and route.who in ("member", "admin"):
+            found[str(status)]["headers"] = {"WWW-Authenticate": BEARER_HEADER}
     return found
 
 

@@ -27,7 +27,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from sonde.hub.audit import MAX_TARGET_CHARS
-from sonde.hub.auth import Caller
+from sonde.hub.auth import BEARER_CHALLENGE, Caller
 from sonde.hub.enrollment import enroll_agent
 from sonde.hub.errors import Denial, HubError, forbidden
 from sonde.hub.keys import EnrollmentRefused
@@ -100,7 +100,12 @@ async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Calle
             "denied",
             detail={"client": request.remote_addr},
         )
-        raise ApiError(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
+        raise HubError(
+            "a valid API key is required: Authorization: Bearer <key>",
+            "unauthorized",
+            401,
+            {"WWW-Authenticate": BEARER_CHALLENGE},  # RFC 9110 11.6.1, as /mcp answers
+        )
     g.sonde_caller, g.sonde_action = caller, action
     if admin and not caller.is_admin:
         raise forbidden(

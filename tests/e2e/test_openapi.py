@@ -94,6 +94,9 @@ def test_the_document_is_valid_openapi_with_what_a_client_generator_needs(spec: 
         else:
             assert operation["security"] == [{"bearer": []}], where
             assert {"401", "429"} <= set(responses), where
+            assert (
+                responses["401"]["headers"]["WWW-Authenticate"]["schema"]["const"] == 'Bearer realm="sonde"'
+            )
     assert spec.document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 

@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.e2e.mcpclient import call, call_error, mcp_client
@@ -271,6 +272,10 @@ def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:
         ]:
             assert answer.status_code == status, answer.text
             assert set(answer.json()["error"]) == {"code", "message"}
+        for headers in ({}, {"Authorization": "Bearer wrong"}):  # RFC 9110: a 401 says how to authenticate
+            unauthorized = httpx.get(f"{hub.url}/api/v1/agents", headers=headers)
+            assert unauthorized.status_code == 401
+            assert unauthorized.headers["www-authenticate"] == 'Bearer realm="sonde"'
         assert http.get("/api/v1/health").json()["status"] == "ok"
         assert "agents" not in http.get("/api/v1/health").text
         spec = http.get("/api/v1/openapi.json").json()
