@@ -182,12 +182,17 @@ def create_expired_token(hub: RunningHub) -> str:
 # --- hub views -----------------------------------------------------------------
 
 
+def listed(hub: RunningHub, path: str, items: str, by: str) -> dict[str, dict[str, Any]]:
+    """The ``items`` list an admin GET of ``path`` answers, each item keyed by its ``by`` field."""
+    with hub.client() as http:
+        answer = http.get(path)
+    assert answer.status_code == 200, answer.text
+    return {row[by]: row for row in answer.json()[items]}
+
+
 def agent_rows(hub: RunningHub) -> dict[str, dict[str, Any]]:
     """Every enrolled agent by name, as GET /api/v1/agents shows it."""
-    with hub.client() as http:
-        answer = http.get("/api/v1/agents")
-    assert answer.status_code == 200, answer.text
-    return {row["name"]: row for row in answer.json()["agents"]}
+    return listed(hub, "/api/v1/agents", "agents", "name")
 
 
 def status_of(hub: RunningHub, name: str) -> str | None:

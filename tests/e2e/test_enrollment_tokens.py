@@ -18,7 +18,7 @@ from sqlite_utils import Database
 
 from sonde.hub import db as hub_db
 from sonde.hub.keys import create_enrollment_token
-from tests.e2e.harness import agent_env, audit_rows, post_enroll, sonde_enroll
+from tests.e2e.harness import agent_env, audit_rows, listed, post_enroll, sonde_enroll
 from tests.e2e.procs import RunningHub, running_hub, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +32,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
 
 def tokens_by_id(hub: RunningHub) -> dict[str, dict[str, Any]]:
     """GET /api/v1/enrollment-tokens, by token id."""
-    with hub.client() as http:
-        answer = http.get("/api/v1/enrollment-tokens")
-    assert answer.status_code == 200, answer.text
-    return {token["id"]: token for token in answer.json()["tokens"]}
+    return listed(hub, "/api/v1/enrollment-tokens", "tokens", "id")
 
 
 def new_token(hub: RunningHub, name: str) -> tuple[str, str]:
