@@ -125,7 +125,12 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         who = f" (agent {refused.agent})" if refused.agent else ""
         log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
         await hub.audit(
-            "agent", "agent.connect", refused.agent, "denied", detail={"peer": peer, "reason": refused.reason}
+            "agent",
+            "agent.connect",
+            refused.agent,
+            "denied",
+            detail={"peer": peer, "reason": refused.reason},
+            unauthenticated=True,  # whoever opens a socket can cause it
         )
         reject = HubReject(
             payload=RejectPayload(

@@ -134,7 +134,12 @@ class RootApp:
         if caller is None:
             self.hub.keys.failures.failed(client)
             await self.hub.audit(
-                "anonymous", "mcp.auth", None, "denied", detail={"client": client, "path": scope["path"]}
+                "anonymous",
+                "mcp.auth",
+                None,
+                "denied",
+                detail={"client": client, "path": scope["path"]},
+                unauthenticated=True,
             )
             await send_json(
                 send_with_headers,

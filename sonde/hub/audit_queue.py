@@ -25,6 +25,11 @@ call must be on the record). Past `MAX_PENDING` entries kept, further ones
 (agent connections, failed logins: no call runs meanwhile) are counted, not
 kept, and the first write that works appends an ``audit.gap`` entry saying how
 many were lost and since when.
+
+Entries that callers without credentials can cause at will (failed logins,
+refused enrollments and agent connections) come through `append_unauthenticated`
+and draw on a hub-wide budget (`sonde.hub.audit_budget`): past it they are
+counted, and the counts go on the chain as an ``audit.suppressed`` entry.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import trio
 from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, append_audit, append_many
+from sonde.hub.audit_budget import UnauthenticatedBudget
 from sonde.hub.store import Store, StoreCommitFailed
 
 log = logging.getLogger(__name__)
@@ -57,6 +63,7 @@ class AuditQueue:
         max_pending: int = MAX_PENDING,
         linger_s: float = LINGER_S,
         retry_s: float = RETRY_S,
+        budget: UnauthenticatedBudget | None = None,
     ) -> None:
         self._store = store
         self._max_pending = max_pending
@@ -69,6 +76,12 @@ class AuditQueue:
         self._failing_since = 0.0
         self._dropped = 0  # entries not kept while failing, past the bound
         self._dropping_since = 0.0
+        self.budget = budget or UnauthenticatedBudget()
+
+    async def append_unauthenticated(self, entry: AuditEntry) -> None:
+        """`append` an entry no credential vouches for, if the budget admits it; else it is counted."""
+        if self.budget.admit(entry):
+            await self.append(entry)
 
     async def append(self, entry: AuditEntry) -> None:
         if self.failure is not None and len(self._pending) >= self._max_pending:
@@ -103,7 +116,8 @@ class AuditQueue:
         """The flusher: one write per `LINGER_S` at most, retried every `RETRY_S` while failing."""
         try:
             while True:
-                await self._wanted.wait()
+                with trio.move_on_after(self.budget.due_in()):  # a summary of suppressed entries is due
+                    await self._wanted.wait()
                 await trio.sleep(self._linger_s)
                 self._wanted = trio.Event()  # entries after this point wake the next round
                 try:
@@ -114,27 +128,28 @@ class AuditQueue:
         finally:
             with trio.CancelScope(shield=True):
                 try:
-                    await self._write_pending()
+                    await self._write_pending(final=True)
                 except AuditUnavailable:
                     log.error("%d audit entries were not written before the hub stopped", len(self._pending))
 
-    async def _write_pending(self) -> None:
+    async def _write_pending(self, final: bool = False) -> None:
         async with self._writing:
             entries, self._pending = self._pending, []
-            if self._dropped:
-                entries.append(self._gap_entry())
-            if not entries:
+            gap = self._gap_entry() if self._dropped else None
+            summary = self.budget.summary(final)
+            extra = [e for e in (gap, summary) if e is not None]  # made afresh if this write fails
+            if not entries and not extra:
                 return
             try:
                 with trio.CancelScope(shield=True):  # the outcome must be known: keep the entries or not
-                    await self._store.write(_append_entries, entries)
+                    await self._store.write(_append_entries, entries + extra)
             except (StoreCommitFailed, sqlite3.Error) as exc:
-                if self._dropped:
-                    entries.pop()  # the gap entry is made afresh next time
                 self._pending[:0] = entries
                 self._failed(exc)
                 raise AuditUnavailable(self.failure) from exc
-            self._written(len(entries))
+            if summary is not None:
+                self.budget.written()
+            self._written(len(entries) + (gap is not None))
 
     def _gap_entry(self) -> AuditEntry:
         return AuditEntry(

@@ -66,11 +66,14 @@ class Hub:
         *,
         duration_ms: float | None = None,
         detail: dict[str, Any] | None = None,
+        unauthenticated: bool = False,
     ) -> None:
         """Append to the audit chain without waiting for the commit (batched: `AuditQueue`).
 
         The target and each detail value are cut to a bounded size (`bounded_target`,
-        `bounded_detail`): they may hold what a caller sent.
+        `bounded_detail`): they may hold what a caller sent. An ``unauthenticated``
+        entry (one no credential vouches for: a caller can cause it at will) draws on
+        the hub-wide budget of `sonde.hub.audit_budget`.
         """
         entry = AuditEntry(
             actor=actor,
@@ -81,7 +84,10 @@ class Hub:
             detail=bounded_detail(detail) if detail else {},
             ts=time.time(),
         )
-        await self.audit_queue.append(entry)
+        if unauthenticated:
+            await self.audit_queue.append_unauthenticated(entry)
+        else:
+            await self.audit_queue.append(entry)
 
     async def read_audit(
         self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs

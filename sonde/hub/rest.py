@@ -99,6 +99,7 @@ async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Calle
             request.path[:MAX_PATH_AUDITED],
             "denied",
             detail={"client": request.remote_addr},
+            unauthenticated=True,
         )
         raise HubError(
             "a valid API key is required: Authorization: Bearer <key>",
@@ -226,7 +227,9 @@ async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
         record = await hub.store.write(enroll_agent, body, time.time())
     except EnrollmentRefused as exc:
         status = 409 if exc.code == "name_taken" else 400 if exc.code == "invalid_public_key" else 401
-        await hub.audit("enrollment", "agent.enroll", body.name, "denied", detail={"code": exc.code})
+        await hub.audit(
+            "enrollment", "agent.enroll", body.name, "denied", detail={"code": exc.code}, unauthenticated=True
+        )
         raise ApiError(status, exc.code, exc.message) from None
     hub.fleet.remember(record)
     await hub.audit("enrollment", "agent.enroll", record.name, "ok", detail={"agentId": record.id})

@@ -13,14 +13,17 @@ import trio
 from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, query_audit, verify_audit
+from sonde.hub.audit_budget import SUPPRESSED_ACTION, UnauthenticatedBudget
 from sonde.hub.audit_queue import GAP_ACTION, AuditQueue
 from sonde.hub.store import Store, open_store
 
 
 @asynccontextmanager
-async def flushing(store: Store, linger_s: float = 0.05) -> AsyncIterator[AuditQueue]:
+async def flushing(
+    store: Store, linger_s: float = 0.05, budget: UnauthenticatedBudget | None = None
+) -> AsyncIterator[AuditQueue]:
     """An audit queue with its flusher running, as the hub runs it; stopped (queuing the rest) at exit."""
-    queue = AuditQueue(store, linger_s=linger_s)
+    queue = AuditQueue(store, linger_s=linger_s, budget=budget)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(queue.run)
         yield queue
@@ -193,3 +196,56 @@ async def test_past_the_bound_while_failing_entries_are_counted_and_the_gap_is_r
     [gap] = [row for row in rows if row["action"] == GAP_ACTION]
     assert gap["detail"]["lost"] == 30
     assert "database or disk is full" in gap["detail"]["reason"]
+
+
+# --- the budget of entries no credential vouches for -------------------------------------
+
+
+def refused_login(i: int) -> AuditEntry:
+    return AuditEntry(
+        actor="anonymous", action="rest.auth", target="/api/v1/agents", outcome="denied", detail={"i": i}
+    )
+
+
+async def rows_by_action(store: Store) -> dict[str, list[dict[str, object]]]:
+    rows = await store.read(query_audit, limit=1000)
+    found: dict[str, list[dict[str, object]]] = {}
+    for row in reversed(rows):  # oldest first
+        found.setdefault(row["action"], []).append(row)
+    return found
+
+
+async def test_entries_nobody_vouches_for_past_the_budget_are_counted_in_one_summary(tmp_path: Path) -> None:
+    budget = UnauthenticatedBudget(burst=5, per_s=0.001, summary_every_s=3600)
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store, linger_s=0.01, budget=budget)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.run)
+            for i in range(50):
+                await queue.append_unauthenticated(refused_login(i))
+                await queue.append(entry(i))  # a caller with a key: never counted against the budget
+            await queue.flush()
+            kept = await rows_by_action(store)
+            assert [row["detail"]["i"] for row in kept["rest.auth"]] == [0, 1, 2, 3, 4]
+            assert len(kept["mcp.probe"]) == 50
+            assert SUPPRESSED_ACTION not in kept  # not due yet: at most one summary an hour here
+            nursery.cancel_scope.cancel()  # the hub stops: what was counted goes on the chain
+        after = await rows_by_action(store)
+        (summary,) = after[SUPPRESSED_ACTION]
+        assert summary["detail"]["suppressed"] == {"rest.auth": 45}
+        assert summary["detail"]["since"] == pytest.approx(refused_login(5).ts, abs=60)
+        assert (await store.read(verify_audit)).ok
+
+
+async def test_a_summary_goes_on_the_chain_when_due_without_another_entry(tmp_path: Path) -> None:
+    budget = UnauthenticatedBudget(burst=1, per_s=0.001, summary_every_s=0.3)
+    async with open_store(tmp_path / "hub.db") as store, flushing(store, 0.01, budget) as queue:
+        for i in range(4):
+            await queue.append_unauthenticated(refused_login(i))
+        for _ in range(100):  # the flusher wakes for the summary by itself
+            if SUPPRESSED_ACTION in await rows_by_action(store):
+                break
+            await trio.sleep(0.05)
+        found = await rows_by_action(store)
+        assert [row["detail"]["i"] for row in found["rest.auth"]] == [0]
+        assert [row["detail"]["suppressed"] for row in found[SUPPRESSED_ACTION]] == [{"rest.auth": 3}]

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from sonde.agent.enroll import build_request
+from sonde.hub.audit import verify_audit
+from sonde.hub.audit_budget import BURST, PER_S, SUPPRESSED_ACTION
+from sonde.hub.db import open_database
+from sonde.packs.registry import PackRegistry
+from sonde.protocol.signing import new_private_key, public_key_to_text
+from tests.e2e.harness import audit_rows
 from tests.e2e.procs import RunningHub, running_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -118,3 +126,29 @@ def test_no_request_to_the_rest_api_gets_a_server_error(tmp_path: Path) -> None:
             assert answer.status_code == 404
             assert "Unknown agent" in answer.json()["error"]["message"]
             assert http.get("/api/v1/agents").status_code == 200
+
+
+def test_strangers_cannot_fill_the_audit_log(tmp_path: Path) -> None:
+    """A refused enrollment costs a stranger one request (and any number of addresses can send them).
+    Past a hub-wide budget such entries are counted, not kept: the count goes on the chain."""
+    attempts = 400
+    body = build_request(
+        "enr_" + "x" * 32, "stranger", public_key_to_text(new_private_key().public_key()), PackRegistry.of([])
+    )
+    with running_hub(tmp_path) as hub:
+        started = time.monotonic()
+        with httpx.Client(base_url=hub.url, timeout=10) as http:
+            for _ in range(attempts):
+                answer = http.post("/api/v1/agents/enroll", content=body.model_dump_json(by_alias=True))
+                assert answer.status_code == 401, answer.text  # every one is refused, as before
+        elapsed = time.monotonic() - started
+    kept = audit_rows(hub, "agent.enroll")  # the hub has stopped: everything is written
+    (summary,) = audit_rows(hub, SUPPRESSED_ACTION)
+    suppressed = json.loads(summary["detail"])["suppressed"]
+    assert len(kept) <= BURST + PER_S * elapsed + 1
+    assert len(kept) + suppressed["agent.enroll"] == attempts
+    db = open_database(hub.data_dir / "sonde.db")
+    try:
+        assert verify_audit(db).ok
+    finally:
+        db.close()
