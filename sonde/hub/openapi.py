@@ -104,7 +104,9 @@ ROUTES: list[Route] = [
         ok=(201,),
         errors=(401, 409),
     ),
-    Route("get", "/api/v1/agents", "listAgents", "Agents this key may see", "member", AgentList),
+    Route(
+        "get", "/api/v1/agents", "listAgents", "Agents this key may see", "member", AgentList, errors=(400,)
+    ),
     Route(
         "get",
         "/api/v1/agents/{agent}",

@@ -30,7 +30,7 @@ from sonde.hub.policy import Policy
 from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
-from sonde.hub.tools.base import ToolCall
+from sonde.hub.tools.base import TagQuery, ToolCall
 from sonde.hub.tools.health import DiagnoseInput, diagnose
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
@@ -180,7 +180,10 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/agents")
     async def agents() -> dict[str, Any]:
         caller = await require_caller(hub, action="rest.agent.list")
-        tags = AgentFilters(tag=request.args.getlist("tag")).tag
+        try:
+            tags = AgentFilters(tag=request.args.getlist("tag")).tag
+        except ValidationError as exc:
+            raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
         return {
             "agents": [summarize(hub, r).model_dump() for r in await visible_agents_now(hub, caller, tags)]
         }
@@ -287,8 +290,10 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
 
 
 class AgentFilters(BaseModel):
-    tag: list[str] = Field(
-        default_factory=list, description="Only agents with this tag; repeated, only those with every one"
+    tag: list[TagQuery] = Field(  # as the tools take tags: a blank one would match every agent
+        default_factory=list,
+        max_length=16,
+        description="Only agents with this tag (a leading '#' is ignored); repeated, only those with every one",
     )
 
 

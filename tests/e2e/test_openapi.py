@@ -186,6 +186,11 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
             assert refused.status_code == 400, (params, refused.text)
             assert spec.check("get", "/api/v1/audit", refused)["error"]["code"] == "invalid_query"
         assert http.get("/api/v1/audit", params={"limit": limit}).status_code == 200
+        for blank in ["", "#", "  "]:  # a blank tag would match every agent: refused, as by the tools
+            refused = http.get("/api/v1/agents", params={"tag": blank})
+            assert refused.status_code == 400, (blank, refused.text)
+            assert spec.check("get", "/api/v1/agents", refused)["error"]["code"] == "invalid_query"
+        assert http.get("/api/v1/agents", params={"tag": "#openapi"}).status_code == 200
 
 
 def test_a_blocked_address_is_told_when_to_retry_as_declared(tmp_path: Path) -> None:
