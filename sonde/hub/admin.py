@@ -160,6 +160,7 @@ def token_list(data_dir: Path, show_all: bool, as_json: bool) -> int:
     db = open_database(existing_database(data_dir))
     try:
         records = list_enrollment_tokens(db, time.time())
+        names: dict[str, str] = dict(db.execute("SELECT id, name FROM agents").fetchall())
     finally:
         db.close()
     if not show_all:
@@ -171,13 +172,15 @@ def token_list(data_dir: Path, show_all: bool, as_json: bool) -> int:
     for r in records:
         name = r.name or "-"
         created, expires = utc_text(r.created_at), utc_text(r.expires_at)
-        print(f"{r.id:34} {name[:20]:20} {r.state:8} {created:20} {expires:20} {token_detail(r)}")
+        print(f"{r.id:34} {name[:20]:20} {r.state:8} {created:20} {expires:20} {token_detail(r, names)}")
     return 0
 
 
-def token_detail(token: EnrollmentTokenRecord) -> str:
+def token_detail(token: EnrollmentTokenRecord, agent_names: dict[str, str]) -> str:
     if token.used_at is not None:
-        return f"used at {utc_text(token.used_at)} by agent {token.used_by}"
+        agent = token.used_by or "?"
+        who = f"{agent_names[agent]} ({agent})" if agent in agent_names else agent  # a removed agent: its id
+        return f"used at {utc_text(token.used_at)} by agent {who}"
     if token.revoked_at is not None:
         return f"revoked at {utc_text(token.revoked_at)}"
     return "-"

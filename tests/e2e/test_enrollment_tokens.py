@@ -166,3 +166,15 @@ def test_rest_revokes_a_token_by_its_own_text_and_audits_only_its_id(hub: Runnin
     wait_until(lambda: len(outcomes()) == 2)  # the hub commits its audit rows in batches
     assert outcomes() == ["ok", "not_found"]
     assert not any(secret in json.dumps(r) for r in audit_rows(hub, "rest.token.revoke"))
+
+
+def test_token_list_names_the_agent_a_token_enrolled(hub: RunningHub) -> None:
+    _, secret = new_token(hub, "tok-listed")
+    enrolled = post_enroll(hub, secret, "tok-listed")
+    assert enrolled.status_code == 201, enrolled.text
+    agent_id = enrolled.json()["agentId"]
+    table = hub.cli("hub", "token", "list", "--all")
+    assert table.returncode == 0, table.stderr
+    (row,) = [line for line in table.stdout.splitlines() if line.split()[1] == "tok-listed"]
+    assert row.split()[2] == "used"
+    assert row.endswith(f" by agent tok-listed ({agent_id})")
