@@ -26,7 +26,6 @@ from sonde.hub.keys import (
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
-    named_for_audit,
     parse_duration,
     revoke_api_key,
     revoke_enrollment_token,
@@ -207,7 +206,7 @@ def revoke_token_recorded(db: Any, token: str) -> EnrollmentTokenRecord | TokenN
     try:
         revoked = revoke_enrollment_token(db, token, time.time())
     except TokenNotRevocable as refusal:
-        record(db, "cli.token.revoke", named_for_audit(token, refusal), "not_found", state=refusal.state)
+        record(db, "cli.token.revoke", refusal.token_id, "not_found", state=refusal.state)
         return refusal
     record(db, "cli.token.revoke", revoked.id, "ok", name=revoked.name)
     return revoked

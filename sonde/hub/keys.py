@@ -84,7 +84,8 @@ class EnrollmentTokenRecord(BaseModel):
 
 class TokenNotRevocable(Exception):
     """No token that could still enroll is this one: ``state`` is None for an unknown token, else
-    why it cannot (used, expired or revoked already), and ``token_id`` its id. ``message`` is for people."""
+    why it cannot (used, expired or revoked already). ``token_id`` names it for the audit row: its
+    id, the id asked for, or None when it was asked for by a text no token has. ``message`` is for people."""
 
     def __init__(self, state: TokenState | None, message: str, token_id: str | None = None) -> None:
         super().__init__(message)
@@ -271,13 +272,6 @@ def list_enrollment_tokens(db: Database, now: float | None = None) -> list[Enrol
     return [_token_from_row(row, now) for row in rows]
 
 
-def named_for_audit(token: str, refusal: TokenNotRevocable) -> str | None:
-    """How the audit row of a refused revocation names the token: by id, never by its text."""
-    if refusal.token_id is not None:
-        return refusal.token_id
-    return None if token.startswith(ENROLLMENT_TOKEN_PREFIX) else token
-
-
 def revoke_enrollment_token(db: Database, token: str, now: float | None = None) -> EnrollmentTokenRecord:
     """Revoke a token that could still enroll; the row stays, so the audit trail can name it.
 
@@ -296,9 +290,9 @@ def revoke_enrollment_token(db: Database, token: str, now: float | None = None) 
         )
         row = query_one(db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE {column} = ?", [value])
     if row is None:
-        raise TokenNotRevocable(
-            None, "no such enrollment token" if by_secret else f"no enrollment token has id {token!r}"
-        )
+        if by_secret:  # never the token's text, in a message or an audit row
+            raise TokenNotRevocable(None, "no such enrollment token")
+        raise TokenNotRevocable(None, f"no enrollment token has id {token!r}", token)
     record = _token_from_row(row, now)
     if cursor.rowcount == 1:
         return record

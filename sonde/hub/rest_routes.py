@@ -21,7 +21,6 @@ from sonde.hub.keys import (
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
-    named_for_audit,
     revoke_api_key,
     revoke_enrollment_token,
 )
@@ -165,9 +164,8 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         try:
             token = await hub.store.write(revoke_enrollment_token, token_id, time.time())
         except TokenNotRevocable as exc:
-            target = named_for_audit(token_id, exc)
             await hub.audit(
-                caller.key_id, "rest.token.revoke", target, "not_found", detail={"state": exc.state}
+                caller.key_id, "rest.token.revoke", exc.token_id, "not_found", detail={"state": exc.state}
             )
             raise ApiError(
                 404, "not_found", f"{exc.message}; GET /api/v1/enrollment-tokens lists them"
