@@ -76,11 +76,11 @@ class AuditQueue:
         self._failing_since = 0.0
         self._dropped = 0  # entries not kept while failing, past the bound
         self._dropping_since = 0.0
-        self.budget = budget or UnauthenticatedBudget()
+        self._budget = budget or UnauthenticatedBudget()
 
     async def append_unauthenticated(self, entry: AuditEntry) -> None:
         """`append` an entry no credential vouches for, if the budget admits it; else it is counted."""
-        if self.budget.admit(entry):
+        if self._budget.admit(entry):
             await self.append(entry)
 
     async def append(self, entry: AuditEntry) -> None:
@@ -116,7 +116,7 @@ class AuditQueue:
         """The flusher: one write per `LINGER_S` at most, retried every `RETRY_S` while failing."""
         try:
             while True:
-                with trio.move_on_after(self.budget.due_in()):  # a summary of suppressed entries is due
+                with trio.move_on_after(self._budget.due_in()):  # a summary of suppressed entries is due
                     await self._wanted.wait()
                 await trio.sleep(self._linger_s)
                 self._wanted = trio.Event()  # entries after this point wake the next round
@@ -136,7 +136,7 @@ class AuditQueue:
         async with self._writing:
             entries, self._pending = self._pending, []
             gap = self._gap_entry() if self._dropped else None
-            summary = self.budget.summary(final)
+            summary = self._budget.summary(final)
             extra = [e for e in (gap, summary) if e is not None]  # made afresh if this write fails
             if not entries and not extra:
                 return
@@ -148,7 +148,7 @@ class AuditQueue:
                 self._failed(exc)
                 raise AuditUnavailable(self.failure) from exc
             if summary is not None:
-                self.budget.written()
+                self._budget.written()
             self._written(len(entries) + (gap is not None))
 
     def _gap_entry(self) -> AuditEntry:
