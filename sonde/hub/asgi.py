@@ -109,21 +109,6 @@ class RootApp:
     async def serve_mcp(self, scope: Scope, receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         client = (scope.get("client") or ("?",))[0]
-        retry = self.hub.keys.failures.retry_after(client)
-        if retry is not None:
-            await send_json(
-                send,
-                429,
-                {
-                    "error": {
-                        "code": "too_many_failures",
-                        "message": "too many failed authentications from this address; "
-                        f"try again in {int(retry) + 1} s",
-                    }
-                },
-                [(b"retry-after", str(int(retry) + 1).encode())],
-            )
-            return
         caller = await self.hub.keys.authenticate(headers.get("authorization"))
 
         async def send_with_headers(message: MutableMapping[str, Any]) -> None:
@@ -132,6 +117,21 @@ class RootApp:
             await send(message)
 
         if caller is None:
+            retry = self.hub.keys.failures.retry_after(client)
+            if retry is not None:  # a valid key is never held back: its address may be a shared proxy
+                await send_json(
+                    send_with_headers,
+                    429,
+                    {
+                        "error": {
+                            "code": "too_many_failures",
+                            "message": "too many failed authentications from this address; "
+                            f"try again in {int(retry) + 1} s",
+                        }
+                    },
+                    [(b"retry-after", str(int(retry) + 1).encode())],
+                )
+                return
             self.hub.keys.failures.failed(client)
             await self.hub.audit(
                 "anonymous",

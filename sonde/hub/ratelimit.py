@@ -1,7 +1,10 @@
 """Slow down key guessing: failed authentications per client address.
 
 After ``max_failures`` failures inside ``window_s`` an address gets 429 with
-Retry-After for every attempt until its oldest failure leaves the window.
+Retry-After for every attempt without a valid key until its oldest failure
+leaves the window. A valid key is always served: the address may be a proxy or
+a NAT shared with whoever is guessing, and a guess at a 256-bit key gains
+nothing from the answer's speed.
 Memory is bounded: at most ``max_addresses`` addresses are remembered.
 """
 

@@ -76,17 +76,17 @@ async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Calle
     role's 403 here, a policy's later in the handler).
     """
     client = str(request.remote_addr)
-    retry = hub.keys.failures.retry_after(client)
-    if retry is not None:
-        wait_s = int(retry) + 1
-        raise HubError(
-            f"too many failed authentications from this address; try again in {wait_s} s",
-            "too_many_failures",
-            429,
-            {"Retry-After": str(wait_s)},
-        )
     caller = await hub.keys.authenticate(request.headers.get("Authorization"))
     if caller is None:
+        retry = hub.keys.failures.retry_after(client)
+        if retry is not None:  # a valid key is never held back: its address may be a shared proxy
+            wait_s = int(retry) + 1
+            raise HubError(
+                f"too many failed authentications from this address; try again in {wait_s} s",
+                "too_many_failures",
+                429,
+                {"Retry-After": str(wait_s)},
+            )
         hub.keys.failures.failed(client)
         await hub.audit(
             "anonymous",

@@ -368,7 +368,7 @@ def test_audit_chain_detects_edits_and_deletions(scoped: tuple[RunningHub, str])
 
 
 def test_failed_authentication_is_rate_limited(scoped: tuple[RunningHub, str]) -> None:
-    """Runs last on this hub: afterwards 127.0.0.1 is blocked for a minute."""
+    """Runs last on this hub: afterwards 127.0.0.1 is blocked for a minute (for bad keys)."""
     hub, key = scoped
     with hub.client("sonde_wrong-key") as http:
         codes = [http.get("/api/v1/agents").status_code for _ in range(32)]
@@ -380,6 +380,27 @@ def test_failed_authentication_is_rate_limited(scoped: tuple[RunningHub, str]) -
         wait_s = int(refused.headers["retry-after"])
         assert 0 < wait_s <= 61
         assert f"try again in {wait_s} s" in refused.json()["error"]["message"]
-        blocked = http.post(f"{hub.url}/mcp", json={}, headers={"Authorization": f"Bearer {key}"})
-        assert blocked.status_code == 429  # even a good key waits: the address is guessing
+        blocked = http.post(f"{hub.url}/mcp", json={}, headers={"Authorization": "Bearer sonde_wrong-key"})
+        assert blocked.status_code == 429  # /mcp shares the address's count
         assert int(blocked.headers["retry-after"]) > 0
+    # A valid key from the same address is served all the same: the address may be a
+    # proxy or a NAT shared with whoever keeps failing.
+    with hub.client(key) as http:
+        assert http.get("/api/v1/agents").status_code == 200
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        served = http.post(
+            f"{hub.url}/mcp", json=initialize, headers={"Accept": "application/json, text/event-stream"}
+        )
+        assert served.status_code == 200, served.text
+        assert (
+            http.get("/api/v1/agents", headers={"Authorization": "Bearer sonde_wrong-key"}).status_code == 429
+        )
