@@ -180,6 +180,12 @@ def threads_now(connection: Any) -> tuple[int, int]:
     return found["threads_connected"], found["threads_running"]
 
 
+def aborted_clients(connection: Any) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Aborted_clients'")
+        return int(cursor.fetchone()[1])
+
+
 async def status_beside(observer: Any) -> tuple[dict[str, Any], tuple[int, int]]:
     """The probe's summary, and the threads ``observer`` counted just before and just after it (the same)."""
     with trio.fail_after(WAIT_S):
@@ -212,6 +218,32 @@ async def test_connection_counts_leave_out_the_probe(connections: list[Any]) -> 
     assert finding.detail.startswith(
         f"{connected} of {busy['max_connections']} connections, the probe's own not counted"
     )
+
+
+async def test_queries_per_second_leaves_out_the_probe() -> None:
+    # Its own statements (two connections' worth) once read as ~4/s on an idle server;
+    # retried only in case another client speaks during a sample.
+    summary = await wait_for(
+        "mysql.status.summary", {"interval_s": 0.5}, lambda r: r["queries_per_second"] == 0
+    )
+    assert summary["sample_s"] >= 0.5
+
+
+async def test_a_cancelled_sample_closes_its_connection(connections: list[Any]) -> None:
+    observer = await trio.to_thread.run_sync(connect)
+    connections.append(observer)
+    connected_before, _ = await trio.to_thread.run_sync(threads_now, observer)
+    aborted_before = await trio.to_thread.run_sync(aborted_clients, observer)
+    with trio.move_on_after(1.0) as cancelled:  # inside the 5 s sample, the connection open
+        await run("mysql.status.summary", interval_s=5)
+    assert cancelled.cancelled_caught
+    with trio.fail_after(WAIT_S):
+        while True:
+            if (await trio.to_thread.run_sync(threads_now, observer))[0] <= connected_before:
+                break
+            await trio.sleep(POLL_S)
+    # closed with a goodbye, not dropped (the server counts and logs a dropped one)
+    assert await trio.to_thread.run_sync(aborted_clients, observer) == aborted_before
 
 
 async def test_slow_queries_finding(connections: list[Any]) -> None:
@@ -305,6 +337,9 @@ def test_status_arithmetic() -> None:
     }
     since_start = summarize_status(after, after, variables, 0.0)
     assert since_start.queries_per_second == round(10_500 / 1002, 2)
+    without_own = summarize_status(before, after, variables, 2.0, own_questions=4)
+    assert without_own.queries_per_second == 248.0
+    assert summarize_status(before, before, variables, 2.0, own_questions=4).queries_per_second == 0
 
 
 def test_innodb_arithmetic_and_findings() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
+
+import trio
 
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
@@ -11,6 +14,7 @@ from sonde.packs.mysql import DEFAULTS
 from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
 
 READ_TIMEOUT_S = 10
+CLOSE_TIMEOUT_S = 2
 LOGIN_REFUSED = {1045, 1698}  # ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR
 DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed the configured database
 DATABASE_MISSING = 1049  # ER_BAD_DB_ERROR: the configured database is not on this server
@@ -60,19 +64,15 @@ def _connect(where: Endpoint) -> Any:
     )
 
 
-def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]]:
+@contextmanager
+def _our_errors(where: Endpoint) -> Iterator[None]:
+    """PyMySQL's errors in our vocabulary: absent service, refused login or privilege, bad config."""
     try:
         import pymysql
     except ImportError:
         raise ProbeUnavailable("the PyMySQL driver is missing: install sonde[databases]") from None
     try:
-        with _connect(where) as connection, connection.cursor() as cursor:
-            cursor.execute("SET SESSION TRANSACTION READ ONLY")
-            results = []
-            for sql, args in queries:
-                cursor.execute(sql, args or None)
-                results.append(list(cursor.fetchall()))
-            return results
+        yield
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         text = str(exc.args[1] if len(exc.args) > 1 else exc)[:300]
@@ -82,6 +82,32 @@ def _run(where: Endpoint, queries: Sequence[Query]) -> list[list[dict[str, Any]]
         if not isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
             raise  # our SQL is wrong for this server: a probe failure, not an absent service
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
+
+
+def _open(where: Endpoint) -> Any:
+    with _our_errors(where):
+        connection = _connect(where)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION TRANSACTION READ ONLY")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+
+def _query(where: Endpoint, connection: Any, queries: Sequence[Query]) -> list[list[dict[str, Any]]]:
+    with _our_errors(where), connection.cursor() as cursor:
+        results = []
+        for sql, args in queries:
+            cursor.execute(sql, args or None)
+            results.append(list(cursor.fetchall()))
+        return results
+
+
+def _close(connection: Any) -> None:
+    with suppress(Exception):  # the server or the network may have gone: nothing left to release
+        connection.close()
 
 
 def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | ValueError | None:
@@ -106,9 +132,34 @@ def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | ValueEr
     return None
 
 
+class Session:
+    """One read-only connection, kept across awaits (a sample's two readings, say)."""
+
+    def __init__(self, ctx: ProbeContext, where: Endpoint, connection: Any) -> None:
+        self._ctx, self._where, self._connection = ctx, where, connection
+
+    async def run(self, *queries: Query) -> list[list[dict[str, Any]]]:
+        """Each query's rows (as dicts), in a worker thread."""
+        return await self._ctx.in_thread(_query, self._where, self._connection, queries)
+
+
+@asynccontextmanager
+async def session(ctx: ProbeContext, params: MysqlParams) -> AsyncIterator[Session]:
+    """A `Session` on the configured server, closed on the way out (cancellation included)."""
+    where = mysql_endpoint(ctx, params)
+    connection = await ctx.in_thread(_open, where)
+    try:
+        yield Session(ctx, where, connection)
+    finally:
+        # a cancelled probe still says goodbye (one short send), but never waits long for it
+        with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            await trio.to_thread.run_sync(_close, connection, abandon_on_cancel=True)
+
+
 async def run_queries(ctx: ProbeContext, params: MysqlParams, *queries: Query) -> list[list[dict[str, Any]]]:
-    """Each query's rows (as dicts), over one connection opened and closed in a worker thread."""
-    return await ctx.in_thread(_run, mysql_endpoint(ctx, params), queries)
+    """Each query's rows (as dicts), over one connection opened and closed for them."""
+    async with session(ctx, params) as connection:
+        return await connection.run(*queries)
 
 
 def as_number(value: Any) -> float | None:

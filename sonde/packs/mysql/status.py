@@ -3,7 +3,9 @@
 ``SHOW GLOBAL STATUS`` counters are cumulative since start. QPS and the slow
 query rate are measured over a short sample (`interval_s`): the counters are
 read twice with a `trio.sleep` in between (no thread sleeps), and the
-differences divided by the time that passed.
+differences divided by the time that passed. Both readings go over one
+connection, whose own statements in between (its ``Questions`` as a session
+counter) are taken off, so an idle server reads 0 queries per second.
 
 ``Threads_connected`` and ``Threads_running`` count the connection that reads
 them: the probe's own, which is taken off both (as the postgres pack leaves its
@@ -21,7 +23,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import MysqlParams, as_number, run_queries
+from sonde.packs.mysql.connection import MysqlParams, as_number, run_queries, session
 
 STATUS = "SHOW GLOBAL STATUS"
 VARIABLES = (
@@ -30,6 +32,8 @@ VARIABLES = (
     "'innodb_buffer_pool_size')"
 )
 OWN_CONNECTIONS = 1  # the probe's connection, counted in the Threads_connected (and _running) it reads
+# This connection's statements so far, this one included (as SHOW GLOBAL STATUS counts itself)
+SESSION_QUESTIONS = "SHOW SESSION STATUS LIKE 'Questions'"
 
 
 def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -67,19 +71,24 @@ def _int(status: Mapping[str, str], name: str) -> int:
 
 
 def summarize_status(
-    before: Mapping[str, str], after: Mapping[str, str], variables: Mapping[str, str], elapsed_s: float
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+    variables: Mapping[str, str],
+    elapsed_s: float,
+    own_questions: int = 0,
 ) -> StatusSummary:
     """The summary from two ``SHOW GLOBAL STATUS`` readings ``elapsed_s`` apart (the same one twice for 0).
 
     Each reading is taken over the probe's own connection, which is left out of the
-    connected and running threads and so of the percent used.
+    connected and running threads and so of the percent used; ``own_questions`` is
+    how many of the statements between the readings were the probe's own.
     """
     uptime = max(_int(after, "uptime"), 1)
     max_connections = _int(variables, "max_connections") or 1
     connected = max(_int(after, "threads_connected") - OWN_CONNECTIONS, 0)
     running = max(_int(after, "threads_running") - OWN_CONNECTIONS, 0)
     slow_delta = _int(after, "slow_queries") - _int(before, "slow_queries")
-    questions_delta = _int(after, "questions") - _int(before, "questions")
+    questions_delta = max(_int(after, "questions") - _int(before, "questions") - own_questions, 0)
     refused = as_number(after.get("connection_errors_max_connections"))
     return StatusSummary(
         version=" ".join(filter(None, (variables.get("version"), variables.get("version_comment")))),
@@ -112,20 +121,27 @@ def summarize_status(
     connections, queries per second over an `interval_s` sample and since start, slow
     queries (total and per minute over the sample), long_query_time and whether the slow
     query log is on. The probe's own connection is left out of the connected and running
-    threads and the percent used (the highest use since start is the server's own count).
+    threads and the percent used (the highest use since start is the server's own count),
+    and its own statements out of the queries per second.
     Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )
 async def status_summary(ctx: ProbeContext, params: StatusParams) -> StatusSummary:
-    before_rows, variables = await run_queries(ctx, params, (STATUS, ()), (VARIABLES, ()))
-    started = trio.current_time()
-    if params.interval_s > 0:
-        await trio.sleep(params.interval_s)
-        [after_rows] = await run_queries(ctx, params, (STATUS, ()))
-    else:
-        after_rows = before_rows
-    elapsed = trio.current_time() - started if params.interval_s > 0 else 0.0
-    return summarize_status(as_dict(before_rows), as_dict(after_rows), as_dict(variables), elapsed)
+    async with session(ctx, params) as connection:
+        before_rows, session_before, variables = await connection.run(
+            (STATUS, ()), (SESSION_QUESTIONS, ()), (VARIABLES, ())
+        )
+        started = trio.current_time()
+        own = 0
+        if params.interval_s > 0:
+            await trio.sleep(params.interval_s)
+            after_rows, session_after = await connection.run((STATUS, ()), (SESSION_QUESTIONS, ()))
+            # this connection's statements after the first reading, through the second
+            own = _int(as_dict(session_after), "questions") - _int(as_dict(session_before), "questions")
+        else:
+            after_rows = before_rows
+        elapsed = trio.current_time() - started if params.interval_s > 0 else 0.0
+    return summarize_status(as_dict(before_rows), as_dict(after_rows), as_dict(variables), elapsed, own)
 
 
 class InnodbSummary(Result):
