@@ -4,7 +4,10 @@ Connection details come from three places, first one wins: the probe's params
 (host, port, user, database: bounded and patterned), the agent config
 (``packs: {postgres: {host: ..., password: ...}}``), then the pack's defaults.
 A password is only ever read from the agent config, never from probe params,
-so it cannot travel through the hub or appear in an audit log.
+so it cannot travel through the hub or appear in an audit log. It is only ever
+sent to the host, port and user the agent config names (or the defaults it
+leaves): a probe that names another host, port or user connects without it, so
+a caller cannot have the agent hand the password to a server of its choosing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ ServiceHost = Annotated[
     Field(
         pattern=r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}|/[A-Za-z0-9._/-]{1,200})$",
         strict=True,
-        description="Host name, IP address, or (postgres, mysql) the directory or path of a unix socket.",
+        description="Host name, IP address, or (postgres, mysql) the directory or path of a unix socket. "
+        "The agent config's password is sent only to the host, port and user the agent config names.",
     ),
 ]
 ServicePort = Annotated[int, Field(ge=1, le=65535, strict=True, description="TCP port.")]
@@ -58,6 +62,12 @@ class ServiceDefaults:
     database: str | None = None
 
 
+PASSWORD_WITHHELD = (
+    "the agent config's password was not sent: it goes only to the host, port and user the agent "
+    "config names (or their defaults), and this probe named another"
+)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     host: str
@@ -65,9 +75,14 @@ class Endpoint:
     user: str | None
     password: str | None
     database: str | None
+    password_withheld: bool = False  # the config has one, but this is not the endpoint it names
 
     def where(self) -> str:
         return self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
+
+    def login_note(self) -> str:
+        """What to add to a refused login: why no password was sent, when it was withheld."""
+        return f"; {PASSWORD_WITHHELD}" if self.password_withheld else ""
 
 
 def endpoint(
@@ -75,17 +90,26 @@ def endpoint(
 ) -> Endpoint:
     """The endpoint for ``params``, completed from the pack's agent ``config``, then ``defaults``."""
 
-    def pick(name: str, given: Any) -> Any:
-        if given is not None:
-            return given
+    def configured(name: str) -> Any:
         return config.get(name, getattr(defaults, name))
 
+    def pick(name: str, given: Any) -> Any:
+        return given if given is not None else configured(name)
+
+    host, port, user = (
+        str(pick("host", params.host)),
+        int(pick("port", params.port)),
+        pick("user", params.user),
+    )
+    password = config.get("password")
+    named = (host, str(port), user) == (str(configured("host")), str(configured("port")), configured("user"))
     return Endpoint(
-        host=str(pick("host", params.host)),
-        port=int(pick("port", params.port)),
-        user=pick("user", params.user),
-        password=config.get("password"),
+        host=host,
+        port=port,
+        user=user,
+        password=password if named else None,
         database=pick("database", database),
+        password_withheld=password is not None and not named,
     )
 
 

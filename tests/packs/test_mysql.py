@@ -394,9 +394,9 @@ async def test_refused_login_is_not_a_missing_privilege(mysql_user: str, unknown
 
 async def test_database_not_granted_is_a_missing_privilege(mysql_user: str) -> None:
     ctx = ProbeContext()
-    ctx.settings.packs["mysql"] = {"password": "not-in-config", "database": "mysql"}
+    ctx.settings.packs["mysql"] = {"user": mysql_user, "password": "not-in-config", "database": "mysql"}
     with pytest.raises(ProbeExecutionError) as caught:
-        await execute_probe(REGISTRY, "mysql.innodb.summary", {"user": mysql_user}, ctx)
+        await execute_probe(REGISTRY, "mysql.innodb.summary", {}, ctx)
     assert caught.value.code == "permission_denied"
     message = caught.value.message
     assert f"Access denied for user '{mysql_user}'@'%' to database 'mysql'" in message

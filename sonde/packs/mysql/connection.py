@@ -119,6 +119,7 @@ def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | ValueEr
     if code in LOGIN_REFUSED:
         return PermissionError(
             f"MySQL at {where.where()} did not accept the login of user {where.user!r}: {text}; {LOGIN_HINT}"
+            f"{where.login_note()}"
         )
     if code == DATABASE_MISSING and where.database is not None:
         return ValueError(

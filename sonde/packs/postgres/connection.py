@@ -100,7 +100,7 @@ def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str
     if sqlstate in LOGIN_SQLSTATES or LOGIN_REFUSED.search(text):
         return PermissionError(
             f"PostgreSQL at {where.where()} did not accept the login of user {where.user!r}: {text}; "
-            f"{LOGIN_HINT}"
+            f"{LOGIN_HINT}{where.login_note()}"
         )
     if sqlstate in DATABASE_SQLSTATES or DATABASE_MISSING.search(text):
         return ValueError(

@@ -56,12 +56,16 @@ def _run(where: Endpoint, work: Callable[[Any], T]) -> T:
         with _client(where) as client:
             return work(client)
     except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
-        raise PermissionError(f"Redis at {where.where()} refused: {exc}; {ACL_HINT}") from None
+        raise PermissionError(
+            f"Redis at {where.where()} refused: {exc}; {ACL_HINT}{where.login_note()}"
+        ) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise ProbeUnavailable(f"Redis is not available at {where.where()}: {exc}") from None
     except redis.exceptions.ResponseError as exc:
         if "NOAUTH" in str(exc) or "NOPERM" in str(exc):
-            raise PermissionError(f"Redis at {where.where()} refused: {exc}; {ACL_HINT}") from None
+            raise PermissionError(
+                f"Redis at {where.where()} refused: {exc}; {ACL_HINT}{where.login_note()}"
+            ) from None
         raise
 
 
