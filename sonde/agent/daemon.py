@@ -117,8 +117,8 @@ class AgentDaemon:
         self.url = websocket_url(hub_url)
         self._private_key = private_key_from_text(private_key)
         self._hub_key = public_key_from_text(hub_key)
-        self.ctx = ProbeContext(settings=config.probe_settings())
         self.scrubber = Scrubber.from_config(config)  # every result and error is scrubbed before it is sent
+        self.ctx = ProbeContext(settings=config.probe_settings(), redact=self.scrubber.redacted)
         # computed once: a few file reads, at start-up before any connection
         self.register = register_payload(config.name or default_agent_name(), registry)
         self._connect = connect

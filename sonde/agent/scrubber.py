@@ -148,6 +148,10 @@ class Scrubber:
         [scrubbed], count = self.scrub_texts([text])
         return scrubbed, count
 
+    def redacted(self, text: str) -> str:
+        """``text`` as it would be sent (the probes' `ProbeContext.redact`)."""
+        return self.scrub_text(text)[0]
+
     def scrub_texts(self, texts: list[str]) -> tuple[list[str], int]:
         """Each of ``texts`` scrubbed, and the number of redactions; ``texts`` itself when none."""
         joined = SEPARATOR.join(texts)

@@ -28,7 +28,7 @@ import trio
 from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.manifest import ManifestError, select_tools
 from sonde.agent.scrubber import Scrubber
-from sonde.packs.context import ProbeContext
+from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.serve_lines import (
@@ -110,8 +110,10 @@ def create_tool_server(
             tools.append(
                 ToolDescription(name=name, description=description, input_schema=spec.params_schema())
             )
-    ctx = ProbeContext(settings=config.probe_settings()) if config is not None else ProbeContext()
-    return ToolServer(registry, tuple(tools), ctx=ctx, scrubber=scrubber or Scrubber())
+    scrubber = scrubber or Scrubber()
+    settings = config.probe_settings() if config is not None else ProbeSettings()
+    ctx = ProbeContext(settings=settings, redact=scrubber.redacted)
+    return ToolServer(registry, tuple(tools), ctx=ctx, scrubber=scrubber)
 
 
 @dataclass

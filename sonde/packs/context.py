@@ -33,10 +33,23 @@ class ProbeSettings:
         return self.packs.get(name, {})
 
 
+def unredacted(text: str) -> str:
+    """The identity `ProbeContext.redact`: outside an agent nothing is scrubbed."""
+    return text
+
+
 @dataclass
 class ProbeContext:
+    """``redact`` gives a text as the agent will send it, its secrets redacted (thread-safe).
+
+    A probe that filters text for the caller (a ``contains`` or ``grep``) must only
+    keep what still matches once redacted: a filter matched on the raw text tells
+    the caller whether a secret it cannot see starts with what it guessed.
+    """
+
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(THREAD_LIMIT))
+    redact: Callable[[str], str] = unredacted
 
     async def run(
         self, argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES

@@ -9,7 +9,14 @@ from pydantic import Field
 from sonde.packs.base import Params, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
-from sonde.packs.system.textfile import AbsolutePath, Lines, LiteralFilter, head_lines, tail_lines
+from sonde.packs.system.textfile import (
+    MAX_SCAN_BYTES,
+    AbsolutePath,
+    Lines,
+    LiteralFilter,
+    head_lines,
+    tail_lines,
+)
 
 LOG_LINES_MAX = 5000
 LOG_GROUPS = Requirements(groups=("adm",))
@@ -50,7 +57,7 @@ def log_lines(path: Path, found: Lines) -> LogLines:
 )
 async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await ctx.in_thread(tail_lines, path, params.lines, params.contains)
+    found = await ctx.in_thread(tail_lines, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact)
     return log_lines(path, found)
 
 
@@ -64,5 +71,5 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
 )
 async def logs_head(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await ctx.in_thread(head_lines, path, params.lines, params.contains)
+    found = await ctx.in_thread(head_lines, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact)
     return log_lines(path, found)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
 from pydantic import Field
 
+from sonde.packs.context import unredacted
 from sonde.packs.system.access import why_refused
 from sonde.packs.textpattern import PythonPattern
 
@@ -42,7 +43,11 @@ AbsolutePath = Annotated[
 ]
 LiteralFilter = Annotated[
     str,
-    Field(strict=True, description="Keep only lines containing this text (a literal, case-sensitive)."),
+    Field(
+        strict=True,
+        description="Keep only lines containing this text (a literal, case-sensitive) once their "
+        "secrets are redacted.",
+    ),
     PythonPattern(r"^[^\x00-\x1f]{1,200}$"),
 ]
 
@@ -99,9 +104,13 @@ def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Itera
 
 
 def tail_lines(
-    path: Path, count: int, contains: str | None = None, max_scan_bytes: int = MAX_SCAN_BYTES
+    path: Path,
+    count: int,
+    contains: str | None = None,
+    max_scan_bytes: int = MAX_SCAN_BYTES,
+    redact: Callable[[str], str] = unredacted,
 ) -> Lines:
-    """The last ``count`` lines of ``path`` (matching ``contains``), oldest first."""
+    """The last ``count`` lines of ``path`` (matching ``contains`` once redacted), oldest first."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         found: list[str] = []
@@ -112,35 +121,45 @@ def tail_lines(
             pieces = (block + partial).split(b"\n")
             partial = pieces[0]
             for raw in reversed(pieces[1:]):
-                if _keep(raw, contains, found, count):
+                if _keep(raw, contains, found, count, redact):
                     return Lines(found[::-1], size, scanned, True)
         reached_start = scanned >= size
         if reached_start and partial:
-            _keep(partial, contains, found, count)
+            _keep(partial, contains, found, count, redact)
         return Lines(found[::-1], size, scanned, reached_start)
 
 
-def _keep(raw: bytes, contains: str | None, found: list[str], count: int) -> bool:
-    """Add ``raw`` to ``found`` if it qualifies; True once ``count`` lines are found."""
+def _keep(
+    raw: bytes, contains: str | None, found: list[str], count: int, redact: Callable[[str], str]
+) -> bool:
+    """Add ``raw`` to ``found`` if it qualifies; True once ``count`` lines are found.
+
+    ``contains`` must match the line as it will be sent (``redact``), so a filter
+    cannot confirm a guess at a secret the answer hides.
+    """
     if not raw.strip(b"\r"):
         return False
     line = decode_line(raw)
-    if contains is None or contains in line:
+    if contains is None or (contains in line and contains in redact(line)):
         found.append(line)
     return len(found) >= count
 
 
 def head_lines(
-    path: Path, count: int, contains: str | None = None, max_scan_bytes: int = MAX_SCAN_BYTES
+    path: Path,
+    count: int,
+    contains: str | None = None,
+    max_scan_bytes: int = MAX_SCAN_BYTES,
+    redact: Callable[[str], str] = unredacted,
 ) -> Lines:
-    """The first ``count`` lines of ``path`` (matching ``contains``)."""
+    """The first ``count`` lines of ``path`` (matching ``contains`` once redacted)."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         found: list[str] = []
         scanned = 0
         for raw in handle:
             scanned += len(raw)
-            if _keep(raw.rstrip(b"\n"), contains, found, count):
+            if _keep(raw.rstrip(b"\n"), contains, found, count, redact):
                 return Lines(found, size, scanned, True)
             if scanned >= max_scan_bytes:
                 return Lines(found, size, scanned, False)

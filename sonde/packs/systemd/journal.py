@@ -12,6 +12,8 @@ output is cut after enough bytes and the first N entries kept.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -52,7 +54,9 @@ class JournalParams(Params):
     since: TimeSpec | None = None
     until: TimeSpec | None = None
     grep: Annotated[str, PythonPattern(r"^[^\x00-\x1f]{1,200}$")] | None = Field(
-        default=None, strict=True, description="Regex on MESSAGE (PCRE2)."
+        default=None,
+        strict=True,
+        description="Regex on MESSAGE (PCRE2); a match that needs a redacted secret does not count.",
     )
     transport: Transport | None = Field(default=None, description="e.g. 'audit' for the audit log.")
     lines: int = Field(default=100, ge=1, le=2000, strict=True, description="How many entries.")
@@ -104,18 +108,45 @@ def journal_entry(raw: dict[str, Any]) -> JournalEntry:
 
 
 def parse_journal(
-    text: str, keep: int, direction: Literal["last", "first"]
+    text: str, keep: int, direction: Literal["last", "first"], wanted: Callable[[str], bool] | None = None
 ) -> tuple[list[JournalEntry], bool]:
-    """``journalctl -o json`` lines as entries; an incomplete last line (cut output) is dropped."""
+    """``journalctl -o json`` lines as entries; an incomplete last line (cut output) is dropped.
+
+    ``wanted`` sees each whole message (before it is cut to size) and drops those it refuses.
+    """
     entries = []
     for line in text.splitlines():
         try:
             raw = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if wanted is not None and not wanted(_text(raw.get("MESSAGE")) or ""):
+            continue
         entries.append(journal_entry(raw))
     more = len(entries) > keep
     return (entries[:keep] if direction == "first" else entries[-keep:]), more
+
+
+def grep_survives(grep: str, redact: Callable[[str], str]) -> Callable[[str], bool]:
+    """Whether a message journalctl's ``--grep`` matched still matches as it will be sent.
+
+    journalctl matches the raw message; a match that needs a secret the answer
+    redacts would confirm a caller's guess at it, so such an entry is dropped.
+    A message with nothing to redact is kept as journalctl matched it; one with
+    redactions only if Python's ``re`` (PCRE2's usual syntax, with journalctl's
+    rule that an all-lowercase pattern ignores case) finds the pattern in the
+    redacted text, and never when ``re`` cannot read the pattern.
+    """
+    try:
+        pattern: re.Pattern[str] | None = re.compile(grep, 0 if grep != grep.lower() else re.IGNORECASE)
+    except re.error:
+        pattern = None
+
+    def survives(message: str) -> bool:
+        sent = redact(message)
+        return sent == message or (pattern is not None and pattern.search(sent) is not None)
+
+    return survives
 
 
 def journal_argv(params: JournalParams) -> list[str]:
@@ -156,6 +187,7 @@ async def journal_query(ctx: ProbeContext, params: JournalParams) -> JournalEntr
                 "no journal file may be read: add the sonde user to the 'systemd-journal' group"
             )
         raise ProbeUnavailable(f"journalctl failed: {output.stderr.strip()[:300]}")
-    entries, more = parse_journal(output.stdout, params.lines, params.direction)
+    wanted = grep_survives(params.grep, ctx.redact) if params.grep is not None else None
+    entries, more = parse_journal(output.stdout, params.lines, params.direction, wanted)
     note = GROUP_NOTE if PARTIAL_VIEW_HINT in output.stderr else None
     return JournalEntries(entries=entries, truncated=more or output.truncated, note=note)
