@@ -118,7 +118,7 @@ SHAPE_RULES = (
         ),
         _long_with("A", 20),
     ),
-    # Tokens whose prefix ends with "_": GitHub, Stripe, npm, Hugging Face, Docker, DigitalOcean, Shopify.
+    # Tokens whose prefix ends with "_": GitHub, Stripe, npm, Hugging Face, Docker, DigitalOcean, Shopify, Sonde.
     ShapeRule(
         "underscore_token",
         re.compile(
@@ -132,6 +132,9 @@ SHAPE_RULES = (
             r"|(?<=dckr_pat_)(?<![\w-]dckr_pat_)(?P<v7>[A-Za-z0-9_-]{20,})"
             r"|(?<=do[opr]_v1_)(?<![\w-]do[opr]_v1_)(?P<v8>[a-f0-9]{64})"
             r"|(?<=shp(?:at|ss|ca|pa)_)(?<![\w-]shp(?:at|ss|ca|pa)_)(?P<v9>[a-fA-F0-9]{32})"
+            # Sonde's own: API keys (32 bytes) and enrollment tokens (24 bytes), base64url
+            r"|(?<=sonde_)(?<![\w-]sonde_)(?P<v10>[A-Za-z0-9_-]{43})(?![A-Za-z0-9_-])"
+            r"|(?<=enr_)(?<![\w-]enr_)(?P<v11>[A-Za-z0-9_-]{32})(?![A-Za-z0-9_-])"
             r")"
         ),
         _long_with("_"),

@@ -41,6 +41,8 @@ JWT = (
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 GITHUB_PAT = "gh" + "p_" + "R7cK2mYq9WvX4tZ8bN1sL6dF3hJ0pQ5uE2aC"
+SONDE_API_KEY = "sonde" + "_" + "Fq3-Zr8_kP0vW2mX7nB4cY9tL1sD6hJ5gQ0aE8uR3iO"  # secrets.token_urlsafe(32)
+SONDE_ENROLL = "enr" + "_" + "zieIzfyxOxHahd4DDVSBdHnB-nRMRUKv"  # secrets.token_urlsafe(24)
 GITHUB_FINE = "github" + "_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEF0123456789"
 GITHUB_OAUTH = "gh" + "o_" + "16C7e42F292c6912E7710c838347Ae178B4a"
 GITLAB = "gl" + "pat-" + "xR4nD0mT0k3nV4lu3zQ1"
@@ -162,6 +164,12 @@ SECRETS: tuple[SecretCase, ...] = (
     SecretCase("github_pat_classic", f"remote: https://github.com (token {GITHUB_PAT})", GITHUB_PAT),
     SecretCase("github_pat_fine_grained", f"GH_AUTH={GITHUB_FINE}", GITHUB_FINE),
     SecretCase("github_oauth", f'{{"oauth": "{GITHUB_OAUTH}"}}', GITHUB_OAUTH),
+    SecretCase(
+        "sonde_api_key", f"curl -H 'X-Key: {SONDE_API_KEY}' http://hub:3000/api/v1/agents", SONDE_API_KEY
+    ),
+    SecretCase(
+        "sonde_enrollment_token", f"sonde enroll --hub https://hub:3000 --token {SONDE_ENROLL}", SONDE_ENROLL
+    ),
     SecretCase("gitlab_pat", f"git clone https://ci@gitlab.com/x.git using {GITLAB}", GITLAB),
     SecretCase("slack_bot_token", f"slack client init with {SLACK_BOT}", SLACK_BOT),
     SecretCase("slack_user_token", f"'{SLACK_USER}'", SLACK_USER),
@@ -375,6 +383,11 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "url_user_only", "postgres://app@db:5432/app and ssh://git@host:22/repo", "user without password"
     ),
     LookAlike("email", "contact ops@example.com or git@github.com:org/repo.git", "user@host"),
+    LookAlike(
+        "sonde_words",
+        "sonde_agent_version 0.1.0; enr_tokens_total 3; pre_sonde_" + "x" * 43,
+        "Sonde-prefixed names that are not a key's shape",
+    ),
     LookAlike(
         "bearer_in_prose", "The Bearer of this letter is a friend; bearer tokens expire.", "Bearer as a word"
     ),
