@@ -135,10 +135,25 @@ async def test_connection_usage_finding(extra_connections: list[psycopg.Connecti
     assert "of max_connections" in finding.title
 
 
-async def test_connection_usage_leaves_out_the_probe() -> None:
+async def test_connection_usage_leaves_out_the_probe(
+    extra_connections: list[psycopg.Connection[Any]],
+) -> None:
     found = await run("postgres.connections.usage")
     assert found["total"] == sum(found["by_state"].values())
     assert found["usage_percent"] == round(found["total"] * 100 / found["max_connections"], 1)
+    # Sonde's sessions beside it (a runbook runs its probes at once) are counted apart
+    for _ in range(2):
+        extra_connections.append(
+            await trio.to_thread.run_sync(
+                lambda: psycopg.connect(DSN, autocommit=True, application_name="sonde")
+            )
+        )
+    beside = await run("postgres.connections.usage")
+    assert beside["sonde_sessions"] == found["sonde_sessions"] + 2
+    assert beside["total"] == found["total"]
+    # one reading: every breakdown adds up to the same total
+    for counted in (beside["by_database"], beside["by_user"]):
+        assert sum(entry["connections"] for entry in counted) == beside["total"]
 
 
 async def test_long_running_query_finding() -> None:

@@ -1,7 +1,8 @@
 """What PostgreSQL's clients are doing: connections by state, long-running and blocked queries.
 
 All of it reads ``pg_stat_activity`` (client backends only, the probe's own
-session left out) and ``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
+session left out; the connection counts leave out every Sonde session) and
+``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
 """
 
 from __future__ import annotations
@@ -13,20 +14,17 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.connection import PostgresParams, run_queries
+from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
 
 QUERY_MAX_CHARS = 1000
 CLIENTS = "backend_type = 'client backend' AND pid <> pg_backend_pid()"
 
-CONNECTIONS_BY_STATE = f"""
-SELECT coalesce(state, 'unknown') AS state, count(*) AS n
-FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 1"""
-CONNECTIONS_BY_DATABASE = f"""
-SELECT coalesce(datname, '') AS name, count(*) AS n
-FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"""
-CONNECTIONS_BY_USER = f"""
-SELECT coalesce(usename, '') AS name, count(*) AS n
-FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20"""
+# One statement, so one reading of pg_stat_activity: every figure agrees with the others.
+CONNECTION_COUNTS = f"""
+SELECT coalesce(state, 'unknown') AS state, coalesce(datname, '') AS database, coalesce(usename, '') AS user,
+application_name = '{SONDE_APPLICATION}' AS sonde, count(*) AS n
+FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1, 2, 3, 4"""
+TOP_COUNTED = 20
 SETTINGS = """
 SELECT current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved,
@@ -63,37 +61,53 @@ class ConnectionUsage(Result):
     by_state: dict[str, int]
     by_database: list[Counted]
     by_user: list[Counted]
+    sonde_sessions: int
 
 
-@PACK.probe(
-    "postgres.connections.usage",
-    """PostgreSQL client connections against max_connections: total, percent used, counts by
-    state (active, idle, idle in transaction, ...), and the top databases and users by
-    connections; plus the server version. The probe's own connection is left out of every
-    figure. Use it for 'too many connections' errors.""",
-    timeout_s=15,
-)
-async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
-    by_state, by_database, by_user, settings = await run_queries(
-        ctx,
-        params,
-        (CONNECTIONS_BY_STATE, ()),
-        (CONNECTIONS_BY_DATABASE, ()),
-        (CONNECTIONS_BY_USER, ()),
-        (SETTINGS, ()),
-    )
-    limits = settings[0]
-    total = sum(row["n"] for row in by_state)
+def top_counted(counts: dict[str, int]) -> list[Counted]:
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_COUNTED]
+    return [Counted(name=name, connections=n) for name, n in ranked]
+
+
+def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> ConnectionUsage:
+    """The usage from `CONNECTION_COUNTS` rows: Sonde's own sessions counted apart, not in the figures."""
+    by_state: dict[str, int] = {}
+    by_database: dict[str, int] = {}
+    by_user: dict[str, int] = {}
+    sonde = 0
+    for row in rows:
+        if row["sonde"]:
+            sonde += row["n"]
+            continue
+        for counts, key in ((by_state, row["state"]), (by_database, row["database"]), (by_user, row["user"])):
+            counts[key] = counts.get(key, 0) + row["n"]
+    total = sum(by_state.values())
     return ConnectionUsage(
         server_version=limits["version"],
         max_connections=limits["max_connections"],
         superuser_reserved=limits["reserved"],
         total=total,
         usage_percent=round(total * 100 / limits["max_connections"], 1),
-        by_state={row["state"]: row["n"] for row in by_state},
-        by_database=[Counted(name=row["name"], connections=row["n"]) for row in by_database],
-        by_user=[Counted(name=row["name"], connections=row["n"]) for row in by_user],
+        by_state=dict(sorted(by_state.items())),
+        by_database=top_counted(by_database),
+        by_user=top_counted(by_user),
+        sonde_sessions=sonde,
     )
+
+
+@PACK.probe(
+    "postgres.connections.usage",
+    """PostgreSQL client connections against max_connections: total, percent used, counts by
+    state (active, idle, idle in transaction, ...), and the top databases and users by
+    connections; plus the server version. Every figure comes from one reading, and leaves
+    out Sonde's own sessions (this probe's and its siblings' running beside it, application
+    'sonde'), which are counted in `sonde_sessions` instead. Use it for 'too many
+    connections' errors.""",
+    timeout_s=15,
+)
+async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
+    rows, settings = await run_queries(ctx, params, (CONNECTION_COUNTS, ()), (SETTINGS, ()))
+    return connection_usage(rows, settings[0])
 
 
 class Session(Result):

@@ -20,6 +20,7 @@ LOGIN_REFUSED = re.compile(
     r"|is not permitted to log in|no password supplied"
 )
 LOGIN_SQLSTATES = {"28000", "28P01"}
+SONDE_APPLICATION = "sonde"  # every probe's session is named so (the connection counts leave them out)
 LOGIN_HINT = (
     "check that this role exists and may log in, its password in the agent config "
     "(packs.postgres.password) and the pg_hba.conf entry for this client, or set the pack's user "
@@ -73,7 +74,7 @@ def _run(where: Endpoint, queries: Sequence[Query], origin: str) -> list[list[di
             password=where.password,
             dbname=where.database,
             connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="sonde",
+            application_name=SONDE_APPLICATION,
             options=SESSION_OPTIONS,
             autocommit=True,
             row_factory=dict_row,
