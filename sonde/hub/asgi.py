@@ -89,6 +89,45 @@ async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[
     await send({"type": "http.response.body", "body": data})
 
 
+def has_request_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a length above 0, or chunks)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
+class UnreadBodyGuard:
+    """One request's ASGI ``receive`` and ``send`` that add ``Connection: close`` to a response
+    begun before the request's body was read to its end.
+
+    Hypercorn closes such a connection once the response is sent (h11 cannot take the next
+    request while the client may still be sending this one's body), but it does not say so: a
+    client that keeps connections alive sent its next request into a closing socket and got no
+    answer ("Server disconnected without sending a response"). It happens to a refusal from the
+    headers alone (401, 413, 429) and to a GET that carries a body, at random, as the body's
+    bytes were or were not taken in before the response ended.
+    """
+
+    def __init__(self, receive: Any, send: Any) -> None:
+        self._receive = receive
+        self._send = send
+        self._body_read = False
+
+    async def receive(self) -> Any:
+        message = await self._receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self._body_read = True  # the last of the body, or the client went away
+        return message
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start" and not self._body_read:
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await self._send(message)
+
+
 class RootApp:
     def __init__(self, hub: Hub, mcp: StreamableHTTPSessionManager, quart_app: Any) -> None:
         self.hub = hub
@@ -97,6 +136,9 @@ class RootApp:
         self.progress_tools = frozenset(spec.name for spec in all_tools() if spec.reports_progress)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and has_request_body(scope):
+            guard = UnreadBodyGuard(receive, send)
+            receive, send = guard.receive, guard.send
         if scope["type"] == "lifespan":
             await self.lifespan(scope, receive, send)
         elif scope["type"] == "http" and is_mcp_path(scope["path"]):
