@@ -7,16 +7,32 @@ goes to the cyclopts app in `sonde.commands`.
 
 from __future__ import annotations
 
+import os
 import sys
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped reading
 
 
 def main() -> None:
+    try:
+        result = run(sys.argv[1:])
+        sys.stdout.flush()  # here, not at exit, where a closed stdout is a traceback
+    except BrokenPipeError:
+        # the reader went away (`sonde hub key list | head -1`): stop quietly, as tools do on
+        # SIGPIPE; stdout goes to /dev/null so that Python's own flush at exit finds nothing to fail on
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    sys.exit(result)
+
+
+def run(argv: list[str]) -> int:
+    """Run the command in ``argv``; its exit code."""
     from sonde.cli_fast import fast_command
 
-    argv = sys.argv[1:]
     result = fast_command(argv)
     if result is None:
         from sonde.commands import app
 
         result = app(argv, result_action="return_value")
-    sys.exit(result if isinstance(result, int) else 0)
+    return result if isinstance(result, int) else 0

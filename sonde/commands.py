@@ -112,7 +112,8 @@ def hub(
     log_level
         DEBUG, INFO, WARNING or ERROR.
     allowed_host
-        Extra Host header values /mcp accepts (e.g. the name behind your proxy).
+        Extra Host header values /mcp accepts (e.g. the name behind your proxy); repeat it, or
+        separate names with commas or spaces (SONDE_ALLOWED_HOSTS="a.example,b.example").
     """
     from sonde.hub.run import build_config, run_hub
 

@@ -33,6 +33,8 @@ from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
 
 STATE_FILE = "quickstart.json"
+# the local agent's identity is the quick start's own: restarting it enrolls the agent again
+LOCAL_AGENT_REENROLL_HINT = "restart `sonde up`, which enrolls its local agent again"
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,13 @@ async def run_up(config: HubConfig) -> None:
             agent = await trio.to_thread.run_sync(local_agent, config.data_dir, url)
             registry = active_packs(load_packs(), agent.enabled_packs)
             daemon = await nursery.start(
-                lambda task_status: agent_main(agent, registry, handle_signals=False, task_status=task_status)
+                lambda task_status: agent_main(
+                    agent,
+                    registry,
+                    handle_signals=False,
+                    reenroll_hint=LOCAL_AGENT_REENROLL_HINT,
+                    task_status=task_status,
+                )
             )
             if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
                 await accept_local_agent(hub, agent.agent_id)

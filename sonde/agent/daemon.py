@@ -67,11 +67,13 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
 STABLE_CONNECTION_S = 30.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
+REENROLL_HINT = "re-enroll with `sonde enroll --hub URL --token TOKEN`"
 
 EXIT_OK = 0
 EXIT_NOT_ENROLLED = 1
 EXIT_ROOT = 2
 EXIT_REJECTED = 3
+EXIT_USAGE = 2
 NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL --token TOKEN` first"
 ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (or pass --allow-root)"
 
@@ -108,6 +110,7 @@ class AgentDaemon:
         connect: Connector,
         rng: random.Random,
         max_delay_s: float,
+        reenroll_hint: str = REENROLL_HINT,
     ) -> None:
         hub_url, private_key, hub_key = config.hub_url, config.private_key, config.hub_public_key
         if hub_url is None or private_key is None or hub_key is None or config.agent_id is None:
@@ -124,6 +127,7 @@ class AgentDaemon:
         self._connect = connect
         self._rng = rng
         self._max_delay_s = max_delay_s
+        self._reenroll_hint = reenroll_hint
         self._started = False
         self._stopping = False
         self._run_scope = trio.CancelScope()
@@ -143,10 +147,10 @@ class AgentDaemon:
                 return EXIT_OK
             if end.rejection is not None and end.rejection.code in FATAL_REJECT_CODES:
                 log.error(
-                    "this agent's identity is unknown to / was revoked by the hub (%s: %s); "
-                    "re-enroll with `sonde enroll --hub URL --token TOKEN`",
+                    "this agent's identity is unknown to / was revoked by the hub (%s: %s); %s",
                     end.rejection.code,
                     end.rejection.reason,
+                    self._reenroll_hint,
                 )
                 return EXIT_REJECTED
             if end.up_s >= STABLE_CONNECTION_S:
@@ -295,17 +299,24 @@ async def agent_main(
     rng: random.Random | None = None,
     max_delay_s: float = BACKOFF_MAX_S,
     handle_signals: bool = True,
+    reenroll_hint: str = REENROLL_HINT,
     task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the agent until a signal (returns 0) or a fatal reject (returns 3).
 
     ``config`` must be enrolled (`ValueError` otherwise). ``task_status`` is
     reported, with the `AgentDaemon`, once the hub first acknowledges; its
-    `AgentDaemon.stop` ends the agent gracefully (returns 0). ``connect``,
-    ``rng`` and ``max_delay_s`` exist for tests.
+    `AgentDaemon.stop` ends the agent gracefully (returns 0). ``reenroll_hint``
+    says what to do when the hub no longer knows this agent (for the agent inside
+    `sonde up`, restart that). ``connect``, ``rng`` and ``max_delay_s`` exist for tests.
     """
     daemon = AgentDaemon(
-        config, registry, connect=connect, rng=rng or random.Random(), max_delay_s=max_delay_s
+        config,
+        registry,
+        connect=connect,
+        rng=rng or random.Random(),
+        max_delay_s=max_delay_s,
+        reenroll_hint=reenroll_hint,
     )
     exit_code = EXIT_OK
     async with trio.open_nursery() as nursery:
@@ -335,9 +346,17 @@ def run_agent(
 ) -> int:
     """The `sonde start` entry point: checks, then runs the agent; returns the exit code.
 
-    2 when run as root without ``allow_root``, 1 when not enrolled, 3 when the
-    hub no longer knows this agent, 0 after SIGTERM/SIGINT.
+    2 when run as root without ``allow_root`` or given a bad ``log_level``, 1 when not
+    enrolled, 3 when the hub no longer knows this agent, 0 after SIGTERM/SIGINT.
     """
+    if isinstance(log_level, str):
+        from sonde.hub.logs import checked_log_level
+
+        try:
+            log_level = checked_log_level(log_level)
+        except ValueError as exc:
+            print(f"sonde start: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if os.geteuid() == 0 and not allow_root:
         print(f"sonde: {ROOT_MESSAGE}", file=sys.stderr)
         return EXIT_ROOT

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_NOT_CONFIGURED = 1
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -33,7 +34,14 @@ def configure_logging(level: str) -> None:
 
 def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO") -> int:
     """Run the bridge on this process's stdin/stdout; return the exit code."""
-    configure_logging(log_level)
+    from sonde.hub.logs import checked_log_level
+
+    try:
+        level = checked_log_level(log_level)
+    except ValueError as exc:
+        print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(level)
     try:
         settings = resolve_settings(hub, api_key, os.environ)
     except (NotConfigured, ValueError) as exc:

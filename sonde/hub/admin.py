@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlite_utils import Database
 
-from sonde.hub.audit import AuditEntry, append_audit, prune_audit, verify_audit
-from sonde.hub.db import open_database, write_transaction
+from sonde.hub.audit import (
+    AuditEntry,
+    append_audit,
+    bounded_detail,
+    bounded_target,
+    prune_audit,
+    verify_audit,
+)
+from sonde.hub.db import DatabaseUnusable, database_unusable, open_database, write_transaction
 from sonde.hub.keys import (
+    ENROLLMENT_TOKEN_PREFIX,
     EnrollmentTokenRecord,
     TokenNotRevocable,
     create_api_key,
@@ -45,9 +54,14 @@ class NoHubDatabase(Exception):
 def existing_database(data_dir: Path) -> Path:
     """The hub's database file, for any action: a typo in --data-dir, or a hub started with one
     and a command run without, must not answer from (or leave a key or token in) a database
-    made up on the spot, which no hub reads. Raises `NoHubDatabase`."""
+    made up on the spot, which no hub reads. Raises `NoHubDatabase`, or `DatabaseUnusable`
+    when the directory cannot be read."""
     path = data_dir / "sonde.db"
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a directory this user may not enter
+        raise database_unusable(path, f"{(exc.strerror or str(exc)).lower()}: {data_dir}") from exc
+    if not found:
         raise NoHubDatabase(
             f"no hub database at {path}: pass the hub's --data-dir (or set SONDE_DATA_DIR), "
             "or start the hub once to create it there"
@@ -55,11 +69,45 @@ def existing_database(data_dir: Path) -> Path:
     return path
 
 
+def open_hub_database(data_dir: Path) -> Database:
+    """The hub's database in ``data_dir``, opened: never created, and refused (changing nothing)
+    when the file there is empty or another program's. Raises `NoHubDatabase`, `DatabaseUnusable`."""
+    return open_database(existing_database(data_dir), existing=True)
+
+
+SHOWN_CHARS = 40
+MAX_ARGUMENT_CHARS = 100  # no id, name or token is near this long
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for a message, cut to a short prefix: an argument may be any size."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
+
+def checked_argument(what: str, text: str, *, secret: bool = False) -> str:
+    """``text`` when it could be an id, name or token; ValueError otherwise, showing at most a short
+    prefix of it (none of a ``secret``)."""
+    quoted = "" if secret else f" {shown(text)}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the shell passed as they were: never a hub's id or name
+        raise ValueError(
+            f"{what}{quoted} is not UTF-8 text: no {what} holds such bytes (check the quoting and the locale)"
+        ) from None
+    if len(text) > MAX_ARGUMENT_CHARS:
+        raise ValueError(
+            f"{what}{quoted} is too long: no {what} has more than {MAX_ARGUMENT_CHARS} characters"
+        )
+    return text
+
+
 def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
     """Run one admin action on ``data_dir``; a database that cannot be used is a message and exit 1."""
     try:
         return action(data_dir, *args)
-    except NoHubDatabase as exc:
+    except (NoHubDatabase, DatabaseUnusable) as exc:  # which file, and what to do
         err(f"sonde hub: {exc}")
         return 1
     except sqlite3.Error as exc:  # a full disk, a locked or unreadable file: nothing was changed
@@ -74,11 +122,17 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
 
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
-    """Put a CLI admin action on the audit chain (actor ``cli``)."""
-    append_audit(
-        db,
-        AuditEntry(actor="cli", action=action, target=target, outcome=outcome, detail=detail, ts=time.time()),
+    """Put a CLI admin action on the audit chain (actor ``cli``), its target and detail cut to the
+    bounds the hub keeps (they may hold what was typed)."""
+    entry = AuditEntry(
+        actor="cli",
+        action=action,
+        target=bounded_target(target),
+        outcome=outcome,
+        detail=bounded_detail(detail),
+        ts=time.time(),
     )
+    append_audit(db, entry)
 
 
 def utc_text(ts: float) -> str:
@@ -87,8 +141,9 @@ def utc_text(ts: float) -> str:
 
 
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
+    checked_argument("API key name", name)
     policy = Policy(agents=tuple(agents), probes=tuple(probes))
-    db = open_database(existing_database(data_dir))
+    db = open_hub_database(data_dir)
     try:
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
         with write_transaction(db):  # the key and its audit entry, or neither
@@ -103,7 +158,7 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
 
 
 def key_list(data_dir: Path, as_json: bool) -> int:
-    db = open_database(existing_database(data_dir))
+    db = open_hub_database(data_dir)
     try:
         records = list_api_keys(db)
     finally:
@@ -120,7 +175,8 @@ def key_list(data_dir: Path, as_json: bool) -> int:
 
 
 def key_revoke(data_dir: Path, key_id: str) -> int:
-    db = open_database(existing_database(data_dir))
+    checked_argument("API key id", key_id)
+    db = open_hub_database(data_dir)
     try:
         with write_transaction(db):
             revoked = revoke_api_key(db, key_id, time.time())
@@ -128,7 +184,7 @@ def key_revoke(data_dir: Path, key_id: str) -> int:
     finally:
         db.close()
     if not revoked:
-        err(f"no active API key with id {key_id!r} (see `sonde hub key list`)")
+        err(f"no active API key with id {shown(key_id)} (see `sonde hub key list`)")
         return 1
     err(f"revoked API key {key_id}; a running hub stops accepting it within a few seconds")
     return 0
@@ -140,7 +196,9 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
     except ValueError as exc:
         err(f"--ttl: {exc}")
         return 2
-    db = open_database(existing_database(data_dir))
+    if name is not None:
+        checked_argument("agent name", name)
+    db = open_hub_database(data_dir)
     try:
         with write_transaction(db):
             token, secret = create_enrollment_token(db, ttl_s, name)
@@ -156,7 +214,7 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
 
 def token_list(data_dir: Path, show_all: bool, as_json: bool) -> int:
     """The tokens that could still enroll an agent; with ``show_all`` used, expired and revoked ones too."""
-    db = open_database(existing_database(data_dir))
+    db = open_hub_database(data_dir)
     try:
         records = list_enrollment_tokens(db, time.time())
         names: dict[str, str] = dict(db.execute("SELECT id, name FROM agents").fetchall())
@@ -186,7 +244,8 @@ def token_detail(token: EnrollmentTokenRecord, agent_names: dict[str, str]) -> s
 
 
 def token_revoke(data_dir: Path, token: str) -> int:
-    db = open_database(existing_database(data_dir))
+    checked_argument("enrollment token", token, secret=token.startswith(ENROLLMENT_TOKEN_PREFIX))
+    db = open_hub_database(data_dir)
     try:
         with write_transaction(db):  # the revocation and its audit entry, or neither
             revoked = revoke_token_recorded(db, token)
@@ -213,7 +272,7 @@ def revoke_token_recorded(db: Any, token: str) -> EnrollmentTokenRecord | TokenN
 
 
 def audit_verify(data_dir: Path) -> int:
-    db = open_database(existing_database(data_dir))
+    db = open_hub_database(data_dir)
     try:
         report = verify_audit(db)
     finally:
@@ -240,7 +299,7 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
         err(f"--older-than must be at least 1d (got {older_than}): recent rows are what an audit is for")
         return 2
     before = time.time() - age_s
-    db = open_database(existing_database(data_dir))
+    db = open_hub_database(data_dir)
     try:
         pruned = prune_audit(db, before)
     except ValueError as exc:
@@ -264,11 +323,12 @@ def agent_accept(data_dir: Path, name: str) -> int:
     from sonde.hub.agent_records import find_agent_by_name, get_agent
     from sonde.hub.attestation import accept_pending
 
-    db = open_database(existing_database(data_dir))
+    checked_argument("agent name", name)
+    db = open_hub_database(data_dir)
     try:
         agent = find_agent_by_name(db, name) or get_agent(db, name)
         if agent is None:
-            err(f"no agent named {name!r}")
+            err(f"no agent named {shown(name)}")
             return 1
         pending = agent.pending_attestation
         if pending is None:

@@ -30,6 +30,12 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
+def split_hosts(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Host names from ``--allowed-host`` / ``SONDE_ALLOWED_HOSTS`` values, each of which may list
+    several separated by commas or spaces (no host name holds either)."""
+    return tuple(host for value in values for host in value.replace(",", " ").split())
+
+
 @dataclass(frozen=True)
 class HubConfig:
     data_dir: Path = field(default_factory=default_data_dir)

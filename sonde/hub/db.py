@@ -101,7 +101,29 @@ MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial, _mig
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class DatabaseNotWritable(sqlite3.OperationalError):
+class DatabaseUnusable(sqlite3.DatabaseError):
+    """The hub's database cannot be used as it is; the message names the file and what to do."""
+
+
+def database_unusable(path: Path, problem: str) -> DatabaseUnusable:
+    """`DatabaseUnusable` for a file or directory the user running Sonde may not create, open or read."""
+    return DatabaseUnusable(
+        f"cannot use the hub's database {path} ({problem}): the user running this must be able to "
+        f"create, read and write the data directory {path.parent} and the files in it (run this as the "
+        "hub's user, or check owner and mode, and that the file system is not mounted read-only), or "
+        "pass another --data-dir"
+    )
+
+
+class NotAHubDatabase(DatabaseUnusable):
+    """The file is no hub's database: another program's (or, where one must exist, an empty file)."""
+
+
+class DatabaseTooNew(DatabaseUnusable, RuntimeError):
+    """The database was written by a newer Sonde (its schema version is past `SCHEMA_VERSION`)."""
+
+
+class DatabaseNotWritable(DatabaseUnusable, sqlite3.OperationalError):
     """The hub's database can be opened but not written (the file, its -wal and -shm files or
     their directory are read-only to the hub's user, or the file system is mounted read-only)."""
 
@@ -122,19 +144,32 @@ def is_read_only_error(error: BaseException | None) -> bool:
     return False
 
 
-def open_database(path: Path, *, check_writable: bool = False) -> Database:
+def open_database(path: Path, *, check_writable: bool = False, existing: bool = False) -> Database:
     """Open (creating if needed) the hub database at ``path`` and bring its schema up to date.
 
     The parent directory is created with mode 0700 and the file with mode 0600 when
-    missing. The connection may be used from any thread, one thread at a time.
-    Raises RuntimeError if the file was written by a newer Sonde (schema too new), and
+    missing; with ``existing`` nothing is created: the file must hold a hub database
+    already (an admin command must not make one no hub reads). The connection may be
+    used from any thread, one thread at a time.
+    Raises `NotAHubDatabase`, before anything is changed, for a file that holds another
+    program's tables (or, with ``existing``, no hub database); `DatabaseUnusable` for a
+    file or directory that cannot be created or opened, or a file that is not SQLite;
+    `DatabaseTooNew` (a RuntimeError) if the file was written by a newer Sonde; and
     `DatabaseNotWritable` if it cannot be written: SQLite opens a file it may not write
     read-only without a word, so ``check_writable`` also makes one write (rolled back).
     """
     path = Path(path)
-    _ensure_private_file(path)
-    db = _connect(path)
     try:
+        if not existing:
+            _ensure_private_file(path)
+        db = _connect(path.resolve().as_uri() + "?mode=rw", uri=True) if existing else _connect(path)
+    except OSError as exc:
+        problem = f"{(exc.strerror or str(exc)).lower()}: {exc.filename or path}"
+        raise database_unusable(path, problem) from exc
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from exc
+    try:
+        _refuse_other_files(db, path, existing=existing)  # before WAL: a file not ours stays as it was
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         migrate(db, path)
@@ -144,15 +179,53 @@ def open_database(path: Path, *, check_writable: bool = False) -> Database:
                 set_meta(db, "write_check", str(time.time()))
             finally:
                 db.conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
         db.close()
-        if is_read_only_error(exc):
-            raise DatabaseNotWritable(path, exc) from exc
-        raise
+        error = _open_error(path, exc)
+        if error is exc:
+            raise
+        raise error from exc
     except BaseException:
         db.close()
         raise
     return db
+
+
+def _refuse_other_files(db: Database, path: Path, *, existing: bool) -> None:
+    """Raise `NotAHubDatabase` unless ``path`` holds a hub database (or, unless ``existing``, nothing yet)."""
+    if schema_version(db) > 0:
+        return
+    names = [row[0] for row in db.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 4")]
+    if names:
+        shown = ", ".join(repr(name[:40]) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+        raise NotAHubDatabase(
+            f"{path} is not a hub database: it holds another program's tables ({shown}) and no hub "
+            "schema; nothing was changed. Point --data-dir (or SONDE_DATA_DIR) at the hub's data "
+            "directory, or move that file away"
+        )
+    if existing:
+        raise NotAHubDatabase(
+            f"no hub database in {path} (the file is empty): pass the hub's --data-dir (or set "
+            "SONDE_DATA_DIR), or start the hub once to create it there"
+        )
+
+
+def _open_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
+    """What opening ``path`` failed of, for a person: the file and what to do; else ``error`` itself."""
+    if isinstance(error, DatabaseUnusable):
+        return error
+    if is_read_only_error(error):
+        return DatabaseNotWritable(path, error)
+    name = getattr(error, "sqlite_errorname", "")
+    if name == "SQLITE_CANTOPEN":
+        return database_unusable(path, str(error))
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        return DatabaseUnusable(
+            f"the hub's database {path} is not a SQLite database, or it is damaged ({error}): point "
+            "--data-dir at the hub's data directory, or restore the file from a backup (with the file "
+            "moved away, the hub starts over with an empty store)"
+        )
+    return error
 
 
 def open_read_database(path: Path) -> Database:
@@ -190,12 +263,12 @@ def schema_version(db: Database) -> int:
 def migrate(db: Database, path: Path | None = None) -> None:
     """Apply the migrations the database lacks, each in one transaction.
 
-    Raises RuntimeError if the database is newer than this code.
+    Raises `DatabaseTooNew` (a RuntimeError) if the database is newer than this code.
     """
     current = schema_version(db)
     if current > SCHEMA_VERSION:
         where = f" {path}" if path is not None else ""
-        raise RuntimeError(
+        raise DatabaseTooNew(
             f"hub database{where} has schema version {current} but this Sonde only knows up to "
             f"version {SCHEMA_VERSION}; upgrade Sonde (or restore a backup made by this version)"
         )

@@ -396,12 +396,22 @@ def _token_problem(row: dict[str, Any] | None, now: float) -> EnrollmentRefused 
     return None
 
 
+# 100000 days (about 273 years): past any TTL or age worth asking for, and past the
+# 5-digit day counts query_logs' `since` admits; a bigger one overflows a timestamp
+MAX_DURATION_S = 100_000 * 86400.0
+
+
 def parse_duration(text: str) -> float:
-    """Seconds in ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a bare number of seconds.
+    """Seconds in ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a bare number of seconds, at most
+    `MAX_DURATION_S`.
 
     Raises ValueError otherwise.
     """
+    shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
     match = _DURATION_RE.fullmatch(text.strip())
     if match is None:
-        raise ValueError(f"invalid duration {text!r}: use seconds or a number with s, m, h or d (e.g. 15m)")
-    return float(match[1]) * _DURATION_UNIT_S[match[2]]
+        raise ValueError(f"invalid duration {shown}: use seconds or a number with s, m, h or d (e.g. 15m)")
+    seconds = float(match[1]) * _DURATION_UNIT_S[match[2]]
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"duration {shown} is too long: at most 100000d (about 273 years)")
+    return seconds

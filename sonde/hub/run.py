@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import errno
 import signal
+import socket
 import sys
 from pathlib import Path
 
 import trio
 
-from sonde.hub.config import HubConfig, parse_bind
+from sonde.hub.config import HubConfig, parse_bind, split_hosts
+from sonde.hub.logs import checked_log_level
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 
 
@@ -48,6 +50,10 @@ def build_config(
         return "--probe-timeout must be between 0.1 and 3600 seconds"
     if log_format not in ("text", "json"):
         return "--log-format is text or json"
+    try:
+        level = checked_log_level(log_level)
+    except ValueError as exc:
+        return str(exc)
     return HubConfig(
         data_dir=data_dir,
         host=host,
@@ -57,8 +63,8 @@ def build_config(
         heartbeat_interval_s=heartbeat_interval,
         probe_timeout_s=probe_timeout,
         log_format=log_format,  # type: ignore[arg-type]
-        log_level=log_level.upper(),
-        allowed_hosts=allowed_hosts,
+        log_level=level,
+        allowed_hosts=split_hosts(allowed_hosts),
     )
 
 
@@ -126,13 +132,20 @@ BIND_PROBLEMS = {
 
 def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
-    from sonde.hub.db import DatabaseNotWritable
+    from sonde.hub.db import DatabaseUnusable
 
     cause = innermost(exc)
-    if isinstance(cause, DatabaseNotWritable):
+    if isinstance(cause, DatabaseUnusable):
         return str(cause)
-    if isinstance(cause, OSError) and cause.errno in BIND_PROBLEMS:
-        address = f"{config.host}:{config.port}"
+    address = f"{config.host}:{config.port}"
+    if isinstance(cause, socket.gaierror):  # from bind: the host is a name, and it does not resolve
+        return (
+            f"cannot listen on {address}: the host name {config.host!r} does not resolve here "
+            f"({cause.strerror}); give --bind an address of this machine (or a name it resolves), "
+            "e.g. 127.0.0.1:3000 or 0.0.0.0:3000"
+        )
+    # an error about a file names it; socket.bind's never does
+    if isinstance(cause, OSError) and cause.filename is None and cause.errno in BIND_PROBLEMS:
         return (
             f"cannot listen on {address}: {BIND_PROBLEMS[cause.errno]}; choose another with --bind HOST:PORT"
         )
