@@ -133,9 +133,12 @@ def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord |
 def normalize_tags(tags: Iterable[str]) -> list[str]:
     """Strip whitespace and one leading '#', drop duplicates (keeping order and case).
 
+    Tags are matched without regard to case (`sonde.hub.policy.has_tags`, key policies), so
+    'Prod' and 'prod' are one tag: the first spelling stays.
     Raises ValueError if a tag does not match TAG_PATTERN or there are more than MAX_TAGS.
     """
     normalized: list[str] = []
+    seen: set[str] = set()
     for raw in tags:
         tag = raw.strip().removeprefix("#").strip()
         if not _TAG_RE.fullmatch(tag):
@@ -143,7 +146,8 @@ def normalize_tags(tags: Iterable[str]) -> list[str]:
                 f"invalid tag {raw!r}: start with a letter or digit, then up to 63 of "
                 "letters, digits, '.', '_', ':' or '-'"
             )
-        if tag not in normalized:
+        if tag.lower() not in seen:
+            seen.add(tag.lower())
             normalized.append(tag)
     if len(normalized) > MAX_TAGS:
         raise ValueError(f"an agent can have at most {MAX_TAGS} tags")

@@ -18,7 +18,6 @@ from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
-from sonde.packs.executor import describe_params_error
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
 
 if TYPE_CHECKING:
@@ -39,6 +38,37 @@ class Reading:
     redactions: int
 
 
+# The most of a caller's own text (a name, a key) an error message repeats: an MCP body may
+# be 4 MiB, and an answer that echoes it whole costs the model its context.
+ECHO_CHARS = 64
+# The most of one validation message an answer repeats (a pack's own validator may quote its input).
+INVALID_MESSAGE_CHARS = 200
+# The most of an agent's own error message an answer passes on (it may quote the params it was sent).
+AGENT_ERROR_CHARS = 1000
+
+
+def clipped(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to its first ``limit`` characters, with '...' when it was longer."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def echoed(text: str) -> str:
+    """``text`` quoted for an error message: whole when short, else its first `ECHO_CHARS` and its length."""
+    if len(text) <= ECHO_CHARS:
+        return repr(text)
+    return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """The first five problems as ``field: message``; each name the caller sent (a field, a key)
+    and each message (one may quote its input) cut short."""
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(clipped(str(part)) for part in error["loc"]) or "params"
+        parts.append(f"{where}: {clipped(error['msg'], INVALID_MESSAGE_CHARS)}")
+    return "; ".join(parts)
+
+
 def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
     """The agents this caller may see, filtered by tags (AND), sorted by name."""
     records = sorted(hub.fleet.records.values(), key=lambda r: r.name)
@@ -56,7 +86,8 @@ def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
         shown = ", ".join(names[:20]) or "none"
         hidden = None if record is None else Denial("agent_not_allowed", record.name, {"agentId": record.id})
         raise not_found(
-            f"Unknown agent {agent!r}. Agents you can reach: {shown}. Call list_agents for details.", hidden
+            f"Unknown agent {echoed(agent)}. Agents you can reach: {shown}. Call list_agents for details.",
+            hidden,
         )
     return record
 
@@ -72,7 +103,7 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
     if probe not in offered:
         available = sorted(offered)
         raise not_found(
-            f"Unknown probe {probe!r} on agent {record.name}. "
+            f"Unknown probe {echoed(probe)} on agent {record.name}. "
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
         )
     if not caller.allows_probe(probe):
@@ -86,7 +117,7 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             spec.params.model_validate(params)
         except ValidationError as exc:
             raise HubError(
-                f"Invalid params for {probe}: {describe_params_error(exc)}. "
+                f"Invalid params for {probe}: {describe_invalid(exc)}. "
                 "Its parameter schema is in list_capabilities.",
                 "invalid_params",
             ) from None
@@ -148,8 +179,9 @@ async def run_probe_for(
         raise unavailable(f"{exc}. Check list_agents for its status, or try another agent.") from None
     except ProbeFailed as exc:
         outcome, error = "error", f"{exc.code}: {exc.message}"
+        message = clipped(exc.message, AGENT_ERROR_CHARS)
         raise HubError(
-            f"Probe {probe} failed on {record.name} ({exc.code}): {exc.message}", exc.code, 502
+            f"Probe {probe} failed on {record.name} ({exc.code}): {message}", exc.code, 502
         ) from None
     except trio.Cancelled:
         outcome, error = "cancelled", "the caller went away or the deadline passed"

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from sqlite_utils import Database
 
-from sonde.hub.audit import query_audit
-from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
-from sonde.hub.tools.views import AgentSummary, iso, pack_labels, summarize
+from sonde.hub.tools.views import AgentSummary, iso, pack_labels, runnable_categories, summarize
 
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
@@ -119,16 +120,62 @@ class AgentOverviewOutput(ToolOutput):
     connected_since: str | None
     uptime_s: float | None
     packs: list[str]
-    categories: list[str]
+    categories: list[str] = Field(
+        description="Its diagnostic categories your key can run (some probe of each)."
+    )
     tags: list[str]
     attestation: AttestationSummary
-    recent_probes: list[RecentProbe]
+    recent_probes: list[RecentProbe] = Field(
+        description="Its newest probes (at most 'recent') from the audit log, newest first: every key's "
+        "for an admin key, only its own for a member key."
+    )
 
 
 AGENT_OVERVIEW = """Everything about ONE agent: identity (hostname, OS, kernel, arch), status and
 last seen, machine uptime, agent version and attestation (code hash, packs; pending_change=true means
-it is held until an admin accepts it), packs, tags, categories, and its most recent probes from the
-audit log. Use it when the user asks about a specific machine."""
+it is held until an admin accepts it), packs, tags, the categories your key can run, and its most
+recent probes from the audit log (as query_logs' audit source: an admin key sees every key's, a member
+key only its own). Use it when the user asks about a specific machine."""
+
+# A cheap first cut in SQL at the rows that name a probe (a probe's own row, a refusal of one):
+# their detail, stored as canonical JSON, holds this key. Each is then checked on its decoded detail.
+_NAMES_A_PROBE = """instr(coalesce(detail, ''), '"probe":') > 0"""
+_PROBE_COLUMNS = ("seq", "ts", "actor", "action", "outcome", "duration_ms")
+
+
+def recent_probe_rows(
+    db: Database, agent: str, actor: str | None, visible: Callable[[str], bool], count: int
+) -> list[dict[str, Any]]:
+    """The newest ``count`` audit rows of probes on ``agent`` whose probe ``visible`` accepts,
+    newest first (only ``actor``'s, unless None), with ``probe`` read from their detail.
+
+    Reads back as far as it takes: the agent's other rows (every tool call naming it) and the
+    probes the caller may not see take no place among the ``count``.
+    """
+    where = ["target = ?", _NAMES_A_PROBE] + (["actor = ?"] if actor is not None else [])
+    query = (
+        f"SELECT {', '.join(_PROBE_COLUMNS)}, detail FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC"
+    )
+    found: list[dict[str, Any]] = []
+    cursor = db.conn.execute(query, [agent] if actor is None else [agent, actor])
+    try:  # row by row, newest first, so no more is read than the answer needs
+        for *values, detail in cursor:
+            probe = _probe_named(detail)
+            if probe is not None and visible(probe):
+                found.append({**dict(zip(_PROBE_COLUMNS, values, strict=True)), "probe": probe})
+                if len(found) == count:
+                    break
+    finally:
+        cursor.close()
+    return found
+
+
+def _probe_named(detail: str) -> str | None:
+    try:
+        probe = json.loads(detail).get("probe")
+    except (ValueError, AttributeError):  # a row edited into something else: `audit verify` names it
+        return None
+    return probe if isinstance(probe, str) else None
 
 
 async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverviewOutput:
@@ -136,19 +183,23 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
     record, _ = await current_status(hub, resolve_agent(hub, caller, args.agent))
     session = hub.fleet.sessions.get(record.id)
     boot = session.register.boot_time if session else None
-    entries = await hub.read_audit(query_audit, agent=record.name, limit=200) if args.recent else []
+    own_only = None if caller.is_admin else caller.key_id  # as query_logs' audit source shows a member
+    rows = (
+        await hub.read_audit(recent_probe_rows, record.name, own_only, caller.allows_probe, args.recent)
+        if args.recent
+        else []
+    )
     recent = [
         RecentProbe(
-            ts=iso(e["ts"]),
-            action=e["action"],
-            probe=(e["detail"] or {}).get("probe"),
-            outcome=e["outcome"],
-            duration_ms=e["duration_ms"],
-            by_you=e["actor"] == caller.key_id,
+            ts=iso(row["ts"]),
+            action=row["action"],
+            probe=row["probe"],
+            outcome=row["outcome"],
+            duration_ms=row["duration_ms"],
+            by_you=row["actor"] == caller.key_id,
         )
-        for e in entries
-        if (e["detail"] or {}).get("probe") and caller.allows_probe((e["detail"] or {})["probe"])
-    ][: args.recent]
+        for row in rows
+    ]
     baseline = record.attestation or {}
     return AgentOverviewOutput(
         id=record.id,
@@ -164,7 +215,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
         connected_since=iso(session.connected_at) if session else None,
         uptime_s=round(time.time() - boot, 1) if boot else None,
         packs=pack_labels(record),
-        categories=sorted(runbooks_for(hub, record)),
+        categories=runnable_categories(hub, caller, record),
         tags=list(record.tags),
         attestation=AttestationSummary(
             agent_version=baseline.get("agentVersion"),

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from sonde.hub.errors import HubError
 
@@ -41,7 +41,23 @@ TAGS_FIELD: Any = Field(
 
 
 class ToolInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A tool's arguments: only the JSON types its schema names.
+
+    Strict, so ``"5"`` or ``true`` is refused where the schema says integer or
+    number rather than coerced (a JSON integer still passes for a number). One
+    strict refusal JSON Schema does not make: a whole number written ``5.0`` is
+    an integer there, so it is taken as one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def whole_number_as_integer(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, float) and value.is_integer() and info.field_name is not None:
+            if cls.model_fields[info.field_name].annotation is int:
+                return int(value)
+        return value
 
 
 class ToolOutput(BaseModel):

@@ -6,9 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from sonde.hub.diagnostics import describe_categories, runbooks_for
+from sonde.hub.diagnostics import describe_categories
 from sonde.hub.probing import agent_probes, visible_agents
 from sonde.hub.tools.base import TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.views import runnable_categories
 
 
 class PackOut(BaseModel):
@@ -57,10 +58,11 @@ class CapabilitiesOutput(ToolOutput):
 
 
 LIST_CAPABILITIES = f"""Discover what you can ask: every agent you can reach with its status, packs
-(with versions), probe names and diagnostic categories; then each probe ONCE with its description
-and parameter JSON schema, and each category with what it checks. Call it before probe or diagnose
-whenever you are not sure of a probe or category name. On a large fleet 'agents' shows the first
-'limit' (default {DEFAULT_AGENTS_SHOWN}) by name; the probes and categories cover every agent."""
+(with versions), the probe names and diagnostic categories your key can run; then each probe ONCE
+with its description and parameter JSON schema, and each category with what it checks. Call it
+before probe or diagnose whenever you are not sure of a probe or category name. On a large fleet
+'agents' shows the first 'limit' (default {DEFAULT_AGENTS_SHOWN}) by name; the probes and categories
+cover every agent."""
 
 
 async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> CapabilitiesOutput:
@@ -82,7 +84,7 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
                         name=name, description=probe["description"], params_schema=probe["paramsSchema"]
                     ),
                 )
-        categories = sorted(runbooks_for(hub, record))
+        categories = runnable_categories(hub, caller, record)
         used_categories.update(categories)
         agents.append(
             AgentCapabilities(

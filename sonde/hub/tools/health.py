@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import trio
 from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
-from sonde.hub.errors import Denial, forbidden, not_found, unavailable
+from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.policy import has_tags, normalize_tags
 from sonde.hub.probing import capitalized, current_status, held, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
@@ -24,6 +24,9 @@ from sonde.hub.tools.base import (
     ToolSpec,
 )
 from sonde.packs.executor import cap_result
+
+if TYPE_CHECKING:
+    from sonde.hub.auth import Caller
 
 CATEGORY = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 READING_CAP_BYTES = 16 * 1024
@@ -113,7 +116,7 @@ per-category status, the first that applies of critical > warning > incomplete >
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
 probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A requested
 category no matching agent has is refused, or, when others were run, listed in categories_not_found;
-tags no agent carries are refused.
+tags no agent carries are refused, and so is a check when your key reaches no agent at all.
 Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
 Pass tags only when the user names them with '#'."""
 
@@ -216,11 +219,23 @@ def check_agent_tags(record: AgentRecord, tags: list[str]) -> None:
     )
 
 
+def nothing_to_check(caller: Caller) -> HubError:
+    """The refusal of a health_check with no agent at all to check (the tags refusal's sibling)."""
+    why = "none is enrolled"
+    if not caller.is_admin:  # whether any is enrolled is not this key's to know
+        why = f"your API key's policy ({caller.policy.describe()}) reaches no enrolled agent, or {why}"
+    return not_found(
+        f"No agent you can reach to check: {why}. Call list_agents to see the agents you can reach."
+    )
+
+
 def matching_agents(call: ToolCall, args: HealthCheckInput) -> list[AgentRecord]:
     """The agent named (if it carries the tags), else every visible agent with the tags."""
     if args.agent is None:
         records = visible_agents(call.hub, call.caller, args.tags)
-        if args.tags and not records:  # checking nothing would read as an all-clear
+        if not records and not args.tags:  # checking nothing would read as an all-clear
+            raise nothing_to_check(call.caller)
+        if not records:  # the same, for tags no agent carries
             in_use = sorted({tag for r in visible_agents(call.hub, call.caller) for tag in r.tags})
             wanted, shown = hashtags(normalize_tags(args.tags)), hashtags(in_use[:30]) or "none"
             raise not_found(
@@ -237,7 +252,7 @@ def missing_categories(requested: list[str], records: list[AgentRecord], offered
     """The requested categories that none of ``records`` (offering ``offered``) has.
 
     Refuses when that is every requested category: running nothing would read as an all-clear.
-    With no matching agent at all there is nothing to say (agents_checked is 0).
+    With no matching agent at all there is nothing to say (`matching_agents` refused that already).
     """
     if not records:
         return []

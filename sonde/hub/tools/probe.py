@@ -10,12 +10,17 @@ from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import AGENT_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.protocol.names import PROBE_NAME_PATTERN
 
+# Probe names are a pack, an area and a metric ('postgres.queries.long_running': 29 characters);
+# a longer one is no probe, and the refusal must not echo a megabyte back.
+MAX_PROBE_NAME_CHARS = 128
+
 
 class ProbeInput(ToolInput):
     agent: Annotated[str, AGENT_FIELD]
     probe: Annotated[
         str,
         Field(
+            max_length=MAX_PROBE_NAME_CHARS,
             pattern=PROBE_NAME_PATTERN,
             description="Probe name like 'system.memory.usage'. Take it from list_capabilities; never guess.",
         ),

@@ -1,4 +1,5 @@
-"""Shared views of agents for tools and REST, as plain data (who may see what: `sonde.hub.probing`)."""
+"""Shared views of agents for tools and REST, as plain data (who may see which agent:
+`sonde.hub.probing`; which of an agent's categories a key can run: `runnable_categories`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from sonde.hub.agent_records import AgentRecord
+from sonde.hub.diagnostics import runbooks_for
 
 if TYPE_CHECKING:
+    from sonde.hub.auth import Caller
     from sonde.hub.core import Hub
 
 
@@ -43,4 +46,14 @@ def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
         agent_version=record.agent_version,
         packs=pack_labels(record),
         tags=list(record.tags or []),
+    )
+
+
+def runnable_categories(hub: Hub, caller: Caller, record: AgentRecord) -> list[str]:
+    """The agent's diagnostic categories of which the caller's key may run at least one probe:
+    diagnose refuses the others, so listing them would only send a model into that refusal."""
+    return sorted(
+        category
+        for category, runbook in runbooks_for(hub, record).items()
+        if any(caller.allows_probe(probe) for probe in runbook.probes)
     )

@@ -1,0 +1,129 @@
+"""What one API key is shown, through the shared fleet's real hub and agents and the real mcp client.
+
+- agent_overview's recent probes are the newest probes that key may see, however many other
+  calls name the agent; a member key sees only its own, as in query_logs' audit source;
+- list_capabilities and agent_overview list only the categories the key can run;
+- health_check with no agent for the key to check is refused, never an empty all-clear.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.packs.registry import load_packs
+from tests.e2e.harness import SharedFleet
+from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.procs import RunningHub, running_hub
+
+pytestmark = pytest.mark.e2e
+
+
+def member_key(hub: RunningHub, name: str, agents: list[str], probes: list[str]) -> str:
+    """A member key made over REST, with this policy; returns its secret."""
+    body = {"name": name, "role": "member", "policy": {"agents": agents, "probes": probes}}
+    with hub.client() as http:
+        created = http.post("/api/v1/api-keys", json=body)
+    assert created.status_code == 201, created.text
+    secret: str = created.json()["secret"]
+    return secret
+
+
+def probe_values(overview: dict[str, Any]) -> list[tuple[str, bool]]:
+    return [(p["probe"], p["by_you"]) for p in overview["recent_probes"]]
+
+
+async def test_recent_probes_reach_past_the_calls_that_are_not_probes(fleet: SharedFleet) -> None:
+    """Before: the newest 200 rows naming the agent were read, then filtered: 205 other calls hid every probe."""
+    hub = fleet.hub
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        for value in (1, 2, 3):
+            await call(client, "probe", agent="alpha", probe="e2e.echo.value", params={"value": value})
+        for _ in range(205):
+            await call(client, "agent_overview", agent="alpha", recent=0)
+        overview = await call(client, "agent_overview", agent="alpha", recent=3)
+    assert probe_values(overview) == [("e2e.echo.value", True)] * 3
+    assert [p["action"] for p in overview["recent_probes"]] == ["mcp.probe"] * 3
+
+
+async def test_a_member_key_sees_only_its_own_probes_as_in_the_audit_source(fleet: SharedFleet) -> None:
+    """Before: agent_overview showed a member other keys' probes (by_you false) that query_logs hid."""
+    hub = fleet.hub
+    mine = member_key(hub, "overview-mine", ["alpha"], ["e2e.*", "system.memory.*"])
+    theirs = member_key(hub, "overview-theirs", ["alpha"], ["e2e.*", "system.memory.*"])
+    async with mcp_client(hub.url, mine) as client:
+        await call(client, "probe", agent="alpha", probe="system.memory.usage")
+    async with mcp_client(hub.url, theirs) as client:
+        await call(client, "probe", agent="alpha", probe="e2e.echo.value", params={"value": 9})
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        await call(client, "probe", agent="alpha", probe="e2e.echo.value", params={"value": 10})
+        everyone = await call(client, "agent_overview", agent="alpha", recent=3)
+    assert probe_values(everyone) == [
+        ("e2e.echo.value", True),  # the admin's own
+        ("e2e.echo.value", False),  # the other member's
+        ("system.memory.usage", False),  # this member's
+    ]
+    async with mcp_client(hub.url, mine) as client:
+        overview = await call(client, "agent_overview", agent="alpha", recent=10)
+        audit = await call(client, "query_logs", source="audit", agent="alpha", lines=100)
+    assert probe_values(overview) == [("system.memory.usage", True)]
+    actors = {entry["actor"] for entry in audit["audit"]}
+    assert len(actors) == 1  # its own calls only, there too
+
+
+def runnable(category: str, probes: list[str]) -> bool:
+    """Whether a key allowed exactly ``probes`` (names, no globs) can run any of ``category``'s probes."""
+    runbooks = {cat: rb for pack in load_packs().packs.values() for cat, rb in pack.runbooks.items()}
+    return any(probe in probes for probe in runbooks[category].probes)
+
+
+async def test_only_the_categories_a_key_can_run_are_listed(fleet: SharedFleet) -> None:
+    """Before: every category of the agent's packs, and diagnose then refused the ones the key runs none of."""
+    hub = fleet.hub
+    echo_only = member_key(hub, "categories-echo", ["alpha"], ["e2e.*"])
+    memory_only = member_key(hub, "categories-memory", ["alpha"], ["system.memory.usage"])
+    async with mcp_client(hub.url, echo_only) as client:
+        caps = await call(client, "list_capabilities")
+        overview = await call(client, "agent_overview", agent="alpha", recent=0)
+        assert [a["agent"] for a in caps["agents"]] == ["alpha"]
+        assert caps["agents"][0]["categories"] == []
+        assert caps["categories"] == []
+        assert overview["categories"] == []
+        assert "allows none of" in await call_error(client, "diagnose", agent="alpha", category="system")
+    async with mcp_client(hub.url, memory_only) as client:
+        caps = await call(client, "list_capabilities")
+        overview = await call(client, "agent_overview", agent="alpha", recent=0)
+        assert caps["agents"][0]["categories"] == ["system"]
+        assert [c["category"] for c in caps["categories"]] == ["system"]
+        assert overview["categories"] == ["system"]
+        diagnosed = await call(client, "diagnose", agent="alpha", category="system")
+        assert {r["probe"] for r in diagnosed["readings"] if r["status"] == "ok"} == {"system.memory.usage"}
+    async with mcp_client(hub.url, hub.admin_key) as client:  # an admin key runs every probe
+        every = (await call(client, "agent_overview", agent="alpha", recent=0))["categories"]
+    assert "system" in every
+    assert [c for c in every if runnable(c, ["system.memory.usage"])] == ["system"]
+
+
+async def test_health_check_with_no_agent_the_key_can_reach_is_refused(fleet: SharedFleet) -> None:
+    """Before: success with agents_checked 0 and no categories, which reads as an all-clear."""
+    hub = fleet.hub
+    nobody = member_key(hub, "health-nobody", ["zzz-*"], [])
+    async with mcp_client(hub.url, nobody) as client:
+        assert (await call(client, "list_agents"))["agents"] == []
+        for arguments in ({}, {"categories": ["system"]}, {"categories": ["nosuch"]}):
+            refused = await call_error(client, "health_check", **arguments)
+            assert refused.startswith("No agent you can reach to check"), (arguments, refused)
+            assert "list_agents" in refused
+            assert "zzz-*" in refused  # the key's policy, as a policy refusal names it
+        tagged = await call_error(client, "health_check", tags=["prod"])
+        assert tagged.startswith("No agent you can reach carries the tags #prod.")  # as before
+
+
+async def test_health_check_on_an_empty_fleet_is_refused(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub:
+        async with mcp_client(hub.url, hub.admin_key) as client:
+            refused = await call_error(client, "health_check", categories=["system"])
+    assert refused.startswith("No agent you can reach to check")
+    assert "none is enrolled" in refused
