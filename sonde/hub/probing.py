@@ -18,6 +18,7 @@ from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
+from sonde.packs.executor import ECHO_CHARS, clipped, describe_params_error
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
 
 if TYPE_CHECKING:
@@ -38,18 +39,8 @@ class Reading:
     redactions: int
 
 
-# The most of a caller's own text (a name, a key) an error message repeats: an MCP body may
-# be 4 MiB, and an answer that echoes it whole costs the model its context.
-ECHO_CHARS = 64
-# The most of one validation message an answer repeats (a pack's own validator may quote its input).
-INVALID_MESSAGE_CHARS = 200
 # The most of an agent's own error message an answer passes on (it may quote the params it was sent).
 AGENT_ERROR_CHARS = 1000
-
-
-def clipped(text: str, limit: int = ECHO_CHARS) -> str:
-    """``text`` cut to its first ``limit`` characters, with '...' when it was longer."""
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def echoed(text: str) -> str:
@@ -57,16 +48,6 @@ def echoed(text: str) -> str:
     if len(text) <= ECHO_CHARS:
         return repr(text)
     return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"
-
-
-def describe_invalid(exc: ValidationError) -> str:
-    """The first five problems as ``field: message``; each name the caller sent (a field, a key)
-    and each message (one may quote its input) cut short."""
-    parts = []
-    for error in exc.errors()[:5]:
-        where = ".".join(clipped(str(part)) for part in error["loc"]) or "params"
-        parts.append(f"{where}: {clipped(error['msg'], INVALID_MESSAGE_CHARS)}")
-    return "; ".join(parts)
 
 
 def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
@@ -117,7 +98,7 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             spec.params.model_validate(params)
         except ValidationError as exc:
             raise HubError(
-                f"Invalid params for {probe}: {describe_invalid(exc)}. "
+                f"Invalid params for {probe}: {describe_params_error(exc)}. "
                 "Its parameter schema is in list_capabilities.",
                 "invalid_params",
             ) from None

@@ -30,7 +30,7 @@ from sonde.hub.auth import BEARER_CHALLENGE, Caller
 from sonde.hub.enrollment import enroll_agent
 from sonde.hub.errors import Denial, HubError, forbidden
 from sonde.hub.keys import EnrollmentRefused
-from sonde.hub.probing import describe_invalid
+from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
 from sonde.protocol.jsontext import escapes_lone_surrogate
 
@@ -66,7 +66,7 @@ async def parse_body(model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ApiError(400, "invalid_body", describe_invalid(exc)) from None
+        raise ApiError(400, "invalid_body", describe_params_error(exc)) from None
 
 
 async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Caller:

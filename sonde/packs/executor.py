@@ -42,11 +42,25 @@ class ProbeOutcome:
     output_bytes: int
 
 
+# The most of a caller's own text (a name, a key) an error message repeats: a request may
+# be megabytes, and an answer that echoes it whole costs the model its context.
+ECHO_CHARS = 64
+# The most of one validation message an answer repeats (a pack's own validator may quote its input).
+INVALID_MESSAGE_CHARS = 200
+
+
+def clipped(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to its first ``limit`` characters, with '...' when it was longer."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def describe_params_error(exc: ValidationError) -> str:
+    """The first five problems as ``field: message``; each name the caller sent (a field, a key)
+    and each message (one may quote its input) cut short."""
     parts = []
     for error in exc.errors()[:5]:
-        where = ".".join(str(p) for p in error["loc"]) or "params"
-        parts.append(f"{where}: {error['msg']}")
+        where = ".".join(clipped(str(part)) for part in error["loc"]) or "params"
+        parts.append(f"{where}: {clipped(error['msg'], INVALID_MESSAGE_CHARS)}")
     return "; ".join(parts)
 
 

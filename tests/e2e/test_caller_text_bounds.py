@@ -34,14 +34,18 @@ async def test_a_long_probe_name_or_params_key_is_not_echoed_whole(fleet: Shared
         )
         assert keyed.startswith("Invalid params for system.cpu.usage: " + "x" * 64 + "...")
         assert len(keyed) < SHORT_ERROR_CHARS
-        # a probe of a pack the hub lacks: the agent refuses it, and the hub passes on 1000 characters
-        # of its message (an agent's own words may run longer than a name)
+        # a probe of a pack the hub lacks: the agent refuses it, cutting the key as the hub does
+        # (and the hub would pass on at most 1000 characters of an agent's own words)
         agent_side = await call_error(
             client, "probe", agent="alpha", probe="e2e.echo.value", params={long_key: 1, "value": 1}
         )
         prefix = "Probe e2e.echo.value failed on alpha (invalid_params): "
-        assert agent_side.startswith(prefix + "invalid params for e2e.echo.value: xxx")
-        assert len(agent_side) == len(prefix) + 1000 + len("...")
+        assert agent_side.startswith(prefix + "invalid params for e2e.echo.value: " + "x" * 64 + "...")
+        assert len(agent_side) < SHORT_ERROR_CHARS
+        # an argument no tool takes, named at length
+        unknown = await call_error(client, "list_agents", **{long_key: 1})
+        assert unknown.startswith("Invalid arguments for list_agents: " + "x" * 64 + "...")
+        assert len(unknown) < SHORT_ERROR_CHARS
     with hub.client() as http:
         rest = http.post("/api/v1/probe", json={"agent": "alpha", "probe": long_probe[:200_000]})
         assert rest.status_code == 400
