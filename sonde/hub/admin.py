@@ -26,7 +26,13 @@ from sonde.hub.audit import (
     prune_audit,
     verify_audit,
 )
-from sonde.hub.db import DatabaseUnusable, database_unusable, open_database, write_transaction
+from sonde.hub.db import (
+    DatabaseUnusable,
+    database_unusable,
+    give_back_free_pages,
+    open_database,
+    write_transaction,
+)
 from sonde.hub.keys import (
     ENROLLMENT_TOKEN_PREFIX,
     EnrollmentTokenRecord,
@@ -302,6 +308,7 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
     db = open_hub_database(data_dir)
     try:
         pruned = prune_audit(db, before)
+        given_back = give_back_free_pages(db) if pruned.rows else 0
     except ValueError as exc:
         err(f"not pruning: {exc}; see `sonde hub audit verify`")
         return 1
@@ -311,9 +318,15 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
     if pruned.rows == 0:
         err(f"no audit rows older than {cutoff}; nothing pruned")
         return 0
+    space = (
+        f"{given_back / 2**20:.1f} MiB given back to the file system"
+        if given_back is not None
+        else "the space they took stays in the file for new rows (this database was made before "
+        "Sonde gave pruned space back)"
+    )
     err(
         f"pruned {pruned.rows} audit rows older than {cutoff} (through row {pruned.through_seq}); "
-        "the prune itself is on the chain, which still verifies"
+        f"the prune itself is on the chain, which still verifies; {space}"
     )
     return 0
 

@@ -170,6 +170,8 @@ def open_database(path: Path, *, check_writable: bool = False, existing: bool = 
         raise _open_error(path, exc) from exc
     try:
         _refuse_other_files(db, path, existing=existing)  # before WAL: a file not ours stays as it was
+        if schema_version(db) == 0:  # a new file: pages freed later (an audit prune) can be given back
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes before WAL and the first table
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         migrate(db, path)
@@ -226,6 +228,27 @@ def _open_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
             "moved away, the hub starts over with an empty store)"
         )
     return error
+
+
+def give_back_free_pages(db: Database, chunk_pages: int = 1024) -> int | None:
+    """Return the file's free pages to the file system, ``chunk_pages`` per short write (a
+    running hub's writes go on in between); the bytes given back, or None when the file was
+    made before Sonde set ``auto_vacuum=INCREMENTAL`` (its free pages are reused for new rows,
+    and only a VACUUM with the hub stopped returns them).
+    """
+    if db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
+        return None
+    page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+    free = first = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+    while free:
+        # executescript steps the pragma to its end; execute() would free a single page
+        db.conn.executescript(f"PRAGMA incremental_vacuum({int(chunk_pages)});")
+        left = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+        if left >= free:
+            break
+        free = left
+    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # the file shrinks as the log is copied back
+    return (first - free) * page_size
 
 
 def open_read_database(path: Path) -> Database:

@@ -118,3 +118,40 @@ def test_the_cli_prunes_beside_the_data_and_refuses_a_short_age(tmp_path: Path, 
         refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
         assert refused.returncode == 2
         assert why in refused.stderr
+
+
+def test_the_cli_gives_the_pruned_space_back(tmp_path: Path, db: Database) -> None:
+    """A new database gives freed pages back (auto_vacuum=INCREMENTAL): the file shrinks."""
+    bulky = "x" * 3000
+    append_many(db, [AuditEntry(actor="key:ops", action="probe.system.cpu", target="web-1", outcome="ok",
+                                detail={"pad": bulky, "i": i}, ts=NOW - 40 * DAY) for i in range(2000)])  # fmt: skip
+    append_many(db, [aged(0, i) for i in range(10)])
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    file = tmp_path / "sonde.db"
+    grown = file.stat().st_size
+    assert grown > 4 * 2**20
+    env = base_env(tmp_path / "home")
+    pruned = run_ok([*SONDE, "hub", "audit", "prune", "--older-than", "30d", "--data-dir", str(tmp_path)],
+                    env=env, timeout=60)  # fmt: skip
+    assert "pruned 2000 audit rows" in pruned.stderr
+    assert "MiB given back to the file system" in pruned.stderr
+    assert file.stat().st_size < grown / 4
+    assert verify_audit(db).ok
+
+
+def test_an_older_database_keeps_its_pruned_space_and_says_so(tmp_path: Path) -> None:
+    import sqlite3
+
+    legacy = sqlite3.connect(tmp_path / "sonde.db")  # made as Sonde made them before auto_vacuum
+    legacy.execute("PRAGMA journal_mode=WAL")
+    legacy.close()
+    db = open_database(tmp_path / "sonde.db")
+    try:
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        append_many(db, [aged(40, i) for i in range(5)])
+    finally:
+        db.close()
+    pruned = run_ok([*SONDE, "hub", "audit", "prune", "--older-than", "30d", "--data-dir", str(tmp_path)],
+                    env=base_env(tmp_path / "home"), timeout=60)  # fmt: skip
+    assert "pruned 5 audit rows" in pruned.stderr
+    assert "stays in the file for new rows" in pruned.stderr
