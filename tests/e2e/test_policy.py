@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.mcpclient import call, call_error, mcp_client
+from tests.e2e.mcpclient import call, call_error, initialize_request, mcp_client
 from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
 
 ALLOWED_PROBES = {"system.memory.usage", "system.info"}
@@ -387,18 +387,10 @@ def test_failed_authentication_is_rate_limited(scoped: tuple[RunningHub, str]) -
     # proxy or a NAT shared with whoever keeps failing.
     with hub.client(key) as http:
         assert http.get("/api/v1/agents").status_code == 200
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
         served = http.post(
-            f"{hub.url}/mcp", json=initialize, headers={"Accept": "application/json, text/event-stream"}
+            f"{hub.url}/mcp",
+            json=initialize_request("2025-11-25"),
+            headers={"Accept": "application/json, text/event-stream"},
         )
         assert served.status_code == 200, served.text
         assert (

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import trio
 
-from sonde.agent.config import AgentConfig
 from sonde.agent.daemon import AgentDaemon
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.executor import execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM
 from sonde.packs.systemd.journal import grep_survives, parse_journal
-from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
+from sonde.protocol.signing import new_private_key
+from tests.agent.fakehub import agent_config
 
 SECRET = "hunter2-" + "q7Zx"
 LOG_LINES = [
@@ -46,14 +46,8 @@ def write_log(directory: Path) -> Path:
 
 
 def daemon_for(allowed: Path) -> AgentDaemon:
-    config = AgentConfig(
-        hub_url="https://hub.example.com",
-        agent_id="agent-1",
-        name="web-1",
-        private_key=private_key_to_text(new_private_key()),
-        hub_public_key=public_key_to_text(new_private_key().public_key()),
-        allowed_paths=[str(allowed)],
-    )
+    config = agent_config("https://hub.example.com", new_private_key(), new_private_key())
+    config = config.model_copy(update={"allowed_paths": [str(allowed)]})
     return AgentDaemon(config, PackRegistry.of([SYSTEM]), connect=None, rng=None, max_delay_s=1)  # type: ignore[arg-type]
 
 
