@@ -46,7 +46,7 @@ from sonde.hub.keys import (
     revoke_enrollment_token,
 )
 from sonde.hub.policy import Policy
-from sonde.packs.executor import describe_params_error
+from sonde.packs.executor import describe_params_error, echoed
 
 
 def err(text: str) -> None:
@@ -81,21 +81,13 @@ def open_hub_database(data_dir: Path) -> Database:
     return open_database(existing_database(data_dir), existing=True)
 
 
-SHOWN_CHARS = 40
 MAX_ARGUMENT_CHARS = 100  # no id, name or token is near this long
-
-
-def shown(text: str) -> str:
-    """``text`` quoted for a message, cut to a short prefix: an argument may be any size."""
-    if len(text) <= SHOWN_CHARS:
-        return repr(text)
-    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
 
 
 def checked_argument(what: str, text: str, *, secret: bool = False) -> str:
     """``text`` when it could be an id, name or token; ValueError otherwise, showing at most a short
     prefix of it (none of a ``secret``)."""
-    quoted = "" if secret else f" {shown(text)}"
+    quoted = "" if secret else f" {echoed(text)}"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # bytes the shell passed as they were: never a hub's id or name
@@ -190,7 +182,7 @@ def key_revoke(data_dir: Path, key_id: str) -> int:
     finally:
         db.close()
     if not revoked:
-        err(f"no active API key with id {shown(key_id)} (see `sonde hub key list`)")
+        err(f"no active API key with id {echoed(key_id)} (see `sonde hub key list`)")
         return 1
     err(f"revoked API key {key_id}; a running hub stops accepting it within a few seconds")
     return 0
@@ -341,7 +333,7 @@ def agent_accept(data_dir: Path, name: str) -> int:
     try:
         agent = find_agent_by_name(db, name) or get_agent(db, name)
         if agent is None:
-            err(f"no agent named {shown(name)}")
+            err(f"no agent named {echoed(name)}")
             return 1
         pending = agent.pending_attestation
         if pending is None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
 from sonde.hub.db import query_one, write_transaction
+from sonde.packs.executor import echoed
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
 
@@ -407,7 +408,7 @@ def parse_duration(text: str) -> float:
 
     Raises ValueError otherwise.
     """
-    shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
+    shown = echoed(text)
     match = _DURATION_RE.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"invalid duration {shown}: use seconds or a number with s, m, h or d (e.g. 15m)")

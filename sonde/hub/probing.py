@@ -18,7 +18,7 @@ from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
-from sonde.packs.executor import ECHO_CHARS, clipped, describe_params_error
+from sonde.packs.executor import clipped, describe_params_error, echoed
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
 
 if TYPE_CHECKING:
@@ -41,13 +41,6 @@ class Reading:
 
 # The most of an agent's own error message an answer passes on (it may quote the params it was sent).
 AGENT_ERROR_CHARS = 1000
-
-
-def echoed(text: str) -> str:
-    """``text`` quoted for an error message: whole when short, else its first `ECHO_CHARS` and its length."""
-    if len(text) <= ECHO_CHARS:
-        return repr(text)
-    return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"
 
 
 def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:

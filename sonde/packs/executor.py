@@ -54,6 +54,13 @@ def clipped(text: str, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def echoed(text: str) -> str:
+    """``text`` quoted for an error message: whole when short, else its first `ECHO_CHARS` and its length."""
+    if len(text) <= ECHO_CHARS:
+        return repr(text)
+    return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"
+
+
 def describe_params_error(exc: ValidationError) -> str:
     """The first five problems as ``field: message``; each name the caller sent (a field, a key)
     and each message (one may quote its input) cut short."""

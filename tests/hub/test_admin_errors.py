@@ -210,7 +210,7 @@ def audit_targets(data_dir: Path) -> list[str]:
 def test_a_huge_argument_is_shown_cut_short_and_never_stored(data_dir: Path, args: list[str]) -> None:
     huge = "a" * 100_000
     done = hub_cli(data_dir, *args, huge)
-    assert_refused(done, 2, f"{'a' * 40!r}... (100000 characters) is too long")
+    assert_refused(done, 2, f"{'a' * 64!r}... (100000 characters) is too long")
     assert len(done.stderr) < 400
     assert all(len(target) <= MAX_TARGET_CHARS + 3 for target in audit_targets(data_dir))
 
@@ -218,8 +218,8 @@ def test_a_huge_argument_is_shown_cut_short_and_never_stored(data_dir: Path, arg
 def test_a_long_argument_is_echoed_as_a_prefix(data_dir: Path) -> None:
     done = hub_cli(data_dir, "key", "revoke", "k" * 90)
     assert done.returncode == 1, done.stderr
-    assert f"no active API key with id {'k' * 40!r}... (90 characters)" in done.stderr
-    assert "k" * 41 not in done.stderr
+    assert f"no active API key with id {'k' * 64!r}... (90 characters)" in done.stderr
+    assert "k" * 65 not in done.stderr
 
 
 def test_the_cli_audit_row_keeps_the_hubs_bounds(data_dir: Path) -> None:
