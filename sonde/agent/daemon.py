@@ -350,7 +350,7 @@ def run_agent(
     enrolled, 3 when the hub no longer knows this agent, 0 after SIGTERM/SIGINT.
     """
     if isinstance(log_level, str):
-        from sonde.hub.logs import checked_log_level
+        from sonde.log_levels import checked_log_level
 
         try:
             log_level = checked_log_level(log_level)

@@ -34,7 +34,7 @@ def configure_logging(level: str) -> None:
 
 def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO") -> int:
     """Run the bridge on this process's stdin/stdout; return the exit code."""
-    from sonde.hub.logs import checked_log_level
+    from sonde.log_levels import checked_log_level
 
     try:
         level = checked_log_level(log_level)

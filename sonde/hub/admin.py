@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlite_utils import Database
 
+from sonde.echo import echoed
 from sonde.hub.audit import (
     AuditEntry,
     append_audit,
@@ -46,7 +47,7 @@ from sonde.hub.keys import (
     revoke_enrollment_token,
 )
 from sonde.hub.policy import Policy
-from sonde.packs.executor import describe_params_error, echoed
+from sonde.packs.executor import describe_params_error
 
 
 def err(text: str) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
+from sonde.echo import echoed
 from sonde.hub.db import query_one, write_transaction
-from sonde.packs.executor import echoed
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
 

@@ -11,20 +11,6 @@ import logging
 import sys
 import time
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def checked_log_level(text: str) -> str:
-    """``text`` as one of `LOG_LEVELS` (any case is fine); ValueError, naming the choices, otherwise."""
-    level = text.upper()
-    if level not in LOG_LEVELS:
-        shown = repr(text[:40]) + ("..." if len(text) > 40 else "")
-        raise ValueError(
-            f"--log-level (or SONDE_LOG_LEVEL) {shown} is not a log level: use {', '.join(LOG_LEVELS[:-1])} "
-            f"or {LOG_LEVELS[-1]}"
-        )
-    return level
-
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 from pydantic import JsonValue, ValidationError
 
+from sonde.echo import clipped, echoed
 from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
-from sonde.packs.executor import clipped, describe_params_error, echoed
+from sonde.packs.executor import describe_params_error
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from pathlib import Path
 import trio
 
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
-from sonde.hub.logs import checked_log_level
 from sonde.hub.tls_files import TLSFileError, check_tls_files
+from sonde.log_levels import checked_log_level
 
 
 def build_config(

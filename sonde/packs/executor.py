@@ -17,6 +17,7 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
+from sonde.echo import clipped
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import PathNotAllowed, ProbeContext
 from sonde.packs.registry import PackRegistry
@@ -42,23 +43,8 @@ class ProbeOutcome:
     output_bytes: int
 
 
-# The most of a caller's own text (a name, a key) an error message repeats: a request may
-# be megabytes, and an answer that echoes it whole costs the model its context.
-ECHO_CHARS = 64
 # The most of one validation message an answer repeats (a pack's own validator may quote its input).
 INVALID_MESSAGE_CHARS = 200
-
-
-def clipped(text: str, limit: int = ECHO_CHARS) -> str:
-    """``text`` cut to its first ``limit`` characters, with '...' when it was longer."""
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def echoed(text: str) -> str:
-    """``text`` quoted for an error message: whole when short, else its first `ECHO_CHARS` and its length."""
-    if len(text) <= ECHO_CHARS:
-        return repr(text)
-    return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"
 
 
 def describe_params_error(exc: ValidationError) -> str:
