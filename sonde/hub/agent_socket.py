@@ -182,7 +182,8 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
     if record is None:
         revoked = await hub.store.read(is_revoked, message.agent_id)
         if revoked:
-            raise Refused("revoked", "this agent was removed by an admin; enroll it again with a new token")
+            # the fix is the agent's to name: `sonde enroll` for a service, a restart for `sonde up`'s own
+            raise Refused("revoked", "this agent was removed by an admin")
         raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
     try:
         verify_frame(raw, public_key_from_text(record.public_key))

@@ -105,6 +105,10 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
             procs[0].wait_for(re.compile(r"disconnected from \S+: .*removed by an admin"))
             wait_until(lambda: procs[0].popen.poll() is not None, timeout=15)  # refused at its reconnect
             assert procs[0].popen.returncode == 3, procs[0].output
+            # one piece of advice, the agent's own (the hub cannot know how this agent was enrolled)
+            procs[0].wait_for(
+                re.compile(r"\(revoked: this agent was removed by an admin\); re-enroll with `sonde enroll")
+            )
         finally:
             for proc in procs:
                 proc.stop()
