@@ -6,9 +6,10 @@ end-to-end test catch a handler that adds or renames a key.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from sonde.hub.audit import AuditEntry
 from sonde.hub.keys import ApiKeyRecord, EnrollmentTokenRecord
@@ -20,10 +21,19 @@ class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class Health(Answer):
     status: Literal["ok", "degraded"]
     version: str
-    problem: str | None = Field(default=None, description="Why calls are refused; only when degraded")
+    # absent when ok, never null: the document says an optional string, with no default
+    problem: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Why calls are refused; only when degraded",
+        json_schema_extra=_no_default,
+    )
 
 
 class AgentList(Answer):

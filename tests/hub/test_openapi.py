@@ -52,3 +52,15 @@ async def test_each_path_parameter_is_declared_and_described(app: QuartTrio) -> 
             declared = [p for p in operation.get("parameters", []) if p["in"] == "path"]
             assert [p["name"] for p in declared] == re.findall(r"\{([^}]+)\}", path), (method, path)
             assert all(p["required"] and p["description"] for p in declared), (method, path)
+
+
+async def test_health_declares_its_problem_a_string_it_never_sends_null(app: QuartTrio) -> None:
+    document = await served_document(app)
+    responses = document["paths"]["/api/v1/health"]["get"]["responses"]
+    for status in ("200", "503"):
+        schema = responses[status]["content"]["application/json"]["schema"]
+        if "$ref" in schema:
+            schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+        problem = schema["properties"]["problem"]
+        assert problem["type"] == "string", problem
+        assert "problem" not in schema.get("required", []), schema
