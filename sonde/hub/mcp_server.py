@@ -144,10 +144,10 @@ async def call_tool(
         return tool_error(f"Invalid arguments for {spec.name}: {describe_params_error(exc)}")
     except ToolError as exc:
         outcome = exc.code
-        if (
-            exc.denial is not None
-        ):  # refused by the key's policy (a hidden agent reads as unknown to the caller)
-            detail.update(reason=exc.denial.reason, **exc.denial.detail)
+        if exc.denial is not None:  # refused by the key's role or policy: a row shaped as REST's
+            # (a hidden agent reads as unknown to the caller; the row says it was the policy)
+            outcome = "denied"
+            detail.update(code=exc.code, reason=exc.denial.reason, **exc.denial.detail)
         return tool_error(str(exc))
     except trio.Cancelled:
         outcome = "cancelled"

@@ -118,18 +118,19 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         key_id = next(k["id"] for k in admin.get("/api/v1/api-keys").json()["keys"] if k["name"] == "scoped")
         rows = admin.get("/api/v1/audit", params={"key": key_id, "limit": 1000}).json()["entries"]
     refusals = [
-        (row["action"], row["target"], row["detail"]["reason"])
+        (row["action"], row["target"], row["outcome"], row["detail"]["code"], row["detail"]["reason"])
         for row in sorted(rows, key=lambda row: row["seq"])
         if row["action"].startswith("mcp.call.") and "reason" in row["detail"]
     ]
+    # outcome `denied`, as a refused REST request's row says it: one search finds both
     assert refusals == [
-        ("mcp.call.probe", "alpha", "probe_not_allowed"),
-        ("mcp.call.probe", "beta", "agent_not_allowed"),
-        ("mcp.call.diagnose", "beta", "agent_not_allowed"),
-        ("mcp.call.agent_overview", "beta", "agent_not_allowed"),
-        ("mcp.call.health_check", "beta", "agent_not_allowed"),
-        ("mcp.call.query_logs", "beta", "agent_not_allowed"),
-        ("mcp.call.query_logs", "beta", "agent_not_allowed"),
+        ("mcp.call.probe", "alpha", "denied", "forbidden", "probe_not_allowed"),
+        ("mcp.call.probe", "beta", "denied", "not_found", "agent_not_allowed"),
+        ("mcp.call.diagnose", "beta", "denied", "not_found", "agent_not_allowed"),
+        ("mcp.call.agent_overview", "beta", "denied", "not_found", "agent_not_allowed"),
+        ("mcp.call.health_check", "beta", "denied", "not_found", "agent_not_allowed"),
+        ("mcp.call.query_logs", "beta", "denied", "not_found", "agent_not_allowed"),
+        ("mcp.call.query_logs", "beta", "denied", "not_found", "agent_not_allowed"),
     ]
 
 
