@@ -115,12 +115,15 @@ def test_a_database_that_is_not_sqlite_is_named_and_left_alone(tmp_path: Path) -
     assert (data_dir / "sonde.db").read_bytes() == garbage
 
 
-def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user_version", [0, 1, 99], ids=["unversioned", "a version of ours", "past ours"])
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path, user_version: int) -> None:
+    """Its own user_version (many programs set one) does not make it ours, nor a newer Sonde's."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     with sqlite3.connect(data_dir / "sonde.db") as foreign:
         foreign.execute("CREATE TABLE agents (x)")  # a name the hub's schema has too
         foreign.execute("CREATE TABLE recipes (name TEXT)")
+        foreign.execute(f"PRAGMA user_version={user_version}")
     foreign.close()
     done = sonde(tmp_path, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir))
     assert_one_clear_message(
@@ -129,7 +132,7 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path)
     assert "nothing was changed" in done.stderr
     with sqlite3.connect(data_dir / "sonde.db") as kept:
         assert kept.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # not switched to WAL
-        assert kept.execute("PRAGMA user_version").fetchone() == (0,)
+        assert kept.execute("PRAGMA user_version").fetchone() == (user_version,)
         assert kept.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall() == [
             ("agents",),
             ("recipes",),

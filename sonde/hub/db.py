@@ -99,6 +99,7 @@ def _migration_2_token_revocation(db: Database) -> None:
 
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial, _migration_2_token_revocation)
 SCHEMA_VERSION = len(MIGRATIONS)
+HUB_TABLES = {"meta", "agents", "audit"}  # in every hub database since version 1
 
 
 class DatabaseUnusable(sqlite3.DatabaseError):
@@ -195,15 +196,16 @@ def open_database(path: Path, *, check_writable: bool = False, existing: bool = 
 
 def _refuse_other_files(db: Database, path: Path, *, existing: bool) -> None:
     """Raise `NotAHubDatabase` unless ``path`` holds a hub database (or, unless ``existing``, nothing yet)."""
-    if schema_version(db) > 0:
-        return
-    names = [row[0] for row in db.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 4")]
-    if names:
+    names = [row[0] for row in db.execute("SELECT name FROM sqlite_master ORDER BY name")]
+    if schema_version(db) > 0 and HUB_TABLES <= set(names):
+        return  # ours, at some version (`migrate` refuses a newer one)
+    if names or schema_version(db) > 0:  # another program's, whatever version it says it is
         shown = ", ".join(repr(name[:40]) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+        held = f"it holds another program's tables ({shown})" if names else "it holds no tables"
         raise NotAHubDatabase(
-            f"{path} is not a hub database: it holds another program's tables ({shown}) and no hub "
-            "schema; nothing was changed. Point --data-dir (or SONDE_DATA_DIR) at the hub's data "
-            "directory, or move that file away"
+            f"{path} is not a hub database: {held} and no hub schema (user_version "
+            f"{schema_version(db)}); nothing was changed. Point --data-dir (or SONDE_DATA_DIR) at "
+            "the hub's data directory, or move that file away"
         )
     if existing:
         raise NotAHubDatabase(
