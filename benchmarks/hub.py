@@ -23,9 +23,9 @@ import trio
 from benchmarks.pack import write_entry_point
 from benchmarks.procs import Child, ProcessMeter, child_env, open_child, python_module
 from sonde.agent.identity import code_hash
+from sonde.hub.core import FIRST_KEY_FILE
 
 URL_LINE = re.compile(r"sonde hub listening on (\S+)")
-KEY_LINE = re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$")
 HUB_START_TIMEOUT_S = 60.0
 REST_TIMEOUT_S = 60.0
 
@@ -123,11 +123,11 @@ async def running_hub(
     async with open_child(name, argv, env=workspace.env(name), log_dir=workspace.log_dir) as child:
         url = (await child.wait_stderr(URL_LINE, HUB_START_TIMEOUT_S)).group(1)
         start_s = trio.current_time() - started
-        if data.admin_key is None:
-            keys = child.stderr_matching(KEY_LINE)
-            if not keys:
-                raise RuntimeError(f"the hub printed no admin key at its first start:\n{child.describe()}")
-            data.admin_key = keys[0].group(1)
+        if data.admin_key is None:  # stderr is a pipe: the hub wrote its first key to a file, not its log
+            key_file = data.data_dir / FIRST_KEY_FILE
+            if not key_file.exists():
+                raise RuntimeError(f"the hub wrote no admin key at its first start:\n{child.describe()}")
+            data.admin_key = key_file.read_text().strip()
         yield RunningHub(child, url, data.admin_key, data, start_s)
 
 

@@ -25,9 +25,10 @@ from sonde.agent.enroll import enroll
 from sonde.agent.identity import active_packs, default_agent_name
 from sonde.hub.agent_records import get_agent
 from sonde.hub.attestation import accept_held
+from sonde.hub.audit import record_entry
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
-from sonde.hub.db import open_database
+from sonde.hub.db import open_database, write_transaction
 from sonde.hub.keys import create_api_key, create_enrollment_token, find_api_key
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
@@ -48,7 +49,9 @@ def quickstart_key(data_dir: Path) -> str:
             secret = json.loads(state_path.read_text()).get("apiKey")
             if isinstance(secret, str) and find_api_key(db, secret) is not None:
                 return secret
-        _, secret = create_api_key(db, "quickstart", role="admin")
+        with write_transaction(db):
+            key, secret = create_api_key(db, "quickstart", role="admin")
+            record_entry(db, "quickstart", "quickstart.api_key.create", key.id, name=key.name, role=key.role)
     finally:
         db.close()
     fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

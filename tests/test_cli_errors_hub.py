@@ -16,7 +16,7 @@ import pytest
 from sonde.agent.config import AgentConfig, save_config
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from tests.e2e.mcpclient import initialize_request
-from tests.e2e.procs import SONDE, URL_LINE, base_env, spawn, wait_until
+from tests.e2e.procs import SONDE, URL_LINE, base_env, first_admin_key, spawn, wait_until
 from tests.subprocs import run_any, without_file_overrides
 
 LEVEL_REFUSED = "is not a log level: use DEBUG, INFO, WARNING or ERROR"
@@ -247,7 +247,7 @@ def test_allowed_hosts_may_be_separated_by_commas_or_spaces(tmp_path: Path, host
     env = {**base_env(tmp_path / "home"), "SONDE_ALLOWED_HOSTS": hosts}
     proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], env)
     try:
-        key = proc.wait_for(re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$"), timeout=30).group(1)
+        key = first_admin_key(proc, tmp_path / "data")
         url = proc.wait_for(URL_LINE, timeout=30).group(1)
         assert host_answer(url, key, "a.example") == 200
         assert host_answer(url, key, "b.example") == 200

@@ -20,11 +20,8 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed
 from sonde.hub.audit import (
-    AuditEntry,
-    append_audit,
-    bounded_detail,
-    bounded_target,
     prune_audit,
+    record_entry,
     verify_audit,
 )
 from sonde.hub.db import (
@@ -121,17 +118,8 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
 
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
-    """Put a CLI admin action on the audit chain (actor ``cli``), its target and detail cut to the
-    bounds the hub keeps (they may hold what was typed)."""
-    entry = AuditEntry(
-        actor="cli",
-        action=action,
-        target=bounded_target(target),
-        outcome=outcome,
-        detail=bounded_detail(detail),
-        ts=time.time(),
-    )
-    append_audit(db, entry)
+    """Put a CLI admin action on the audit chain (actor ``cli``)."""
+    record_entry(db, "cli", action, target, outcome, **detail)
 
 
 def utc_text(ts: float) -> str:

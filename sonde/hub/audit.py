@@ -187,6 +187,22 @@ def append_audit(db: Database, entry: AuditEntry) -> int:
     return append_many(db, [entry])[0]
 
 
+def record_entry(
+    db: Database, actor: str, action: str, target: str | None, outcome: str = "ok", **detail: JsonValue
+) -> int:
+    """Put one action on the chain now (in the caller's transaction, if one is open), its target
+    and detail cut to the bounds the hub keeps: they may hold what was typed."""
+    entry = AuditEntry(
+        actor=actor,
+        action=action,
+        target=bounded_target(target),
+        outcome=outcome,
+        detail=bounded_detail(detail),
+        ts=time.time(),
+    )
+    return append_audit(db, entry)
+
+
 def verify_audit(db: Database) -> AuditVerification:
     """Recompute the whole chain in order; reports the first edited, missing or cut row.
 

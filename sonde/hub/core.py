@@ -8,6 +8,7 @@ can run in one process.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 import time
@@ -21,11 +22,11 @@ import trio
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import list_agents
-from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target
+from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig, default_data_dir
-from sonde.hub.db import get_meta, open_database, set_meta
+from sonde.hub.db import get_meta, open_database, set_meta, write_transaction
 from sonde.hub.fleet import Fleet
 from sonde.hub.free_space import watch_free_space
 from sonde.hub.keys import count_active_admin_keys, create_api_key
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 HUB_KEY_META = "hub_private_key"
+FIRST_KEY_FILE = "first-admin-key"  # the first admin key, when the hub's stderr is not a terminal
 
 
 @dataclass
@@ -114,25 +116,46 @@ def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
 
 
 def bootstrap_admin_key(db: Database) -> str | None:
-    """Create the first admin key on an empty store; returns its secret once, else None.
+    """Create the first admin key on an empty store, on the audit chain; returns its secret once, else None.
 
     A store op, run once the hub listens: a first start that fails before then (a
     TLS key that does not match its certificate, a port in use) must not leave an
     admin key behind that nobody was shown."""
     if count_active_admin_keys(db) > 0 or get_meta(db, "bootstrapped") is not None:
         return None
-    _, secret = create_api_key(db, "admin", role="admin")
-    set_meta(db, "bootstrapped", str(time.time()))
+    with write_transaction(db):  # the key, its audit entry and the mark, or none of them
+        key, secret = create_api_key(db, "admin", role="admin")
+        record_entry(db, "hub", "hub.api_key.create", key.id, name=key.name, role=key.role, why="first start")
+        set_meta(db, "bootstrapped", str(time.time()))
     return secret
 
 
 def announce_admin_key(secret: str, data_dir: Path) -> None:
-    """Print the first admin key to the terminal only (never to a log file)."""
+    """Show the first admin key on a terminal, and never put it in a log.
+
+    With stderr a terminal the key is printed there. Otherwise stderr is a log (the
+    journal under systemd, a file) that others may read or ship: the key goes to a
+    file only this user can read, `FIRST_KEY_FILE` in the data directory, and the log
+    says where.
+    """
     where = "" if data_dir == default_data_dir() else f" --data-dir {shlex.quote(str(data_dir))}"
+    more = f"  Create more with `sonde hub key create --name NAME{where}`.\n"
+    if sys.stderr.isatty():
+        print(
+            f"\n  First start: created an admin API key. It is shown once and never again:\n\n    {secret}\n\n{more}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    path = data_dir / FIRST_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # an old file of this name keeps its mode through O_TRUNC
+        handle.write(secret + "\n")
     print(
-        "\n  First start: created an admin API key. It is shown once and never again:\n\n"
-        f"    {secret}\n\n"
-        f"  Create more with `sonde hub key create --name NAME{where}`.\n",
+        f"\n  First start: created an admin API key. stderr is not a terminal, so it is not printed\n"
+        f"  here (logs are read by others): it is in {path}, readable by this user only.\n"
+        f"  Read it, keep it somewhere safe, then delete that file.\n{more}",
         file=sys.stderr,
         flush=True,
     )

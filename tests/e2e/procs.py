@@ -25,6 +25,15 @@ from tests.subprocs import run_ok
 SONDE = [sys.executable, "-m", "sonde"]
 URL_LINE = re.compile(r"sonde hub listening on (\S+)")
 KEY_LINE = re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$")
+KEY_FILE_LINE = re.compile(r"it is in (.+), readable by this user only\.$")
+
+
+def first_admin_key(proc: Proc, data_dir: Path) -> str:
+    """The admin key a hub made at its first start: with stderr a pipe, in a file, never in its log."""
+    path = Path(proc.wait_for(KEY_FILE_LINE).group(1))
+    assert path == data_dir / "first-admin-key"
+    assert path.stat().st_mode & 0o777 == 0o600
+    return path.read_text().strip()
 
 
 @dataclass
@@ -150,10 +159,11 @@ def running_hub(tmp: Path, *extra: str, site: Path | None = None) -> Iterator[Ru
     env = with_site(base_env(tmp / "hubhome"), site)
     proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), *extra], env)
     try:
-        key = proc.wait_for(KEY_LINE).group(1)
+        key = first_admin_key(proc, data_dir)
         # the banner's example command names the data directory (not the default one)
         proc.wait_for(re.compile(re.escape(f"`sonde hub key create --name NAME --data-dir {data_dir}`")))
         url = proc.wait_for(URL_LINE).group(1)
+        assert not any(KEY_LINE.search(line) or key in line for line in proc.lines)  # not in its log
         yield RunningHub(proc, url, key, data_dir, env)
     finally:
         proc.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, mcp_client
@@ -42,3 +43,8 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
     # every run reuses the same key and the same agent identity
     assert seen[0] == seen[1] == seen[2]
     assert not (tmp_path / "home" / ".sonde").exists()
+    # its key is on the audit chain, once: made by the first run, read back by the others
+    with sqlite3.connect(tmp_path / "data" / "sonde.db") as db:
+        made = db.execute("SELECT actor, action FROM audit WHERE action LIKE '%api_key.create'").fetchall()
+    db.close()
+    assert made == [("quickstart", "quickstart.api_key.create")]

@@ -1,0 +1,101 @@
+"""The admin key a hub makes at its first start: shown on a terminal, never put in a log, audited.
+
+Under systemd (or with stderr sent to a file) the hub's stderr is a log that others may
+read or ship: the key goes to a 0600 file in the data directory instead, and the log says
+where. On a terminal it is printed once, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.procs import KEY_LINE, SONDE, URL_LINE, base_env, first_admin_key, running_hub, spawn
+
+
+def audit_rows(data_dir: Path, action_like: str) -> list[tuple[str, str, str | None, str]]:
+    with sqlite3.connect(data_dir / "sonde.db") as db:
+        rows = db.execute(
+            "SELECT actor, action, target, detail FROM audit WHERE action LIKE ? ORDER BY seq", [action_like]
+        ).fetchall()
+    db.close()
+    return rows
+
+
+def test_with_stderr_a_log_the_key_is_in_a_private_file_and_on_the_audit_chain(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--log-format", "json") as hub:  # running_hub: the key is in no line
+        with hub.client() as http:
+            assert http.get("/api/v1/api-keys").status_code == 200  # the file's key is the admin key
+            keys = http.get("/api/v1/api-keys").json()["keys"]
+        assert not any("First start" in line and "sonde_" in line for line in hub.proc.lines)
+    [(actor, action, target, detail)] = audit_rows(hub.data_dir, "%api_key.create")
+    assert (actor, action, target) == ("hub", "hub.api_key.create", keys[0]["id"])
+    assert '"role":"admin"' in detail
+
+    # a second start makes no key, and leaves the file (and its content) as it was
+    (hub.data_dir / "first-admin-key").unlink()
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
+    try:
+        proc.wait_for(URL_LINE, timeout=30)
+        assert not any("First start" in line for line in proc.lines)
+    finally:
+        proc.stop()
+    assert not (hub.data_dir / "first-admin-key").exists()
+    assert len(audit_rows(hub.data_dir, "%api_key.create")) == 1
+
+
+def test_on_a_terminal_the_key_is_printed_once_and_no_file_is_written(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    controller, terminal = pty.openpty()
+    popen = subprocess.Popen(
+        [*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        env=base_env(tmp_path / "home"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    seen = ""
+    try:
+        deadline = time.monotonic() + 30
+        while not URL_LINE.search(seen) and time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if ready:
+                seen += os.read(controller, 4096).decode(errors="replace")
+        url = URL_LINE.search(seen)
+        assert url is not None, seen
+        keys = [m.group(1) for line in seen.splitlines() if (m := KEY_LINE.search(line))]
+        assert len(keys) == 1, seen
+        answer = httpx.get(
+            f"{url.group(1)}/api/v1/api-keys", headers={"Authorization": f"Bearer {keys[0]}"}, timeout=10
+        )
+        assert answer.status_code == 200
+        assert not (data_dir / "first-admin-key").exists()
+        assert re.search(r"shown once and never again", seen)
+    finally:
+        popen.terminate()
+        popen.wait(10)
+        os.close(controller)
+
+
+def test_an_earlier_key_file_is_rewritten_private(tmp_path: Path) -> None:
+    """A file of that name left with a wider mode (a restore, a copy) does not keep it."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    stale = data_dir / "first-admin-key"
+    stale.write_text("old\n")
+    stale.chmod(0o644)
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)], base_env(tmp_path / "home"))
+    try:
+        key = first_admin_key(proc, data_dir)  # checks the mode is 0600
+        assert key.startswith("sonde_")
+    finally:
+        proc.stop()
