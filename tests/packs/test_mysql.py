@@ -246,28 +246,62 @@ async def test_a_cancelled_sample_closes_its_connection(connections: list[Any]) 
     assert await trio.to_thread.run_sync(aborted_clients, observer) == aborted_before
 
 
+async def slow_queries_beside_a_sample(slow: Any, count: int, interval_s: float) -> dict[str, Any]:
+    """A status sample of ``interval_s`` while ``slow`` runs ``count`` queries over long_query_time."""
+
+    def slow_queries() -> None:
+        for _ in range(count):
+            execute(slow, "SELECT SLEEP(0.2)")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, slow_queries)
+        return await run("mysql.status.summary", interval_s=interval_s)
+
+
 async def test_slow_queries_finding(connections: list[Any]) -> None:
     slow = await trio.to_thread.run_sync(connect)
     connections.append(slow)
     await trio.to_thread.run_sync(execute, slow, "SET SESSION long_query_time = 0.1")
-
-    def three_slow_queries() -> None:
-        for _ in range(3):
-            execute(slow, "SELECT SLEEP(0.3)")
-
     before = await run("mysql.status.summary", interval_s=0)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.to_thread.run_sync, three_slow_queries)
-        summary = await run("mysql.status.summary", interval_s=1.5)
-    # at least one of the three lands inside the sample, whatever the scheduling on a busy machine
-    assert summary["slow_queries_per_minute"] >= 60 / summary["sample_s"] - 0.01
+    assert before["slow_queries_in_sample"] is None  # no sample, no count
+    # ten queries of 0.2 s each: most of them finish inside a 2.5 s sample
+    summary = await slow_queries_beside_a_sample(slow, 10, 2.5)
+    assert 1 <= summary["slow_queries_in_sample"] <= 10
     assert summary["queries_per_second"] > 0
     after = await run("mysql.status.summary", interval_s=0)
-    assert after["slow_queries_total"] >= before["slow_queries_total"] + 3
-    [finding] = [f for f in RUNBOOK.evaluate({"mysql.status.summary": summary}) if "slow" in f.title]
-    assert finding.severity == "critical"
-    assert finding.title.startswith("MySQL runs")
-    assert finding.title.endswith("/min slow queries")
+    assert after["slow_queries_total"] >= before["slow_queries_total"] + 10
+    assert after["slow_queries_per_minute_since_start"] == round(
+        after["slow_queries_total"] * 60 / after["uptime_s"], 2
+    )
+    found = [
+        f for f in RUNBOOK.evaluate({"mysql.status.summary": summary}) if "finished in the last" in f.title
+    ]
+    expected = THRESHOLDS["slow_queries_in_sample"].severity(summary["slow_queries_in_sample"])
+    assert [f.severity for f in found] == ([expected] if expected else [])
+    for finding in found:
+        assert finding.title == (
+            f"{summary['slow_queries_in_sample']} MySQL slow queries finished in the last "
+            f"{round(summary['sample_s'], 1):g} s"
+        )
+
+
+async def test_one_slow_query_in_the_sample_is_not_a_rate(connections: list[Any]) -> None:
+    # One 0.2 s query finishing inside the runbook's 1 s sample once read as "MySQL runs
+    # 59.41/min slow queries", a critical finding: a count of one scaled up to a minute.
+    slow = await trio.to_thread.run_sync(connect)
+    connections.append(slow)
+    await trio.to_thread.run_sync(execute, slow, "SET SESSION long_query_time = 0.1")
+    with trio.fail_after(WAIT_S):
+        while True:  # until the query lands inside the sample, whatever the scheduling
+            summary = await slow_queries_beside_a_sample(slow, 1, 1.0)
+            if summary["slow_queries_in_sample"] >= 1:
+                break
+    assert summary["slow_queries_in_sample"] == 1  # a count, with the sample's length
+    assert 1.0 <= summary["sample_s"] < 2
+    assert summary["slow_queries_per_minute_since_start"] < 60
+    slow_findings = [f for f in RUNBOOK.evaluate({"mysql.status.summary": summary}) if "slow" in f.title]
+    # what is left is the average since start, which one query cannot make critical
+    assert [f.title for f in slow_findings if "since start" not in f.title] == []
 
 
 async def test_row_lock_wait_finding(connections: list[Any]) -> None:
@@ -322,7 +356,9 @@ def test_status_arithmetic() -> None:
         "version": "8.0.36",
     }
     summary = summarize_status(before, after, variables, 2.0)
-    assert (summary.queries_per_second, summary.slow_queries_per_minute) == (250.0, 60.0)
+    assert summary.queries_per_second == 250.0
+    # two slow queries in the 2 s sample are a count, not 60 a minute; 7 in 1002 s since start
+    assert (summary.slow_queries_in_sample, summary.slow_queries_per_minute_since_start) == (2, 0.42)
     assert (summary.threads_connected, summary.threads_running) == (140, 0)
     assert summary.connection_usage_percent == 92.7
     assert (summary.long_query_time_s, summary.slow_query_log, summary.refused_max_connections) == (
@@ -331,15 +367,36 @@ def test_status_arithmetic() -> None:
         3,
     )
     titles = {(f.severity, f.title) for f in RUNBOOK.evaluate({"mysql.status.summary": summary.model_dump()})}
-    assert titles == {
-        ("critical", "MySQL uses 92.7% of max_connections"),
-        ("critical", "MySQL runs 60/min slow queries"),
-    }
+    assert titles == {("critical", "MySQL uses 92.7% of max_connections")}
     since_start = summarize_status(after, after, variables, 0.0)
     assert since_start.queries_per_second == round(10_500 / 1002, 2)
+    assert (since_start.slow_queries_in_sample, since_start.sample_s) == (None, 0)
     without_own = summarize_status(before, after, variables, 2.0, own_questions=4)
     assert without_own.queries_per_second == 248.0
     assert summarize_status(before, before, variables, 2.0, own_questions=4).queries_per_second == 0
+
+
+def slow_titles(**readings: float) -> set[tuple[str, str]]:
+    reading = {"slow_queries_total": 0, "sample_s": 1.002, **readings}
+    return {(f.severity, f.title) for f in RUNBOOK.evaluate({"mysql.status.summary": reading})}
+
+
+def test_slow_query_findings_need_more_than_one_query() -> None:
+    assert slow_titles(slow_queries_in_sample=1, slow_queries_total=1, uptime_s=1) == set()
+    assert slow_titles(slow_queries_in_sample=3) == {
+        ("warning", "3 MySQL slow queries finished in the last 1 s")
+    }
+    assert slow_titles(slow_queries_in_sample=12) == {
+        ("critical", "12 MySQL slow queries finished in the last 1 s")
+    }
+    # an average over few slow queries (a young server) says little; over many it is a finding
+    assert slow_titles(slow_queries_total=9, slow_queries_per_minute_since_start=54.0) == set()
+    assert slow_titles(slow_queries_total=600, slow_queries_per_minute_since_start=1.5) == {
+        ("warning", "MySQL has averaged 1.5/min slow queries since start")
+    }
+    assert slow_titles(slow_queries_total=6000, slow_queries_per_minute_since_start=15.0) == {
+        ("critical", "MySQL has averaged 15/min slow queries since start")
+    }
 
 
 def test_innodb_arithmetic_and_findings() -> None:

@@ -378,3 +378,130 @@ def test_database_origin_follows_the_endpoint_order() -> None:
     ctx.settings.packs["postgres"] = {"database": "app"}
     assert "packs.postgres.database" in database_origin(ctx, PostgresParams())
     assert database_origin(ctx, PostgresParams(database="other")) == "the probe's database param"
+
+
+# Sonde's own sessions, long transactions, and sizes this user may not read
+
+
+def connect_as_sonde(database: str = "postgres") -> psycopg.Connection[Any]:
+    """A session named as Sonde's probes name theirs (application 'sonde')."""
+    return psycopg.connect(
+        f"host=127.0.0.1 port=5432 user=postgres dbname={database} connect_timeout=3",
+        autocommit=True,
+        application_name="sonde",
+    )
+
+
+async def test_a_long_transaction_of_short_statements_is_long_running() -> None:
+    # A transaction open for long running only short statements was invisible: the probe
+    # went by when the statement started, not the transaction.
+    session = await trio.to_thread.run_sync(connect, False)
+    pid = session.info.backend_pid
+    try:
+        await trio.to_thread.run_sync(lambda: execute(session, "SELECT 1"))  # the transaction begins
+        with trio.fail_after(WAIT_S):
+            while True:
+                await trio.to_thread.run_sync(lambda: execute(session, "SELECT 1"))  # a fresh statement
+                found = await run("postgres.queries.long_running", min_duration_s=1)
+                if any(q["pid"] == pid for q in found["queries"]):
+                    break
+                await trio.sleep(POLL_S)
+        [query] = [q for q in found["queries"] if q["pid"] == pid]
+        assert query["transaction_s"] >= 1
+        assert query["duration_s"] < 1  # the statement is recent: the transaction is what is long
+        assert (query["state"], query["query"]) == ("idle in transaction", "SELECT 1")
+        ages = [max(q["transaction_s"] or 0, q["duration_s"] or 0) for q in found["queries"]]
+        assert ages == sorted(ages, reverse=True)  # longest first, by the same age
+        runbook = build_runbook({**THRESHOLDS, "long_query_s": Threshold(warning=1, critical=600, unit=" s")})
+        [finding] = runbook.evaluate({"postgres.queries.long_running": {**found, "queries": [query]}})
+        assert finding.severity == "warning"
+        assert finding.title.startswith("A PostgreSQL transaction has been open for")
+        assert f"PID {pid}" in finding.detail
+        assert "its current or last statement started" in finding.detail
+    finally:
+        await trio.to_thread.run_sync(session.close)
+
+
+@pytest.fixture
+async def hunt_fix_database() -> AsyncIterator[str]:
+    """A fresh database no one else uses, dropped afterwards (with any sessions left on it)."""
+    name = f"hunt_fix_db_{uuid.uuid4().hex[:12]}"
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        await trio.to_thread.run_sync(lambda: execute(admin, f"CREATE DATABASE {name}"))
+        yield name
+    finally:
+        await trio.to_thread.run_sync(lambda: execute(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_database_connections_leave_out_sonde(
+    hunt_fix_database: str, extra_connections: list[psycopg.Connection[Any]]
+) -> None:
+    # Sonde's own sessions were counted as the database's connections (6 on a server with no clients)
+    for _ in range(2):
+        extra_connections.append(await trio.to_thread.run_sync(connect_as_sonde, hunt_fix_database))
+    extra_connections.append(
+        await trio.to_thread.run_sync(
+            lambda: psycopg.connect(DSN.replace("dbname=postgres", f"dbname={hunt_fix_database}"))
+        )
+    )
+    found = await run("postgres.databases.sizes")
+    [database] = [db for db in found["databases"] if db["name"] == hunt_fix_database]
+    assert (database["connections"], database["sonde_sessions"]) == (1, 2)
+    [postgres] = [db for db in found["databases"] if db["name"] == "postgres"]
+    assert postgres["sonde_sessions"] >= 1  # the probe's own session
+
+
+async def test_lock_counts_leave_out_sonde(
+    locked_table: str, extra_connections: list[psycopg.Connection[Any]]
+) -> None:
+    # Sonde's own locks (its session's AccessShareLock and the like) were in the lock counts
+    def row_share_lock(connection: psycopg.Connection[Any]) -> None:
+        execute(connection, "BEGIN")
+        execute(connection, f"LOCK TABLE {locked_table} IN ROW SHARE MODE")
+
+    sonde = await trio.to_thread.run_sync(connect_as_sonde)
+    other = await trio.to_thread.run_sync(connect)
+    extra_connections += [sonde, other]
+    for connection in (sonde, other):
+        await trio.to_thread.run_sync(row_share_lock, connection)
+    found = await run("postgres.locks.blocked")
+    counted = {(lock["mode"], lock["granted"]): lock["count"] for lock in found["lock_counts"]}
+    assert counted.get(("RowShareLock", True)) == 1  # the other session's, not the one named 'sonde'
+    for connection in (sonde, other):
+        await trio.to_thread.run_sync(lambda connection=connection: execute(connection, "ROLLBACK"))
+
+
+@pytest.fixture
+async def hunt_fix_unreadable_database() -> AsyncIterator[tuple[str, str]]:
+    """A login role, and a database it may not connect to (so may not size), both dropped afterwards."""
+    suffix = uuid.uuid4().hex[:12]
+    role, database = f"hunt_fix_role_{suffix}", f"hunt_fix_noconnect_{suffix}"
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for sql in (
+            f"CREATE ROLE {role} LOGIN",
+            f"CREATE DATABASE {database}",
+            f"REVOKE CONNECT ON DATABASE {database} FROM PUBLIC",
+        ):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        yield role, database
+    finally:
+        for sql in (f"DROP DATABASE IF EXISTS {database}", f"DROP ROLE IF EXISTS {role}"):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_total_size_says_what_it_left_out(hunt_fix_unreadable_database: tuple[str, str]) -> None:
+    # A database this user may not size used to count as 0 in the total, silently
+    role, database = hunt_fix_unreadable_database
+    everything = await run("postgres.databases.sizes")
+    assert everything["left_out_of_total"] == 0  # the superuser sizes every database
+    limited = await run("postgres.databases.sizes", user=role)
+    [hidden] = [db for db in limited["databases"] if db["name"] == database]
+    assert hidden["size_bytes"] is None
+    unsized = [db for db in limited["databases"] if db["size_bytes"] is None]
+    assert limited["left_out_of_total"] == len(unsized) >= 1
+    assert limited["total_size_bytes"] == sum(db["size_bytes"] or 0 for db in limited["databases"])
+    assert limited["total_size_bytes"] < everything["total_size_bytes"]

@@ -162,6 +162,25 @@ def test_slowlog_entry_is_cut() -> None:
     )
 
 
+def test_slowlog_entry_from_bytes_reads_as_text() -> None:
+    # redis-py's slowlog_get leaves every field bytes, even with decode_responses
+    entry = slow_entry(
+        {
+            "id": 4,
+            "start_time": 1714990272,
+            "duration": 42813,
+            "command": b"eval return 1 1 key\xff",
+            "client_address": b"127.0.0.1:34022",
+            "client_name": b"",
+        }
+    )
+    assert (entry.command, entry.client, entry.client_name) == (
+        "eval return 1 1 key\ufffd",
+        "127.0.0.1:34022",
+        None,
+    )
+
+
 # the real Redis
 
 
@@ -187,6 +206,39 @@ async def test_slowlog(admin: redis.Redis) -> None:
     found = await run("redis.slowlog.entries", limit=5)
     assert found["length"] >= len(found["entries"])
     assert len(found["entries"]) <= 5
+
+
+SLOW_SCRIPT_LOOPS = 3_000_000  # about 40 ms of Lua: over the default slowlog-log-slower-than of 10 ms
+
+
+async def test_slowlog_reads_like_redis_cli(admin: redis.Redis) -> None:
+    # The command came back as a Python bytes repr: 'b"eval local i=0 ... 0"'
+    slower_than_us = int(admin.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"])
+    require(0 <= slower_than_us <= 20_000, f"slowlog-log-slower-than is {slower_than_us} µs here")
+    marker = f"hunt_fix_{uuid.uuid4().hex[:12]}"
+    script = f"local i=0 while i<{SLOW_SCRIPT_LOOPS} do i=i+1 end return '{marker}'"
+    slow = client()
+    try:  # a key argument that is not UTF-8, as data may be (the script does not touch it)
+        await trio.to_thread.run_sync(slow.execute_command, "EVAL", script, 1, b"hunt_fix_key_\xff")
+    finally:
+        slow.close()
+    found = await run("redis.slowlog.entries", limit=128)
+    [entry] = [e for e in found["entries"] if marker in e["command"]]
+    assert entry["command"] == f"EVAL {script} 1 hunt_fix_key_\ufffd"
+    assert entry["client"].startswith("127.0.0.1:")
+    assert entry["duration_us"] >= slower_than_us
+
+
+async def test_connected_clients_leave_out_the_probe(admin: redis.Redis) -> None:
+    # The probe's own connection was counted among the clients
+    with trio.fail_after(15):
+        while True:
+            before = int(admin.info("clients")["connected_clients"])  # the admin's own included
+            found = await run("redis.server.info")
+            if int(admin.info("clients")["connected_clients"]) == before:  # no client came or went
+                break
+            await trio.sleep(0.1)
+    assert found["connected_clients"] == before
 
 
 async def test_memory_near_maxmemory_finding(admin: redis.Redis, restored_config: None) -> None:

@@ -10,11 +10,16 @@ from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshol
 
 THRESHOLDS: dict[str, Threshold] = {
     "connection_usage_percent": Threshold(warning=80, critical=90, unit="%"),
-    "slow_queries_per_minute": Threshold(warning=1, critical=10, unit="/min"),
+    # the average since start: a rate over minutes or days, not seconds
+    "slow_queries_per_minute_since_start": Threshold(warning=1, critical=10, unit="/min"),
+    # how many finished inside the runbook's short sample: one alone is no finding
+    "slow_queries_in_sample": Threshold(warning=3, critical=10),
     "buffer_pool_hit_percent": Threshold(warning=95, critical=90, above=False, unit="%"),
     "row_lock_current_waits": Threshold(warning=1, critical=10),
 }
 MIN_READ_REQUESTS = 10_000  # a hit ratio over fewer requests says little
+MIN_SLOW_QUERIES = 10  # an average over fewer slow queries (soon after a start) says little
+SAMPLE_S = 1.0  # the runbook's status sample, in seconds
 
 
 def status_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
@@ -28,14 +33,33 @@ def status_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         f"own not counted (highest since start: {reading.get('max_used_connections')}); at the limit new "
         "clients get 'Too many connections'. See mysql.processes.list include_sleeping=true.",
     )
-    found += check(
-        thresholds["slow_queries_per_minute"],
-        reading.get("slow_queries_per_minute"),
-        probe,
-        "MySQL runs {value} slow queries",
+    return found + slow_query_findings(thresholds, reading)
+
+
+def slow_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    """Slow queries on average since start (over enough of them), and how many finished in the sample."""
+    probe = "mysql.status.summary"
+    about = (
         f"Queries slower than long_query_time={reading.get('long_query_time_s')} s "
-        f"({reading.get('slow_queries_total')} since start; slow query log "
-        f"{'on' if reading.get('slow_query_log') else 'off'}). See mysql.processes.list.",
+        f"({reading.get('slow_queries_total')} since the server started {reading.get('uptime_s')} s ago; "
+        f"slow query log {'on' if reading.get('slow_query_log') else 'off'}). See mysql.processes.list."
+    )
+    found: list[Finding] = []
+    if reading.get("slow_queries_total", 0) >= MIN_SLOW_QUERIES:
+        found += check(
+            thresholds["slow_queries_per_minute_since_start"],
+            reading.get("slow_queries_per_minute_since_start"),
+            probe,
+            "MySQL has averaged {value} slow queries since start",
+            about,
+        )
+    sample_s = round(reading.get("sample_s") or 0, 1)
+    found += check(
+        thresholds["slow_queries_in_sample"],
+        reading.get("slow_queries_in_sample"),
+        probe,
+        f"{{value}} MySQL slow queries finished in the last {sample_s:g} s",
+        about,
     )
     return found
 
@@ -66,7 +90,9 @@ def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
         category="mysql",
         description="MySQL/MariaDB connection usage, slow queries, buffer pool hit ratio and row lock waits.",
         steps=(
-            RunbookStep("mysql.status.summary", partial(status_findings, thresholds), {"interval_s": 1.0}),
+            RunbookStep(
+                "mysql.status.summary", partial(status_findings, thresholds), {"interval_s": SAMPLE_S}
+            ),
             RunbookStep("mysql.innodb.summary", partial(innodb_findings, thresholds)),
         ),
     )

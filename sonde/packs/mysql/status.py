@@ -1,11 +1,16 @@
 """Global status of MySQL/MariaDB: QPS, connection usage, slow queries, and the InnoDB summary.
 
-``SHOW GLOBAL STATUS`` counters are cumulative since start. QPS and the slow
-query rate are measured over a short sample (`interval_s`): the counters are
-read twice with a `trio.sleep` in between (no thread sleeps), and the
-differences divided by the time that passed. Both readings go over one
-connection, whose own statements in between (its ``Questions`` as a session
-counter) are taken off, so an idle server reads 0 queries per second.
+``SHOW GLOBAL STATUS`` counters are cumulative since start. QPS is measured
+over a short sample (`interval_s`): the counters are read twice with a
+`trio.sleep` in between (no thread sleeps), and the difference divided by the
+time that passed. Both readings go over one connection, whose own statements in
+between (its ``Questions`` as a session counter) are taken off, so an idle
+server reads 0 queries per second.
+
+Slow queries are rare events, so they are not scaled into a rate over the
+sample: one slow query finishing inside a 1 s sample is not "60 per minute".
+The summary gives the count that finished during the sample (with its length)
+and the rate since start (``Slow_queries`` / ``Uptime``, per minute).
 
 ``Threads_connected`` and ``Threads_running`` count the connection that reads
 them: the probe's own, which is taken off both (as the postgres pack leaves its
@@ -42,7 +47,11 @@ def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 class StatusParams(MysqlParams):
     interval_s: float = Field(
-        default=1.0, ge=0, le=10, strict=True, description="Sample QPS over this long (0: since start)."
+        default=1.0,
+        ge=0,
+        le=10,
+        strict=True,
+        description="Sample QPS and count slow queries over this long (0: QPS since start, no count).",
     )
 
 
@@ -59,7 +68,8 @@ class StatusSummary(Result):
     queries_per_second: float
     qps_since_start: float
     slow_queries_total: int
-    slow_queries_per_minute: float
+    slow_queries_in_sample: int | None
+    slow_queries_per_minute_since_start: float
     long_query_time_s: float | None
     slow_query_log: bool
     sample_s: float
@@ -87,7 +97,7 @@ def summarize_status(
     max_connections = _int(variables, "max_connections") or 1
     connected = max(_int(after, "threads_connected") - OWN_CONNECTIONS, 0)
     running = max(_int(after, "threads_running") - OWN_CONNECTIONS, 0)
-    slow_delta = _int(after, "slow_queries") - _int(before, "slow_queries")
+    slow_delta = max(_int(after, "slow_queries") - _int(before, "slow_queries"), 0)
     questions_delta = max(_int(after, "questions") - _int(before, "questions") - own_questions, 0)
     refused = as_number(after.get("connection_errors_max_connections"))
     return StatusSummary(
@@ -105,9 +115,8 @@ def summarize_status(
         else round(_int(after, "questions") / uptime, 2),
         qps_since_start=round(_int(after, "questions") / uptime, 2),
         slow_queries_total=_int(after, "slow_queries"),
-        slow_queries_per_minute=round(slow_delta * 60 / elapsed_s, 2)
-        if elapsed_s > 0
-        else round(_int(after, "slow_queries") * 60 / uptime, 2),
+        slow_queries_in_sample=slow_delta if elapsed_s > 0 else None,
+        slow_queries_per_minute_since_start=round(_int(after, "slow_queries") * 60 / uptime, 2),
         long_query_time_s=as_number(variables.get("long_query_time")),
         slow_query_log=variables.get("slow_query_log", "").upper() in {"ON", "1"},
         sample_s=round(elapsed_s, 3),
@@ -119,10 +128,12 @@ def summarize_status(
     """MySQL/MariaDB global status: version, uptime, connected and running threads against
     max_connections (percent used), highest use since start, aborted and refused
     connections, queries per second over an `interval_s` sample and since start, slow
-    queries (total and per minute over the sample), long_query_time and whether the slow
-    query log is on. The probe's own connection is left out of the connected and running
-    threads and the percent used (the highest use since start is the server's own count),
-    and its own statements out of the queries per second.
+    queries (total since start, the average per minute since start, and how many finished
+    during the sample of `sample_s` seconds: a count, never scaled up to a rate; null when
+    interval_s is 0), long_query_time and whether the slow query log is on. The probe's own
+    connection is left out of the connected and running threads and the percent used (the
+    highest use since start is the server's own count), and its own statements out of the
+    queries per second.
     Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )

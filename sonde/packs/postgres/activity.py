@@ -1,8 +1,8 @@
 """What PostgreSQL's clients are doing: connections by state, long-running and blocked queries.
 
 All of it reads ``pg_stat_activity`` (client backends only, the probe's own
-session left out; the connection counts leave out every Sonde session) and
-``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
+session left out; the connection and lock counts leave out every Sonde session)
+and ``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
 """
 
 from __future__ import annotations
@@ -35,16 +35,21 @@ state, wait_event_type, wait_event,
 extract(epoch FROM now() - query_start)::float8 AS duration_s,
 extract(epoch FROM now() - xact_start)::float8 AS transaction_s,
 left(query, {QUERY_MAX_CHARS}) AS query"""
+# a transaction open for an hour that runs short statements is as long-running as one long statement
+RUNNING_SINCE = "coalesce(xact_start, query_start)"
 LONG_RUNNING = f"""
 SELECT {SESSION_COLUMNS} FROM pg_stat_activity
 WHERE {CLIENTS} AND state IS DISTINCT FROM 'idle'
-  AND query_start < now() - make_interval(secs => %s)
-ORDER BY query_start LIMIT %s"""
+  AND {RUNNING_SINCE} < now() - make_interval(secs => %s)
+ORDER BY {RUNNING_SINCE} LIMIT %s"""
 BLOCKED = f"""
 SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
 WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
 BLOCKERS = f"SELECT {SESSION_COLUMNS} FROM pg_stat_activity WHERE pid = ANY(%s)"
-LOCK_COUNTS = "SELECT mode, granted, count(*) AS n FROM pg_locks GROUP BY 1, 2 ORDER BY 1, 2"
+# locks of prepared transactions (no session) are counted; Sonde's sessions' own are not
+LOCK_COUNTS = f"""
+SELECT l.mode, l.granted, count(*) AS n FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE a.application_name IS DISTINCT FROM '{SONDE_APPLICATION}' GROUP BY 1, 2 ORDER BY 1, 2"""
 
 
 class Counted(Result):
@@ -143,10 +148,13 @@ def session(row: dict[str, Any]) -> Session:
 
 @PACK.probe(
     "postgres.queries.long_running",
-    """Queries (and open transactions) running for at least `min_duration_s` seconds, longest
-    first: PID, user, database, application, client, state, what it waits on, seconds
-    running, seconds in its transaction, and the query (cut to 1000 characters; other users'
-    text needs pg_monitor).""",
+    """Queries and open transactions running for at least `min_duration_s` seconds, longest
+    first, both judged by when the transaction started (when the statement did outside
+    one): a transaction open for an hour that runs short statements, or sits 'idle in
+    transaction', is listed. Each with PID, user, database, application, client, state,
+    what it waits on, seconds its current (or last) statement has run (`duration_s`),
+    seconds in its transaction (`transaction_s`), and the query (cut to 1000 characters;
+    other users' text needs pg_monitor).""",
     timeout_s=15,
 )
 async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
@@ -185,7 +193,9 @@ class Locks(Result):
     "postgres.locks.blocked",
     """Sessions waiting on a lock held by another, with the PIDs blocking them
     (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction');
-    plus lock counts by mode, granted or waiting. Use it for 'queries hang' or 'deadlock'.""",
+    plus lock counts by mode, granted or waiting, leaving out the locks of Sonde's own
+    sessions (application 'sonde': this probe's and its siblings'). Use it for 'queries
+    hang' or 'deadlock'.""",
     timeout_s=15,
 )
 async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:

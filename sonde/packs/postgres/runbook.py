@@ -32,18 +32,32 @@ def connection_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     )
 
 
+STATEMENT_IS_TRANSACTION_S = 1.0  # a statement started this soon after its transaction is the transaction
+
+
+def running_s(query: Reading) -> float:
+    """How long a session has run: its transaction's age, or its statement's outside one."""
+    return max(query.get("transaction_s") or 0, query.get("duration_s") or 0)
+
+
 def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     queries = reading.get("queries", [])
     if not queries:
         return []
-    longest = max(queries, key=lambda q: q["duration_s"] or 0)
+    longest = max(queries, key=running_s)
+    statement_s = longest["duration_s"] or 0
+    one_statement = running_s(longest) - statement_s < STATEMENT_IS_TRANSACTION_S
     return check(
         thresholds["long_query_s"],
-        round(longest["duration_s"] or 0, 1),
+        round(running_s(longest), 1),
         "postgres.queries.long_running",
-        "A PostgreSQL query has been running for {value}",
+        "A PostgreSQL query has been running for {value}"
+        if one_statement
+        else "A PostgreSQL transaction has been open for {value}",
         f"{len(queries)} long-running; the longest is PID {longest['pid']} ({longest['state']}, user "
-        f"{longest['user']}): {(longest['query'] or '')[:200]}",
+        f"{longest['user']}"
+        + ("" if one_statement else f", its current or last statement started {statement_s:.1f} s ago")
+        + f"): {(longest['query'] or '')[:200]}",
     )
 
 

@@ -10,14 +10,19 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.connection import PostgresParams, run_queries
+from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
 
-DATABASES = """
+# client connections per database, Sonde's own sessions (application 'sonde') counted apart
+CLIENTS_BY_DATABASE = f"""
+SELECT datid, count(*) FILTER (WHERE application_name IS DISTINCT FROM '{SONDE_APPLICATION}') AS connections,
+       count(*) FILTER (WHERE application_name = '{SONDE_APPLICATION}') AS sonde_sessions
+FROM pg_stat_activity WHERE backend_type = 'client backend' GROUP BY datid"""
+DATABASES = f"""
 SELECT d.datname AS name, pg_encoding_to_char(d.encoding) AS encoding, d.datallowconn AS allows_connections,
        d.datistemplate AS is_template,
        CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.datname) END AS size_bytes,
-       coalesce(s.numbackends, 0) AS connections
-FROM pg_database d LEFT JOIN pg_stat_database s ON s.datid = d.oid
+       coalesce(a.connections, 0) AS connections, coalesce(a.sonde_sessions, 0) AS sonde_sessions
+FROM pg_database d LEFT JOIN ({CLIENTS_BY_DATABASE}) a ON a.datid = d.oid
 WHERE %s OR NOT d.datistemplate
 ORDER BY size_bytes DESC NULLS LAST, d.datname"""
 IN_RECOVERY = "SELECT pg_is_in_recovery() AS in_recovery"
@@ -54,21 +59,24 @@ class Database(Result):
     is_template: bool
     size_bytes: int | None
     connections: int
+    sonde_sessions: int
 
 
 class Databases(Result):
     databases: list[Database]
     total: int
     total_size_bytes: int
+    left_out_of_total: int
     truncated: bool
 
 
 def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
-    """Totals over every row (a size this user may not see counts as 0); the first ``limit`` rows listed."""
+    """Totals over every row, a size this user may not see left out (and counted); the first ``limit`` listed."""
     return Databases(
         databases=[Database(**row) for row in rows[:limit]],
         total=len(rows),
-        total_size_bytes=sum(row["size_bytes"] or 0 for row in rows),
+        total_size_bytes=sum(row["size_bytes"] for row in rows if row["size_bytes"] is not None),
+        left_out_of_total=sum(1 for row in rows if row["size_bytes"] is None),
         truncated=len(rows) > limit,
     )
 
@@ -76,10 +84,13 @@ def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
 @PACK.probe(
     "postgres.databases.sizes",
     """PostgreSQL databases, largest first: name, encoding, size in bytes (null where this
-    user may not connect), whether it allows connections, and current connections; with
-    the number of databases and their total size, both over every database (templates
-    only with include_templates), not just the `limit` listed. Use it for 'what fills the
-    disk' on a database server.""",
+    user may not connect), whether it allows connections, and current client connections,
+    leaving out Sonde's own sessions (application 'sonde'), which are counted in
+    `sonde_sessions` instead; with the number of databases and their total size, both
+    over every database (templates only with include_templates), not just the `limit`
+    listed. A database whose size this user may not read is left out of the total size
+    and counted in `left_out_of_total` (0: the total is complete). Use it for 'what fills
+    the disk' on a database server.""",
     timeout_s=20,
 )
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:

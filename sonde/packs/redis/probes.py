@@ -15,6 +15,7 @@ from sonde.packs.redis.info import hit_percent, integer, keyspace, number, parse
 from sonde.packs.system.info import iso_utc
 
 COMMAND_MAX_CHARS = 200
+OWN_CONNECTIONS = 1  # the probe's connection, counted in the connected_clients it reads
 
 
 async def read_info(ctx: ProbeContext, params: RedisParams) -> dict[str, str]:
@@ -40,13 +41,15 @@ class ServerInfo(Result):
     keyspace_hit_percent: float | None
 
 
-def server_info(info: Mapping[str, str]) -> ServerInfo:
+def server_info(info: Mapping[str, str], own_connections: int = 0) -> ServerInfo:
+    """The summary of INFO; ``own_connections`` of its connected clients (the reader's) are left out."""
+    connected = integer(info, "connected_clients")
     return ServerInfo(
         version=info.get("redis_version"),
         mode=info.get("redis_mode"),
         role=info.get("role"),
         uptime_s=integer(info, "uptime_in_seconds"),
-        connected_clients=integer(info, "connected_clients"),
+        connected_clients=max(connected - own_connections, 0) if connected is not None else None,
         blocked_clients=integer(info, "blocked_clients"),
         maxclients=integer(info, "maxclients"),
         used_memory_bytes=integer(info, "used_memory"),
@@ -66,11 +69,13 @@ def server_info(info: Mapping[str, str]) -> ServerInfo:
     """Redis at a glance: version, mode, role, uptime, connected and blocked clients against
     maxclients, used memory and maxmemory in bytes, total keys, ops per second, commands
     processed, connections rejected (maxclients reached), keys evicted and expired since
-    start, and the keyspace hit percent.""",
+    start, and the keyspace hit percent. The probe's own connection is left out of the
+    connected clients (the connections of other Sonde probes running beside it are not:
+    Redis cannot count them without listing every client).""",
     timeout_s=15,
 )
 async def redis_server_info(ctx: ProbeContext, params: RedisParams) -> ServerInfo:
-    return server_info(await read_info(ctx, params))
+    return server_info(await read_info(ctx, params), OWN_CONNECTIONS)
 
 
 class Database(Result):
@@ -165,23 +170,32 @@ def _slowlog(client: Any, limit: int) -> tuple[int, list[dict[str, Any]]]:
     return int(client.slowlog_len()), list(client.slowlog_get(limit))
 
 
+def as_text(value: bytes | str | None) -> str:
+    """A slow log field as text: redis-py leaves them bytes (even with decode_responses), and data may not be UTF-8."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""
+
+
 def slow_entry(raw: Mapping[str, Any]) -> SlowEntry:
-    command = str(raw.get("command", ""))
+    """One entry of redis-py's ``slowlog_get``, its command read as ``redis-cli`` shows it (``eval ... 0``)."""
+    command = as_text(raw.get("command"))
     return SlowEntry(
         id=int(raw["id"]),
         time=iso_utc(int(raw["start_time"])),
         duration_us=int(raw["duration"]),
         command=command if len(command) <= COMMAND_MAX_CHARS else command[: COMMAND_MAX_CHARS - 1] + "…",
-        client=raw.get("client_address") or None,
-        client_name=raw.get("client_name") or None,
+        client=as_text(raw.get("client_address")) or None,
+        client_name=as_text(raw.get("client_name")) or None,
     )
 
 
 @PACK.probe(
     "redis.slowlog.entries",
     """The latest Redis slow log entries (commands slower than slowlog-log-slower-than):
-    id, time, duration in µs, the command with its arguments (cut to 200 characters:
-    arguments may hold data), client address and name; with the log length.""",
+    id, time, duration in µs, the command with its arguments as text, space-separated as
+    in `redis-cli slowlog get` (bytes that are not UTF-8 read as U+FFFD; cut to 200
+    characters: arguments may hold data), client address and name; with the log length.""",
     timeout_s=15,
 )
 async def redis_slowlog(ctx: ProbeContext, params: SlowlogParams) -> Slowlog:
