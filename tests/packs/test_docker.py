@@ -21,11 +21,12 @@ import trio
 
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.docker import PACK
-from sonde.packs.docker.engine import demultiplex
+from sonde.packs.docker.engine import FRAME_HEADER_BYTES, demultiplex
+from sonde.packs.docker.logtail import FrameTail, RawTail
 from sonde.packs.docker.parsers import container, daemon_info, details, health_from_status, image, rfc3339
 from sonde.packs.docker.probes import log_lines
 from sonde.packs.docker.runbook import RUNBOOK, THRESHOLDS, build_runbook
-from sonde.packs.docker.stats import container_stats
+from sonde.packs.docker.stats import ContainerStats, container_stats
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold
@@ -115,6 +116,52 @@ def test_stats_cgroup_v1_without_a_previous_sample() -> None:
     assert stats.network_rx_bytes == 11
 
 
+def test_stats_say_their_io_bytes_are_totals_since_the_container_started() -> None:
+    """One stats answer has no previous network or block I/O reading: those counts are cumulative."""
+    description = " ".join(PACK.probes["docker.containers.stats"].description.split())
+    assert "totals since the container started, not rates" in description
+    assert "one second of sampling" not in description
+    for name in ("network_rx_bytes", "network_tx_bytes", "block_read_bytes", "block_write_bytes"):
+        assert "since the container started" in str(ContainerStats.model_fields[name].description), name
+
+
+def frame(stream: int, payload: bytes) -> bytes:
+    return bytes((stream, 0, 0, 0)) + len(payload).to_bytes(4, "big") + payload
+
+
+def feed_in_pieces(keeper: FrameTail | RawTail, data: bytes, size: int) -> bytes:
+    for start in range(0, len(data), size):
+        keeper.feed(data[start : start + size])
+    return keeper.body()
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 7, 1000])
+def test_frame_tail_keeps_the_newest_whole_frames(piece_bytes: int) -> None:
+    stream = b"".join(frame(1 + n % 2, b"line %d\n" % n) for n in range(100))
+    whole = FrameTail(10_000)
+    assert feed_in_pieces(whole, stream, piece_bytes) == stream
+    assert whole.truncated is False
+    tail = FrameTail(100)
+    kept = demultiplex(feed_in_pieces(tail, stream, piece_bytes))
+    assert [payload for _, payload in kept] == [b"line %d\n" % n for n in range(94, 100)]
+    assert (kept[0][0], kept[-1][0]) == ("stdout", "stderr")
+    assert tail.truncated is True
+
+
+def test_a_frame_larger_than_the_cap_keeps_its_last_whole_lines() -> None:
+    tail = FrameTail(FRAME_HEADER_BYTES + 12)
+    body = feed_in_pieces(tail, frame(1, b"first\nsecond\nthird\n") + frame(2, b""), 5)
+    assert demultiplex(body) == [("stdout", b"third\n")]  # "cond\n" was half a line
+    assert tail.truncated is True
+
+
+def test_raw_tail_keeps_the_last_whole_lines() -> None:
+    data = b"".join(b"line %d\n" % n for n in range(10))
+    assert feed_in_pieces(RawTail(14), data, 3) == b"line 8\nline 9\n"  # cut at a line start
+    assert feed_in_pieces(RawTail(16), data, 3) == b"line 8\nline 9\n"  # "7\n" was half a line
+    assert feed_in_pieces(RawTail(100), data, 3) == data
+
+
 def test_demultiplex_and_log_lines() -> None:
     payload = (HAND / "docker-logs-web.multiplexed.bin").read_bytes()
     assert [stream for stream, _ in demultiplex(payload)] == ["stdout", "stderr", "stdout"]
@@ -167,6 +214,16 @@ def test_runbook_restart_count_and_oom() -> None:
 # the probes, over a real unix socket
 
 
+LONG_LOG_MESSAGES = 1200
+
+
+def long_log_lines(tail: int) -> list[bytes]:
+    """The last ``tail`` of a log whose lines are ~5 KB each: 1000 of them are more than 4 MiB."""
+    return [
+        b"2024-05-06T10:00:00.%09dZ message %d %s\n" % (n, n, b"x" * 5000) for n in range(LONG_LOG_MESSAGES)
+    ][-tail:]
+
+
 def route(target: str) -> tuple[int, str, bytes]:
     """What the Engine API stand-in answers to ``target``."""
     parts = urlsplit(target)
@@ -180,6 +237,12 @@ def route(target: str) -> tuple[int, str, bytes]:
         name = by_ref[segments[1]]["Name"].lstrip("/")
         if segments[2] == "json":
             return 200, "application/json", json.dumps(by_ref[segments[1]]).encode()
+        if segments[2] == "logs" and name in ("api", "worker") and query["tail"] == ["1000"]:
+            lines = long_log_lines(1000)
+            if name == "worker":  # a TTY: the raw stream
+                return 200, "application/vnd.docker.raw-stream", b"".join(lines)
+            body = b"".join(frame(1 + n % 2, line) for n, line in enumerate(lines))
+            return 200, "application/vnd.docker.multiplexed-stream", body
         if segments[2] == "logs" and name == "web":
             assert query["timestamps"] == ["1"]
             assert query["tail"] == ["50"]
@@ -217,7 +280,7 @@ async def serve_engine(stream: trio.SocketStream, requests: list[tuple[str, str]
             requests.append((event.method.decode(), event.target.decode()))
             status, content_type, body = route(event.target.decode())
             response = h11.Response(status_code=status, headers=[("Content-Type", content_type)])
-            data = connection.send(response) or b""
+            data = bytearray(connection.send(response) or b"")
             for start in range(0, len(body), 1000):  # several chunks, to exercise chunked decoding
                 data += connection.send(h11.Data(data=body[start : start + 1000])) or b""
             await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
@@ -275,6 +338,24 @@ async def test_inspect_logs_images_info_stats(engine: tuple[ProbeContext, list[t
     one = await run(ctx, "docker.containers.stats", container="web")
     assert one["containers"][0]["cpu_percent"] == 40.0
     assert all(method == "GET" for method, _ in requests)
+
+
+@pytest.mark.parametrize("name", ["api", "worker"])
+async def test_logs_past_the_size_cap_keep_the_newest_lines(
+    engine: tuple[ProbeContext, list[tuple[str, str]]], name: str
+) -> None:
+    """The last 1000 lines are ~5 MB here: the newest that fit in 4 MiB come back, whole."""
+    ctx, _ = engine
+    params = {"container": name, "lines": 1000}
+    # the probe's own answer, before the agent's 256 KiB result cap (which shortens lists its own way)
+    outcome = await execute_probe(REGISTRY, "docker.container.logs", params, ctx, max_result_bytes=2**24)
+    logs = outcome.result
+    numbers = [int(line["text"].split()[1]) for line in logs["lines"]]
+    assert numbers[-1] == LONG_LOG_MESSAGES - 1
+    assert numbers == list(range(numbers[0], LONG_LOG_MESSAGES))
+    assert 700 < len(numbers) < 1000
+    assert all(line["time"] is not None and line["text"].startswith("message ") for line in logs["lines"])
+    assert logs["truncated"] is True
 
 
 async def test_unknown_container_is_refused_by_name(

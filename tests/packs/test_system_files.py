@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
@@ -75,13 +76,46 @@ async def test_files_list_marks_truncation(tree: Path) -> None:
 
 async def test_directories_by_size_sum_their_trees(tree: Path) -> None:
     listing = await run(tree, "system.files.directories", path=str(tree), sort_by="size", descending=True)
-    sizes = {entry["name"]: entry["size_bytes"] for entry in listing["entries"]}
+    apparent = {entry["name"]: entry["apparent_size_bytes"] for entry in listing["entries"]}
     assert [entry["name"] for entry in listing["entries"]] == ["big", "small"]
-    assert sizes["small"] == 10
-    assert sizes["big"] >= 8000  # both files, plus the nested directory entry itself
+    assert apparent["small"] == (tree / "small").lstat().st_size + 10  # the directory and its file
+    assert apparent["big"] >= 8000  # both files, plus the directories themselves
     assert listing["complete"] is True
     assert all(entry["size_complete"] for entry in listing["entries"])
     assert listing["unreadable"] == []  # for what root cannot read, see test_system_unprivileged
+
+
+async def command_output(*argv: str) -> str:
+    done = await trio.run_process(list(argv), capture_stdout=True)
+    return done.stdout.decode()
+
+
+async def du_bytes(path: Path) -> int:
+    """What ``du -s`` says ``path`` occupies, in bytes."""
+    return int((await command_output("du", "-s", "--block-size=1", str(path))).split()[0])
+
+
+async def test_directory_sizes_are_disk_use_like_du(tmp_path: Path) -> None:
+    """A sparse file counts the blocks it uses, not its length; a hard-linked file counts once."""
+    allowed = tmp_path / "allowed"
+    for name in ("sparse", "dense", "linked"):
+        (allowed / name).mkdir(parents=True)
+    with (allowed / "sparse" / "disk.img").open("wb") as image:
+        image.truncate(10 * 1024**3)  # as `truncate -s 10G`: 10 GiB long, no blocks
+    (allowed / "dense" / "data.bin").write_bytes(os.urandom(256 * 1024))
+    (allowed / "linked" / "data.bin").write_bytes(os.urandom(128 * 1024))
+    for copy in range(3):
+        os.link(allowed / "linked" / "data.bin", allowed / "linked" / f"link{copy}.bin")
+    listing = await run(
+        allowed, "system.files.directories", path=str(allowed), sort_by="size", descending=True
+    )
+    entries = {entry["name"]: entry for entry in listing["entries"]}
+    assert [entry["name"] for entry in listing["entries"]] == ["dense", "linked", "sparse"]
+    for name, entry in entries.items():
+        assert entry["size_bytes"] == await du_bytes(allowed / name), name
+    assert entries["sparse"]["size_bytes"] < 64 * 1024
+    assert entries["sparse"]["apparent_size_bytes"] >= 10 * 1024**3
+    assert entries["linked"]["apparent_size_bytes"] < 2 * 128 * 1024  # the four links: one file
 
 
 async def test_file_read_is_bounded(tree: Path) -> None:
@@ -150,9 +184,32 @@ async def test_logs_head(tree: Path, log: Path) -> None:
 def test_tail_of_a_file_without_final_newline_and_with_crlf(tmp_path: Path) -> None:
     path = tmp_path / "crlf.log"
     path.write_bytes(b"one\r\ntwo\r\n\r\nthree")
-    assert tail_lines(path, 2).lines == ["two", "three"]
-    assert tail_lines(path, 10).lines == ["one", "two", "three"]
+    assert tail_lines(path, 2).lines == ["", "three"]
+    assert tail_lines(path, 10).lines == ["one", "two", "", "three"]
     assert head_lines(path, 2).lines == ["one", "two"]
+
+
+async def test_a_blank_line_counts_towards_lines(tree: Path) -> None:
+    path = tree / "blank.log"
+    path.write_text("l1\nl2\n\nl4\nl5")
+    assert (await run(tree, "system.logs.head", path=str(path), lines=3))["lines"] == ["l1", "l2", ""]
+    assert (await run(tree, "system.logs.tail", path=str(path), lines=3))["lines"] == ["", "l4", "l5"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["l1\nl2\n\nl4\nl5", "l1\nl2\n\nl4\nl5\n", "\nfirst blank\n\n\n", "\n", "", "x\n\n"],
+)
+@pytest.mark.parametrize("probe", ["tail", "head"])
+async def test_logs_count_blank_lines_as_tail_and_head_do(tree: Path, text: str, probe: str) -> None:
+    path = tree / "blank.log"
+    path.write_text(text)
+    for count in (1, 2, 3, 5):
+        shown = await command_output(probe, "-n", str(count), str(path))
+        found = await run(tree, f"system.logs.{probe}", path=str(path), lines=count)
+        assert found["lines"] == shown.splitlines(), (count, shown)
+    filtered = await run(tree, f"system.logs.{probe}", path=str(path), lines=5, contains="l")
+    assert "" not in filtered["lines"]  # a filter keeps only lines that contain its text
 
 
 def test_tail_stops_at_the_scan_cap(tmp_path: Path) -> None:

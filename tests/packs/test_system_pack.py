@@ -6,6 +6,8 @@ import datetime
 import os
 import re
 import socket
+import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -230,6 +232,30 @@ async def test_processes_top(sort_by: str) -> None:
         assert process["cmdline"] is None or len(process["cmdline"]) <= 512
         if process["create_time"] is not None:
             parse_iso(process["create_time"])
+
+
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+async def test_processes_top_by_cpu_leaves_out_the_agent_itself() -> None:
+    """Sampling costs the agent CPU: it must not be named the busiest process for measuring."""
+    busy = await trio.lowlevel.open_process([sys.executable, "-c", "while True: pass"])
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, spin, 0.5)  # this process busy too
+                top = await run("system.processes.top", sort_by="cpu", limit=100)
+    finally:
+        busy.kill()
+        await busy.wait()
+    pids = [process["pid"] for process in top["processes"]]
+    assert os.getpid() not in pids
+    assert busy.pid in pids[:3]
+    by_memory = await run("system.processes.top", sort_by="memory", limit=100)
+    assert os.getpid() in [process["pid"] for process in by_memory["processes"]]  # its memory is real
 
 
 async def test_processes_top_default_limit() -> None:

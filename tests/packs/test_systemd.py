@@ -1,14 +1,18 @@
 """The systemd pack. systemd is not PID 1 here: parsers run on hand-recorded outputs
 (recorded/hand/, in the exact formats of systemd 252) and the probes must answer
-"not available on this machine" cleanly."""
+"not available on this machine" cleanly. `systemd.journal.query` also runs for real
+against a stand-in ``journalctl`` executable first on PATH, with the booted marker
+pointed at a real directory."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sonde.packs.systemd as systemd_pack
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
@@ -127,8 +131,9 @@ def test_journal_argv_keeps_every_value_in_one_argument() -> None:
         "--grep=bind\\(\\) failed",
     } <= set(argv)
     assert argv[-2:] == ["--", "_TRANSPORT=audit"]
+    assert "--reverse" in argv  # the last N newest first, so a cut drops the oldest
     first = journal_argv(JournalParams(direction="first", lines=5))
-    assert not any(arg.startswith("--lines") for arg in first)
+    assert not any(arg.startswith("--lines") or arg == "--reverse" for arg in first)
 
 
 @pytest.mark.parametrize("since", ["2024-05-06", "2024-05-06 10:00", "today", "-1h", "2 days ago", "30min"])
@@ -182,3 +187,63 @@ def test_runbook_flags_a_burst_of_journal_errors() -> None:
     assert finding.severity == "warning"
     assert finding.title == "25 error entries in the journal in the last hour"
     assert "nginx.service" in finding.detail
+
+
+# systemd.journal.query against a stand-in journalctl
+
+
+def install_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """Put ``script`` first on PATH as ``journalctl`` and make this machine look systemd-booted."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    journalctl = bin_dir / "journalctl"
+    journalctl.write_text(script)
+    journalctl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    booted = tmp_path / "run-systemd-system"
+    booted.mkdir()
+    monkeypatch.setattr(systemd_pack, "BOOTED_MARKER", booted)
+
+
+async def query(**params: Any) -> dict[str, Any]:
+    return (await execute_probe(REGISTRY, "systemd.journal.query", params, ProbeContext())).result
+
+
+@pytest.mark.parametrize("said", ["", "-- No entries --"])
+async def test_a_grep_that_matches_nothing_is_an_empty_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str
+) -> None:
+    """journalctl 243+ exits 1 when --grep matches nothing (systemd PR #12581)."""
+    install_journalctl(tmp_path, monkeypatch, f"#!/bin/sh\nprintf '%s' '{said}' >&2\nexit 1\n")
+    assert await query(grep="no such text") == {"entries": [], "truncated": False, "note": None}
+
+
+async def test_a_silent_journalctl_failure_names_its_exit_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_journalctl(tmp_path, monkeypatch, "#!/bin/sh\nexit 1\n")
+    with pytest.raises(ProbeExecutionError) as caught:
+        await query(unit="nginx.service")  # no grep: status 1 is a failure
+    assert caught.value.code == "unavailable"
+    assert caught.value.message == "journalctl failed (exit status 1), with nothing on stderr"
+
+
+# The last --lines=N entries, each ~20 KiB of JSON: more than BYTES_PER_ENTRY, so the output is cut.
+BIG_ENTRIES = f"""#!{sys.executable}
+import json, sys
+count = next(int(arg.split("=")[1]) for arg in sys.argv if arg.startswith("--lines="))
+order = range(count)
+for index in reversed(order) if "--reverse" in sys.argv else order:
+    stamp = str(1_700_000_000_000_000 + index * 1_000_000)
+    print(json.dumps({{"__REALTIME_TIMESTAMP": stamp, "MESSAGE": f"entry {{index}} " + "x" * 20_000}}))
+"""
+
+
+async def test_the_last_entries_keep_the_newest_when_the_output_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_journalctl(tmp_path, monkeypatch, BIG_ENTRIES)
+    found = await query(lines=4)  # a 64 KiB cap: three whole entries fit
+    assert [entry["message"].split()[1] for entry in found["entries"]] == ["1", "2", "3"]
+    assert found["entries"][-1]["time"] == "2023-11-14T22:13:23+00:00"
+    assert found["truncated"] is True

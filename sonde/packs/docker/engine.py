@@ -2,7 +2,9 @@
 
 h11 does the HTTP (chunked bodies included); this module only moves bytes
 between it and a trio unix socket, one request per connection
-(``Connection: close``), and caps the body it keeps. `demultiplex` splits the
+(``Connection: close``), and keeps the body through a `BodyKeeper` that caps
+it: the first bytes (`HeadKeeper`, the default) or, for a "last N" read, the
+last ones (`sonde.packs.docker.logtail`). `demultiplex` splits the
 stream format the logs endpoint uses when a container has no TTY: frames of an
 8-byte header (stream type, three zero bytes, big-endian uint32 length) and
 the payload.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import h11
@@ -51,6 +53,37 @@ class EngineResponse:
         return json.loads(self.body)
 
 
+class BodyKeeper(Protocol):
+    """What keeps a response body as it arrives, within a fixed number of bytes."""
+
+    truncated: bool  # some of the body was not kept
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next piece of the body; True when no more is wanted."""
+        ...
+
+    def body(self) -> bytes: ...
+
+
+class HeadKeeper:
+    """The first ``max_bytes`` of a body; reading stops there."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.truncated = False
+        self._kept = bytearray()
+
+    def feed(self, data: bytes) -> bool:
+        self._kept += data
+        if len(self._kept) > self.max_bytes:
+            del self._kept[self.max_bytes :]
+            self.truncated = True
+        return self.truncated
+
+    def body(self) -> bytes:
+        return bytes(self._kept)
+
+
 def socket_path(ctx: ProbeContext) -> str:
     configured = ctx.settings.for_pack("docker").get("socket")
     return str(configured) if configured else str(DEFAULT_SOCKET)
@@ -69,10 +102,9 @@ async def _open(path: str) -> trio.SocketStream:
         raise PermissionError(GROUP_HINT.format(path=path)) from None
 
 
-async def engine_get(
-    socket: str, request_target: str, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> EngineResponse:
-    """GET ``request_target`` from the Engine API at ``socket``; the body is cut at ``max_body_bytes``.
+async def engine_get(socket: str, request_target: str, keeper: BodyKeeper | None = None) -> EngineResponse:
+    """GET ``request_target`` from the Engine API at ``socket``; ``keeper`` keeps what of the body
+    fits (default: its first `DEFAULT_MAX_BODY_BYTES`).
 
     Raises `ProbeUnavailable` when nothing listens there, `PermissionError` naming the
     'docker' group when the socket is refused, `EngineError` on an error status.
@@ -83,12 +115,11 @@ async def engine_get(
         target=request_target,
         headers=[("Host", "docker"), ("User-Agent", "sonde"), ("Connection", "close")],
     )
+    keeper = keeper if keeper is not None else HeadKeeper(DEFAULT_MAX_BODY_BYTES)
     stream = await _open(socket)
     async with stream:
         await stream.send_all(connection.send(request) + (connection.send(h11.EndOfMessage()) or b""))
         response: h11.Response | None = None
-        body = bytearray()
-        truncated = False
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
@@ -96,10 +127,7 @@ async def engine_get(
             elif isinstance(event, h11.Response):
                 response = event
             elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > max_body_bytes:
-                    del body[max_body_bytes:]
-                    truncated = True
+                if keeper.feed(event.data):
                     break
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 break
@@ -107,8 +135,8 @@ async def engine_get(
         raise ProbeUnavailable("the Docker Engine API closed the connection without answering")
     content_type = dict(response.headers).get(b"content-type", b"").decode()
     if response.status_code >= 400:
-        raise EngineError(response.status_code, _error_message(bytes(body)))
-    return EngineResponse(response.status_code, content_type, bytes(body), truncated)
+        raise EngineError(response.status_code, _error_message(keeper.body()))
+    return EngineResponse(response.status_code, content_type, keeper.body(), keeper.truncated)
 
 
 def _error_message(body: bytes) -> str:

@@ -11,6 +11,7 @@ from sonde.packs.base import NoParams, Params, ProbeUnavailable, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.docker import PACK
 from sonde.packs.docker.engine import EngineError, demultiplex, engine_get, get_json, socket_path, target
+from sonde.packs.docker.logtail import FrameTail, RawTail
 from sonde.packs.docker.parsers import (
     Container,
     ContainerDetails,
@@ -123,8 +124,9 @@ def log_lines(payload: bytes, multiplexed: bool) -> list[LogLine]:
 @PACK.probe(
     "docker.container.logs",
     """The last `lines` log lines (at most 1000) of one container from stdout, stderr or
-    both, each with its stream and the Docker timestamp (RFC 3339). Use it to see why a
-    container exits or restarts.""",
+    both, oldest first, each with its stream and the Docker timestamp (RFC 3339). When those
+    lines exceed 4 MiB the newest that fit are returned and `truncated` is true. Use it to
+    see why a container exits or restarts.""",
     timeout_s=15,
 )
 async def container_logs(ctx: ProbeContext, params: LogsParams) -> ContainerLogs:
@@ -136,11 +138,12 @@ async def container_logs(ctx: ProbeContext, params: LogsParams) -> ContainerLogs
         "timestamps": 1,
     }
     path = target(f"/containers/{params.container}/logs", query)
+    tty = bool(inspected.get("Config", {}).get("Tty"))
+    newest = RawTail(LOGS_MAX_BYTES) if tty else FrameTail(LOGS_MAX_BYTES)
     try:
-        response = await engine_get(socket_path(ctx), path, LOGS_MAX_BYTES)
+        response = await engine_get(socket_path(ctx), path, newest)
     except EngineError as exc:
         raise ProbeUnavailable(str(exc)) from None
-    tty = bool(inspected.get("Config", {}).get("Tty"))
     lines = log_lines(response.body, multiplexed=not tty)
     return ContainerLogs(
         container=params.container, lines=lines[-params.lines :], truncated=response.truncated

@@ -5,7 +5,9 @@ previous one (``precpu_stats``), about a second earlier. CPU % is the
 container's share of the host's CPU time between the two, times the number of
 CPUs (so 200 % is two full CPUs), as ``docker stats`` shows it. Memory "used"
 leaves out the page cache the kernel can reclaim (``inactive_file`` on cgroup
-v2, ``total_inactive_file`` on v1), again as ``docker stats`` does.
+v2, ``total_inactive_file`` on v1), again as ``docker stats`` does. Network and
+block I/O byte counts have no previous reading: they are totals since the
+container started, as ``docker stats`` shows them.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ class ContainerStats(Result):
     memory_used_bytes: int | None
     memory_limit_bytes: int | None
     memory_percent: float | None
-    network_rx_bytes: int
-    network_tx_bytes: int
-    block_read_bytes: int
-    block_write_bytes: int
+    network_rx_bytes: int = Field(description="Bytes received since the container started.")
+    network_tx_bytes: int = Field(description="Bytes sent since the container started.")
+    block_read_bytes: int = Field(description="Bytes read from block devices since the container started.")
+    block_write_bytes: int = Field(description="Bytes written to block devices since the container started.")
     pids: int | None
 
 
@@ -107,10 +109,11 @@ def container_stats(stats: dict[str, Any]) -> ContainerStats:
 
 @PACK.probe(
     "docker.containers.stats",
-    """A stats snapshot (about one second of sampling) of one container or of every
-    running one (at most `limit`): CPU percent (100 = one full CPU), memory used without
-    reclaimable cache, memory limit and percent of it, network received/sent bytes, block
-    read/written bytes and PIDs. Use it for 'which container eats CPU or memory'.""",
+    """A stats snapshot of one container or of every running one (at most `limit`): CPU
+    percent over about the last second (100 = one full CPU), memory used without reclaimable
+    cache, memory limit and percent of it, and PIDs, as they are now; network received/sent
+    and block read/written bytes are totals since the container started, not rates. Use it
+    for 'which container eats CPU or memory'.""",
     timeout_s=20,
 )
 async def containers_stats(ctx: ProbeContext, params: StatsParams) -> StatsSnapshot:

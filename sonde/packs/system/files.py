@@ -2,10 +2,14 @@
 
 Every path goes through ``ProbeContext.allowed_path`` (symlinks resolved, then
 checked against the agent's allow-list). Directory sizes are summed with
-``os.scandir`` without following symlinks; the walk stops after
-`MAX_WALK_ENTRIES` entries, so a huge tree costs a bounded amount of time. A
-size the walk could not finish (that cap, or a directory beneath the agent may
-not read) is a lower bound and says so: ``size_complete: false`` on its entry,
+``os.scandir`` without following symlinks, as ``du -s`` does: the blocks each
+entry occupies (``st_blocks`` times 512, so a sparse file counts what it really
+uses), every inode once however many hard links it has, the directory itself
+included; the apparent size (the sum of ``st_size``) is kept beside it. The
+walk stops after `MAX_WALK_ENTRIES` entries, so a huge tree costs a bounded
+amount of time. A size the walk could not finish (that cap, or a directory
+beneath the agent may not read) is a lower bound and says so:
+``size_complete: false`` on its entry,
 ``complete: false`` on the listing, and the unread directories in ``unreadable``.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -43,7 +47,14 @@ class ListingParams(Params):
 class Entry(Result):
     name: str
     kind: EntryKind
-    size_bytes: int
+    size_bytes: int = Field(
+        description="A file's size; a directory's disk use with sort_by=size (like `du -s`), "
+        "else the size of the directory entry itself."
+    )
+    apparent_size_bytes: int | None = Field(
+        description="With sort_by=size, a directory's apparent size (like `du -s --apparent-size`): "
+        "the sum of the lengths beneath it, sparse files at full length. Null otherwise."
+    )
     size_complete: bool = Field(
         description="False when part of a directory's tree could not be counted: its size is a lower bound."
     )
@@ -76,6 +87,14 @@ class Stat:
     mtime: float
     mode: int
     uid: int
+    apparent_size: int | None = None  # set on directories sized by a walk
+
+
+@dataclass(frozen=True)
+class TreeSize:
+    disk_bytes: int
+    apparent_bytes: int
+    complete: bool
 
 
 def kind_of(mode: int) -> EntryKind:
@@ -101,6 +120,7 @@ def _entry(item: Stat, size_complete: bool) -> Entry:
         name=item.name,
         kind=item.kind,
         size_bytes=item.size,
+        apparent_size_bytes=item.apparent_size,
         size_complete=size_complete,
         mtime=iso_utc(item.mtime),
         mode=stat.filemode(item.mode),
@@ -168,19 +188,35 @@ def _read_directory(directory: Path, walk: SizeWalk, listed: Path) -> list[tuple
     return found
 
 
-def tree_size(root: Path, walk: SizeWalk, listed: Path) -> tuple[int, bool]:
-    """Bytes under ``root`` (no symlinks followed), and whether that is all of them: False when the
-    walk ran out of entries or met a directory it could not read (then the size is a lower bound)."""
-    total, exact = 0, True
+def disk_bytes(info: os.stat_result) -> int:
+    """The bytes ``info``'s file occupies on disk (``st_blocks`` is in 512-byte units, as du counts)."""
+    return info.st_blocks * 512
+
+
+def tree_size(root: Path, walk: SizeWalk, listed: Path) -> TreeSize:
+    """The disk use and apparent size of ``root`` and everything under it (no symlinks followed,
+    each inode once), and whether that is all of it: False when the walk ran out of entries or
+    met a directory it could not read (then both sizes are lower bounds)."""
+    try:
+        own = root.lstat()
+    except FileNotFoundError:  # removed meanwhile: nothing left to count
+        return TreeSize(0, 0, True)
+    disk, apparent, exact = disk_bytes(own), own.st_size, True
+    seen: set[tuple[int, int]] = set()
     stack = [root]
     while stack and walk.budget >= 0:
         found = _read_directory(stack.pop(), walk, listed)
         exact = exact and found is not None
         for path, info in found or ():
-            total += info.st_size
+            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                if (info.st_dev, info.st_ino) in seen:  # another hard link to a file already counted
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            disk += disk_bytes(info)
+            apparent += info.st_size
             if stat.S_ISDIR(info.st_mode):
                 stack.append(Path(path))
-    return total, exact and walk.budget >= 0
+    return TreeSize(disk, apparent, exact and walk.budget >= 0)
 
 
 def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
@@ -191,10 +227,10 @@ def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
         walk = SizeWalk()
         sized = []
         for item in chosen:
-            size, exact = tree_size(directory / item.name, walk, directory)
-            if not exact:
+            size = tree_size(directory / item.name, walk, directory)
+            if not size.complete:
                 inexact.add(item.name)
-            sized.append(Stat(item.name, item.kind, size, item.mtime, item.mode, item.uid))
+            sized.append(replace(item, size=size.disk_bytes, apparent_size=size.apparent_bytes))
         chosen = sized
         unreadable += walk.unreadable
     top = sort_entries(chosen, params.sort_by, params.descending, params.limit)
@@ -225,8 +261,10 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
 @PACK.probe(
     "system.files.directories",
     """Subdirectories directly inside a directory (allowed paths only), sorted by name,
-    mtime or size; with sort_by=size each size is the total of everything beneath it (like
-    `du`, symlinks not followed, at most 200,000 entries walked). A size is a lower bound,
+    mtime or size; with sort_by=size each size is the disk space it and everything beneath
+    it occupy (like `du -s`: allocated blocks, so a sparse file counts only what it really
+    uses, a hard-linked file once, symlinks not followed, at most 200,000 entries walked),
+    with the apparent size (sum of file lengths) beside it. A size is a lower bound,
     with `size_complete` false on its entry and `complete` false, when the walk stopped at
     that cap or met a directory the agent may not read (listed in `unreadable`). Use it to
     find what fills a disk.""",

@@ -48,10 +48,11 @@ def log_lines(path: Path, found: Lines) -> LogLines:
 
 @PACK.probe(
     "system.logs.tail",
-    """The last `lines` lines (oldest first) of a log file inside the allowed paths,
-    optionally only those containing a literal `contains` text; lines longer than 4096
-    characters are cut. At most 16 MiB from the end is scanned. Files under /var/log
-    usually need the 'adm' group. Use it for 'what did the service log recently'.""",
+    """The last `lines` lines (oldest first; blank lines count, as with `tail -n`) of a log
+    file inside the allowed paths, optionally only those containing a literal `contains`
+    text; lines longer than 4096 characters are cut. At most 16 MiB from the end is
+    scanned. Files under /var/log usually need the 'adm' group. Use it for 'what did the
+    service log recently'.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )
@@ -63,9 +64,10 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
 
 @PACK.probe(
     "system.logs.head",
-    """The first `lines` lines of a log file inside the allowed paths, optionally only
-    those containing a literal `contains` text (at most 16 MiB scanned). Files under
-    /var/log usually need the 'adm' group. Use it to see how a log (or a boot) started.""",
+    """The first `lines` lines (blank lines count, as with `head -n`) of a log file inside
+    the allowed paths, optionally only those containing a literal `contains` text (at most
+    16 MiB scanned). Files under /var/log usually need the 'adm' group. Use it to see how a
+    log (or a boot) started.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )

@@ -4,10 +4,15 @@ CPU percent needs two readings: every process is primed with ``cpu_percent()``,
 the probe waits `CPU_SAMPLE_S` with `trio.sleep`, then reads again. Each psutil
 ``Process`` object keeps its own previous reading, so concurrent probes do not
 disturb each other. Fields the OS refuses to show come back as null.
+
+The agent's own process is left out of the CPU ranking: the sampling itself
+costs it CPU, and an operator must not be told Sonde is the busiest process
+because it was measuring. It stays in the memory ranking and the count.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -118,6 +123,9 @@ def _read_all(processes: list[psutil.Process]) -> list[Reading]:
 
 
 def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[ProcessSummary]:
+    if sort_by == "cpu":
+        own = os.getpid()
+        processes = [process for process in processes if process.pid != own]
     ranked = sorted(_read_all(processes), key=lambda reading: reading.rank(sort_by), reverse=True)
     top: list[ProcessSummary] = []
     for reading in ranked:
@@ -136,7 +144,8 @@ def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[Proc
     """The busiest processes, sorted by CPU (percent of one CPU over a 0.2 s sample, so a
     multi-threaded process can exceed 100) or by memory (percent of RAM): pid, name, user,
     cpu and memory percent, resident memory in bytes, status, command line (cut to 512
-    characters) and start time (ISO 8601 UTC), plus the total process count. Fields the OS
+    characters) and start time (ISO 8601 UTC), plus the total process count. The agent's own
+    process is left out of the CPU ranking (sampling is what makes it busy). Fields the OS
     hides from this agent are null. Use it to find what is eating CPU or memory.""",
     timeout_s=15,
 )

@@ -2,8 +2,10 @@
 
 Nothing here reads a whole file into memory. `tail_lines` walks back from the
 end in blocks and stops after `max_scan_bytes`; `head_lines` reads forward
-under the same cap. Both take an optional literal ``contains`` filter, so the
-"last 100 lines that mention 'error'" of a large log costs at most the scan cap.
+under the same cap. Both count lines as ``tail -n`` and ``head -n`` do, blank
+ones included (the newline that ends the file does not start another). Both take
+an optional literal ``contains`` filter, so the "last 100 lines that mention
+'error'" of a large log costs at most the scan cap.
 
 Opening goes through `open_regular`: the path (already resolved by
 ``ProbeContext.allowed_path``) is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must
@@ -117,14 +119,16 @@ def tail_lines(
         partial = b""
         scanned = 0
         for block in _blocks_backwards(handle, size, max_scan_bytes):
-            scanned += len(block)
             pieces = (block + partial).split(b"\n")
+            if scanned == 0 and pieces[-1] == b"":
+                pieces.pop()  # the file ends with a newline: no line after it
+            scanned += len(block)
             partial = pieces[0]
             for raw in reversed(pieces[1:]):
                 if _keep(raw, contains, found, count, redact):
                     return Lines(found[::-1], size, scanned, True)
         reached_start = scanned >= size
-        if reached_start and partial:
+        if reached_start and size > 0:  # the file's first line, blank or not
             _keep(partial, contains, found, count, redact)
         return Lines(found[::-1], size, scanned, reached_start)
 
@@ -134,11 +138,10 @@ def _keep(
 ) -> bool:
     """Add ``raw`` to ``found`` if it qualifies; True once ``count`` lines are found.
 
+    A blank line is a line, as for ``tail``/``head``; ``contains`` never matches one.
     ``contains`` must match the line as it will be sent (``redact``), so a filter
     cannot confirm a guess at a secret the answer hides.
     """
-    if not raw.strip(b"\r"):
-        return False
     line = decode_line(raw)
     if contains is None or (contains in line and contains in redact(line)):
         found.append(line)

@@ -5,8 +5,13 @@ except a MESSAGE that is not valid UTF-8, which comes as a list of byte values
 (and a field repeated in one entry comes as a list of those). Timestamps are
 microseconds since the epoch (``__REALTIME_TIMESTAMP``).
 
-"The last N" is ``--lines=N``. "The first N" has no portable flag, so the
-output is cut after enough bytes and the first N entries kept.
+"The last N" is ``--lines=N --reverse``: newest first, so when the output is cut
+at its size cap the oldest entries are the ones lost; they are put back in time
+order after parsing. "The first N" has no portable flag, so the output is cut
+after enough bytes and the first N entries kept.
+
+journalctl 243 and later exit with status 1 when ``--grep`` matches nothing
+(systemd PR #12581), printing nothing or "-- No entries --": an empty answer.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pydantic import Field
 
 from sonde.packs.base import Params, ProbeUnavailable, Requirements, Result
 from sonde.packs.context import ProbeContext
+from sonde.packs.process import CommandOutput
 from sonde.packs.system.info import iso_utc
 from sonde.packs.systemd import PACK, require_systemd
 from sonde.packs.systemd.units import UnitName
@@ -45,6 +51,7 @@ MESSAGE_MAX_CHARS = 2000
 BYTES_PER_ENTRY = 16 * 1024
 JOURNAL_MAX_BYTES = 8 * 1024 * 1024
 PARTIAL_VIEW_HINT = "not seeing messages from other users"
+NO_ENTRIES = "-- No entries --"
 GROUP_NOTE = "only this user's own entries are visible: add the sonde user to the 'systemd-journal' group"
 
 
@@ -108,9 +115,14 @@ def journal_entry(raw: dict[str, Any]) -> JournalEntry:
 
 
 def parse_journal(
-    text: str, keep: int, direction: Literal["last", "first"], wanted: Callable[[str], bool] | None = None
+    text: str,
+    keep: int,
+    direction: Literal["last", "first"],
+    wanted: Callable[[str], bool] | None = None,
+    newest_first: bool = False,
 ) -> tuple[list[JournalEntry], bool]:
-    """``journalctl -o json`` lines as entries; an incomplete last line (cut output) is dropped.
+    """``journalctl -o json`` lines as entries, oldest first; an incomplete last line (cut output)
+    is dropped. ``newest_first`` says ``text`` came from ``--reverse``.
 
     ``wanted`` sees each whole message (before it is cut to size) and drops those it refuses.
     """
@@ -123,6 +135,8 @@ def parse_journal(
         if wanted is not None and not wanted(_text(raw.get("MESSAGE")) or ""):
             continue
         entries.append(journal_entry(raw))
+    if newest_first:
+        entries.reverse()
     more = len(entries) > keep
     return (entries[:keep] if direction == "first" else entries[-keep:]), more
 
@@ -152,7 +166,7 @@ def grep_survives(grep: str, redact: Callable[[str], str]) -> Callable[[str], bo
 def journal_argv(params: JournalParams) -> list[str]:
     argv = ["journalctl", "--no-pager", "--output=json", f"--output-fields={OUTPUT_FIELDS}"]
     if params.direction == "last":
-        argv.append(f"--lines={params.lines}")
+        argv += [f"--lines={params.lines}", "--reverse"]
     for flag, value in (
         ("--unit", params.unit),
         ("--priority", params.priority),
@@ -167,13 +181,34 @@ def journal_argv(params: JournalParams) -> list[str]:
     return argv
 
 
+def grep_matched_nothing(output: CommandOutput) -> bool:
+    """journalctl 243+ exits 1 when ``--grep`` matches no entry, with nothing to show for it."""
+    quiet = output.stderr.strip() in ("", NO_ENTRIES) or PARTIAL_VIEW_HINT in output.stderr
+    return output.returncode == 1 and output.stdout.strip() in ("", NO_ENTRIES) and quiet
+
+
+def journal_failure(output: CommandOutput) -> Exception:
+    """The error for a journalctl that exited non-zero: what it said, or at least its exit status."""
+    if "insufficient permissions" in output.stderr:
+        return PermissionError(
+            "no journal file may be read: add the sonde user to the 'systemd-journal' group"
+        )
+    said = output.stderr.strip()[:300]
+    return ProbeUnavailable(
+        f"journalctl failed (exit status {output.returncode})"
+        + (f": {said}" if said else ", with nothing on stderr")
+    )
+
+
 @PACK.probe(
     "systemd.journal.query",
     """Entries of the systemd journal, filtered by `unit`, `priority` (and more severe),
     `since`/`until`, a `grep` regex on the message and `transport` ('audit' gives the
     audit log, 'kernel' kernel messages), the `last` (default) or `first` N: time (ISO 8601
-    UTC), priority, unit, identifier, PID, transport, audit record type and message. Reading
-    other users' and system entries needs the 'systemd-journal' group.""",
+    UTC), priority, unit, identifier, PID, transport, audit record type and message, oldest
+    first. `truncated` when more entries matched than were returned (with `last`, the newest
+    are the ones kept). Reading other users' and system entries needs the 'systemd-journal'
+    group.""",
     timeout_s=20,
     requires=Requirements(commands=("journalctl",), groups=("systemd-journal",)),
 )
@@ -181,13 +216,13 @@ async def journal_query(ctx: ProbeContext, params: JournalParams) -> JournalEntr
     require_systemd()
     cap = min(params.lines * BYTES_PER_ENTRY, JOURNAL_MAX_BYTES)
     output = await ctx.run(journal_argv(params), max_output_bytes=cap)
-    if output.returncode != 0 and not output.truncated:
-        if "insufficient permissions" in output.stderr:
-            raise PermissionError(
-                "no journal file may be read: add the sonde user to the 'systemd-journal' group"
-            )
-        raise ProbeUnavailable(f"journalctl failed: {output.stderr.strip()[:300]}")
-    wanted = grep_survives(params.grep, ctx.redact) if params.grep is not None else None
-    entries, more = parse_journal(output.stdout, params.lines, params.direction, wanted)
     note = GROUP_NOTE if PARTIAL_VIEW_HINT in output.stderr else None
+    if params.grep is not None and grep_matched_nothing(output):
+        return JournalEntries(entries=[], truncated=False, note=note)
+    if output.returncode != 0 and not output.truncated:
+        raise journal_failure(output)
+    wanted = grep_survives(params.grep, ctx.redact) if params.grep is not None else None
+    entries, more = parse_journal(
+        output.stdout, params.lines, params.direction, wanted, newest_first=params.direction == "last"
+    )
     return JournalEntries(entries=entries, truncated=more or output.truncated, note=note)
