@@ -174,6 +174,15 @@ def delete_agent(db: Database, agent_id: str, now: float | None = None) -> Agent
     return record
 
 
-def is_revoked(db: Database, agent_id: str) -> bool:
-    """True if this agent id was deleted (its identity must not be accepted again)."""
-    return query_one(db, "SELECT 1 AS revoked FROM revoked_agents WHERE id = ?", [agent_id]) is not None
+def revocation_reason(db: Database, agent_id: str) -> str | None:
+    """Why this agent id is no longer accepted, for the agent to read; None if it was never revoked.
+
+    Its name held by another identity now means it was enrolled again (with a token for
+    that name), which replaced this one; else an admin removed it.
+    """
+    row = query_one(db, "SELECT name FROM revoked_agents WHERE id = ?", [agent_id])
+    if row is None:
+        return None
+    if row["name"] is not None and find_agent_by_name(db, row["name"]) is not None:
+        return f"the name {row['name']} was enrolled again, by a new identity"  # as the live link is told
+    return "this agent was removed by an admin"

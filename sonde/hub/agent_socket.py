@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sonde import __version__
-from sonde.hub.agent_records import is_revoked
+from sonde.hub.agent_records import revocation_reason
 from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession
 from sonde.hub.store import StoreCommitFailed
@@ -180,10 +180,10 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
         raise Refused("protocol_error", "the first frame must be agent.register carrying agentId")
     record = hub.fleet.records.get(message.agent_id)
     if record is None:
-        revoked = await hub.store.read(is_revoked, message.agent_id)
-        if revoked:
+        revoked = await hub.store.read(revocation_reason, message.agent_id)
+        if revoked is not None:
             # the fix is the agent's to name: `sonde enroll` for a service, a restart for `sonde up`'s own
-            raise Refused("revoked", "this agent was removed by an admin")
+            raise Refused("revoked", revoked)
         raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
     try:
         verify_frame(raw, public_key_from_text(record.public_key))

@@ -193,8 +193,8 @@ async def test_name_takeover_needs_a_token_for_that_name(fleet: SharedFleet) -> 
         assert original.proc.popen.returncode == 3, original.proc.output
         assert re.search(r"\b(revoked|unknown_agent)\b", original.proc.output)
         assert "the name taken was enrolled again, by a new identity" in original.proc.output
-        code, _ = reject_code(await send_register(hub.url, register_frame(old_id, "taken", old_key)))
-        assert code == "revoked"
+        code, reason = reject_code(await send_register(hub.url, register_frame(old_id, "taken", old_key)))
+        assert (code, reason) == ("revoked", "the name taken was enrolled again, by a new identity")
 
         successor.start()
         await eventually(lambda: status_of(hub, "taken") == "online")

@@ -15,9 +15,9 @@ from sonde.hub.agent_records import (
     find_agent_by_name,
     get_agent,
     insert_agent,
-    is_revoked,
     list_agents,
     normalize_tags,
+    revocation_reason,
     set_tags,
     update_agent,
 )
@@ -139,11 +139,12 @@ def test_too_many_tags() -> None:
 def test_delete_agent_revokes_it(db: Database) -> None:
     record = make_agent("web-1")
     insert_agent(db, record)
-    assert not is_revoked(db, record.id)
+    assert revocation_reason(db, record.id) is None
     assert delete_agent(db, record.id, now=T0 + 5) == record
     assert get_agent(db, record.id) is None
-    assert is_revoked(db, record.id)
+    assert revocation_reason(db, record.id) == "this agent was removed by an admin"
     assert db.execute("SELECT name, revoked_at FROM revoked_agents").fetchone() == ("web-1", T0 + 5)
     assert delete_agent(db, record.id) is None
-    # the name is free again for a new enrollment
+    # the name is free again for a new enrollment, which the old identity is then told of
     insert_agent(db, make_agent("web-1"))
+    assert revocation_reason(db, record.id) == "the name web-1 was enrolled again, by a new identity"
