@@ -17,7 +17,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="python -m benchmarks", description="Sonde's benchmark harness (127.0.0.1 only)."
     )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--full", action="store_true", help="the full set (long: ~15-25 minutes)")
+    group.add_argument("--full", action="store_true", help="the full set (long: about 7-15 minutes)")
     group.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the JSON and table go")

@@ -44,12 +44,15 @@ def test_json_lists_every_installed_pack(tmp_path: Path) -> None:
             "reason",
             "groupsNeeded",
             "groupsMissing",
+            "groupsRootEquivalent",
             "probes",
         }
         assert entry["version"] == pack.version
         assert entry["detected"] == pack.detection().detected
         assert entry["reason"] == pack.detection().reason
         assert entry["groupsNeeded"] == sorted(pack.groups_needed())
+        # docker's group is root in all but name (SECURITY.md): said, so it is granted knowingly
+        assert entry["groupsRootEquivalent"] == (["docker"] if "docker" in entry["groupsNeeded"] else [])
         assert [probe["name"] for probe in entry["probes"]] == sorted(pack.probes)
 
 
@@ -80,6 +83,14 @@ def test_table_shows_packs_and_probes(tmp_path: Path) -> None:
     system_row = next(line for line in lines if line.startswith("system "))
     assert system_row.split()[2] in {"yes", "no"}
     assert any(line.strip().startswith("system.memory.usage ") for line in lines)
+    docker = lines.index(next(line for line in lines if line.startswith("docker: ")))
+    section = lines[docker + 1 : lines.index("", docker) if "" in lines[docker:] else None]
+    warnings = [line for line in section if "root-equivalent" in line]
+    assert warnings == [
+        "  warning: group docker is root-equivalent: its members can start a privileged container that "
+        "mounts / (root on this machine); grant it knowingly"
+    ]
+    assert not any("root-equivalent" in line for line in lines[:docker])  # no other pack's
 
 
 def test_table_columns_are_aligned() -> None:

@@ -6,12 +6,15 @@ prints one JSON document:
     {"ok": true, "apiVersion": "1.0.0", "command": "packs list",
      "packs": [{"name", "version", "description", "detected", "reason",
                 "groupsNeeded": [...], "groupsMissing": [...],
+                "groupsRootEquivalent": [...],
                 "probes": [{"name", "description"}]}]}
 
 ``groupsMissing`` are the declared groups the current user is not in, for the
 packs that apply here (detected, or named in ``enabledPacks``): the probes that
 need them will be refused until the user (or the service's
-``SupplementaryGroups=``) has them.
+``SupplementaryGroups=``) has them. ``groupsRootEquivalent`` are the needed groups
+whose members are root on this machine in all but name (`ROOT_EQUIVALENT_GROUPS`):
+the table says so too, as `sonde service install` does when it grants one.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ from sonde.packs.registry import load_packs
 from sonde.protocol.serve_lines import API_VERSION
 
 PACK_COLUMNS = ("PACK", "VERSION", "DETECTED", "GROUPS", "REASON")
+
+# Groups that grant root in all but name; an operator must give them knowingly.
+ROOT_EQUIVALENT_GROUPS = {
+    "docker": "its members can start a privileged container that mounts / (root on this machine)",
+}
+
+
+def root_equivalent_warning(group: str) -> str:
+    return f"group {group} is root-equivalent: {ROOT_EQUIVALENT_GROUPS[group]}; grant it knowingly"
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class PackReport:
             "reason": self.reason,
             "groupsNeeded": list(self.groups_needed),
             "groupsMissing": list(self.groups_missing),
+            "groupsRootEquivalent": [g for g in self.groups_needed if g in ROOT_EQUIVALENT_GROUPS],
             "probes": [{"name": p.name, "description": p.summary} for p in self.probes],
         }
 
@@ -150,6 +163,11 @@ def render_text(reports: Sequence[PackReport]) -> str:
         count = len(report.probes)
         lines += ["", f"{report.name}: {count} probe{'' if count == 1 else 's'}"]
         lines += [f"  {describe_missing_group(group)}" for group in report.groups_missing]
+        lines += [
+            f"  warning: {root_equivalent_warning(group)}"
+            for group in report.groups_needed
+            if group in ROOT_EQUIVALENT_GROUPS
+        ]
         if report.probes:
             lines += aligned([(p.name, p.summary) for p in report.probes], indent="  ")
     return "\n".join(lines)

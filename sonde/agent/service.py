@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sonde.agent.config import CONFIG_FILE_NAME, ConfigError, config_path, load_config, write_atomically
 from sonde.agent.identity import active_packs
+from sonde.agent.packs_report import ROOT_EQUIVALENT_GROUPS, root_equivalent_warning
 from sonde.packs.registry import PackRegistry, load_packs
 
 UNIT_NAME = "sonde-agent.service"
@@ -235,6 +236,11 @@ def install_service(
         return refuse(str(exc))
     if now and not user_exists(plan.spec.user):
         return refuse(f"user {plan.spec.user} does not exist; create it first: {useradd_command(plan.spec)}")
+    if now and not service_config(plan.spec).exists():  # the unit would start, fail and restart forever
+        return refuse(
+            f"the service has no enrollment yet ({service_config(plan.spec)}); enroll it first: "
+            f"{enroll_command(plan.spec)}; then run this again"
+        )
     path = unit_dir / UNIT_NAME
     write_atomically(path, plan.text)
     os.chmod(path, UNIT_FILE_MODE)
@@ -252,6 +258,11 @@ def report_install(path: Path, plan: Plan) -> None:
     print(f"  groups: {' '.join(spec.supplementary_groups) or '(none)'}, for {plan.packs_from}")
     if plan.missing_groups:
         print(f"  not on this machine, left out: {', '.join(plan.missing_groups)}")
+    for group in spec.supplementary_groups:
+        if group in ROOT_EQUIVALENT_GROUPS:
+            print(
+                f"  warning: {root_equivalent_warning(group)} (to leave it out, list the packs you want in enabledPacks without the one needing it)"
+            )
     closed = closed_to_others(spec.exec_start[0])
     if closed is not None:
         print(
@@ -262,15 +273,22 @@ def report_install(path: Path, plan: Plan) -> None:
     print("next:")
     if not user_exists(spec.user):
         print(f"  {useradd_command(spec)}")
-    if not (spec.home / ".sonde" / CONFIG_FILE_NAME).exists():
-        print(
-            f"  sudo -u {spec.user} env HOME={spec.home} {' '.join(spec.exec_start[:-1])} enroll --hub URL --token TOKEN"
-        )
+    if not service_config(spec).exists():
+        print(f"  {enroll_command(spec)}")
     print("  systemctl daemon-reload && systemctl enable --now sonde-agent")
 
 
 def useradd_command(spec: UnitSpec) -> str:
     return f"useradd --system --home {spec.home} --create-home --shell /usr/sbin/nologin {spec.user}"
+
+
+def service_config(spec: UnitSpec) -> Path:
+    """The agent config the unit reads (its own HOME's, not the installing user's)."""
+    return spec.home / ".sonde" / CONFIG_FILE_NAME
+
+
+def enroll_command(spec: UnitSpec) -> str:
+    return f"sudo -u {spec.user} env HOME={spec.home} {' '.join(spec.exec_start[:-1])} enroll --hub URL --token TOKEN"
 
 
 def uninstall_service(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import json
 import os
@@ -145,8 +146,13 @@ def test_the_default_plan_runs_this_sonde() -> None:
 # --- install ------------------------------------------------------------------------------
 
 
-def plan_for(user: str = "sonde") -> Plan:
+def plan_for(user: str = "sonde", home: Path | None = None) -> Plan:
+    """A plan; with ``home``, for a service HOME there holding an enrolled config."""
     spec = UnitSpec(exec_start=("/opt/sonde/bin/sonde", "start"), supplementary_groups=("adm",), user=user)
+    if home is not None:
+        (home / ".sonde").mkdir(parents=True)
+        (home / ".sonde" / "config.json").write_text("{}")
+        spec = dataclasses.replace(spec, home=home)
     return Plan(spec, "the test's packs", (NO_SUCH_GROUP,))
 
 
@@ -217,7 +223,13 @@ def test_install_without_now_runs_nothing(tmp_path: Path) -> None:
 def test_install_now_reloads_and_starts(tmp_path: Path) -> None:
     systemctl = FakeSystemctl()
     assert (
-        install_service(tmp_path, now=True, plan=plan_for(MY_USER), runner=systemctl, systemctl=SYSTEMCTL)
+        install_service(
+            tmp_path,
+            now=True,
+            plan=plan_for(MY_USER, tmp_path / "svc"),
+            runner=systemctl,
+            systemctl=SYSTEMCTL,
+        )
         == 0
     )
     assert systemctl.calls == [[SYSTEMCTL, "daemon-reload"], [SYSTEMCTL, "enable", "--now", "sonde-agent"]]
@@ -226,7 +238,13 @@ def test_install_now_reloads_and_starts(tmp_path: Path) -> None:
 def test_install_now_stops_at_the_first_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     systemctl = FakeSystemctl("daemon-reload")
     assert (
-        install_service(tmp_path, now=True, plan=plan_for(MY_USER), runner=systemctl, systemctl=SYSTEMCTL)
+        install_service(
+            tmp_path,
+            now=True,
+            plan=plan_for(MY_USER, tmp_path / "svc"),
+            runner=systemctl,
+            systemctl=SYSTEMCTL,
+        )
         == 1
     )
     assert systemctl.calls == [[SYSTEMCTL, "daemon-reload"]]
@@ -246,7 +264,10 @@ def test_install_now_without_systemctl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(service.shutil, "which", lambda name: None)
-    assert install_service(tmp_path, now=True, plan=plan_for(MY_USER), runner=FakeSystemctl()) == 1
+    assert (
+        install_service(tmp_path, now=True, plan=plan_for(MY_USER, tmp_path / "svc"), runner=FakeSystemctl())
+        == 1
+    )
     assert (tmp_path / UNIT_NAME).exists()
     assert "systemctl is not available" in capsys.readouterr().err
 
@@ -404,3 +425,28 @@ def test_packs_list_says_what_it_cannot_use_from_the_config(tmp_path: Path) -> N
     assert f"config {home / 'config.json'} has mode 622: others can change it" in listed.stderr
     assert "the agent would not start with it (enabledPacks not shown)" in listed.stderr
     assert "nosuchpack" not in listed.stderr
+
+
+def test_install_now_needs_the_service_enrolled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The unit reads the service HOME's config, not the caller's: without it, it would restart forever."""
+    systemctl = FakeSystemctl()
+    plan = plan_for(MY_USER)  # HOME /var/lib/sonde, not enrolled on this machine
+    assert install_service(tmp_path, now=True, plan=plan, runner=systemctl, systemctl=SYSTEMCTL) == 1
+    assert systemctl.calls == []
+    assert not (tmp_path / UNIT_NAME).exists()
+    err = capsys.readouterr().err
+    assert "the service has no enrollment yet (/var/lib/sonde/.sonde/config.json)" in err
+    assert (
+        "sudo -u " + MY_USER + " env HOME=/var/lib/sonde /opt/sonde/bin/sonde enroll --hub URL --token TOKEN"
+        in err
+    )
+
+
+def test_install_warns_when_it_grants_a_root_equivalent_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = UnitSpec(exec_start=("/opt/sonde/bin/sonde", "start"), supplementary_groups=("adm", "docker"))
+    assert install_service(tmp_path, plan=Plan(spec, "the test's packs", ()), runner=FakeSystemctl()) == 0
+    out = capsys.readouterr().out
+    assert "warning: group docker is root-equivalent" in out
+    assert "adm is root-equivalent" not in out
