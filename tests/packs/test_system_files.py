@@ -221,6 +221,27 @@ def test_tail_stops_at_the_scan_cap(tmp_path: Path) -> None:
     assert tail_lines(path, 1, contains="needle").lines == ["needle"]
 
 
+def test_head_reads_within_the_scan_cap_however_long_a_line_is(tmp_path: Path) -> None:
+    """Iterating a file reads a whole line before any cap is checked: a file with no newline
+    (a sparse /var/log/lastlog of gigabytes) was read whole into memory. Now it is read in
+    blocks, never past the cap, and a long line is kept to its first block."""
+    path = tmp_path / "sparse.log"
+    with path.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # 64 MiB of zero bytes, no newline
+    found = head_lines(path, 2, max_scan_bytes=1024 * 1024)
+    assert found.scanned_bytes == 1024 * 1024
+    assert found.complete is False  # the cap, not the end of the file, stopped it
+    [line] = found.lines
+    assert len(line) == 4096
+    assert line.endswith("…")
+
+    path.write_bytes(b"a" * 200_000 + b"\nsecond\n" + b"b" * 70_000 + b"\nthird")  # long lines, skipped past
+    found = head_lines(path, 3)
+    assert [line[:3] for line in found.lines] == ["aaa", "sec", "bbb"]
+    assert (found.complete, found.scanned_bytes) == (True, 200_000 + 8 + 70_001)
+    assert head_lines(path, 5).lines[-1] == "third"
+
+
 def test_long_lines_are_cut(tmp_path: Path) -> None:
     path = tmp_path / "long.log"
     path.write_text("a" * 10_000 + "\n")

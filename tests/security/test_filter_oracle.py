@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,9 @@ def journal_output(*messages: str) -> str:
         ("password", [1]),  # still true of the redacted text (all lower case: any case, as journalctl)
         ("PASSWORD", []),  # an upper-case pattern is case-sensitive, as journalctl has it
         ("svc:", [3]),
-        ("boot[", []),  # Python's re cannot read it: only messages with nothing redacted are kept
+        ("boot[", []),  # regex syntax: only messages with nothing redacted are kept
+        ("pass(word)? ", []),  # a regex, never run by the agent: the same
+        ("login with password", [1]),  # a plain text containing a space is still a literal
     ],
 )
 def test_journal_grep_counts_only_matches_on_the_redacted_message(
@@ -138,3 +141,18 @@ def test_journal_grep_counts_only_matches_on_the_redacted_message(
         journal_output(*messages), 10, "last", grep_survives(grep, Scrubber().redacted)
     )
     assert [messages.index(entry.message) for entry in entries] == sorted(nothing_redacted + redacted_kept)
+
+
+def test_a_grep_built_to_backtrack_does_not_freeze_the_agent() -> None:
+    """``^(?!.*\\[REDACTED)|(\\w+\\s?)*!`` matches any raw message at once in PCRE2 (its first
+    branch), and in Python's ``re`` backtracks exponentially over the redacted one's long word:
+    run there, it held the agent's event loop for minutes. It is never run there now."""
+    grep = r"^(?!.*\[REDACTED)|(\w+\s?)*!"
+    message = "db connect failed password=hunter2 request 4bf92f3577b34da6a3ce92aa1b2c3d4e"
+    script = (
+        "from sonde.agent.scrubber import Scrubber\n"
+        "from sonde.packs.systemd.journal import grep_survives\n"
+        f"print(grep_survives({grep!r}, Scrubber().redacted)({message!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr

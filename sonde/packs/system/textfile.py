@@ -160,13 +160,33 @@ def head_lines(
         size = os.fstat(handle.fileno()).st_size
         found: list[str] = []
         scanned = 0
-        for raw in handle:
-            scanned += len(raw)
-            if _keep(raw.rstrip(b"\n"), contains, found, count, redact):
+        for raw, scanned in _lines_forward(handle, max_scan_bytes):
+            if _keep(raw, contains, found, count, redact):
                 return Lines(found, size, scanned, True)
-            if scanned >= max_scan_bytes:
-                return Lines(found, size, scanned, False)
-        return Lines(found, size, scanned, True)
+        return Lines(found, size, scanned, scanned < max_scan_bytes or scanned >= size)
+
+
+def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """Each line from the start (without its newline), with the bytes scanned so far.
+
+    Never more than `BLOCK_BYTES` of one line in memory, nor more than ``max_scan_bytes``
+    read in all: iterating a file object reads a whole line first, and a file with no
+    newline (a sparse /var/log/lastlog) is then read whole. A longer line keeps its
+    first block (more than a line sent holds) and the rest is skipped unread into memory.
+    """
+    scanned = 0
+    while scanned < max_scan_bytes:
+        raw = handle.readline(min(BLOCK_BYTES, max_scan_bytes - scanned))
+        if not raw:
+            return
+        scanned += len(raw)
+        rest = raw
+        while not rest.endswith(b"\n") and scanned < max_scan_bytes:
+            rest = handle.readline(min(BLOCK_BYTES, max_scan_bytes - scanned))
+            if not rest:
+                break
+            scanned += len(rest)
+        yield raw.rstrip(b"\n"), scanned
 
 
 @dataclass(frozen=True)

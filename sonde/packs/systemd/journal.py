@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -63,7 +64,8 @@ class JournalParams(Params):
     grep: Annotated[str, PythonPattern(r"^[^\x00-\x1f]{1,200}$")] | None = Field(
         default=None,
         strict=True,
-        description="Regex on MESSAGE (PCRE2); a match that needs a redacted secret does not count.",
+        description="Regex on MESSAGE (PCRE2). An entry with a secret the agent redacts is kept only "
+        "when `grep` is a plain text (no regex syntax) its redacted message still contains.",
     )
     transport: Transport | None = Field(default=None, description="e.g. 'audit' for the audit log.")
     lines: int = Field(default=100, ge=1, le=2000, strict=True, description="How many entries.")
@@ -141,24 +143,32 @@ def parse_journal(
     return (entries[:keep] if direction == "first" else entries[-keep:]), more
 
 
+REGEX_SYNTAX = re.compile(r"[\\.^$|?*+()\[\]{}]")  # any of these: not a plain literal
+
+
 def grep_survives(grep: str, redact: Callable[[str], str]) -> Callable[[str], bool]:
     """Whether a message journalctl's ``--grep`` matched still matches as it will be sent.
 
     journalctl matches the raw message; a match that needs a secret the answer
     redacts would confirm a caller's guess at it, so such an entry is dropped.
-    A message with nothing to redact is kept as journalctl matched it; one with
-    redactions only if Python's ``re`` (PCRE2's usual syntax, with journalctl's
-    rule that an all-lowercase pattern ignores case) finds the pattern in the
-    redacted text, and never when ``re`` cannot read the pattern.
+    A message with nothing to redact is kept as journalctl matched it. One with
+    redactions is kept only when ``grep`` is a plain literal (no regex syntax)
+    that the redacted text still contains, with journalctl's rule that an
+    all-lowercase pattern ignores case. The agent never runs a caller's regex
+    itself: in a backtracking engine a pattern can take exponential time (one
+    built to match at once in PCRE2 and backtrack in Python's ``re`` froze the
+    agent), and a literal check is linear.
     """
-    try:
-        pattern: re.Pattern[str] | None = re.compile(grep, 0 if grep != grep.lower() else re.IGNORECASE)
-    except re.error:
-        pattern = None
+    literal = None if REGEX_SYNTAX.search(grep) else grep
+    any_case = grep == grep.lower()
 
     def survives(message: str) -> bool:
         sent = redact(message)
-        return sent == message or (pattern is not None and pattern.search(sent) is not None)
+        if sent == message:
+            return True
+        if literal is None:
+            return False
+        return literal in (sent.lower() if any_case else sent)
 
     return survives
 
@@ -222,7 +232,12 @@ async def journal_query(ctx: ProbeContext, params: JournalParams) -> JournalEntr
     if output.returncode != 0 and not output.truncated:
         raise journal_failure(output)
     wanted = grep_survives(params.grep, ctx.redact) if params.grep is not None else None
-    entries, more = parse_journal(
-        output.stdout, params.lines, params.direction, wanted, newest_first=params.direction == "last"
+    # up to 8 MiB of JSON, each message redacted with a grep: a worker thread's job, not the event loop's
+    entries, more = await ctx.in_thread(
+        partial(parse_journal, newest_first=params.direction == "last"),
+        output.stdout,
+        params.lines,
+        params.direction,
+        wanted,
     )
     return JournalEntries(entries=entries, truncated=more or output.truncated, note=note)
