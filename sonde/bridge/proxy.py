@@ -177,7 +177,8 @@ class Forwarder:
         initialize = jsonrpc.is_initialize(message)
         generation = self.hub.generation
         async with self.hub.post(body, message, initialize=initialize) as response:
-            at_hub.set()
+            if not initialize:  # what follows an initialize waits for its answer: the version is in it
+                at_hub.set()
             expired = response.status_code == 404 and self.hub.session_id is not None and not initialize
             unopened = response.status_code == 400 and self.hub.never_opened() and not initialize
             if not ((expired or unopened) and may_reinitialize):

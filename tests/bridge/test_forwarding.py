@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests.bridge.fakehub import GOOD_KEY, PROTOCOL_VERSION, fake_hub
-from tests.bridge.peer import INITIALIZE, bridged, call, eventually
+from tests.bridge.peer import INITIALIZE, INITIALIZED, bridged, call, eventually
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,6 +46,19 @@ async def test_headers_session_id_and_protocol_version() -> None:
         assert request.headers["mcp-protocol-version"] == PROTOCOL_VERSION
     assert initialize.body == INITIALIZE
     assert ended.is_set()
+
+
+async def test_a_notification_sent_before_the_initialize_answer_carries_the_version() -> None:
+    """A client that writes ``initialize`` and ``notifications/initialized`` back to back: the
+    notification waits until the answer (and the version in it) is read, not just its headers."""
+    async with fake_hub(chunk_bytes=1) as (hub, url), bridged(url) as (peer, _ended):
+        await peer.send(INITIALIZE)
+        await peer.send(INITIALIZED)
+        assert (await peer.receive())["result"]["protocolVersion"] == PROTOCOL_VERSION
+        await eventually(lambda: len(hub.seen("POST")) == 2)
+    [initialized] = hub.seen("POST", "notifications/initialized")
+    assert initialized.headers["mcp-session-id"] == "session-1"
+    assert initialized.headers.get("mcp-protocol-version") == PROTOCOL_VERSION
 
 
 @pytest.mark.parametrize(
