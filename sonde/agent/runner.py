@@ -153,18 +153,22 @@ class ProbeRunner:
     async def _answer(self, request: ProbeRequestPayload) -> ProbeResponse | ProbeError:
         try:
             outcome = await execute_probe(
-                self._registry, request.probe, request.params, self._ctx, timeout_s=request.timeout_s
+                self._registry,
+                request.probe,
+                request.params,
+                self._ctx,
+                timeout_s=request.timeout_s,
+                scrub=self._scrub,  # before the cap: a secret cut short could pass
             )
         except ProbeExecutionError as exc:
             return self._error(request.request_id, exc.code, exc.message)
-        result, redactions = self._scrub(outcome.result)
         meta = ProbeMeta(
-            truncated=outcome.truncated, redactions=redactions, output_bytes=outcome.output_bytes
+            truncated=outcome.truncated, redactions=outcome.redactions, output_bytes=outcome.output_bytes
         )
         payload = ProbeResponsePayload(
             request_id=request.request_id,
             probe=request.probe,
-            result=result,
+            result=outcome.result,
             duration_ms=outcome.duration_ms,
             meta=meta,
         )

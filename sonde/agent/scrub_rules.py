@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from sonde.agent.scrub_shapes import BARE, FRESH, QUOTED, SCHEME, SHAPE_RULES
+from sonde.agent.scrub_shapes import BARE, CUT, FRESH, QUOTED, SCHEME, SHAPE_RULES
 from sonde.agent.secret_names import is_secret_name
 
 REDACTED = "[REDACTED]"
@@ -34,7 +34,7 @@ SEPARATOR = "\x00"  # no rule matches across a NUL: strings joined with it are s
 
 # --- rules keyed by a field name -------------------------------------------------
 
-STEMS = ("pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt")
+STEMS = ("pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt", "sessid", "sessionid")
 _NAME_RUN = re.compile(r"[\w.-]{0,80}")
 _HEADER_NAMES = ("authorization", "proxy-authorization", "cookie", "set-cookie")
 
@@ -55,7 +55,16 @@ _FLAG = re.compile(
     r"(?<![\w.-])(?P<name>--[A-Za-z][\w-]{0,80}+|-[A-Za-z][A-Za-z0-9_]{0,80}+)[ \t]+" + FRESH
     + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'<>|-][^\s\x00\"']{0,4095})"
 )  # fmt: skip
-_XML = re.compile(r"<(?P<name>[A-Za-z_][\w:.-]{0,80}+)>" + FRESH + r"(?P<value>[^<\x00]{1,4096})</(?P=name)>")
+_XML = re.compile(
+    r"<(?P<name>[A-Za-z_][\w:.-]{0,80}+)>" + FRESH + r"(?P<value>[^<\x00]{1,4096}+)"
+    r"(?:</(?P=name)>|(?=<[^<>\x00]{0,80}+(?:\x00|\Z))|" + CUT + ")"  # or cut before (or in) its end tag
+)
+# A YAML block scalar (password: |, key: >-): the lines indented under it.
+_YAML_BLOCK = re.compile(
+    r"(?P<name>[A-Za-z_][\w.-]{0,80}+)[\"']?[ \t]*:[ \t]*[|>][-+0-9]{0,2}[ \t]*\r?\n(?P<indent>[ \t]++)"
+    + FRESH
+    + r"(?P<value>[^\r\n\x00]{1,4096}+(?:\r?\n(?P=indent)[^\r\n\x00]{0,4096}+){0,200}+)"
+)
 
 
 def lowercase(text: str) -> str:
@@ -79,6 +88,8 @@ def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
     match = _ASSIGN.match(text, start)
     if match is None and text.startswith("-", start):
         match = _FLAG.match(text, start)
+    if match is None:
+        match = _YAML_BLOCK.match(text, start)
     return match
 
 
@@ -139,11 +150,14 @@ def _named_matches(text: str, lower: str) -> Iterator[re.Match[str]]:
             yield match
 
 
+_NOT_VALUES = frozenset({"name", "sep", "indent", "tag"})  # groups that frame a value
+
+
 def _value_span(match: re.Match[str]) -> tuple[int, int]:
     """The span of the value group that matched (any named group but ``name`` and ``sep``);
     the whole match when there is none."""
     for name, index in match.re.groupindex.items():
-        if name not in ("name", "sep") and match.start(index) != -1:
+        if name not in _NOT_VALUES and match.start(index) != -1:
             return match.span(index)
     return match.span()
 

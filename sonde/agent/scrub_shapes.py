@@ -17,15 +17,38 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sonde.agent.secret_names import is_secret_name
+
 FRESH = r"(?!(?:\\?[\"'])?\[REDACTED\])"  # the value (maybe quoted) is not already redacted
 SCHEME = r"(?i:bearer|basic|token|digest|negotiate|bot)[ \t]+"  # an auth scheme before a credential
+CUT = r"(?=\x00|\Z)"  # the text ends here: a value cut short (by a line or message cap) is hidden to the end
 QUOTED = (
     r'\\"(?:[^"\\\r\n\x00]|\\[^"\x00]){0,4096}\\"'
     + r'|"(?:[^"\\\r\n\x00]|\\[^\x00]){0,4096}"'
     + r"|'[^'\r\n\x00]{0,4096}'"
+    # cut before its closing quote
+    + r'|\\?"(?:[^"\\\r\n\x00]|\\[^\x00]){1,4096}+'
+    + CUT
+    + r"|'[^'\r\n\x00]{1,4096}+"
+    + CUT
 )
 BARE = r"[^\s\x00\"'`,;&<>(){}\[\]]{1,4096}"
 TOKEN_END = r"(?![A-Za-z0-9])"
+# An SQL string literal, its text the value: '...' ('' inside), E'...' (backslash escapes),
+# $$...$$ or $tag$...$tag$; hidden to the end of the text when it is cut before its close.
+SQL_STRING = (
+    r"(?:'(?!\[REDACTED\])(?P<value>(?:[^'\x00]|''){1,4096}+)(?:'|" + CUT + ")"
+    r"|[Ee]'(?!\[REDACTED\])(?P<escaped>(?:[^'\\\x00]|\\[^\x00]|''){1,4096}+)(?:'|" + CUT + ")"
+    r"|\$(?P<tag>(?:[A-Za-z_]\w{0,62})?)\$(?!\[REDACTED\])(?P<dollar>(?:[^$\x00]|\$(?!(?P=tag)\$)){1,256}+)"
+    r"(?:\$(?P=tag)\$|" + CUT + "))"
+)
+_SQL_WS = r"[ \t\r\n]+"
+_URL_PART = r"[^\s\x00/?#\"'<>@]{1,128}+"  # a piece of a URL password between slashes or spaces
+_PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):[^\s:\x00]{1,63}:[^\s:\x00]{1,63}:")  # the gate of pgpass_line
+# htpasswd -b[other letters] [FILE] USER PASSWORD: FILE is absent with -n.
+_HTPASSWD_OPTS = r"(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3}(?=[ \t]))?){1,6}+"
+_HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Za-z]{0,7}"
+_HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -90,10 +113,18 @@ SHAPE_RULES = (
         ),
         _contains("Private-Lines"),
     ),
-    # scheme://user:PASSWORD@host for any scheme (postgres, mongodb+srv, redis, amqp, https ...).
+    # scheme://user:PASSWORD@host for any scheme (postgres, mongodb+srv, redis, amqp, https ...);
+    # a password holding "/" or a space when what follows the colon cannot be a port; and
+    # a password cut short at the end of the text (unless it reads as a port: http://host:8080).
     ShapeRule(
         "url_password",
-        re.compile(r"://[^\s\x00:/?#@\"'<>]*:(?!\[REDACTED\]@)(?P<value>[^\s\x00/?#\"'<>]+)@"),
+        re.compile(
+            r"://[^\s\x00:/?#@\"'<>\[\]]*:(?!\[REDACTED\])(?:"
+            r"(?P<value>[^\s\x00/?#\"'<>]+)@"
+            r"|(?!\d{0,5}(?:[/?#\s\"'<>]|\x00|\Z))(?P<v2>" + _URL_PART + r"(?:[/ ]" + _URL_PART + r"){1,4}+)"
+            r"@(?=[\w.-]{1,253}+(?::\d{1,5})?(?:[/?#\s\"'<>,;]|\x00|\Z))"
+            r"|(?!\d{1,5}(?:…(?:\[truncated\])?)?(?:\x00|\Z))(?P<v3>[^\s\x00/?#\"'<>@]{1,4096}+)" + CUT + ")"
+        ),
         _contains("://"),
     ),
     # Go MySQL DSNs: user:PASSWORD@tcp(host:3306)/db
@@ -220,7 +251,8 @@ SHAPE_RULES = (
     ),
     # The password flags of known programs on a command line (within 200 characters of the
     # program's name): redis-cli -a, sshpass -p, the mongo tools' -p, the ldap tools' -w,
-    # and curl's -u/--user/-U/--proxy-user user:SECRET. The argv form: sonde.agent.scrubber.
+    # curl's -u/--user/-U/--proxy-user user:SECRET, docker/podman login -p, and the samba
+    # tools' -U user%SECRET. The argv form: sonde.agent.scrubber.
     ShapeRule(
         "program_password_flag",
         re.compile(
@@ -231,9 +263,13 @@ SHAPE_RULES = (
             r"|ldap[a-z]{3,8}[^\r\n\x00]{0,200}?[ \t]-w[ \t]*"
             r"|curl[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
             r"[\"']?[^\s\x00:\"']{1,256}:"
+            r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
+            r"login[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
+            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree)[^\r\n\x00]{0,200}?[ \t](?:-U[ \t]*|--user(?:[ \t]+|=))"
+            r"[\"']?[^\s\x00%\"']{1,256}%"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
-        _contains("redis-cli", "sshpass", "mongo", "ldap", "curl"),
+        _contains("redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient"),
     ),
     # mysql -pSECRET on a command line (within 200 characters, before any other mysql).
     ShapeRule(
@@ -243,5 +279,104 @@ SHAPE_RULES = (
             r"(?:[^\r\n\x00m]|m(?!ysql|ariadb)){0,200}?[ \t]-p" + FRESH + r"(?P<value>[^\s\x00\"']+)"
         ),
         _contains("mysql", "mariadb"),
+    ),
+    # Passwords in SQL statements (pg_stat_activity, the MySQL process list, logs): PostgreSQL's
+    # [ENCRYPTED] PASSWORD '...', MySQL's IDENTIFIED [WITH plugin] BY|AS '...', PASSWORD('...'),
+    # SET PASSWORD FOR user = '...'.
+    ShapeRule(
+        "sql_password",
+        re.compile(
+            r"(?<![\w$])(?:"
+            r"(?i:password)(?:" + _SQL_WS + r"|[ \t]*\([ \t]*)"
+            r"|(?i:identified)(?:"
+            + _SQL_WS
+            + r"(?i:with)"
+            + _SQL_WS
+            + r"[\w'\"`]{1,64}+)?"
+            + _SQL_WS
+            + r"(?i:by|as)"
+            + _SQL_WS
+            + r"(?:(?i:password)"
+            + _SQL_WS
+            + r")?"
+            r"|(?i:set[ \t]+password[ \t]+for)[ \t]+[^=\r\n\x00]{1,200}?=[ \t]*(?:(?i:password)[ \t]*\([ \t]*)?"
+            r")" + SQL_STRING
+        ),
+        _contains_folded("password", "identified"),
+    ),
+    # Oracle logins: jdbc:oracle:thin:USER/PASSWORD@host, sqlplus USER/PASSWORD@db (and its kin).
+    ShapeRule(
+        "oracle_login",
+        re.compile(
+            r"(?:(?i:jdbc:oracle:)[a-z]{1,10}:@?"
+            r"|(?<![\w.-])(?:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:[ \t]+-[A-Za-z]{1,10})*+[ \t]+"
+            r"(?:userid=|(?i:target)[ \t]+)?)"
+            r"[^\s\x00/@\"'():=]{1,128}+/"
+            + FRESH
+            + r"(?P<value>[^\s\x00@\"']{1,256}+)(?:@|(?=[\s\"'])|"
+            + CUT
+            + ")"
+        ),
+        _contains_folded("sqlplus", "oracle:", "sqlldr", "expdp", "impdp", "rman", "dgmgrl"),
+    ),
+    # A ~/.pgpass line: host:port:database:user:PASSWORD (port a number or *).
+    ShapeRule(
+        "pgpass_line",
+        re.compile(
+            r"(?<![^\n\x00])(?!\d{1,2}:)[^\s:\x00#\\]{1,253}+:(?:\d{1,5}|\*):[^\s:\x00]{1,63}+:[^\s:\x00]{1,63}+:"
+            + FRESH
+            + r"(?P<value>(?:[^\r\n:\x00\\]|\\[^\r\n\x00]){1,4096}+)(?=\r?\n|\x00|\Z)"
+        ),
+        lambda text, lower: _PGPASS_PORT.search(text) is not None,
+    ),
+    # .NET appSettings: <add key="Password" value="SECRET" />, when the key names a secret.
+    ShapeRule(
+        "add_key_value",
+        re.compile(
+            r"<(?i:add)[ \t]+(?i:key)[ \t]*=[ \t]*([\"'])(?P<name>[^\"'<>\x00]{1,200}+)\1[ \t]+(?i:value)[ \t]*=[ \t]*"
+            r"([\"'])(?!\[REDACTED\])(?P<value>[^\"'\x00]{1,4096}+)(?:\3|" + CUT + ")"
+        ),
+        _contains_folded("<add"),
+        lambda match: is_secret_name(match["name"]),
+    ),
+    # Redis commands as the slow log shows them: AUTH [user] PASSWORD, HELLO 3 AUTH user PASSWORD,
+    # CONFIG SET requirepass|masterauth PASSWORD (the whole line).
+    ShapeRule(
+        "redis_command_password",
+        re.compile(
+            r"(?<![^\n\x00])[ \t]*(?:AUTH(?:[ \t]+[^\s\x00]{1,256}+)?|(?i:hello)[ \t]+\d[ \t]+(?i:auth)[ \t]+[^\s\x00]{1,256}+"
+            r"|(?i:config[ \t]+set[ \t]+(?:requirepass|masterauth)))[ \t]+"
+            + FRESH
+            + r"(?P<value>"
+            + QUOTED
+            + r"|[^\s\x00\"']{1,4096}+)(?=[ \t]*(?:\r?\n|\x00|\Z))"
+        ),
+        _contains_folded("auth", "config"),
+    ),
+    # htpasswd -b [FILE] USER PASSWORD (-n: no FILE).
+    ShapeRule(
+        "htpasswd_b",
+        re.compile(
+            r"(?<![\w.-])htpasswd"
+            + _HTPASSWD_HAS
+            + r"b)(?:"
+            + _HTPASSWD_HAS
+            + r"n)"
+            + _HTPASSWD_OPTS
+            + _HTPASSWD_WORD
+            + r"[ \t]+"
+            + FRESH
+            + r"(?P<value>[^\s\x00]{1,4096}+)"
+            r"|(?!"
+            + _HTPASSWD_HAS[3:]
+            + r"n)"
+            + _HTPASSWD_OPTS
+            + _HTPASSWD_WORD
+            + _HTPASSWD_WORD
+            + r"[ \t]+"
+            + FRESH
+            + r"(?P<v2>[^\s\x00]{1,4096}+))"
+        ),
+        _contains("htpasswd"),
     ),
 )

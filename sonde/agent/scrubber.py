@@ -18,8 +18,9 @@ reports as ``meta.redactions``:
   (``--password``, ``--requirepass``) is redacted, and so are the password
   flags of known programs (`ProgramFlags`): mysql's and sshpass's
   ``-pSECRET``, ``redis-cli -a SECRET``, ``sshpass -p``, the mongo tools'
-  ``-p``, the ldap tools' ``-w``, and the password half of curl's
-  ``-u user:SECRET``.
+  ``-p``, the ldap tools' ``-w``, ``docker login -p``, and the password half of
+  curl's ``-u user:SECRET`` and smbclient's ``-U user%SECRET``, from the item naming
+  the program on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered).
 
 Operator patterns (``scrubPatterns`` in the agent config) are Python regular
 expressions; a match is replaced whole, or only its named group ``secret`` when
@@ -48,8 +49,10 @@ KEY_CACHE_ENTRIES = 4096  # dict keys remembered (keys repeat across list items)
 _ARGV_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
 _SCALARS = frozenset({int, float, bool, type(None)})
 # What happens to an item of a list: kept, hidden whole, hidden after its two-character
-# flag (-pSECRET), hidden after the first colon (curl's user:SECRET).
-_KEEP, _HIDE, _HIDE_ATTACHED, _HIDE_AFTER_COLON = 0, 1, 2, 3
+# flag (-pSECRET), hidden after the first colon (curl's user:SECRET) or percent sign
+# (smbclient's user%SECRET).
+_KEEP, _HIDE, _HIDE_ATTACHED, _HIDE_AFTER_COLON, _HIDE_AFTER_PERCENT = 0, 1, 2, 3, 4
+_USER_PASSWORD_SEPARATORS = {_HIDE_AFTER_COLON: ":", _HIDE_AFTER_PERCENT: "%"}
 
 
 class ProgramFlags(NamedTuple):
@@ -58,6 +61,7 @@ class ProgramFlags(NamedTuple):
     separate: frozenset[str] = frozenset()  # the next item is the password: redis-cli -a PW
     attached: tuple[str, ...] = ()  # the password follows the flag in the same item: -pPW
     user_password: frozenset[str] = frozenset()  # the next item, or the rest of this one, is user:PW
+    user_password_action: int = _HIDE_AFTER_COLON  # _HIDE_AFTER_PERCENT: user%PW
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
@@ -95,6 +99,12 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         _LDAP,
     ),
     "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
+    # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
+    "login": ProgramFlags(separate=frozenset({"-p"})),
+    **dict.fromkeys(
+        ("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree"),
+        ProgramFlags(user_password=frozenset({"-U", "--user"}), user_password_action=_HIDE_AFTER_PERCENT),
+    ),
 }
 
 
@@ -214,11 +224,18 @@ def _is_secret_flag(item: str) -> bool:
 
 def _argv_plan(items: Sequence[Any]) -> list[int] | None:
     """What to hide in a list read as an argv (None: nothing): the value after a secret
-    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own flags."""
+    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own flags.
+
+    A known program's flags apply from the item naming it on, wherever it is, so a wrapped
+    command (``sudo -u app mysql -pX``, ``timeout 30 redis-cli -a X``, ``docker exec db
+    mysql -pX``) is read as the program's own. A flag carrying its password (``-pX``) is
+    read as that before as a flag named like a secret (``-pAdminPass`` is mysql's password,
+    not a ``--...pass`` flag whose value comes next).
+    """
     if not items or not isinstance(items[0], str):
         return None  # not an argv
     plan = None
-    flags = PROGRAM_FLAGS.get(items[0].rsplit("/", 1)[-1], _NO_FLAGS)
+    flags = _NO_FLAGS
     pending = _KEEP  # what the flag before asks of this item
     for index, item in enumerate(items):
         if not isinstance(item, str):
@@ -228,11 +245,12 @@ def _argv_plan(items: Sequence[Any]) -> list[int] | None:
         if item[:1] != "-":
             if pending != _KEEP and _hides(item, pending):
                 action = pending
+            elif pending == _KEEP:
+                flags = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1], flags)
             pending = _KEEP
         else:
-            pending = _flag_asks(item, flags)
-            if pending == _KEEP:
-                action = _attached_value(item, flags)
+            action = _attached_value(item, flags)
+            pending = _flag_asks(item, flags) if action == _KEEP else _KEEP
         if action != _KEEP:
             plan = plan or [_KEEP] * len(items)
             plan[index] = action
@@ -247,7 +265,7 @@ def _flag_asks(flag: str, flags: ProgramFlags) -> int:
     if flag in flags.separate or _is_secret_flag(flag):
         return _HIDE
     if flag in flags.user_password:
-        return _HIDE_AFTER_COLON
+        return flags.user_password_action
     return _KEEP
 
 
@@ -256,15 +274,17 @@ def _attached_value(item: str, flags: ProgramFlags) -> int:
     if item.startswith(flags.attached) and len(item) > 2:
         return _HIDE_ATTACHED if _hides(item[2:], _HIDE) else _KEEP
     if item.split("=", 1)[0] in flags.user_password or item[:2] in flags.user_password:
-        return _HIDE_AFTER_COLON if _hides(item, _HIDE_AFTER_COLON) else _KEEP
+        action = flags.user_password_action
+        return action if _hides(item, action) else _KEEP
     return _KEEP
 
 
 def _hides(item: str, action: int) -> bool:
     """Whether ``action`` finds something to hide in ``item``."""
-    if action == _HIDE_AFTER_COLON:
-        _, colon, password = item.partition(":")
-        return bool(colon) and not _already_hidden(password)
+    separator = _USER_PASSWORD_SEPARATORS.get(action)
+    if separator is not None:
+        _, found, password = item.partition(separator)
+        return bool(found) and not _already_hidden(password)
     return not _already_hidden(item)
 
 
@@ -272,8 +292,9 @@ def _hide(item: str, action: int) -> str:
     """``item`` with what ``action`` hides replaced by ``[REDACTED]``."""
     if action == _HIDE_ATTACHED:
         return item[:2] + REDACTED
-    if action == _HIDE_AFTER_COLON:
-        return item.partition(":")[0] + ":" + REDACTED
+    separator = _USER_PASSWORD_SEPARATORS.get(action)
+    if separator is not None:
+        return item.partition(separator)[0] + separator + REDACTED
     return REDACTED
 
 

@@ -37,7 +37,7 @@ SECRET_WORDS = frozenset(
         "credential", "credentials", "creds", "authorization", "apikey", "accesskey",
         "privatekey", "secretkey", "authkey", "sessionkey", "clientsecret", "requirepass",
         "masterauth", "storepass", "keypass", "srcstorepass", "deststorepass", "srckeypass",
-        "destkeypass",
+        "destkeypass", "sessionid", "phpsessid", "jsessionid",
     }
 )  # fmt: skip
 # Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie;
@@ -62,7 +62,7 @@ DESCRIPTOR_WORDS = frozenset(
         "timeout", "algorithm", "format", "url", "uri", "endpoint", "host", "port", "user",
         "username", "stdin", "env", "command", "cmd", "helper", "provider", "source", "scope",
         "changed", "lifetime", "history", "strength", "prompt", "server", "servers", "service",
-        "domain", "realm", "header", "hint", "label",
+        "domain", "realm", "header", "hint", "label", "encryption",
     }
 )  # fmt: skip
 # The shell's working-directory variables (case-sensitive), not passwords.

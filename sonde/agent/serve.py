@@ -86,12 +86,13 @@ class ToolServer:
         if not self.exposes(request.name):
             return unknown_tool_response(request.id, request.name)
         try:
-            outcome = await execute_probe(self.registry, request.name, request.input, self.ctx)
+            outcome = await execute_probe(  # scrubbed whole, before the cap: a secret cut short could pass
+                self.registry, request.name, request.input, self.ctx, scrub=self.scrubber.scrub_result
+            )
         except ProbeExecutionError as exc:
             message, _ = self.scrubber.scrub_text(exc.message)
             return error_response(request.id, message)
-        output, _ = self.scrubber.scrub_result(outcome.result)
-        return tool_call_response(request.id, request.name, output)
+        return tool_call_response(request.id, request.name, outcome.result)
 
 
 def create_tool_server(

@@ -23,9 +23,9 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from sonde.protocol.names import PROBE_NAME_PATTERN
 
@@ -56,6 +56,20 @@ class Result(BaseModel):
     """Base of probe results, built on first use like `Params`."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
+    _newest_last: frozenset[str] = PrivateAttr(default=frozenset())
+
+    def newest_last(self, *fields: str) -> Self:
+        """Mark top-level list ``fields`` as "the last N", oldest first: when the result is
+        cut to fit the agent's size cap, they lose their oldest items, not their newest."""
+        unknown = set(fields) - set(type(self).model_fields)
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
+        self._newest_last = frozenset(fields)
+        return self
+
+    @property
+    def lists_keeping_their_end(self) -> frozenset[str]:
+        return self._newest_last
 
 
 class ProbeUnavailable(Exception):

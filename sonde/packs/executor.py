@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -25,6 +26,9 @@ from sonde.protocol.jsontext import valid_text, valid_unicode
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+INLINE_FINISH_BYTES = 64 * 1024  # a bigger result is scrubbed and capped in a worker thread
+# Redacts the secrets in a result; returns it and how many there were (the agent's `Scrubber.scrub_result`).
+ResultScrubber = Callable[[dict[str, Any]], tuple[dict[str, Any], int]]
 
 
 class ProbeExecutionError(Exception):
@@ -41,6 +45,7 @@ class ProbeOutcome:
     duration_ms: float
     truncated: bool
     output_bytes: int
+    redactions: int = 0
 
 
 # The most of one validation message an answer repeats (a pack's own validator may quote its input).
@@ -65,8 +70,13 @@ async def execute_probe(
     *,
     timeout_s: float | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    scrub: ResultScrubber | None = None,
 ) -> ProbeOutcome:
-    """Run probe ``name``; raises `ProbeExecutionError` with a code on any failure."""
+    """Run probe ``name``; raises `ProbeExecutionError` with a code on any failure.
+
+    ``scrub`` sees the whole result before it is capped: a secret whose shape needs its
+    end (a URL's ``@``, a closing quote or tag) would pass if it were cut first.
+    """
     spec = registry.probe(name)
     if spec is None:
         raise ProbeExecutionError(
@@ -101,19 +111,48 @@ async def execute_probe(
         ) from None
     duration_ms = (time.perf_counter() - started) * 1000
     data = result.model_dump(mode="json")
-    data, truncated, size = cap_result(data, max_result_bytes)
-    return ProbeOutcome(data, duration_ms, truncated, size)
+    finish = partial(
+        finish_result, scrub=scrub, limit=max_result_bytes, keep_end=result.lists_keeping_their_end
+    )
+    if json_size_over(data, INLINE_FINISH_BYTES):  # megabytes to scrub: not on the event loop
+        data, redactions, truncated, size = await trio.to_thread.run_sync(finish, data)
+    else:
+        data, redactions, truncated, size = finish(data)
+    return ProbeOutcome(data, duration_ms, truncated, size, redactions)
+
+
+def finish_result(
+    data: dict[str, Any], *, scrub: ResultScrubber | None, limit: int, keep_end: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], int, bool, int]:
+    """Scrub the whole result, then cap it: (result, redactions, truncated, bytes)."""
+    redactions = 0
+    if scrub is not None:
+        data, redactions = scrub(data)
+    data, truncated, size = cap_result(data, limit, keep_end)
+    return data, redactions, truncated, size
+
+
+def json_size_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` is more than ``limit`` bytes of JSON (text that is not valid Unicode counts as over)."""
+    try:
+        return json_size(value) > limit
+    except UnicodeEncodeError:
+        return True
 
 
 def json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def cap_result(data: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool, int]:
+def cap_result(
+    data: dict[str, Any], limit: int, keep_end: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], bool, int]:
     """Shorten the longest lists (and longest strings) until ``data`` fits in ``limit`` bytes.
 
-    A shortened result carries ``"truncated": true`` at its top level. A result
-    holding text that is not valid Unicode is made so first (`valid_unicode`).
+    A list loses its second half, except a top-level one named in ``keep_end`` ("the
+    last N" lines or entries, oldest first), which loses its first. A shortened result
+    carries ``"truncated": true`` at its top level. A result holding text that is not
+    valid Unicode is made so first (`valid_unicode`).
     """
     try:
         size = json_size(data)
@@ -124,7 +163,7 @@ def cap_result(data: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool, 
         return data, False, size
     data = json.loads(json.dumps(data))  # a private copy to cut
     while size > limit:
-        if not _shorten_largest(data):
+        if not _shorten_largest(data, keep_end):
             data = {"truncated": True, "note": f"result of {size} bytes exceeds the {limit} byte cap"}
             break
         data["truncated"] = True
@@ -132,7 +171,7 @@ def cap_result(data: dict[str, Any], limit: int) -> tuple[dict[str, Any], bool, 
     return data, True, size
 
 
-def _shorten_largest(root: dict[str, Any]) -> bool:
+def _shorten_largest(root: dict[str, Any], keep_end: frozenset[str]) -> bool:
     best: tuple[int, Any, Any] | None = None
     stack: list[Any] = [root]
     while stack:
@@ -148,5 +187,8 @@ def _shorten_largest(root: dict[str, Any]) -> bool:
         return False
     length, parent, key = best
     value = parent[key]
-    parent[key] = value[: length // 2] + ("…[truncated]" if isinstance(value, str) else type(value)())
+    if parent is root and key in keep_end and isinstance(value, list):
+        parent[key] = value[length - length // 2 :]  # the newest half
+    else:
+        parent[key] = value[: length // 2] + ("…[truncated]" if isinstance(value, str) else type(value)())
     return True

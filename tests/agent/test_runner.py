@@ -201,6 +201,30 @@ async def test_scrubber_applies_to_results_and_error_messages(autojump_clock: tr
     assert caught.value.message == "cannot use [REDACTED]"
 
 
+def redact_bracketed(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A scrubber whose secret shape needs its end, as a URL's ``@`` or a closing quote: <<...>>."""
+    secret = data.get("secret", "")
+    if "<<" in secret and ">>" in secret:
+        return data | {"secret": re.sub(r"<<.*?>>", "[REDACTED]", secret, flags=re.DOTALL)}, 1
+    return data, 0
+
+
+async def test_a_result_is_scrubbed_whole_before_it_is_capped(autojump_clock: trio.abc.Clock) -> None:
+    long_secret = "<<hunter2" + "x" * 400_000 + ">>"  # over the 256 KiB cap: cut first, it lost its end
+    async with agent_and_hub(Waiters(), scrub=redact_bracketed) as (hub, _):
+        scrubbed = await hub.request(
+            request("r1", "testpack.echo.value", {"value": 1, "secret": long_secret})
+        )
+        capped = await hub.request(
+            request("r2", "testpack.echo.value", {"value": 2, "secret": "y" * 400_000})
+        )
+    assert scrubbed.payload.result["secret"] == "[REDACTED]"
+    assert scrubbed.payload.meta.redactions == 1
+    assert scrubbed.payload.meta.truncated is False
+    assert capped.payload.meta.truncated is True  # the cap still bounds the result
+    assert capped.payload.meta.output_bytes <= 256 * 1024
+
+
 def scrubber_failing_on_13(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
     if data.get("value") == 13:
         raise RuntimeError("a bug after the probe ran")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from sonde.packs.executor import ProbeExecutionError, cap_result
+from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe
+from tests.agent.probes import Waiters, context_with, registry_for_tests
 
 
 def test_cap_result_repairs_text_only_when_it_must() -> None:
@@ -20,3 +22,25 @@ def test_an_error_quoting_a_name_that_is_not_utf8_says_it_escaped() -> None:
     error = ProbeExecutionError("permission_denied", "permission denied: /var/log/\udcff.log")
     assert error.message == "permission denied: /var/log/\\xff.log"
     assert str(error) == error.message
+
+
+async def test_the_scrubber_sees_the_whole_result_before_the_cap() -> None:
+    seen: list[str] = []
+
+    def scrub(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        seen.append(data["secret"])
+        return data | {"secret": data["secret"].replace("hunter2", "[REDACTED]")}, 1
+
+    secret = "x" * 3000 + "hunter2"  # cut first, the second half would not be seen
+    outcome = await execute_probe(
+        registry_for_tests(),
+        "testpack.echo.value",
+        {"value": 1, "secret": secret},
+        context_with(Waiters()),
+        max_result_bytes=1000,
+        scrub=scrub,
+    )
+    assert seen == [secret]
+    assert outcome.redactions == 1
+    assert outcome.truncated  # the cap still bounds the scrubbed result
+    assert outcome.output_bytes <= 1000

@@ -242,6 +242,25 @@ def test_head_reads_within_the_scan_cap_however_long_a_line_is(tmp_path: Path) -
     assert head_lines(path, 5).lines[-1] == "third"
 
 
+@pytest.mark.parametrize(("probe", "kept"), [("tail", "the newest"), ("head", "the first")])
+async def test_a_result_over_the_cap_keeps_the_lines_asked_for(tree: Path, probe: str, kept: str) -> None:
+    """1000 lines of 300 bytes are over the agent's 256 KiB result cap: "the last 1000" loses
+    its oldest lines, "the first 1000" its last ones, never the other way round."""
+    path = tree / "busy.log"
+    path.write_text("".join(f"{i:04d} " + "x" * 295 + "\n" for i in range(1000)))
+    ctx = ProbeContext(ProbeSettings(allowed_paths=(str(tree),)))
+    outcome = await execute_probe(REGISTRY, f"system.logs.{probe}", {"path": str(path), "lines": 1000}, ctx)
+    lines = outcome.result["lines"]
+    assert outcome.truncated
+    assert 0 < len(lines) < 1000
+    numbers = [int(line[:4]) for line in lines]
+    assert numbers == sorted(numbers)  # still oldest first
+    if kept == "the newest":
+        assert numbers[-1] == 999
+    else:
+        assert numbers[0] == 0
+
+
 def test_long_lines_are_cut(tmp_path: Path) -> None:
     path = tmp_path / "long.log"
     path.write_text("a" * 10_000 + "\n")

@@ -207,10 +207,52 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
         (["keytool", "-storepass", "changeit"], ["keytool", "-storepass", REDACTED], 1),
         (["ls", "-l", "--color", "auto"], ["ls", "-l", "--color", "auto"], 0),
         ([1, "--token", 2], [1, "--token", 2], 0),
+        # a known program's flags apply from the item naming it: wrapped commands
+        (["sudo", "mysql", "-pXy7qLm9z"], ["sudo", "mysql", "-p" + REDACTED], 1),
+        (["timeout", "30", "redis-cli", "-a", "pw10"], ["timeout", "30", "redis-cli", "-a", REDACTED], 1),
+        (["nice", "sshpass", "-p", "pw11", "ssh", "h"], ["nice", "sshpass", "-p", REDACTED, "ssh", "h"], 1),
+        (
+            ["sudo", "-u", "app", "/usr/bin/mysqldump", "-uroot", "-ppw12", "db"],
+            ["sudo", "-u", "app", "/usr/bin/mysqldump", "-uroot", "-p" + REDACTED, "db"],
+            1,
+        ),
+        (["sudo", "-p", "prompt:", "mysql", "-p"], ["sudo", "-p", "prompt:", "mysql", "-p"], 0),
+        (["docker", "exec", "db", "mysql", "-ppw13"], ["docker", "exec", "db", "mysql", "-p" + REDACTED], 1),
+        # an attached password named like a secret flag is the password; the next item stays
+        (["mysql", "-c", "x", "-pAdminPass"], ["mysql", "-c", "x", "-p" + REDACTED], 1),
+        (["mysql", "-pRootPassword1x", "shop"], ["mysql", "-p" + REDACTED, "shop"], 1),
+        (["mysql", "-pMyToken", "shop"], ["mysql", "-p" + REDACTED, "shop"], 1),
+        (["app", "-pMyToken", "t"], ["app", "-pMyToken", REDACTED], 1),
+        # docker login -p, smbclient -U user%PW
+        (["docker", "login", "-u", "bob", "-p", "pw14"], ["docker", "login", "-u", "bob", "-p", REDACTED], 1),
+        (["docker", "run", "-p", "8080:80", "web"], ["docker", "run", "-p", "8080:80", "web"], 0),
+        (["smbclient", "//h/s", "-U", "bob%pw15"], ["smbclient", "//h/s", "-U", "bob%" + REDACTED], 1),
+        (["smbclient", "-Ubob%pw16"], ["smbclient", "-Ubob%" + REDACTED], 1),
+        (["smbclient", "-U", "bob", "//h/s"], ["smbclient", "-U", "bob", "//h/s"], 0),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
     assert scrubber.scrub({"cmdline": argv}) == ({"cmdline": expected}, count)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sudo", "mysql", "-pXy7qLm9z"],
+        ["timeout", "30", "redis-cli", "-a", "Xy7qLm9z"],
+        ["nice", "sshpass", "-p", "Xy7qLm9z", "ssh", "h"],
+        ["sudo", "-u", "app", "mysqldump", "-uroot", "-pXy7qLm9z", "db"],
+        ["mysql", "-c", "x", "-pAdminPass"],
+        ["docker", "login", "-u", "bob", "-p", "Xy7qLm9z"],
+        ["smbclient", "-U", "bob%Xy7qLm9z"],
+    ],
+)
+def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
+    # system.processes.top joins the argv into one string
+    password = "AdminPass" if "-pAdminPass" in argv else "Xy7qLm9z"
+    scrubbed, count = scrubber.scrub_text(" ".join(argv))
+    assert password not in scrubbed
+    assert count >= 1
 
 
 # --- operator patterns and config -------------------------------------------------------
@@ -347,6 +389,25 @@ HOSTILE_TEXTS = {
     "stems": "passkeytokenauth" * (HOSTILE_SIZE // 16),
     "flags": "--password " * (HOSTILE_SIZE // 11),
     "directives": "\n requirepass" * (HOSTILE_SIZE // 13),
+    "sql_passwords": "PASSWORD '" + "''" * (HOSTILE_SIZE // 2),
+    "sql_password_heads": "password 'x password E'y PASSWORD $a$z " * (HOSTILE_SIZE // 40),
+    "sql_dollar_tags": "".join(f"password $t{i}$ x " for i in range(HOSTILE_SIZE // 20)),
+    "identified_heads": "IDENTIFIED WITH x BY " * (HOSTILE_SIZE // 21),
+    "set_password_for": "SET PASSWORD FOR " + "u" * HOSTILE_SIZE,
+    "url_slashes": "://a:" + "b/" * (HOSTILE_SIZE // 2),
+    "url_spaces": "://a:b " * (HOSTILE_SIZE // 7),
+    "url_slash_heads": "://a:b/c" * (HOSTILE_SIZE // 8),
+    "xml_unclosed": "<password>" + "x" * HOSTILE_SIZE + "<",
+    "yaml_blocks": "password: |\n  x\n" * (HOSTILE_SIZE // 17),
+    "pgpass_lines": "h:1:d:u:\n" * (HOSTILE_SIZE // 9),
+    "colon_lines": ("a:1:" * 50 + "\n") * (HOSTILE_SIZE // 201),
+    "add_keys": '<add key="password" value="' * (HOSTILE_SIZE // 28),
+    "oracle_heads": "sqlplus a/" * (HOSTILE_SIZE // 10),
+    "htpasswd_words": "htpasswd -b -b -b -b -b -b" + " x" * (HOSTILE_SIZE // 2),
+    "login_words": "docker login " * (HOSTILE_SIZE // 13),
+    "smb_words": "smbclient -U " * (HOSTILE_SIZE // 13),
+    "auth_lines": "AUTH a b c\n" * (HOSTILE_SIZE // 11),
+    "unclosed_single_quotes": "password: '" + "x" * HOSTILE_SIZE + "\n",
 }
 
 

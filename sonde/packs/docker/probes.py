@@ -147,7 +147,7 @@ async def container_logs(ctx: ProbeContext, params: LogsParams) -> ContainerLogs
     lines = log_lines(response.body, multiplexed=not tty)
     return ContainerLogs(
         container=params.container, lines=lines[-params.lines :], truncated=response.truncated
-    )
+    ).newest_last("lines")
 
 
 class ImagesParams(Params):

@@ -154,7 +154,7 @@ async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
         counts_by_level=counts,
         entries=[ErrorLogEntry(**vars(e)) for e in entries if e.level in ERROR_LEVELS[floor:]],
         unparsed=len(parsed) - len(entries),
-    )
+    ).newest_last("entries")
 
 
 class AccessLogEntry(Result):
@@ -191,7 +191,7 @@ async def access_log(ctx: ProbeContext, params: LogParams) -> AccessLog:
             unparsed.append(line)
         else:
             entries.append(AccessLogEntry(**vars(entry)))
-    return AccessLog(path=str(path), entries=entries, unparsed_lines=unparsed[:20])
+    return AccessLog(path=str(path), entries=entries, unparsed_lines=unparsed[:20]).newest_last("entries")
 
 
 class SummaryParams(Params):

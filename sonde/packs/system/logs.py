@@ -59,7 +59,7 @@ def log_lines(path: Path, found: Lines) -> LogLines:
 async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
     found = await ctx.in_thread(tail_lines, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact)
-    return log_lines(path, found)
+    return log_lines(path, found).newest_last("lines")
 
 
 @PACK.probe(

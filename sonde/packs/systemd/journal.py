@@ -240,4 +240,5 @@ async def journal_query(ctx: ProbeContext, params: JournalParams) -> JournalEntr
         params.direction,
         wanted,
     )
-    return JournalEntries(entries=entries, truncated=more or output.truncated, note=note)
+    answer = JournalEntries(entries=entries, truncated=more or output.truncated, note=note)
+    return answer.newest_last("entries") if params.direction == "last" else answer
