@@ -1,8 +1,23 @@
-"""What a probe gets to work with: settings, a thread limiter, a command runner."""
+"""What a probe gets to work with: settings, worker threads, a command runner.
+
+Blocking probe work runs in worker threads (`ProbeThreads`): at most
+``THREAD_LIMIT`` at once. A probe cancelled at its deadline abandons its thread
+(trio cannot interrupt a blocking call) and gives its slot back at once, so a
+call that never returns (a hung file system, a server that stops answering)
+cannot take the slots of every later probe. Such a thread is counted as stuck
+until it returns, and logged; while ``MAX_STUCK_THREADS`` are stuck, new thread
+work is refused with an error saying so, so the number of threads stays bounded.
+Clients of a network service also cut their socket when their probe ends
+(`sonde.packs.services.Hangup`), so their threads return.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +29,12 @@ from sonde.packs.base import ProbeUnavailable
 from sonde.packs.process import DEFAULT_MAX_OUTPUT_BYTES, CommandOutput, run_command
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 DEFAULT_ALLOWED_PATHS = ("/var/log",)
-THREAD_LIMIT = 8
+THREAD_LIMIT = 8  # blocking probe calls running at once
+MAX_STUCK_THREADS = 16  # threads still running past their probe's deadline before thread work is refused
+STUCK_WARNING_AFTER_S = 5  # a thread abandoned longer ago is stuck (a cut connection returns at once)
+STUCK_WARNING_INTERVAL_S = 60  # at most one warning about stuck threads a minute
 
 
 class PathNotAllowed(ValueError):
@@ -38,6 +57,119 @@ def unredacted(text: str) -> str:
     return text
 
 
+class _Job:
+    """One call in a worker thread; its fields change under `ProbeThreads._lock`."""
+
+    __slots__ = ("abandoned_at", "done", "name", "started")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = self.done = False
+        self.abandoned_at: float | None = None  # time.monotonic() when its probe gave up on it
+
+
+class ProbeThreads:
+    """Worker threads for blocking probe calls: ``slots`` at once, ``max_stuck`` abandoned ones at most.
+
+    One per agent (it outlives hub connections); thread-safe where it must be.
+    """
+
+    def __init__(self, slots: int = THREAD_LIMIT, max_stuck: int = MAX_STUCK_THREADS) -> None:
+        self.slots = trio.CapacityLimiter(slots)  # held by the waiting probe, not by its thread
+        self.max_stuck = max_stuck
+        # trio holds this one until the thread itself returns: a hard cap on the threads we own,
+        # and not trio's default limiter, which other thread work (getaddrinfo) shares
+        self._threads = trio.CapacityLimiter(slots + max_stuck)
+        self._lock = threading.Lock()
+        self._stuck: set[_Job] = set()  # abandoned, still running
+        self._warned_at = -math.inf
+
+    @property
+    def stuck(self) -> int:
+        """How many threads are still running past their probe's deadline."""
+        return len(self._stuck)
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a worker thread; raises `ProbeUnavailable` while too many are stuck.
+
+        Cancellation returns at once: the thread is abandoned, its slot freed, and it
+        counts as stuck until it returns.
+        """
+        self._check_stuck(function)
+        job = _Job(getattr(function, "__qualname__", repr(function)))
+        async with self.slots:
+            try:
+                return await trio.to_thread.run_sync(
+                    self._call, job, function, args, limiter=self._threads, abandon_on_cancel=True
+                )
+            finally:
+                self._settle(job)
+
+    def _check_stuck(self, function: Callable[..., Any]) -> None:
+        """Warn (once a minute) while threads are stuck; refuse while ``max_stuck`` are."""
+        now = time.monotonic()
+        with self._lock:
+            stuck = sorted(self._stuck, key=lambda job: job.abandoned_at or now)
+        refuse = len(stuck) >= self.max_stuck
+        long_stuck = any(now - (job.abandoned_at or now) >= STUCK_WARNING_AFTER_S for job in stuck)
+        if (refuse or long_stuck) and now - self._warned_at >= STUCK_WARNING_INTERVAL_S:
+            self._warned_at = now
+            log.warning(
+                "%d probe threads are stuck past their probes' deadlines (%s)%s",
+                len(stuck),
+                ", ".join(f"{job.name} for {now - (job.abandoned_at or now):.0f}s" for job in stuck[:5]),
+                f"; thread work is refused (first: {function!r}) until some return" if refuse else "",
+            )
+        if refuse:
+            raise ProbeUnavailable(
+                f"{len(stuck)} probe threads are stuck (still running past their probes' deadlines), so "
+                "this agent runs no more blocking probe work until some return; the agent's log names "
+                "them (a hung file system or service?), restarting the agent clears them"
+            )
+
+    def _call(self, job: _Job, function: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self._lock:
+            if job.abandoned_at is not None:  # its probe ended before the thread got to it
+                raise RuntimeError(f"{job.name} was abandoned before it started")  # nobody reads it
+            job.started = True
+        try:
+            return function(*args)
+        finally:
+            self._finish(job)
+
+    def _finish(self, job: _Job) -> None:
+        with self._lock:
+            job.done = True
+            late = job in self._stuck
+            self._stuck.discard(job)
+            stuck = len(self._stuck)
+        if late:
+            assert job.abandoned_at is not None
+            log.info(
+                "a probe thread (%s) returned %.1fs after its probe's deadline; %d still running past theirs",
+                job.name,
+                time.monotonic() - job.abandoned_at,
+                stuck,
+            )
+
+    def _settle(self, job: _Job) -> None:
+        """After the call: a thread still running (its probe was cancelled) is abandoned."""
+        with self._lock:
+            if job.done or job.abandoned_at is not None:
+                return
+            job.abandoned_at = time.monotonic()
+            if not job.started:
+                return  # `_call` will not run it
+            self._stuck.add(job)
+            stuck = len(self._stuck)
+        log.info(
+            "a probe thread (%s) runs on past its probe's deadline; %d do (thread work is refused at %d)",
+            job.name,
+            stuck,
+            self.max_stuck,
+        )
+
+
 @dataclass
 class ProbeContext:
     """``redact`` gives a text as the agent will send it, its secrets redacted (thread-safe).
@@ -48,7 +180,7 @@ class ProbeContext:
     """
 
     settings: ProbeSettings = field(default_factory=ProbeSettings)
-    limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(THREAD_LIMIT))
+    threads: ProbeThreads = field(default_factory=ProbeThreads)
     redact: Callable[[str], str] = unredacted
 
     async def run(
@@ -57,8 +189,8 @@ class ProbeContext:
         return await run_command(argv, max_output_bytes=max_output_bytes)
 
     async def in_thread(self, function: Callable[..., T], *args: Any) -> T:
-        """Run blocking ``function`` in a worker thread under the limiter."""
-        return await trio.to_thread.run_sync(function, *args, limiter=self.limiter, abandon_on_cancel=True)
+        """Run blocking ``function`` in a worker thread (`ProbeThreads.run`: it may refuse)."""
+        return await self.threads.run(function, *args)
 
     def allowed_path(self, raw: str) -> Path:
         """Resolve ``raw`` (symlinks followed) and refuse it unless it lies in the allow-list."""

@@ -13,18 +13,22 @@ a caller cannot have the agent hand the password to a server of its choosing.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import trio
 from pydantic import Field
 
 from sonde.packs.base import Detection, Params
 
 DETECT_CONNECT_TIMEOUT_S = 0.3
 CONNECT_TIMEOUT_S = 5
+MIN_DRIVER_TIMEOUT_S = 0.1  # a driver timeout is never 0 (that means "none" to some drivers)
 
 ServiceHost = Annotated[
     str,
@@ -141,3 +145,66 @@ def detect_service(
         False,
         f"no {name} here: no socket ({', '.join(sockets)}) and nothing on {defaults.host}:{defaults.port}",
     )
+
+
+def time_left_s(ceiling_s: float) -> float:
+    """Seconds until the calling task's deadline (its probe's), at most ``ceiling_s``: for a driver's timeout.
+
+    Call it in the probe's task, before handing work to a thread.
+    """
+    left = trio.current_effective_deadline() - trio.current_time()
+    return max(MIN_DRIVER_TIMEOUT_S, min(ceiling_s, left))
+
+
+def whole_seconds_left(ceiling_s: int) -> int:
+    """`time_left_s` rounded up to whole seconds (libpq's ``connect_timeout``)."""
+    return math.ceil(time_left_s(ceiling_s))
+
+
+class Hangup:
+    """Lets the probe's task cut the socket a worker thread's database client is blocked on.
+
+    The thread `attach`-es its client's socket once connected; the task calls
+    `cut` when the probe is done with it (finished, failed or cancelled): the
+    socket is shut down, so a call blocked on it fails at once. A cut before the
+    attach cuts at the attach. The hangup keeps its own duplicate of the socket's
+    descriptor until the cut, so a client that closes its own meanwhile never
+    makes the cut hit another file that reused the number.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._cut = False
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut
+
+    def attach(self, fileno: int) -> None:
+        """(Thread side.) The client's socket is ``fileno`` (from now on: a client reconnecting attaches again)."""
+        duplicate: socket.socket | None = socket.socket(fileno=os.dup(fileno))
+        earlier = None
+        with self._lock:
+            if not self._cut:
+                earlier, self._socket, duplicate = self._socket, duplicate, None
+        if earlier is not None:
+            earlier.close()  # the client is done with that one
+        if duplicate is not None:
+            _shut(duplicate)
+
+    def cut(self) -> None:
+        """Shut the attached socket down (now or at its attach); idempotent, never blocks."""
+        with self._lock:
+            self._cut = True
+            attached, self._socket = self._socket, None
+        if attached is not None:
+            _shut(attached)
+
+
+def _shut(duplicate: socket.socket) -> None:
+    with duplicate:
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected (any more): nothing is blocked on it

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -11,9 +13,9 @@ import trio
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import DEFAULTS
-from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
+from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, Hangup, ServiceParams, endpoint, time_left_s
 
-READ_TIMEOUT_S = 10
+READ_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
 CLOSE_TIMEOUT_S = 2
 LOGIN_REFUSED = {1045, 1698}  # ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR
 DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed the configured database
@@ -42,7 +44,37 @@ def mysql_endpoint(ctx: ProbeContext, params: MysqlParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("mysql"), DEFAULTS)
 
 
-def _connect(where: Endpoint) -> Any:
+@dataclass(frozen=True)
+class Limits:
+    """A session's socket timeouts, from its probe's deadline when it opens."""
+
+    connect_timeout_s: float
+    io_timeout_s: float  # per read or write: a server trickling bytes is stopped by the `Hangup`
+
+    @classmethod
+    def from_deadline(cls) -> Limits:
+        """Call in the probe's task."""
+        return cls(time_left_s(CONNECT_TIMEOUT_S), time_left_s(READ_TIMEOUT_S))
+
+
+def _socket(where: Endpoint, limits: Limits) -> socket.socket:
+    """A socket connected to ``where``: ours, so the `Hangup` can cut the login too."""
+    if where.host.startswith("/"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(limits.connect_timeout_s)
+            sock.connect(where.host)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection((where.host, where.port), limits.connect_timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as PyMySQL's own connect does
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    return sock
+
+
+def _connect(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
     # imported here so the pack loads (and reports "not detected") without the driver
     import pymysql
     import pymysql.cursors
@@ -52,16 +84,31 @@ def _connect(where: Endpoint) -> Any:
         if where.host.startswith("/")
         else {"host": where.host, "port": where.port}
     )
-    return pymysql.connect(
+    connection = pymysql.connect(
         **address,
         user=where.user,
         password=where.password or "",
         database=where.database,
-        connect_timeout=CONNECT_TIMEOUT_S,
-        read_timeout=READ_TIMEOUT_S,
+        connect_timeout=limits.connect_timeout_s,
+        read_timeout=limits.io_timeout_s,
+        write_timeout=limits.io_timeout_s,
         autocommit=True,
         cursorclass=pymysql.cursors.DictCursor,
+        defer_connect=True,
     )
+    try:
+        sock = _socket(where, limits)
+    except OSError as exc:  # in PyMySQL's words, as its own connect would say it
+        raise pymysql.err.OperationalError(
+            2003, f"Can't connect to MySQL server on {where.where()!r} ({exc})"
+        ) from None
+    try:
+        hangup.attach(sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    connection.connect(sock)  # on failure, PyMySQL closes it
+    return connection
 
 
 @contextmanager
@@ -84,9 +131,9 @@ def _our_errors(where: Endpoint) -> Iterator[None]:
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
 
 
-def _open(where: Endpoint) -> Any:
+def _open(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
     with _our_errors(where):
-        connection = _connect(where)
+        connection = _connect(where, limits, hangup)
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SET SESSION TRANSACTION READ ONLY")
@@ -136,25 +183,39 @@ def _refusal(where: Endpoint, code: int, text: str) -> PermissionError | ValueEr
 class Session:
     """One read-only connection, kept across awaits (a sample's two readings, say)."""
 
-    def __init__(self, ctx: ProbeContext, where: Endpoint, connection: Any) -> None:
-        self._ctx, self._where, self._connection = ctx, where, connection
+    def __init__(self, ctx: ProbeContext, where: Endpoint, connection: Any, hangup: Hangup) -> None:
+        self._ctx, self._where, self._connection, self._hangup = ctx, where, connection, hangup
 
     async def run(self, *queries: Query) -> list[list[dict[str, Any]]]:
-        """Each query's rows (as dicts), in a worker thread."""
-        return await self._ctx.in_thread(_query, self._where, self._connection, queries)
+        """Each query's rows (as dicts), in a worker thread.
+
+        Cancelled, it cuts the connection (the thread's blocked read fails at once): the
+        session can run nothing more.
+        """
+        try:
+            return await self._ctx.in_thread(_query, self._where, self._connection, queries)
+        except trio.Cancelled:
+            self._hangup.cut()
+            raise
 
 
 @asynccontextmanager
 async def session(ctx: ProbeContext, params: MysqlParams) -> AsyncIterator[Session]:
-    """A `Session` on the configured server, closed on the way out (cancellation included)."""
-    where = mysql_endpoint(ctx, params)
-    connection = await ctx.in_thread(_open, where)
+    """A `Session` on the configured server, closed on the way out (cancellation included).
+
+    The connection is cut when the session ends, so no thread stays blocked on it.
+    """
+    where, hangup = mysql_endpoint(ctx, params), Hangup()
     try:
-        yield Session(ctx, where, connection)
+        connection = await ctx.in_thread(_open, where, Limits.from_deadline(), hangup)
+        try:
+            yield Session(ctx, where, connection, hangup)
+        finally:
+            if not hangup.is_cut:  # no query thread was left blocked on it: say goodbye (one short send)
+                with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True), suppress(ProbeUnavailable):
+                    await ctx.in_thread(_close, connection)
     finally:
-        # a cancelled probe still says goodbye (one short send), but never waits long for it
-        with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
-            await trio.to_thread.run_sync(_close, connection, abandon_on_cancel=True)
+        hangup.cut()
 
 
 async def run_queries(ctx: ProbeContext, params: MysqlParams, *queries: Query) -> list[list[dict[str, Any]]]:

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import DEFAULTS
-from sonde.packs.services import CONNECT_TIMEOUT_S, DatabaseName, Endpoint, ServiceParams, endpoint
+from sonde.packs.services import (
+    CONNECT_TIMEOUT_S,
+    DatabaseName,
+    Endpoint,
+    Hangup,
+    ServiceParams,
+    endpoint,
+    time_left_s,
+    whole_seconds_left,
+)
 
-STATEMENT_TIMEOUT_MS = 10_000
-SESSION_OPTIONS = f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+STATEMENT_TIMEOUT_MS = 10_000  # at most; less when the probe's deadline is nearer
 MONITOR_HINT = "grant the agent's database user the pg_monitor role"
 # a login the server refused (SQLSTATE 28P01 / 28000), in libpq's and the server's (English) words
 LOGIN_REFUSED = re.compile(
@@ -60,7 +69,27 @@ def database_origin(ctx: ProbeContext, params: PostgresParams) -> str:
     return "the pack's default database (set packs.postgres.database in the agent config)"
 
 
-def _run(where: Endpoint, queries: Sequence[Query], origin: str) -> list[list[dict[str, Any]]]:
+def session_options(statement_timeout_ms: int) -> str:
+    return f"-c default_transaction_read_only=on -c statement_timeout={statement_timeout_ms}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A call's timeouts, from its probe's deadline: libpq's (whole seconds) and the server's."""
+
+    connect_timeout_s: int
+    statement_timeout_ms: int
+
+    @classmethod
+    def from_deadline(cls) -> Limits:
+        """Call in the probe's task."""
+        statement_ms = int(time_left_s(STATEMENT_TIMEOUT_MS / 1000) * 1000)
+        return cls(whole_seconds_left(CONNECT_TIMEOUT_S), statement_ms)
+
+
+def _run(
+    where: Endpoint, queries: Sequence[Query], origin: str, limits: Limits, hangup: Hangup
+) -> list[list[dict[str, Any]]]:
     try:
         import psycopg
         from psycopg.rows import dict_row
@@ -73,12 +102,13 @@ def _run(where: Endpoint, queries: Sequence[Query], origin: str) -> list[list[di
             user=where.user,
             password=where.password,
             dbname=where.database,
-            connect_timeout=CONNECT_TIMEOUT_S,
+            connect_timeout=limits.connect_timeout_s,  # psycopg: a deadline for the whole connection
             application_name=SONDE_APPLICATION,
-            options=SESSION_OPTIONS,
+            options=session_options(limits.statement_timeout_ms),  # a working server stops by then
             autocommit=True,
             row_factory=dict_row,
         ) as connection:
+            hangup.attach(connection.fileno())  # one that stops answering is cut off (`run_queries`)
             results = []
             for sql, args in queries:
                 with connection.cursor() as cursor:
@@ -118,5 +148,14 @@ def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str
 async def run_queries(
     ctx: ProbeContext, params: PostgresParams, *queries: Query
 ) -> list[list[dict[str, Any]]]:
-    """Each query's rows (as dicts), over one connection opened and closed in a worker thread."""
-    return await ctx.in_thread(_run, postgres_endpoint(ctx, params), queries, database_origin(ctx, params))
+    """Each query's rows (as dicts), over one connection opened and closed in a worker thread.
+
+    Cancelled (the probe's deadline), it returns at once and cuts the connection, so
+    the thread's blocked call fails and the thread returns.
+    """
+    where, origin = postgres_endpoint(ctx, params), database_origin(ctx, params)
+    hangup = Hangup()
+    try:
+        return await ctx.in_thread(_run, where, queries, origin, Limits.from_deadline(), hangup)
+    finally:
+        hangup.cut()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import DEFAULTS
-from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, ServiceParams, endpoint
+from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, Hangup, ServiceParams, endpoint, time_left_s
 
 T = TypeVar("T")
-COMMAND_TIMEOUT_S = 10
+COMMAND_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
 ACL_HINT = "the agent's Redis user needs '+info +slowlog' (ACL) and its password in the agent config"
 
 
@@ -23,7 +24,20 @@ def redis_endpoint(ctx: ProbeContext, params: RedisParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("redis"), DEFAULTS)
 
 
-def _client(where: Endpoint) -> Any:
+@dataclass(frozen=True)
+class Limits:
+    """A call's socket timeouts, from its probe's deadline."""
+
+    connect_timeout_s: float
+    socket_timeout_s: float  # per read or write: a server trickling bytes is stopped by the `Hangup`
+
+    @classmethod
+    def from_deadline(cls) -> Limits:
+        """Call in the probe's task."""
+        return cls(time_left_s(CONNECT_TIMEOUT_S), time_left_s(COMMAND_TIMEOUT_S))
+
+
+def _client(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
     # imported here so the pack loads (and reports "not detected") without the driver
     import redis
     from redis.backoff import NoBackoff
@@ -34,26 +48,33 @@ def _client(where: Endpoint) -> Any:
         if where.host.startswith("/")
         else {"host": where.host, "port": where.port}
     )
+
+    def hand_socket_to_hangup(connection: Any) -> None:  # then log in: the hangup can cut that too
+        hangup.attach(connection._sock.fileno())  # redis-py names no public accessor
+        connection.on_connect()
+
     client = redis.Redis(
         **address,
         username=where.user,
         password=where.password,
-        socket_timeout=COMMAND_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=limits.socket_timeout_s,
+        socket_connect_timeout=limits.connect_timeout_s,
         decode_responses=True,
         retry=Retry(NoBackoff(), 0),  # one attempt: a probe reports, the hub decides whether to ask again
+        single_connection_client=True,  # the one socket the hangup holds
+        redis_connect_func=hand_socket_to_hangup,  # type: ignore[arg-type]  # redis-py calls it with the connection
     )
     client.set_response_callback("INFO", lambda response, **options: response)
     return client
 
 
-def _run(where: Endpoint, work: Callable[[Any], T]) -> T:
+def _run(where: Endpoint, work: Callable[[Any], T], limits: Limits, hangup: Hangup) -> T:
     try:
         import redis
     except ImportError:
         raise ProbeUnavailable("the redis-py driver is missing: install sonde[databases]") from None
     try:
-        with _client(where) as client:
+        with _client(where, limits, hangup) as client:
             return work(client)
     except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
         raise PermissionError(
@@ -70,8 +91,16 @@ def _run(where: Endpoint, work: Callable[[Any], T]) -> T:
 
 
 async def with_redis(ctx: ProbeContext, params: RedisParams, work: Callable[[Any], T]) -> T:
-    """``work(client)`` over one connection opened and closed in a worker thread."""
-    return await ctx.in_thread(_run, redis_endpoint(ctx, params), work)
+    """``work(client)`` over one connection opened and closed in a worker thread.
+
+    Cancelled (the probe's deadline), it returns at once and cuts the connection, so
+    the thread's blocked call fails and the thread returns.
+    """
+    hangup = Hangup()
+    try:
+        return await ctx.in_thread(_run, redis_endpoint(ctx, params), work, Limits.from_deadline(), hangup)
+    finally:
+        hangup.cut()
 
 
 def info_text(client: Any) -> str:
