@@ -156,6 +156,19 @@ def time_left_s(ceiling_s: float) -> float:
     return max(MIN_DRIVER_TIMEOUT_S, min(ceiling_s, left))
 
 
+@dataclass(frozen=True)
+class SocketLimits:
+    """A client's socket timeouts, from its probe's deadline when it connects."""
+
+    connect_timeout_s: float
+    io_timeout_s: float  # per read or write: a server trickling bytes is stopped by the `Hangup`
+
+    @classmethod
+    def from_deadline(cls, io_ceiling_s: float) -> SocketLimits:
+        """Call in the probe's task."""
+        return cls(time_left_s(CONNECT_TIMEOUT_S), time_left_s(io_ceiling_s))
+
+
 def whole_seconds_left(ceiling_s: int) -> int:
     """`time_left_s` rounded up to whole seconds (libpq's ``connect_timeout``)."""
     return math.ceil(time_left_s(ceiling_s))

@@ -427,9 +427,9 @@ async def test_a_long_transaction_of_short_statements_is_long_running() -> None:
 
 
 @pytest.fixture
-async def hunt_fix_database() -> AsyncIterator[str]:
+async def throwaway_database() -> AsyncIterator[str]:
     """A fresh database no one else uses, dropped afterwards (with any sessions left on it)."""
-    name = f"hunt_fix_db_{uuid.uuid4().hex[:12]}"
+    name = f"sonde_db_{uuid.uuid4().hex[:12]}"
     admin = await trio.to_thread.run_sync(connect)
     try:
         await trio.to_thread.run_sync(lambda: execute(admin, f"CREATE DATABASE {name}"))
@@ -440,18 +440,18 @@ async def hunt_fix_database() -> AsyncIterator[str]:
 
 
 async def test_database_connections_leave_out_sonde(
-    hunt_fix_database: str, extra_connections: list[psycopg.Connection[Any]]
+    throwaway_database: str, extra_connections: list[psycopg.Connection[Any]]
 ) -> None:
     # Sonde's own sessions were counted as the database's connections (6 on a server with no clients)
     for _ in range(2):
-        extra_connections.append(await trio.to_thread.run_sync(connect_as_sonde, hunt_fix_database))
+        extra_connections.append(await trio.to_thread.run_sync(connect_as_sonde, throwaway_database))
     extra_connections.append(
         await trio.to_thread.run_sync(
-            lambda: psycopg.connect(DSN.replace("dbname=postgres", f"dbname={hunt_fix_database}"))
+            lambda: psycopg.connect(DSN.replace("dbname=postgres", f"dbname={throwaway_database}"))
         )
     )
     found = await run("postgres.databases.sizes")
-    [database] = [db for db in found["databases"] if db["name"] == hunt_fix_database]
+    [database] = [db for db in found["databases"] if db["name"] == throwaway_database]
     assert (database["connections"], database["sonde_sessions"]) == (1, 2)
     [postgres] = [db for db in found["databases"] if db["name"] == "postgres"]
     assert postgres["sonde_sessions"] >= 1  # the probe's own session
@@ -477,29 +477,9 @@ async def test_lock_counts_leave_out_sonde(
         await trio.to_thread.run_sync(lambda connection=connection: execute(connection, "ROLLBACK"))
 
 
-@pytest.fixture
-async def hunt_fix_unreadable_database() -> AsyncIterator[tuple[str, str]]:
-    """A login role, and a database it may not connect to (so may not size), both dropped afterwards."""
-    suffix = uuid.uuid4().hex[:12]
-    role, database = f"hunt_fix_role_{suffix}", f"hunt_fix_noconnect_{suffix}"
-    admin = await trio.to_thread.run_sync(connect)
-    try:
-        for sql in (
-            f"CREATE ROLE {role} LOGIN",
-            f"CREATE DATABASE {database}",
-            f"REVOKE CONNECT ON DATABASE {database} FROM PUBLIC",
-        ):
-            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
-        yield role, database
-    finally:
-        for sql in (f"DROP DATABASE IF EXISTS {database}", f"DROP ROLE IF EXISTS {role}"):
-            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
-        await trio.to_thread.run_sync(admin.close)
-
-
-async def test_total_size_says_what_it_left_out(hunt_fix_unreadable_database: tuple[str, str]) -> None:
+async def test_total_size_says_what_it_left_out(role_without_connect: tuple[str, str]) -> None:
     # A database this user may not size used to count as 0 in the total, silently
-    role, database = hunt_fix_unreadable_database
+    role, database = role_without_connect
     everything = await run("postgres.databases.sizes")
     assert everything["left_out_of_total"] == 0  # the superuser sizes every database
     limited = await run("postgres.databases.sizes", user=role)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -13,7 +12,7 @@ import trio
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import DEFAULTS
-from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, Hangup, ServiceParams, endpoint, time_left_s
+from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint
 
 READ_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
 CLOSE_TIMEOUT_S = 2
@@ -44,20 +43,7 @@ def mysql_endpoint(ctx: ProbeContext, params: MysqlParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("mysql"), DEFAULTS)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A session's socket timeouts, from its probe's deadline when it opens."""
-
-    connect_timeout_s: float
-    io_timeout_s: float  # per read or write: a server trickling bytes is stopped by the `Hangup`
-
-    @classmethod
-    def from_deadline(cls) -> Limits:
-        """Call in the probe's task."""
-        return cls(time_left_s(CONNECT_TIMEOUT_S), time_left_s(READ_TIMEOUT_S))
-
-
-def _socket(where: Endpoint, limits: Limits) -> socket.socket:
+def _socket(where: Endpoint, limits: SocketLimits) -> socket.socket:
     """A socket connected to ``where``: ours, so the `Hangup` can cut the login too."""
     if where.host.startswith("/"):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -74,7 +60,7 @@ def _socket(where: Endpoint, limits: Limits) -> socket.socket:
     return sock
 
 
-def _connect(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
+def _connect(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     # imported here so the pack loads (and reports "not detected") without the driver
     import pymysql
     import pymysql.cursors
@@ -131,7 +117,7 @@ def _our_errors(where: Endpoint) -> Iterator[None]:
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None
 
 
-def _open(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
+def _open(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     with _our_errors(where):
         connection = _connect(where, limits, hangup)
         try:
@@ -207,7 +193,7 @@ async def session(ctx: ProbeContext, params: MysqlParams) -> AsyncIterator[Sessi
     """
     where, hangup = mysql_endpoint(ctx, params), Hangup()
     try:
-        connection = await ctx.in_thread(_open, where, Limits.from_deadline(), hangup)
+        connection = await ctx.in_thread(_open, where, SocketLimits.from_deadline(READ_TIMEOUT_S), hangup)
         try:
             yield Session(ctx, where, connection, hangup)
         finally:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import DEFAULTS
-from sonde.packs.services import CONNECT_TIMEOUT_S, Endpoint, Hangup, ServiceParams, endpoint, time_left_s
+from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint
 
 T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
@@ -24,20 +23,7 @@ def redis_endpoint(ctx: ProbeContext, params: RedisParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("redis"), DEFAULTS)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A call's socket timeouts, from its probe's deadline."""
-
-    connect_timeout_s: float
-    socket_timeout_s: float  # per read or write: a server trickling bytes is stopped by the `Hangup`
-
-    @classmethod
-    def from_deadline(cls) -> Limits:
-        """Call in the probe's task."""
-        return cls(time_left_s(CONNECT_TIMEOUT_S), time_left_s(COMMAND_TIMEOUT_S))
-
-
-def _client(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
+def _client(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     # imported here so the pack loads (and reports "not detected") without the driver
     import redis
     from redis.backoff import NoBackoff
@@ -57,7 +43,7 @@ def _client(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
         **address,
         username=where.user,
         password=where.password,
-        socket_timeout=limits.socket_timeout_s,
+        socket_timeout=limits.io_timeout_s,
         socket_connect_timeout=limits.connect_timeout_s,
         decode_responses=True,
         retry=Retry(NoBackoff(), 0),  # one attempt: a probe reports, the hub decides whether to ask again
@@ -68,7 +54,7 @@ def _client(where: Endpoint, limits: Limits, hangup: Hangup) -> Any:
     return client
 
 
-def _run(where: Endpoint, work: Callable[[Any], T], limits: Limits, hangup: Hangup) -> T:
+def _run(where: Endpoint, work: Callable[[Any], T], limits: SocketLimits, hangup: Hangup) -> T:
     try:
         import redis
     except ImportError:
@@ -98,7 +84,9 @@ async def with_redis(ctx: ProbeContext, params: RedisParams, work: Callable[[Any
     """
     hangup = Hangup()
     try:
-        return await ctx.in_thread(_run, redis_endpoint(ctx, params), work, Limits.from_deadline(), hangup)
+        return await ctx.in_thread(
+            _run, redis_endpoint(ctx, params), work, SocketLimits.from_deadline(COMMAND_TIMEOUT_S), hangup
+        )
     finally:
         hangup.cut()
 
