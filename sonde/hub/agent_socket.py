@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sonde import __version__
-from sonde.hub.agent_records import revocation_reason
+from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
 from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession
 from sonde.hub.store import StoreCommitFailed
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # Hypercorn passes on neither the code nor the reason of a close the client began: the app
 # gets 1006 whether the agent stopped cleanly or its network dropped.
 ABNORMAL_CLOSURE = 1006
+CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
 REGISTER_TIMEOUT_S = 15.0
 LIVENESS_GRACE_S = 5.0
@@ -117,6 +118,9 @@ async def serve_agent_websocket(
 
 async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     """Run one agent connection from register to close."""
+    if hub.fleet.closing is not None:  # the hub is stopping: the agent retries later
+        await transport.close(CLOSE_GOING_AWAY, hub.fleet.closing)
+        return
     codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes)
     try:
         with trio.fail_after(REGISTER_TIMEOUT_S):
@@ -149,24 +153,32 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         log.info("agent socket from %s ended before a register: %s", peer, ended)
         await transport.close(CLOSE_POLICY, "the first frame must be agent.register")
         return
+    except StoreCommitFailed as exc:
+        await cannot_write(transport, f"from {peer}", exc)
+        return
     try:
         await run_session(hub, transport, codec, admitted)
-    except StoreCommitFailed as exc:  # a full disk: say so once per attempt, no traceback
-        log.warning(
-            "agent %s could not be brought online: the hub cannot write its database (%s)",
-            admitted.register.payload.name,
-            exc.__cause__ or exc,
-        )
-        await transport.close(CLOSE_INTERNAL_ERROR, "the hub cannot write its database; try again later")
+    except StoreCommitFailed as exc:
+        await cannot_write(transport, admitted.register.payload.name, exc)
+
+
+async def cannot_write(transport: Transport, agent: str, exc: StoreCommitFailed) -> None:
+    """A full disk, a database locked by another process: say so once per attempt, no traceback."""
+    log.warning(
+        "agent %s could not be brought online: the hub cannot write its database (%s)", agent, exc.cause
+    )
+    await transport.close(CLOSE_INTERNAL_ERROR, "the hub cannot write its database; try again later")
 
 
 @dataclass(frozen=True)
 class Admitted:
-    """A verified register, the hub's half of the link-key exchange and the keys agreed."""
+    """A verified register, the hub's half of the link-key exchange, the keys agreed, and the
+    agent's record as stored when it connected."""
 
     register: AgentRegister
     hub_link_key: str
     link_keys: LinkKeys
+    record: AgentRecord  # as stored when it connected
 
 
 async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Admitted:
@@ -202,16 +214,33 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
     except ValueError as exc:
         raise Refused("protocol_error", f"the register's {exc}") from None
     codec.peer_key = public_key_from_text(record.public_key)
-    return Admitted(message, exchange.public_text, link_keys)
+    return Admitted(message, exchange.public_text, link_keys, await current_record(hub, record))
+
+
+async def current_record(hub: Hub, record: AgentRecord) -> AgentRecord:
+    """``record`` as the database has it now, kept in the fleet.
+
+    The CLI changes the file, not this process (`sonde hub agent accept`, `remove`): the
+    attestation must be compared against what an admin accepted, not what was in memory.
+    Raises `Refused` if the agent was removed meanwhile.
+    """
+    # through the writer, not a reader: it sees every change this hub queued before (a
+    # previous connection's last_seen: without it, a quick reconnect would pass as the first)
+    fresh = await hub.store.write(get_agent, record.id)
+    if fresh is None:
+        reason = await hub.store.read(revocation_reason, record.id) or "this agent was removed by an admin"
+        hub.fleet.forget(record.id, reason)
+        raise Refused("revoked", reason, record.name)
+    hub.fleet.remember(fresh)
+    return fresh
 
 
 async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitted: Admitted) -> None:
     register = admitted.register
     agent_id = register.agent_id
     assert agent_id is not None
-    record = hub.fleet.records[agent_id]
     claimed = register.payload.attestation.model_dump(mode="json", by_alias=True)
-    hub.fleet.remember(await check_attestation(hub, record, claimed))
+    hub.fleet.remember(await check_attestation(hub, admitted.record, claimed))
     interval = hub.config.heartbeat_interval_s
     ack = HubAck(
         payload=AckPayload(

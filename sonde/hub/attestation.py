@@ -9,7 +9,9 @@ connect the new one is compared:
 - a different code hash under the same agent version, or packs added or
   removed without a version change, is unexplained: the agent is held as
   ``degraded``, the old baseline is kept, and its probes are refused until an
-  admin accepts the new state;
+  admin accepts the new state; reconnecting with the same claim while held changes
+  nothing and is not audited again (a churning agent cannot flood the audit log), a
+  different claim is held and audited anew;
 - the first connect after enrollment sets the baseline (no false alarm even
   if the packs detected at start differ from those at enrollment).
 """
@@ -62,6 +64,8 @@ async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, An
             return await hold(hub, record, claimed, ["changed again while held"])
         return record
     if result.verdict == "unexplained":
+        if record.status == "degraded" and record.pending_attestation == claimed:
+            return record  # held for this very claim already: audited once, when first made
         return await hold(hub, record, claimed, result.changes)
     fields = {"attestation": claimed, "pending_attestation": None}
     updated = await hub.store.write(update_agent, record.id, **fields)

@@ -44,6 +44,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 HUB_KEY_META = "hub_private_key"
 FIRST_KEY_FILE = "first-admin-key"  # the first admin key, when the hub's stderr is not a terminal
+SHUTTING_DOWN = "the hub is shutting down"
 
 
 @dataclass
@@ -90,6 +91,21 @@ class Hub:
             await self.audit_queue.append_unauthenticated(entry)
         else:
             await self.audit_queue.append(entry)
+
+    async def stop_when(self, shutdown: trio.Event, *then: Callable[[], None]) -> None:
+        """The server's shutdown trigger: once ``shutdown`` is set, end every agent's connection
+        (`Fleet.close_all`), run each of ``then`` (ending other long-lived streams), and
+        return: the server then stops gracefully.
+
+        In that order, a probe waiting on an agent fails at once with the reason, and its
+        caller is answered while the server still answers; no agent socket or idle event
+        stream holds the server open until its graceful timeout.
+        """
+        await shutdown.wait()
+        log.info("shutting down: closing %d agent connection(s)", len(self.fleet.sessions))
+        self.fleet.close_all(SHUTTING_DOWN)
+        for step in then:
+            step()
 
     async def read_audit(
         self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs

@@ -50,3 +50,25 @@ def forbidden(message: str, denial: Denial) -> HubError:
 
 def unavailable(message: str) -> HubError:
     return HubError(message, "agent_unavailable", 503)
+
+
+DATABASE_RETRY_AFTER_S = 5
+
+
+def database_unavailable(locked: bool, cause: str) -> HubError:
+    """The refusal of a write the hub's database did not take (503, with Retry-After): nothing changed.
+
+    ``locked``: another process held its write lock (a backup, a ``sqlite3`` shell) longer
+    than the hub waits for it; ``cause`` is SQLite's message otherwise (a full disk, say).
+    """
+    if locked:
+        message = (
+            "the hub's database is locked by another process (a backup, an sqlite3 shell or another "
+            "program holding a write transaction on the hub's sonde.db); nothing was changed; try again"
+        )
+    else:
+        message = (
+            f"the hub cannot write its database ({cause}); nothing was changed; "
+            "try again once an operator has fixed that (often: free disk space where sonde.db is)"
+        )
+    return HubError(message, "database_unavailable", 503, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})

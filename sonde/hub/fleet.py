@@ -71,6 +71,7 @@ class Fleet:
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard()
         self._changed = trio.Condition()
+        self.closing: str | None = None  # why no agent is admitted any more (the hub is stopping)
 
     # --- lookup ----------------------------------------------------------
 
@@ -122,8 +123,24 @@ class Fleet:
 
     # --- sessions --------------------------------------------------------
 
+    def close_all(self, reason: str) -> None:
+        """End every agent's connection, telling it ``reason``, and admit none from now on.
+
+        Their pending probes fail at once with `AgentUnavailable` naming ``reason``, so
+        the callers waiting on them are answered while the server can still answer.
+        """
+        self.closing = reason
+        for session in list(self.sessions.values()):
+            session.end(reason)
+
     async def attach(self, session: AgentSession) -> None:
-        """Make ``session`` the agent's live connection, replacing an older one."""
+        """Make ``session`` the agent's live connection, replacing an older one.
+
+        Once `close_all` ran, ``session`` is ended instead (a connection that raced it).
+        """
+        if self.closing is not None:
+            session.end(self.closing)
+            return
         old = self.sessions.get(session.agent_id)
         if old is not None:
             log.info("agent %s reconnected; closing its previous connection", session.agent_id)
@@ -200,6 +217,8 @@ class Fleet:
         """Why an agent that is not online cannot run probes: held as degraded, or offline since when."""
         record = self.records.get(agent_id)
         name = record.name if record else agent_id
+        if self.closing is not None:
+            return f"agent {name} is unavailable: {self.closing}"
         if record is not None and record.status == "degraded":
             return degraded_reason(name)
         seen = self.last_seen(agent_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -23,12 +24,17 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from sonde import __version__
+from sonde.echo import echoed
 from sonde.hub.auth import Caller
+from sonde.hub.errors import database_unavailable
 from sonde.hub.mcp_answers import SessionManager
 from sonde.hub.mcp_events import EventLog
+from sonde.hub.probing import capitalized
+from sonde.hub.store import StoreCommitFailed
 from sonde.hub.tools import all_tools
 from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec, no_progress
 from sonde.packs.executor import describe_params_error
@@ -109,16 +115,54 @@ def build_server(hub: Hub, tools: list[ToolSpec[Any, Any]] | None = None) -> Ser
     ) -> types.CallToolResult:
         spec = specs.get(params.name)
         if spec is None:
-            return tool_error(f"Unknown tool {params.name!r}. Tools: {', '.join(specs)}.")
+            await audit_unserved_call(hub, ctx, "not_found", params.name)
+            return tool_error(f"Unknown tool {echoed(params.name)}. Tools: {', '.join(specs)}.")
         return await call_tool(hub, spec, ctx, params.arguments or {})
 
-    return Server(
+    server: Server[Any] = Server(
         "sonde",
         version=__version__,
         instructions=INSTRUCTIONS,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
+    server.middleware.append(audit_refused_calls(hub))
+    return server
+
+
+def audit_refused_calls(hub: Hub) -> Any:
+    """Middleware: the audit row of a ``tools/call`` the SDK refuses before our handler runs
+    (params that are not a valid call: no name, ``arguments`` not an object)."""
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        try:
+            return await call_next(ctx)
+        except (ValidationError, MCPError):
+            params = ctx.params if isinstance(ctx.params, Mapping) else {}
+            name = params.get("name")
+            await audit_unserved_call(hub, ctx, "invalid", name if isinstance(name, str) else None)
+            raise
+
+    return middleware
+
+
+async def audit_unserved_call(
+    hub: Hub, ctx: ServerRequestContext[Any, Any], outcome: str, tool: str | None
+) -> None:
+    """The one audit row of a tool call that never reached a tool (``mcp.call``: the name is the caller's)."""
+    request = ctx.request
+    user = request.scope.get("user") if request is not None else None
+    caller = getattr(user, "sonde_caller", None)
+    with trio.CancelScope(shield=True):
+        await hub.audit(
+            caller.key_id if isinstance(caller, Caller) else "anonymous",
+            "mcp.call",
+            None,
+            outcome,
+            detail={"tool": tool},
+        )
 
 
 async def call_tool(
@@ -149,12 +193,21 @@ async def call_tool(
             outcome = "denied"
             detail.update(code=exc.code, reason=exc.denial.reason, **exc.denial.detail)
         return tool_error(str(exc))
+    except StoreCommitFailed as exc:  # the database refused a write: say why, as REST does
+        outcome = "database_unavailable"
+        log.warning("tool %s: not written: %s (%s)", spec.name, exc.cause, hub.config.db_path)
+        return tool_error(capitalized(database_unavailable(exc.locked, exc.cause).message) + ".")
     except trio.Cancelled:
         outcome = "cancelled"
         raise
+    except BaseExceptionGroup as group:
+        if group.split(trio.Cancelled)[1] is None:  # a tool's nursery (health_check's), cancelled whole
+            outcome = "cancelled"
+        if not isinstance(group, Exception):
+            raise
+        return internal_error(spec)
     except Exception:  # the supervision boundary of one tool call
-        log.exception("tool %s failed", spec.name)
-        return tool_error(f"Internal error in {spec.name}; the hub logged it. Try again or use another tool.")
+        return internal_error(spec)
     finally:
         with trio.CancelScope(shield=True):
             await hub.audit(
@@ -183,6 +236,23 @@ def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
     )
+
+
+def internal_error(spec: ToolSpec[Any, Any]) -> types.CallToolResult:
+    """What a caller gets when a tool failed of a bug (logged here, with its traceback)."""
+    log.exception("tool %s failed", spec.name)
+    return tool_error(f"Internal error in {spec.name}; the hub logged it. Try again or use another tool.")
+
+
+def close_event_streams(manager: StreamableHTTPSessionManager) -> None:
+    """End every MCP session's open GET event stream (the hub is stopping).
+
+    Such a stream stays open as long as its client keeps it: left alone, each one would
+    hold the server until its graceful timeout. Answers still being written (on POST
+    streams) are left to finish.
+    """
+    for transport in list(manager._server_instances.values()):
+        transport.close_standalone_sse_stream()
 
 
 def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionManager:

@@ -28,8 +28,9 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from sonde.hub.auth import BEARER_CHALLENGE, Caller
 from sonde.hub.enrollment import enroll_agent
-from sonde.hub.errors import Denial, HubError, forbidden
+from sonde.hub.errors import Denial, HubError, database_unavailable, forbidden
 from sonde.hub.keys import EnrollmentRefused
+from sonde.hub.store import StoreCommitFailed
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
 from sonde.protocol.jsontext import escapes_lone_surrogate
@@ -120,6 +121,7 @@ async def audit_denial(hub: Hub, exc: HubError, denial: Denial) -> None:
 def create_rest_app(hub: Hub) -> QuartTrio:
     app = QuartTrio("sonde.hub", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["BODY_TIMEOUT"] = 30  # s for a whole request body, then 408 (as /mcp: MCP_BODY_DEADLINE_S)
     install_error_handlers(app, hub)
     install_security_headers(app)
 
@@ -165,6 +167,14 @@ def install_error_handlers(app: QuartTrio, hub: Hub) -> None:
         if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110 15.5.6: say what is allowed
             response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
         return response
+
+    @app.errorhandler(StoreCommitFailed)
+    async def database_error(exc: StoreCommitFailed) -> Response:
+        # the database refused the write (locked by another process, a full disk): no bug here
+        log.warning(
+            "%s %s: not written: %s (%s)", request.method, request.path, exc.cause, hub.config.db_path
+        )
+        return await api_error(database_unavailable(exc.locked, exc.cause))
 
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception) -> Response:  # the REST supervision boundary

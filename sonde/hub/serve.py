@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 import trio
@@ -17,7 +18,7 @@ from hypercorn.trio import serve
 from sonde.hub.asgi import RootApp
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
-from sonde.hub.mcp_server import build_session_manager, transport_security
+from sonde.hub.mcp_server import build_session_manager, close_event_streams, transport_security
 from sonde.hub.rest import create_rest_app
 from sonde.hub.tcp_guard import use_guarded_tcp_server
 from sonde.hub.tls_files import expiry_problem
@@ -69,7 +70,9 @@ async def serve_hub(
         manager = build_session_manager(hub, config.port)
         root = RootApp(hub, manager, create_rest_app(hub))
         hc = hypercorn_config(config)
-        trigger = shutdown.wait if shutdown is not None else None
+        trigger = None
+        if shutdown is not None:  # agents and event streams first: see Hub.stop_when
+            trigger = partial(hub.stop_when, shutdown, partial(close_event_streams, manager))
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(
                 lambda task_status: serve(

@@ -36,6 +36,7 @@ from sonde.hub.db import is_read_only_error, open_database, open_read_database
 WRITE_QUEUE_SIZE = 1024
 MAX_BATCH_OPS = 256
 READ_THREADS = 4
+LOCK_ERROR_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,6 +50,17 @@ class StoreClosed(RuntimeError):
 
 class StoreCommitFailed(RuntimeError):
     """The transaction holding this op could not begin or commit; the op was not saved."""
+
+    @property
+    def locked(self) -> bool:
+        """Whether another connection held the database's write lock past the busy timeout."""
+        cause = self.__cause__
+        return isinstance(cause, sqlite3.Error) and cause.sqlite_errorcode in LOCK_ERROR_CODES
+
+    @property
+    def cause(self) -> str:
+        """SQLite's own words for the failure."""
+        return str(self.__cause__ or self)
 
 
 @dataclass(frozen=True)
