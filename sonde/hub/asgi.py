@@ -1,5 +1,10 @@
 """The root ASGI app: `/mcp` to the MCP session manager, `/ws/agent` to the agent socket, the rest to Quart.
 
+A POST to ``/mcp`` is bounded before the SDK sees it: an authenticated key, at
+most `MAX_MCP_IN_FLIGHT_PER_KEY` such requests of that key being served (and
+`MAX_MCP_IN_FLIGHT` in all), a body of at most `MAX_MCP_BODY_BYTES` read whole
+within `MCP_BODY_DEADLINE_S`. Each refusal is immediate and says why.
+
 It owns the lifespan: the MCP session manager runs for exactly as long as
 Quart's lifespan, and a startup failure is reported as
 ``lifespan.startup.failed`` so hypercorn exits non-zero instead of serving
@@ -13,11 +18,12 @@ import logging
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
+import trio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE
-from sonde.hub.mcp_answers import answering_as_json, choose_answer
+from sonde.hub.mcp_answers import McpPost, plan_answer, serving
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.tools import all_tools
 
@@ -33,6 +39,20 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cache-control", b"no-store"),
 ]
+# A tool call's arguments are a few hundred bytes (every list and string a tool
+# takes is bounded: 16 tags, 32 categories, a 128-character probe name); the
+# SDK's own cap of 4 MiB let 16 concurrent bodies take the hub to 1.2 GB and
+# hold the event loop for seconds while each was parsed (here, then by the SDK).
+MAX_MCP_BODY_BYTES = 256 * 1024
+MCP_BODY_DEADLINE_S = 30.0  # to send a whole request body, from its headers on
+# Requests being served at once. One key's share is far above what one
+# assistant sends (the benchmark runs 50 clients on one key); the hub-wide cap
+# bounds what all keys together can hold (bodies, tasks, sockets).
+MAX_MCP_IN_FLIGHT_PER_KEY = 256
+MAX_MCP_IN_FLIGHT = 1024
+BUSY_RETRY_AFTER_S = 1
+# The SDK's DNS-rebinding check: 403 "Invalid Origin header", 421 "Invalid Host header".
+REBINDING_REFUSALS = frozenset({403, 421})
 
 
 class BodyTooLarge(Exception):
@@ -59,14 +79,50 @@ async def read_body(receive: Any, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def replay_body(body: bytes, receive: Any) -> Any:
-    """An ASGI ``receive`` that hands over ``body`` (already read) first, then defers to ``receive``."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
+class McpInFlight:
+    """The MCP POSTs being served, per API key and in all; past either cap a request is refused."""
 
-    async def replayed() -> dict[str, Any]:
-        return pending.pop() if pending else await receive()
+    def __init__(self, per_key: int = MAX_MCP_IN_FLIGHT_PER_KEY, total: int = MAX_MCP_IN_FLIGHT) -> None:
+        self.per_key = per_key
+        self.total = total
+        self._by_key: dict[str, int] = {}
+        self._all = 0
 
-    return replayed
+    def enter(self, key_id: str) -> str | None:
+        """Count one more request of ``key_id``; or, at a cap, count nothing and say which."""
+        held = self._by_key.get(key_id, 0)
+        if held >= self.per_key:
+            return "key"
+        if self._all >= self.total:
+            return "hub"
+        self._by_key[key_id] = held + 1
+        self._all += 1
+        return None
+
+    def leave(self, key_id: str) -> None:
+        held = self._by_key[key_id] - 1
+        if held:
+            self._by_key[key_id] = held
+        else:
+            del self._by_key[key_id]
+        self._all -= 1
+
+    def held(self, key_id: str) -> int:
+        return self._by_key.get(key_id, 0)
+
+
+def busy_refusal(cap: str, in_flight: McpInFlight) -> tuple[int, dict[str, Any]]:
+    """The status and body refusing a request past ``cap`` ("key" or "hub")."""
+    if cap == "key":
+        message = (
+            f"this API key has {in_flight.per_key} MCP requests being served already; "
+            f"try again in {BUSY_RETRY_AFTER_S} s"
+        )
+        return 429, {"error": {"code": "too_many_requests", "message": message}}
+    message = (
+        f"the hub is serving {in_flight.total} MCP requests already; try again in {BUSY_RETRY_AFTER_S} s"
+    )
+    return 503, {"error": {"code": "busy", "message": message}}
 
 
 def is_mcp_path(path: str) -> bool:
@@ -134,6 +190,7 @@ class RootApp:
         self.mcp = mcp
         self.quart_app = quart_app
         self.progress_tools = frozenset(spec.name for spec in all_tools() if spec.reports_progress)
+        self.in_flight = McpInFlight()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and has_request_body(scope):
@@ -152,75 +209,106 @@ class RootApp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         client = (scope.get("client") or ("?",))[0]
         caller = await self.hub.keys.authenticate(headers.get("authorization"))
+        refused_as: list[int] = []
 
         async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+                if message["status"] in REBINDING_REFUSALS:
+                    refused_as.append(message["status"])
             await send(message)
 
         if caller is None:
-            retry = self.hub.keys.failures.retry_after(client)
-            if retry is not None:  # a valid key is never held back: its address may be a shared proxy
-                await send_json(
-                    send_with_headers,
-                    429,
-                    {
-                        "error": {
-                            "code": "too_many_failures",
-                            "message": "too many failed authentications from this address; "
-                            f"try again in {int(retry) + 1} s",
-                        }
-                    },
-                    [(b"retry-after", str(int(retry) + 1).encode())],
-                )
-                return
-            self.hub.keys.failures.failed(client)
-            await self.hub.audit(
-                "anonymous",
-                "mcp.auth",
-                None,
-                "denied",
-                detail={"client": client, "path": scope["path"]},
-                unauthenticated=True,
-            )
-            await send_json(
-                send_with_headers,
-                401,
-                {
-                    "error": {
-                        "code": "unauthorized",
-                        "message": "a valid API key is required: Authorization: Bearer <key>",
-                    }
-                },
-                [(b"www-authenticate", BEARER_CHALLENGE.encode())],
-            )
+            await self.refuse_unauthenticated(scope, client, send_with_headers)
             return
         scope = {**scope, "user": SondeUser(caller), "path": "/mcp"}
-        if scope["method"] != "POST":
-            await self.mcp.handle_request(scope, receive, send_with_headers)
+        try:
+            if scope["method"] == "POST":
+                await self.serve_mcp_post(scope, headers, caller.key_id, receive, send_with_headers)
+            else:
+                await self.mcp.handle_request(scope, receive, send_with_headers)
+        finally:
+            if refused_as:  # the SDK's DNS-rebinding check: a valid key, from a page it must not serve
+                with trio.CancelScope(shield=True):
+                    await self.audit_rebinding(caller.key_id, client, headers, refused_as[0])
+
+    async def refuse_unauthenticated(self, scope: Scope, client: str, send: Any) -> None:
+        retry = self.hub.keys.failures.retry_after(client)
+        if retry is not None:  # a valid key is never held back: its address may be a shared proxy
+            await send_json(
+                send,
+                429,
+                {
+                    "error": {
+                        "code": "too_many_failures",
+                        "message": "too many failed authentications from this address; "
+                        f"try again in {int(retry) + 1} s",
+                    }
+                },
+                [(b"retry-after", str(int(retry) + 1).encode())],
+            )
             return
-        limit = self.mcp.max_request_body_size  # the SDK's own cap (4 MiB unless set)
+        self.hub.keys.failures.failed(client)
+        await self.hub.audit(
+            "anonymous",
+            "mcp.auth",
+            None,
+            "denied",
+            detail={"client": client, "path": scope["path"]},
+            unauthenticated=True,
+        )
+        await send_json(
+            send,
+            401,
+            {
+                "error": {
+                    "code": "unauthorized",
+                    "message": "a valid API key is required: Authorization: Bearer <key>",
+                }
+            },
+            [(b"www-authenticate", BEARER_CHALLENGE.encode())],
+        )
+
+    async def audit_rebinding(self, key_id: str, client: str, headers: dict[str, str], status: int) -> None:
+        reason = "origin" if status == 403 else "host"
+        detail = {"client": client, "reason": reason, reason: headers.get(reason, "")}
+        await self.hub.audit(key_id, "mcp.request", None, "denied", detail=detail, unauthenticated=True)
+
+    async def serve_mcp_post(
+        self, scope: Scope, headers: dict[str, str], key_id: str, receive: Any, send: Any
+    ) -> None:
+        busy = self.in_flight.enter(key_id)
+        if busy is not None:
+            status, refusal = busy_refusal(busy, self.in_flight)
+            await send_json(send, status, refusal, [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())])
+            return
+        try:
+            body = await self.read_mcp_body(headers, receive, send)
+            if body is None:
+                return
+            post = McpPost(plan_answer(body, self.progress_tools), body, receive, send)
+            with serving(post):
+                await self.mcp.handle_request(scope, post.receive, post.send)
+        finally:
+            self.in_flight.leave(key_id)
+
+    async def read_mcp_body(self, headers: dict[str, str], receive: Any, send: Any) -> bytes | None:
+        """The request's body; None if it was refused (413, 408) or the client went away."""
+        limit = min(MAX_MCP_BODY_BYTES, self.mcp.max_request_body_size)
+        body: bytes | None = None
         try:
             if int(headers.get("content-length") or 0) > limit:  # hypercorn has checked it is a number
                 raise BodyTooLarge
-            body = await read_body(receive, limit)
+            with trio.move_on_after(MCP_BODY_DEADLINE_S):
+                body = await read_body(receive, limit)
+                return body
         except BodyTooLarge:
-            await send_json(
-                send_with_headers,
-                413,
-                {
-                    "error": {
-                        "code": "body_too_large",
-                        "message": f"an MCP request body may be at most {limit} bytes",
-                    }
-                },
-                [],
-            )
-            return
-        if body is None:
-            return
-        with answering_as_json(choose_answer(body, self.progress_tools)):
-            await self.mcp.handle_request(scope, replay_body(body, receive), send_with_headers)
+            message = f"an MCP request body may be at most {limit} bytes; tool arguments are far smaller"
+            await send_json(send, 413, {"error": {"code": "body_too_large", "message": message}}, [])
+            return None
+        message = f"the request body did not arrive within {MCP_BODY_DEADLINE_S:g} s"
+        await send_json(send, 408, {"error": {"code": "body_timeout", "message": message}}, [])
+        return None
 
     async def lifespan(self, scope: Scope, receive: Any, send: Any) -> None:
         started = False

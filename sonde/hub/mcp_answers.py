@@ -12,43 +12,64 @@ on a call to any other tool asks for what it would never get (those tools
 send no progress), so it does not buy an event stream. Both are answers the
 MCP specification lets a server give, and every conforming client reads both.
 
-`choose_answer` reads the request body (the root app has it in hand) and
-says which; `answering_as_json` marks the request task for the transport.
+`plan_answer` reads the request body (the root app has it in hand) and
+says which; `serving` marks the request task (an `McpPost`) for the transport.
 The transport reads the mark through its ``is_json_response_enabled``
 attribute, which the SDK consults only inside the request's own task, and
 drops what the SDK itself drops in JSON mode: a notification tied to a
 request whose answer is a JSON body has no wire to go out on.
+
+The transport also keeps two promises the SDK's does not: a request whose id
+is still being answered on its session is refused with 409 (the SDK would let
+it take the first one's place, leaving one HTTP request unanswered for good),
+and a request whose client disconnects is cancelled (`PerRequestTransport`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
+import trio
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import JSONRPCError, JSONRPCResponse
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse
+from mcp_types.version import is_version_at_least
 
 from sonde.hub.mcp_events import EventLog, SessionEvents
 
 log = logging.getLogger(__name__)
 
-# The JSON-RPC id (as the SDK keys it: ``str(id)``) of the request this task
-# answers as one JSON body; None: over SSE.
-_json_answer: ContextVar[str | None] = ContextVar("sonde_mcp_json_answer", default=None)
+REPEATED_ID_STATUS = 409
+INVALID_REQUEST = -32600  # JSON-RPC: "the JSON sent is not a valid Request object"
+RESUMABLE_FROM = "2025-11-25"  # the SDK primes an SSE answer (makes it resumable) from this revision on
 
 
-def choose_answer(body: bytes, progress_tools: frozenset[str]) -> str | None:
-    """The id of a request to answer as JSON, or None to leave it to SSE.
+@dataclass(frozen=True, slots=True)
+class AnswerPlan:
+    """A JSON-RPC request read from a POST body: its id and whether it is answered as one JSON body.
+
+    ``request_id`` is the id as the SDK keys it (``str(id)``); ``wire_id`` as the client sent it.
+    """
+
+    request_id: str
+    wire_id: int | str
+    as_json: bool
+
+
+def plan_answer(body: bytes, progress_tools: frozenset[str]) -> AnswerPlan | None:
+    """How to answer the request in ``body``; None for anything that is not one.
 
     A well-formed request with a plain id is answered as JSON unless it calls
     one of ``progress_tools`` with a progress token; anything else
@@ -71,19 +92,90 @@ def choose_answer(body: bytes, progress_tools: frozenset[str]) -> str | None:
     if meta is not None and not isinstance(meta, dict):
         return None
     wants_progress = meta is not None and meta.get("progressToken") is not None
-    if wants_progress and message["method"] == "tools/call" and (params or {}).get("name") in progress_tools:
-        return None
-    return str(request_id)
+    over_sse = (
+        wants_progress and message["method"] == "tools/call" and (params or {}).get("name") in progress_tools
+    )
+    return AnswerPlan(str(request_id), request_id, as_json=not over_sse)
+
+
+class McpPost:
+    """One POST to ``/mcp`` whose body the root app has read: how to answer it, and whether its
+    client is still there.
+
+    `receive` hands the SDK the body, then defers to the client's ``receive``;
+    once `watch_client` runs, that task is the client's only reader and
+    `receive` waits for it to see the client go (``http.disconnect``).
+    """
+
+    def __init__(self, plan: AnswerPlan | None, body: bytes, client_receive: Any, client_send: Any) -> None:
+        self.plan = plan
+        self.answered = False  # the answer's last byte went to the client
+        self.gone = trio.Event()  # the client disconnected before its answer was sent
+        self.dispatched = trio.Event()  # the request went to the session (so a cancel can follow it)
+        self.resumable = False  # an SSE answer the client may resume after a drop: never cancelled
+        self._body: bytes | None = body
+        self._client_receive = client_receive
+        self._client_send = client_send
+        self._watched = False
+
+    async def receive(self) -> dict[str, Any]:
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        if not self._watched:
+            return cast("dict[str, Any]", await self._client_receive())
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        await self._client_send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.answered = True
+
+    async def watch_client(self) -> None:
+        """Return once the client has disconnected (its body was read whole: nothing else can come);
+        `gone` is set if that was before its answer (hypercorn says so after an answer too)."""
+        self._watched = True
+        while (await self._client_receive())["type"] != "http.disconnect":
+            pass
+        if not self.answered:
+            self.gone.set()
+
+
+# The POST the current task serves; None: not a request with a plain id, or a session's own task.
+_post: ContextVar[McpPost | None] = ContextVar("sonde_mcp_post", default=None)
 
 
 @contextmanager
-def answering_as_json(request_id: str | None) -> Iterator[None]:
-    """Mark the current task's request as answered as JSON (None: over SSE)."""
-    token = _json_answer.set(request_id)
+def serving(post: McpPost | None) -> Iterator[None]:
+    """Mark ``post`` as the request the current task serves (None: none)."""
+    token = _post.set(post)
     try:
         yield
     finally:
-        _json_answer.reset(token)
+        _post.reset(token)
+
+
+async def refuse_repeated_id(plan: AnswerPlan, send: Any) -> None:
+    """409 with a JSON-RPC error: ``plan``'s id is already being answered on this session.
+
+    The SDK keys each request's answer by its id, and a second request with the same id
+    would take the first's place: one of the two would never be answered, and its task
+    and connection would be held until the hub restarts.
+    """
+    error = {
+        "jsonrpc": "2.0",
+        "id": plan.wire_id,
+        "error": {
+            "code": INVALID_REQUEST,
+            "message": f"request id {plan.wire_id!r} is already in flight on this session; "
+            "wait for its answer or use a new id",
+        },
+    }
+    data = json.dumps(error).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": REPEATED_ID_STATUS, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 class _DropUnwired:
@@ -123,15 +215,24 @@ class _DropUnwired:
 
 
 class PerRequestTransport(StreamableHTTPServerTransport):
-    """The SDK's transport, choosing JSON or SSE per request (see the module doc)."""
+    """The SDK's transport, choosing JSON or SSE per request (see the module doc), refusing a
+    request whose id is already being answered, and cancelling a request whose client has gone.
+
+    A client that disconnects before its answer gets a ``notifications/cancelled`` for its
+    request, as if it had sent one: the tool handler sees `trio.Cancelled`, the agent gets
+    ``probe.cancel``, and the call is audited ``cancelled``. An SSE answer the client may resume
+    with ``Last-Event-ID`` (protocol 2025-11-25 on) is the exception: it runs on for the resume.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._json_requests: set[str] = set()
+        self._answering: set[str] = set()  # ids whose POST is being served
         super().__init__(*args, **kwargs)
 
     @property
     def is_json_response_enabled(self) -> bool:
-        return _json_answer.get() is not None
+        post = _post.get()
+        return post is not None and post.plan is not None and post.plan.as_json
 
     @is_json_response_enabled.setter
     def is_json_response_enabled(self, value: bool) -> None:
@@ -141,15 +242,52 @@ class PerRequestTransport(StreamableHTTPServerTransport):
             )
 
     async def handle_request(self, scope: Any, receive: Any, send: Any) -> None:
-        request_id = _json_answer.get()
-        if request_id is None:
+        post = _post.get()
+        if post is None or post.plan is None:
             await super().handle_request(scope, receive, send)
             return
-        self._json_requests.add(request_id)
+        plan = post.plan
+        if plan.request_id in self._answering:
+            await refuse_repeated_id(plan, send)
+            return
+        post.resumable = not plan.as_json and self._event_store is not None and speaks_resumable(scope)
+        self._answering.add(plan.request_id)
+        if plan.as_json:
+            self._json_requests.add(plan.request_id)
         try:
-            await super().handle_request(scope, receive, send)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._cancel_when_gone, post)
+                await super().handle_request(scope, receive, send)
+                if not (post.gone.is_set() and post.dispatched.is_set()):
+                    nursery.cancel_scope.cancel()  # answered, or never reached the session
         finally:
-            self._json_requests.discard(request_id)
+            self._answering.discard(plan.request_id)
+            self._json_requests.discard(plan.request_id)
+
+    async def _cancel_when_gone(self, post: McpPost) -> None:
+        await post.watch_client()
+        if not post.gone.is_set():
+            return
+        await post.dispatched.wait()  # no checkpoint between this mark and the request's send
+        writer = self._read_stream_writer
+        if post.resumable or post.plan is None or writer is None:
+            return
+        log.debug("request %s: the client went before its answer; cancelling it", post.plan.request_id)
+        cancel = JSONRPCNotification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": post.plan.wire_id, "reason": "the client disconnected"},
+        )
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):  # the session ended
+            await writer.send(SessionMessage(cancel))
+
+    def _message_metadata(self, request: Any, **kwargs: Any) -> ServerMessageMetadata:
+        # The SDK frames a request with this just before it sends it to the session, with no
+        # checkpoint between: a cancel sent after this mark reaches the session after it.
+        post = _post.get()
+        if post is not None and kwargs.get("on_request_unanswered") is not None:
+            post.dispatched.set()
+        return super()._message_metadata(request, **kwargs)
 
     @asynccontextmanager
     async def connect(
@@ -157,9 +295,17 @@ class PerRequestTransport(StreamableHTTPServerTransport):
     ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
         # The session's tasks (its router above all) start inside the request
         # that opened it; they must not inherit that request's choice.
-        with answering_as_json(None):
+        with serving(None):
             async with super().connect() as (read_stream, write_stream):
                 yield read_stream, _DropUnwired(write_stream, self._json_requests)
+
+
+def speaks_resumable(scope: Any) -> bool:
+    """Whether the request's protocol revision has the SDK prime (make resumable) an SSE answer."""
+    for name, value in scope["headers"]:
+        if name == b"mcp-protocol-version":
+            return is_version_at_least(value.decode("latin-1"), RESUMABLE_FROM)
+    return False
 
 
 _refused_for_owner: ContextVar[bool] = ContextVar("sonde_mcp_refused_for_owner", default=False)

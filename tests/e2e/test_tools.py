@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from sonde.bridge.sse import SSEParser
+from tests.e2e.harness import audit_rows, eventually
 from tests.e2e.mcpclient import call, call_error, initialize_request, mcp_client
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.e2e.toolpack import write_toolpack
@@ -343,3 +344,54 @@ async def test_a_dropped_health_check_stream_is_resumed_with_last_event_id(
     report = answer["result"]["structuredContent"]
     assert report["partial"] is True
     assert report["summary"]["agents_checked"] == 2
+
+
+# --- an event stream whose client goes, not resumable: the call is cancelled -------------
+
+
+async def test_a_health_check_whose_client_goes_is_cancelled_unless_it_can_be_resumed(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    """On 2025-06-18 nothing primes the stream, so no one can resume it: the call is cancelled.
+
+    gamma's toolcheck hangs: its probe held its slot on gamma until the hub's 20 s probe
+    timeout (the call's deadline is 60 s), long after the client that asked had gone; now
+    it is cancelled as the client goes.
+    """
+    hub, _ = fleet
+    protocol = "2025-06-18"
+    call_body = {
+        "jsonrpc": "2.0",
+        "id": 51,
+        "method": "tools/call",
+        "params": {
+            "name": "health_check",
+            "arguments": {"tags": ["#prod"], "categories": ["toolcheck"], "deadline_s": 60},
+            "_meta": {"progressToken": "goes-away"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    auth = {"Authorization": f"Bearer {hub.admin_key}"}
+
+    def cancelled() -> bool:  # gamma's hung probe, cancelled for the caller
+        return any(
+            row["target"] == "gamma" and row["outcome"] == "cancelled" and "toolcheck" in row["detail"]
+            for row in audit_rows(hub, "mcp.health_check")
+        )
+
+    async with httpx2.AsyncClient(base_url=hub.url, headers=auth, timeout=30) as http:
+        opened = await http.post("/mcp", content=json.dumps(initialize_request(protocol)), headers=headers)
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": protocol}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post("/mcp", content=json.dumps(initialized), headers=headers)
+        with trio.fail_after(20):
+            async with http.stream("POST", "/mcp", content=json.dumps(call_body), headers=headers) as posted:
+                assert posted.headers["content-type"].startswith("text/event-stream")
+        # the connection is closed here, long before the deadline
+        await eventually(cancelled, timeout_s=15)
+
+    def call_cancelled() -> bool:  # and the call's own row says so (its nursery was cancelled whole)
+        rows = audit_rows(hub, "mcp.call.health_check")
+        return any(row["outcome"] == "cancelled" for row in rows)
+
+    await eventually(call_cancelled, timeout_s=15)

@@ -10,7 +10,7 @@ import pytest
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
-from sonde.hub.mcp_answers import _DropUnwired, choose_answer
+from sonde.hub.mcp_answers import _DropUnwired, plan_answer
 
 
 def body(message: Any) -> bytes:
@@ -51,13 +51,20 @@ def call(request_id: object, tool: str, meta: object = None) -> dict[str, object
         ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], None),
     ],
 )
-def test_choose_answer(message: Any, expected: str | None) -> None:
-    assert choose_answer(body(message), PROGRESS_TOOLS) == expected
+def test_plan_answer(message: Any, expected: str | None) -> None:
+    plan = plan_answer(body(message), PROGRESS_TOOLS)
+    assert (plan.request_id if plan is not None and plan.as_json else None) == expected
 
 
-def test_choose_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
-    assert choose_answer(b"{not json", PROGRESS_TOOLS) is None
-    assert choose_answer(b"\xff\xfe", PROGRESS_TOOLS) is None
+def test_plan_answer_keeps_the_id_of_a_request_answered_over_sse() -> None:
+    plan = plan_answer(body(call(3, "health_check", {"progressToken": 1})), PROGRESS_TOOLS)
+    assert plan is not None
+    assert (plan.request_id, plan.wire_id, plan.as_json) == ("3", 3, False)
+
+
+def test_plan_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
+    assert plan_answer(b"{not json", PROGRESS_TOOLS) is None
+    assert plan_answer(b"\xff\xfe", PROGRESS_TOOLS) is None
 
 
 def related(message: Any, request_id: int | str) -> SessionMessage:

@@ -24,6 +24,7 @@ import pytest
 import trio
 import trio_websocket
 
+from sonde.hub.asgi import MAX_MCP_BODY_BYTES
 from sonde.protocol.codec import SHOWN_VALUE_CHARS, FrameCodec
 from sonde.protocol.linkkeys import LinkKeyExchange
 from sonde.protocol.messages import (
@@ -60,7 +61,7 @@ from tests.security.attack_fleet import (
 pytestmark = pytest.mark.e2e
 
 MIB = 1024 * 1024
-MCP_BODY_LIMIT = 4 * MIB  # the mcp SDK's default, which the hub keeps
+MCP_BODY_LIMIT = MAX_MCP_BODY_BYTES  # the hub's, below the mcp SDK's 4 MiB
 REST_BODY_LIMIT = 256 * 1024
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 MEMORY = "system.memory.usage"
