@@ -220,33 +220,21 @@ def test_install_without_now_runs_nothing(tmp_path: Path) -> None:
     assert systemctl.calls == []
 
 
+def install_enrolled_now(tmp_path: Path, systemctl: FakeSystemctl) -> int:
+    """`install --now` for a service user that exists and is enrolled."""
+    plan = plan_for(MY_USER, tmp_path / "svc")
+    return install_service(tmp_path, now=True, plan=plan, runner=systemctl, systemctl=SYSTEMCTL)
+
+
 def test_install_now_reloads_and_starts(tmp_path: Path) -> None:
     systemctl = FakeSystemctl()
-    assert (
-        install_service(
-            tmp_path,
-            now=True,
-            plan=plan_for(MY_USER, tmp_path / "svc"),
-            runner=systemctl,
-            systemctl=SYSTEMCTL,
-        )
-        == 0
-    )
+    assert install_enrolled_now(tmp_path, systemctl) == 0
     assert systemctl.calls == [[SYSTEMCTL, "daemon-reload"], [SYSTEMCTL, "enable", "--now", "sonde-agent"]]
 
 
 def test_install_now_stops_at_the_first_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     systemctl = FakeSystemctl("daemon-reload")
-    assert (
-        install_service(
-            tmp_path,
-            now=True,
-            plan=plan_for(MY_USER, tmp_path / "svc"),
-            runner=systemctl,
-            systemctl=SYSTEMCTL,
-        )
-        == 1
-    )
+    assert install_enrolled_now(tmp_path, systemctl) == 1
     assert systemctl.calls == [[SYSTEMCTL, "daemon-reload"]]
     assert "failed with exit status 1" in capsys.readouterr().err
 
