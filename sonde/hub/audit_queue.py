@@ -73,6 +73,7 @@ class AuditQueue:
         self._writing = trio.Lock()  # one write of entries at a time: the chain keeps their order
         self._wanted = trio.Event()  # set by entries waiting for the flusher
         self.failure: str | None = None  # why the last write failed; None while writes work
+        self._failure_locked = False  # that was another process holding the database's write lock
         self._failing_since = 0.0
         self._dropped = 0  # entries not kept while failing, past the bound
         self._dropping_since = 0.0
@@ -101,11 +102,19 @@ class AuditQueue:
         """What a caller is told while the audit log cannot be written; None while it can."""
         if self.failure is None:
             return None
+        if self._failure_locked:
+            fix = (
+                "Another process holds the write lock of the hub's sonde.db (a backup, an sqlite3 shell "
+                "in a transaction): calls are served again by themselves once it lets go."
+            )
+        else:
+            fix = (
+                "An operator must fix that (often: free disk space where the hub keeps sonde.db, or make "
+                "it writable again if it became read-only); calls are served again by themselves."
+            )
         return (
             f"The hub cannot write its audit log ({self.failure}), and every call must be on the record, "
-            "so it refuses calls until it can. An operator must fix that (often: free disk space where the "
-            "hub keeps sonde.db, or make it writable again if it became read-only); calls are served "
-            "again by themselves."
+            f"so it refuses calls until it can. {fix}"
         )
 
     async def flush(self) -> None:
@@ -172,6 +181,7 @@ class AuditQueue:
                 self._retry_s,
             )
         self.failure = str(cause)
+        self._failure_locked = isinstance(exc, StoreCommitFailed) and exc.locked
 
     def _written(self, count: int) -> None:
         if self.failure is None:

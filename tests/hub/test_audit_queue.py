@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -140,6 +141,31 @@ async def wait_until(condition: Callable[[], bool]) -> None:
     with trio.fail_after(10):
         while not condition():  # noqa: ASYNC110 (the queue's state, moved by its flusher)
             await trio.sleep(0.01)
+
+
+async def test_a_database_locked_by_another_process_is_named_as_the_cause(tmp_path: Path) -> None:
+    """Not "free disk space": the refusal says another process holds the lock, and calls come back."""
+    async with open_store(tmp_path / "hub.db") as store:
+        queue = AuditQueue(store, retry_s=0.05)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.run)
+            other = sqlite3.connect(tmp_path / "hub.db", isolation_level=None)
+            other.execute("BEGIN EXCLUSIVE")  # a backup, an sqlite3 shell mid-transaction
+            try:
+                await queue.append(entry(0))
+                with trio.fail_after(30):  # the store waits out its busy timeout first
+                    await wait_until(lambda: queue.failure is not None)
+                refusal = queue.refusal()
+                assert refusal is not None
+                assert "database is locked" in refusal
+                assert "Another process holds the write lock of the hub's sonde.db" in refusal
+                assert "free disk space" not in refusal
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            await wait_until(lambda: queue.failure is None)
+            nursery.cancel_scope.cancel()
+        assert await count_rows(store) == 1  # written once the lock was let go
 
 
 async def test_a_failing_write_keeps_the_entries_and_writes_them_once_it_can(
