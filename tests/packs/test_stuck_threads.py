@@ -157,25 +157,6 @@ async def serve_hung(
     return server
 
 
-# `nursery` is pytest-trio's: cancelled once the test is done
-@pytest.fixture
-async def hung_postgres(nursery: trio.Nursery) -> HungServer:
-    """Completes the PostgreSQL startup, then never answers a query."""
-    return await serve_hung(nursery, never_answer_a_query)
-
-
-@pytest.fixture
-async def trickling_mysql(nursery: trio.Nursery) -> HungServer:
-    """Starts a 64 KiB handshake packet, then sends a byte of it every 50 ms."""
-    return await serve_hung(nursery, trickling(b"\xff\xff\x00\x00"))
-
-
-@pytest.fixture
-async def trickling_redis(nursery: trio.Nursery) -> HungServer:
-    """Starts a 100 MB bulk reply to whatever is asked, then sends a byte of it every 50 ms."""
-    return await serve_hung(nursery, trickling(b"$100000000\r\n"))
-
-
 @pytest.fixture
 def readable(tmp_path: Path) -> Path:
     path = tmp_path / "app.log"
@@ -218,31 +199,30 @@ async def still_answers(ctx: ProbeContext, readable: Path) -> None:
     assert "still answering" in str(outcome.result)
 
 
-async def test_a_postgres_that_never_answers_does_not_take_the_probe_threads(
-    ctx: ProbeContext, hung_postgres: HungServer, readable: Path
+@pytest.mark.parametrize(
+    ("probe", "handler"),
+    [
+        # completes the PostgreSQL startup, then never answers a query
+        ("postgres.cache.hit_ratio", never_answer_a_query),
+        # starts a 64 KiB handshake packet, then sends a byte of it every 50 ms
+        ("mysql.processes.list", trickling(b"\xff\xff\x00\x00")),
+        # starts a 100 MB bulk reply to whatever is asked, then sends a byte of it every 50 ms
+        ("redis.server.info", trickling(b"$100000000\r\n")),
+    ],
+    ids=["postgres-hangs", "mysql-trickles", "redis-trickles"],
+)
+async def test_a_server_that_hangs_or_trickles_does_not_take_the_probe_threads(
+    ctx: ProbeContext,
+    readable: Path,
+    nursery: trio.Nursery,
+    probe: str,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
 ) -> None:
-    await hang_waves(ctx, "postgres.cache.hit_ratio", hung_postgres)
+    server = await serve_hung(nursery, handler)  # `nursery` is pytest-trio's: cancelled after the test
+    await hang_waves(ctx, probe, server)
     await still_answers(ctx, readable)
-    await hung_postgres.wait_all_closed(WAVES * THREAD_LIMIT)  # each connection was cut
+    await server.wait_all_closed(WAVES * THREAD_LIMIT)  # each connection was cut
     await no_thread_stuck(ctx.threads)  # and each thread returned
-
-
-async def test_a_mysql_trickling_its_handshake_does_not_take_the_probe_threads(
-    ctx: ProbeContext, trickling_mysql: HungServer, readable: Path
-) -> None:
-    await hang_waves(ctx, "mysql.processes.list", trickling_mysql)
-    await still_answers(ctx, readable)
-    await trickling_mysql.wait_all_closed(WAVES * THREAD_LIMIT)
-    await no_thread_stuck(ctx.threads)
-
-
-async def test_a_redis_trickling_its_reply_does_not_take_the_probe_threads(
-    ctx: ProbeContext, trickling_redis: HungServer, readable: Path
-) -> None:
-    await hang_waves(ctx, "redis.server.info", trickling_redis)
-    await still_answers(ctx, readable)
-    await trickling_redis.wait_all_closed(WAVES * THREAD_LIMIT)
-    await no_thread_stuck(ctx.threads)
 
 
 # --- a call that never returns, whatever its cause ----------------------------------
