@@ -76,6 +76,10 @@ class ProbeUnavailable(Exception):
     """The probe cannot run on this machine (missing command, service or permission)."""
 
 
+class PackLoadError(Exception):
+    """A pack's probe modules would not import: its files changed under this process, or are broken."""
+
+
 @dataclass(frozen=True)
 class Requirements:
     commands: tuple[str, ...] = ()
@@ -168,11 +172,20 @@ class Pack:
         if self._loaded:
             return
         self._loaded = True  # first: the modules being imported register through this pack
+        module = ""
         try:
             for module in self.modules:
                 importlib.import_module(module)
-        except BaseException:
+        except Exception as exc:
             self._loaded = False  # the next use raises again rather than offering half a pack
+            raise PackLoadError(
+                f"pack {self.name} {self.version} could not load its probe code"
+                f" ({module}: {type(exc).__name__}: {exc}). If Sonde or this pack was upgraded"
+                " or removed while this process ran, restart it (sonde-agent.service under"
+                " systemd); otherwise reinstall the pack"
+            ) from exc
+        except BaseException:
+            self._loaded = False
             raise
         rank = {module: i for i, module in enumerate(self.modules)}
         ordered = sorted(self._probes.values(), key=lambda spec: rank.get(spec.run.__module__, len(rank)))

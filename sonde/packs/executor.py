@@ -19,7 +19,7 @@ import trio
 from pydantic import ValidationError
 
 from sonde.echo import clipped
-from sonde.packs.base import ProbeUnavailable
+from sonde.packs.base import PackLoadError, ProbeUnavailable
 from sonde.packs.context import PathNotAllowed, ProbeContext
 from sonde.packs.registry import PackRegistry
 from sonde.protocol.jsontext import valid_text, valid_unicode
@@ -77,11 +77,15 @@ async def execute_probe(
     ``scrub`` sees the whole result before it is capped: a secret whose shape needs its
     end (a URL's ``@``, a closing quote or tag) would pass if it were cut first.
     """
-    spec = registry.probe(name)
-    if spec is None:
-        raise ProbeExecutionError(
-            "unknown_probe", f"Unknown probe {name!r}; available: {', '.join(registry.probe_names())}"
-        )
+    try:
+        spec = registry.probe(name)
+        if spec is None:
+            raise ProbeExecutionError(
+                "unknown_probe", f"Unknown probe {name!r}; available: {', '.join(registry.probe_names())}"
+            )
+    except PackLoadError as exc:
+        log.error("probe %s: %s", name, exc, exc_info=exc.__cause__)
+        raise ProbeExecutionError("probe_failed", str(exc)) from None
     try:
         parsed = spec.params.model_validate(dict(params))
     except ValidationError as exc:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sonde.packs.base import Pack
 from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe
+from sonde.packs.registry import PackRegistry
 from tests.agent.probes import Waiters, context_with, registry_for_tests
 
 
@@ -44,3 +49,25 @@ async def test_the_scrubber_sees_the_whole_result_before_the_cap() -> None:
     assert outcome.redactions == 1
     assert outcome.truncated  # the cap still bounds the scrubbed result
     assert outcome.output_bytes <= 1000
+
+
+async def test_a_pack_whose_files_changed_under_the_agent_says_to_restart_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what a half-done in-place upgrade looks like: a new probe module wanting an old one's new name
+    (tmp_path / "upgraded_probes.py").write_text("from sonde.packs.base import NameFromANewerSonde\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = Pack("upgraded", "1.2.3", "a pack upgraded in place", modules=("upgraded_probes",))
+    registry = PackRegistry.of([broken, *registry_for_tests().packs.values()])
+    for name in ("upgraded.any.probe", "upgraded.other.probe"):
+        with pytest.raises(ProbeExecutionError) as caught:
+            await execute_probe(registry, name, {}, context_with(Waiters()))
+        assert caught.value.code == "probe_failed"
+        assert caught.value.message.startswith("pack upgraded 1.2.3 could not load its probe code")
+        assert (
+            "upgraded_probes: ImportError: cannot import name 'NameFromANewerSonde'" in caught.value.message
+        )
+        assert "restart it" in caught.value.message
+    # the other packs still answer
+    outcome = await execute_probe(registry, "testpack.echo.value", {"value": 1}, context_with(Waiters()))
+    assert outcome.result["value"] == 1
