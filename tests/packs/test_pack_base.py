@@ -9,7 +9,7 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from sonde.packs.base import Pack
+from sonde.packs.base import Pack, PackLoadError
 from sonde.packs.textpattern import PythonPattern
 
 PATTERNS = [r"^/[^\x00-\x1f]{0,4095}$", r"^[^\x00-\x1f]{1,200}$"]
@@ -67,5 +67,9 @@ def test_probe_order_does_not_depend_on_what_was_imported_first() -> None:
 def test_a_probe_module_that_fails_to_import_fails_every_use_not_just_the_first() -> None:
     pack = Pack(name="broken", version="1", description="d", modules=("tests.packs.no_such_module",))
     for _ in range(2):
-        with pytest.raises(ModuleNotFoundError):
+        with pytest.raises(
+            PackLoadError,
+            match=r"pack broken 1 could not load its probe code \(tests\.packs\.no_such_module: ModuleNotFoundError",
+        ) as caught:
             _ = pack.probes
+        assert isinstance(caught.value.__cause__, ModuleNotFoundError)
