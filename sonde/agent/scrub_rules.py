@@ -10,7 +10,7 @@ field name (``password=x``, ``"apiKey": "x"``, ``--token x``,
 secret-word stem (``pass``, ``token``, ``key`` ...) occurs in the lowercased
 string and match anchored at the start of that word; `is_secret_name` then
 decides whether the name is secret. The rules keyed by a shape (tokens, key
-blocks, URL passwords, programs' password flags) live in `sonde.agent.scrub_shapes`.
+blocks, URL passwords, programs' password flags and words) live in `sonde.agent.scrub_shapes`.
 
 Rules run one after the other, each over the output of the one before, and
 never match a value that is already ``[REDACTED]``, so a secret is counted

@@ -49,6 +49,8 @@ _PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):[^\s:\x00]{1,63}:[^\s:\x00]{1,63}:")
 _HTPASSWD_OPTS = r"(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3}(?=[ \t]))?){1,6}+"
 _HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Za-z]{0,7}"
 _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
+# After a program's name and a space, a later word on the line: "redis-cli -h db AUTH".
+_LATER = r"(?=[ \t])[^\r\n\x00]{0,200}?[ \t]"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -251,8 +253,9 @@ SHAPE_RULES = (
     ),
     # The password flags of known programs on a command line (within 200 characters of the
     # program's name): redis-cli -a, sshpass -p, the mongo tools' -p, the ldap tools' -w,
-    # curl's -u/--user/-U/--proxy-user user:SECRET, docker/podman login -p, and the samba
-    # tools' -U user%SECRET. The argv form: sonde.agent.scrubber.
+    # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
+    # -p, the samba tools' -U user%SECRET, zip/unzip/ipmitool/sqlcmd and the mosquitto
+    # clients' -P, 7z's -pSECRET. The argv form: sonde.agent.scrubber.
     ShapeRule(
         "program_password_flag",
         re.compile(
@@ -261,15 +264,54 @@ SHAPE_RULES = (
             r"|sshpass[^\r\n\x00]{0,200}?[ \t]-p[ \t]*"
             r"|mongo(?:sh|dump|restore|export|import|stat|top)?[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
             r"|ldap[a-z]{3,8}[^\r\n\x00]{0,200}?[ \t]-w[ \t]*"
-            r"|curl[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"|(?:curl[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"|etcdctl[^\r\n\x00]{0,200}?[ \t]--user(?:[ \t]+|=))"
             r"[\"']?[^\s\x00:\"']{1,256}:"
             r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
             r"login[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
             r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree)[^\r\n\x00]{0,200}?[ \t](?:-U[ \t]*|--user(?:[ \t]+|=))"
             r"[\"']?[^\s\x00%\"']{1,256}%"
+            r"|(?:zip|unzip|ipmitool|sqlcmd|mosquitto_(?:pub|sub|rr))[^\r\n\x00]{0,200}?[ \t]-P[ \t]+"
+            r"|7z[arz]?[^\r\n\x00]{0,200}?[ \t]-p"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
-        _contains("redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient"),
+        # "-P" for zip, unzip, ipmitool, sqlcmd and the mosquitto clients: one needle, not five
+        _contains(
+            "redis-cli",
+            "sshpass",
+            "mongo",
+            "ldap",
+            "curl",
+            "login",
+            "smb",
+            "rpcclient",
+            "etcdctl",
+            "-P",
+            "7z",
+        ),
+    ),
+    # The password a known program's word announces on a command line (within 200 characters
+    # of the program's name, followed by a space: "mysqladmin: [Warning] Using a password on"
+    # is a message): redis-cli AUTH [user] SECRET (HELLO 3 AUTH user SECRET) and CONFIG SET
+    # requirepass|masterauth SECRET, rabbitmqctl add_user|change_password USER SECRET, nmcli
+    # ... password|wifi-sec.psk SECRET, aws configure set [profile.NAME.]aws_secret_access_key
+    # SECRET, mysqladmin password SECRET.
+    ShapeRule(
+        "program_password_word",
+        re.compile(
+            r"(?<![\w.-])(?:"
+            r"redis-cli" + _LATER + r"(?:(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+(?=[ \t]+[^\s\x00-]))?+"
+            r"|(?i:requirepass|masterauth))"
+            r"|rabbitmqctl"
+            + _LATER
+            + r"(?:add_user|change_password|authenticate_user)[ \t]+[^\s\x00]{1,256}+"
+            r"|nmcli" + _LATER + r"(?:[\w-]{1,64}\.)?"
+            r"(?:password|psk|leap-password|(?:phase2-)?private-key-password|pin|wep-key[0-3])"
+            r"|aws" + _LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
+            r"|mysqladmin" + _LATER + r"password"
+            r")[ \t]+" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
+        ),
+        _contains("redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin"),
     ),
     # mysql -pSECRET on a command line (within 200 characters, before any other mysql).
     ShapeRule(
@@ -304,7 +346,8 @@ SHAPE_RULES = (
         ),
         _contains_folded("password", "identified"),
     ),
-    # Oracle logins: jdbc:oracle:thin:USER/PASSWORD@host, sqlplus USER/PASSWORD@db (and its kin).
+    # Oracle logins: jdbc:oracle:thin:USER/PASSWORD@host, sqlplus USER/PASSWORD@db (and its kin);
+    # a double-quoted password may hold "@" and spaces: scott/"p@ss word"@db.
     ShapeRule(
         "oracle_login",
         re.compile(
@@ -313,7 +356,7 @@ SHAPE_RULES = (
             r"(?:userid=|(?i:target)[ \t]+)?)"
             r"[^\s\x00/@\"'():=]{1,128}+/"
             + FRESH
-            + r"(?P<value>[^\s\x00@\"']{1,256}+)(?:@|(?=[\s\"'])|"
+            + r"(?P<value>\"[^\"\r\n\x00]{1,256}+\"|[^\s\x00@\"']{1,256}+)(?:@|(?=[\s\"'])|"
             + CUT
             + ")"
         ),
@@ -353,11 +396,11 @@ SHAPE_RULES = (
         ),
         _contains_folded("auth", "config"),
     ),
-    # htpasswd -b [FILE] USER PASSWORD (-n: no FILE).
+    # htpasswd -b [FILE] USER PASSWORD (-n: no FILE), mosquitto_passwd -b FILE USER PASSWORD.
     ShapeRule(
         "htpasswd_b",
         re.compile(
-            r"(?<![\w.-])htpasswd"
+            r"(?<![\w.-])(?:htpasswd|mosquitto_passwd)"
             + _HTPASSWD_HAS
             + r"b)(?:"
             + _HTPASSWD_HAS
@@ -377,6 +420,6 @@ SHAPE_RULES = (
             + FRESH
             + r"(?P<v2>[^\s\x00]{1,4096}+))"
         ),
-        _contains("htpasswd"),
+        _contains("htpasswd", "mosquitto_passwd"),
     ),
 )

@@ -16,11 +16,19 @@ reports as ``meta.redactions``:
   ``password=``-style assignments), then by the operator's own patterns;
 - in a list of strings (an argv), the item after a secret flag
   (``--password``, ``--requirepass``) is redacted, and so are the password
-  flags of known programs (`ProgramFlags`): mysql's and sshpass's
-  ``-pSECRET``, ``redis-cli -a SECRET``, ``sshpass -p``, the mongo tools'
-  ``-p``, the ldap tools' ``-w``, ``docker login -p``, and the password half of
-  curl's ``-u user:SECRET`` and smbclient's ``-U user%SECRET``, from the item naming
-  the program on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered).
+  arguments of known programs (`ProgramFlags`), from the item naming the program
+  on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered):
+  flags (mysql's, sshpass's and 7z's ``-pSECRET``, ``redis-cli -a``, ``sshpass -p``,
+  the mongo tools' ``-p``, the ldap tools' ``-w``, ``docker login -p``, ``zip``/
+  ``unzip``/``ipmitool``/``sqlcmd`` and the mosquitto clients' ``-P``, the password
+  half of curl's and etcdctl's ``user:SECRET`` and smbclient's ``-U user%SECRET``);
+  the password an item announces further on (``htpasswd -b file user SECRET``,
+  redis-cli's ``AUTH [user] SECRET`` and ``CONFIG SET requirepass SECRET``,
+  ``rabbitmqctl add_user bob SECRET``, ``nmcli ... password SECRET``, ``aws configure
+  set aws_secret_access_key SECRET``, ``mysqladmin password SECRET``); and the
+  password of an Oracle logon (``sqlplus scott/SECRET@db``, ``userid=scott/SECRET``).
+  Such words are only words of their program: ``["user", "password", "host"]`` is
+  left alone.
 
 Operator patterns (``scrubPatterns`` in the agent config) are Python regular
 expressions; a match is replaced whole, or only its named group ``secret`` when
@@ -37,7 +45,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from sonde.agent.config import AgentConfig
@@ -47,29 +56,52 @@ from sonde.agent.secret_names import is_secret_name
 MIN_BUILTIN_CHARS = 4  # the shortest built-in shape is "pw=x"
 KEY_CACHE_ENTRIES = 4096  # dict keys remembered (keys repeat across list items)
 _ARGV_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
+# An Oracle logon: [userid=|target=]user/PASSWORD[@db]; the password ends at "@" or a space
+# unless double-quoted (scott/"p@ss word"@db).
+_LOGON = re.compile(
+    r"(?i:(?:userid|target|catalog|auxiliary)=)?[^\s/@\"'():=]{1,128}/(?P<password>\"[^\"]+\"|[^\s@\"']*)"
+)
 _SCALARS = frozenset({int, float, bool, type(None)})
 # What happens to an item of a list: kept, hidden whole, hidden after its two-character
 # flag (-pSECRET), hidden after the first colon (curl's user:SECRET) or percent sign
-# (smbclient's user%SECRET).
-_KEEP, _HIDE, _HIDE_ATTACHED, _HIDE_AFTER_COLON, _HIDE_AFTER_PERCENT = 0, 1, 2, 3, 4
+# (smbclient's user%SECRET), or the password of an Oracle logon hidden (user/SECRET@db).
+_KEEP, _HIDE, _HIDE_ATTACHED, _HIDE_AFTER_COLON, _HIDE_AFTER_PERCENT, _HIDE_LOGON = 0, 1, 2, 3, 4, 5
 _USER_PASSWORD_SEPARATORS = {_HIDE_AFTER_COLON: ":", _HIDE_AFTER_PERCENT: "%"}
+_NO_WORDS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 
 
 class ProgramFlags(NamedTuple):
-    """A program's own password flags, beyond the ones named like secrets (``--password``)."""
+    """A program's own password arguments, beyond the flags named like secrets (``--password``)."""
 
     separate: frozenset[str] = frozenset()  # the next item is the password: redis-cli -a PW
     attached: tuple[str, ...] = ()  # the password follows the flag in the same item: -pPW
     user_password: frozenset[str] = frozenset()  # the next item, or the rest of this one, is user:PW
     user_password_action: int = _HIDE_AFTER_COLON  # _HIDE_AFTER_PERCENT: user%PW
+    # A bare word (any case, maybe after a dotted prefix: profile.dev.aws_secret_access_key)
+    # and where its password is, counted in items after it: the furthest of these positions
+    # the list reaches. rabbitmqctl add_user USER PW: (2,); redis-cli AUTH [USER] PW: (1, 2).
+    words: Mapping[str, tuple[int, ...]] = _NO_WORDS
+    # A short flag letter that, alone or in a run (-nbB), makes the last item the password: htpasswd -b
+    last_with: str = ""
+    logons: bool = False  # a positional item user/PW[@db] (or userid=user/PW) is a logon: sqlplus
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
 _MONGO = ProgramFlags(separate=frozenset({"-p"}))
 _LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",))
+_CAPITAL_P = ProgramFlags(separate=frozenset({"-P"}))  # zip -P PW; lowercase -p is something else
+_NMCLI_SECRETS = (
+    "password", "psk", "leap-password", "private-key-password", "phase2-private-key-password", "pin",
+    "wep-key0", "wep-key1", "wep-key2", "wep-key3",
+)  # fmt: skip
 PROGRAM_FLAGS: dict[str, ProgramFlags] = {
-    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mariadb", "mysqlcheck", "mysqlimport"), _MYSQL),
-    "redis-cli": ProgramFlags(separate=frozenset({"-a"})),
+    **dict.fromkeys(("mysql", "mysqldump", "mariadb", "mysqlcheck", "mysqlimport"), _MYSQL),
+    "mysqladmin": _MYSQL._replace(words={"password": (1,)}),  # mysqladmin password NEWPW
+    "redis-cli": ProgramFlags(
+        separate=frozenset({"-a"}),
+        # AUTH [user] PW and HELLO 3 AUTH user PW; CONFIG SET requirepass|masterauth PW
+        words={"auth": (1, 2), "requirepass": (1,), "masterauth": (1,)},
+    ),
     "sshpass": ProgramFlags(separate=frozenset({"-p"}), attached=("-p",)),
     **dict.fromkeys(
         (
@@ -99,12 +131,25 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         _LDAP,
     ),
     "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
+    "etcdctl": ProgramFlags(user_password=frozenset({"--user"})),
     # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
     "login": ProgramFlags(separate=frozenset({"-p"})),
     **dict.fromkeys(
         ("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree"),
         ProgramFlags(user_password=frozenset({"-U", "--user"}), user_password_action=_HIDE_AFTER_PERCENT),
     ),
+    **dict.fromkeys(("sqlplus", "sqlldr", "expdp", "impdp", "rman", "dgmgrl"), ProgramFlags(logons=True)),
+    "rabbitmqctl": ProgramFlags(words={"add_user": (2,), "change_password": (2,), "authenticate_user": (2,)}),
+    # htpasswd -b[cmBdpsDv] [-C cost] FILE USER PW, -nb USER PW; mosquitto_passwd -b FILE USER PW
+    **dict.fromkeys(("htpasswd", "mosquitto_passwd"), ProgramFlags(last_with="b")),
+    **dict.fromkeys(("zip", "unzip", "mosquitto_pub", "mosquitto_sub", "mosquitto_rr"), _CAPITAL_P),
+    **dict.fromkeys(("ipmitool", "sqlcmd"), _CAPITAL_P),
+    # 7z a -pPW (-p alone prompts)
+    **dict.fromkeys(("7z", "7za", "7zr", "7zz"), ProgramFlags(attached=("-p",))),
+    # nmcli dev wifi connect SSID password PW; nmcli con modify NAME wifi-sec.psk PW (802-1x.password ...)
+    "nmcli": ProgramFlags(words=dict.fromkeys(_NMCLI_SECRETS, (1,))),
+    # aws configure set [profile.NAME.]aws_secret_access_key PW
+    "aws": ProgramFlags(words=dict.fromkeys(("aws_secret_access_key", "aws_session_token"), (1,))),
 }
 
 
@@ -224,13 +269,16 @@ def _is_secret_flag(item: str) -> bool:
 
 def _argv_plan(items: Sequence[Any]) -> list[int] | None:
     """What to hide in a list read as an argv (None: nothing): the value after a secret
-    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own flags.
+    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own arguments.
 
-    A known program's flags apply from the item naming it on, wherever it is, so a wrapped
-    command (``sudo -u app mysql -pX``, ``timeout 30 redis-cli -a X``, ``docker exec db
+    A known program's flags and words apply from the item naming it on, wherever it is, so a
+    wrapped command (``sudo -u app mysql -pX``, ``timeout 30 redis-cli -a X``, ``docker exec db
     mysql -pX``) is read as the program's own. A flag carrying its password (``-pX``) is
     read as that before as a flag named like a secret (``-pAdminPass`` is mysql's password,
-    not a ``--...pass`` flag whose value comes next).
+    not a ``--...pass`` flag whose value comes next). A password further on that a word or a
+    flag announces (``AUTH user PW``, ``htpasswd -b f user PW``) is planned when that is
+    read, and its item is then read as nothing else. Until a list names a known program,
+    an item costs a few comparisons and one dict lookup.
     """
     if not items or not isinstance(items[0], str):
         return None  # not an argv
@@ -238,19 +286,25 @@ def _argv_plan(items: Sequence[Any]) -> list[int] | None:
     flags = _NO_FLAGS
     pending = _KEEP  # what the flag before asks of this item
     for index, item in enumerate(items):
-        if not isinstance(item, str):
-            pending = _KEEP
+        if not isinstance(item, str) or (plan and plan[index]):
+            pending = _KEEP  # not an argument, or a password announced before: read as nothing else
             continue
-        action = _KEEP
-        if item[:1] != "-":
-            if pending != _KEEP and _hides(item, pending):
-                action = pending
-            elif pending == _KEEP:
-                flags = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1], flags)
-            pending = _KEEP
-        else:
+        action = ahead = _KEEP  # ahead: the index of a password further on that this item announces
+        if item[:1] == "-":
             action = _attached_value(item, flags)
             pending = _flag_asks(item, flags) if action == _KEEP else _KEEP
+            if flags.last_with and action == _KEEP and _is_short_flag_with(item, flags.last_with):
+                ahead = len(items) - 1
+        elif pending != _KEEP:
+            action = pending if _hides(item, pending) else _KEEP
+            pending = _KEEP
+        elif flags is _NO_FLAGS:
+            flags = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1], flags)
+        else:
+            flags, action, ahead = _program_argument(items, index, flags)
+        if ahead > index and _hides(items[ahead], _HIDE):
+            plan = plan or [_KEEP] * len(items)
+            plan[ahead] = _HIDE
         if action != _KEEP:
             plan = plan or [_KEEP] * len(items)
             plan[index] = action
@@ -258,6 +312,31 @@ def _argv_plan(items: Sequence[Any]) -> list[int] | None:
 
 
 _NO_FLAGS = ProgramFlags()
+
+
+def _program_argument(items: Sequence[Any], index: int, flags: ProgramFlags) -> tuple[ProgramFlags, int, int]:
+    """Read the argument at ``index`` of a known program: a logon (``scott/PW@db``), another
+    program (``sudo mysql``) or a word announcing a password further on (``AUTH PW``).
+
+    Returns the flags from here on, what to hide in this item, and the index of the announced
+    password (0: none).
+    """
+    item = items[index]
+    if flags.logons and _hides(item, _HIDE_LOGON):
+        return flags, _HIDE_LOGON, 0
+    program = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1])
+    if program is not None:
+        return program, _KEEP, 0
+    positions = flags.words.get(item.rsplit(".", 1)[-1].lower()) if flags.words else None
+    if positions is None:
+        return flags, _KEEP, 0
+    there = [index + at for at in positions if index + at < len(items)]
+    return flags, _KEEP, there[-1] if there else 0
+
+
+def _is_short_flag_with(item: str, letter: str) -> bool:
+    """Whether ``item`` is a short flag, or a run of them, holding ``letter`` (htpasswd's -b, -nbB)."""
+    return letter in item and item[1:].isalpha()
 
 
 def _flag_asks(flag: str, flags: ProgramFlags) -> int:
@@ -279,8 +358,13 @@ def _attached_value(item: str, flags: ProgramFlags) -> int:
     return _KEEP
 
 
-def _hides(item: str, action: int) -> bool:
+def _hides(item: Any, action: int) -> bool:
     """Whether ``action`` finds something to hide in ``item``."""
+    if not isinstance(item, str):
+        return False
+    if action == _HIDE_LOGON:
+        logon = _LOGON.match(item)
+        return logon is not None and not _already_hidden(logon["password"])
     separator = _USER_PASSWORD_SEPARATORS.get(action)
     if separator is not None:
         _, found, password = item.partition(separator)
@@ -292,6 +376,10 @@ def _hide(item: str, action: int) -> str:
     """``item`` with what ``action`` hides replaced by ``[REDACTED]``."""
     if action == _HIDE_ATTACHED:
         return item[:2] + REDACTED
+    if action == _HIDE_LOGON:
+        logon = _LOGON.match(item)
+        assert logon is not None  # planned only for a logon
+        return item[: logon.start("password")] + REDACTED + item[logon.end("password") :]
     separator = _USER_PASSWORD_SEPARATORS.get(action)
     if separator is not None:
         return item.partition(separator)[0] + separator + REDACTED

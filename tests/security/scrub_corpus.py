@@ -3,7 +3,10 @@
 Each `SecretCase` is a realistic string with a secret embedded in ordinary
 text; ``secret`` is the exact substring that must be gone after scrubbing, and
 ``expected`` (when given) the exact scrubbed text. Each `LookAlike` must come
-out byte-identical with zero redactions; ``why`` says what it resembles.
+out byte-identical with zero redactions; ``why`` says what it resembles. Each
+`ArgvLookAlike` is a list of strings (a process's argv) that must survive the same
+way; the argv secrets, with their exact scrubbed form, are in
+``test_scrubber.test_argv_lists``.
 
 Every credential here is fake. Vendor tokens are assembled from pieces
 (``"sk_" + "live_" + ...``) so that secret scanners do not flag this file.
@@ -27,6 +30,13 @@ class SecretCase:
 class LookAlike:
     name: str
     text: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ArgvLookAlike:
+    name: str
+    argv: tuple[str, ...]
     why: str
 
 
@@ -451,6 +461,12 @@ SECRETS: tuple[SecretCase, ...] = (
     ),
     SecretCase("sqlplus_login", "sqlplus -s scott/hunter2_sqp@orcl @report.sql", "hunter2_sqp"),
     SecretCase(
+        "sqlplus_quoted_password",
+        'sqlplus -s scott/"hunter2 q@x"@orcl @report.sql',
+        "hunter2 q@x",
+        'sqlplus -s scott/"[REDACTED]"@orcl @report.sql',
+    ),
+    SecretCase(
         "pgpass_line",
         "db.internal:5432:*:app:hunter2_pgp\n*:*:*:ro:hunter2_pgq",
         "hunter2_pgp",
@@ -477,6 +493,95 @@ SECRETS: tuple[SecretCase, ...] = (
         "CONFIG SET requirepass hunter2_cfg",
         "hunter2_cfg",
         "CONFIG SET requirepass [REDACTED]",
+    ),
+    # --- programs' password arguments on a joined command line (system.processes.top)
+    SecretCase(
+        "redis_cli_auth_word",
+        "redis-cli -h cache auth hunter2_rca",
+        "hunter2_rca",
+        "redis-cli -h cache auth [REDACTED]",
+    ),
+    SecretCase(
+        "redis_cli_auth_user",
+        "/usr/bin/redis-cli -h cache AUTH app hunter2_rcu",
+        "hunter2_rcu",
+        "/usr/bin/redis-cli -h cache AUTH app [REDACTED]",
+    ),
+    SecretCase(
+        "redis_cli_hello_auth",
+        "redis-cli HELLO 3 AUTH app hunter2_rch SETNAME c1",
+        "hunter2_rch",
+        "redis-cli HELLO 3 AUTH app [REDACTED] SETNAME c1",
+    ),
+    SecretCase("redis_cli_config_set", "redis-cli config set masterauth hunter2_rcc", "hunter2_rcc"),
+    SecretCase(
+        "rabbitmqctl_add_user",
+        "rabbitmqctl add_user bob hunter2_rmq",
+        "hunter2_rmq",
+        "rabbitmqctl add_user bob [REDACTED]",
+    ),
+    SecretCase(
+        "rabbitmqctl_change_password_quoted",
+        "rabbitmqctl -n rabbit@h change_password bob 'hunter2 rmq'",
+        "hunter2 rmq",
+        "rabbitmqctl -n rabbit@h change_password bob '[REDACTED]'",
+    ),
+    SecretCase(
+        "zip_capital_p",
+        "zip -P hunter2_zip -r out.zip dir",
+        "hunter2_zip",
+        "zip -P [REDACTED] -r out.zip dir",
+    ),
+    SecretCase("unzip_capital_p", "unzip -o -P hunter2_unz a.zip", "hunter2_unz"),
+    SecretCase(
+        "7z_p_attached",
+        "/usr/bin/7z a -phunter2_7z -mhe=on x.7z dir",
+        "hunter2_7z",
+        "/usr/bin/7z a -p[REDACTED] -mhe=on x.7z dir",
+    ),
+    SecretCase(
+        "mosquitto_sub_p", "mosquitto_sub -h broker -u app -P hunter2_mq -t 'sensors/#'", "hunter2_mq"
+    ),
+    SecretCase(
+        "ipmitool_p", "ipmitool -I lanplus -H bmc -U admin -P hunter2_ipmi chassis status", "hunter2_ipmi"
+    ),
+    SecretCase("sqlcmd_p", "sqlcmd -S db -U sa -P hunter2_sql -Q 'select 1'", "hunter2_sql"),
+    SecretCase(
+        "etcdctl_user",
+        "etcdctl --endpoints=http://e:2379 --user root:hunter2_etcd get /k",
+        "hunter2_etcd",
+        "etcdctl --endpoints=http://e:2379 --user root:[REDACTED] get /k",
+    ),
+    SecretCase("etcdctl_user_equals", "etcdctl --user=root:hunter2_etc2 get /k", "hunter2_etc2"),
+    SecretCase(
+        "nmcli_wifi_password",
+        "nmcli dev wifi connect HomeNet password hunter2_wifi",
+        "hunter2_wifi",
+        "nmcli dev wifi connect HomeNet password [REDACTED]",
+    ),
+    SecretCase("nmcli_psk", "nmcli con modify HomeNet wifi-sec.psk hunter2_psk", "hunter2_psk"),
+    SecretCase(
+        "aws_configure_set",
+        "aws configure set aws_secret_access_key hunter2_aws --profile dev",
+        "hunter2_aws",
+        "aws configure set aws_secret_access_key [REDACTED] --profile dev",
+    ),
+    SecretCase(
+        "aws_configure_set_profile",
+        "aws configure set profile.dev.aws_session_token hunter2_tok",
+        "hunter2_tok",
+    ),
+    SecretCase(
+        "mysqladmin_password",
+        "mysqladmin -uroot password hunter2_adm",
+        "hunter2_adm",
+        "mysqladmin -uroot password [REDACTED]",
+    ),
+    SecretCase(
+        "mosquitto_passwd_b",
+        "mosquitto_passwd -b /etc/mosquitto/passwd bob hunter2_mqp",
+        "hunter2_mqp",
+        "mosquitto_passwd -b /etc/mosquitto/passwd bob [REDACTED]",
     ),
 )
 
@@ -580,4 +685,51 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("auth_in_prose", "AUTH failed for user bob from 10.0.0.1", "not a Redis AUTH command"),
     LookAlike("sqlplus_os_auth", "sqlplus / as sysdba", "no password"),
     LookAlike("jdbc_oracle_no_user", "jdbc:oracle:thin:@//db:1521/orcl", "no user/password"),
+    LookAlike("zip_recursive", "zip -r out.zip dir && unzip -l out.zip", "zip without -P"),
+    LookAlike("7z_prompt", "7z x -p archive.7z", "-p alone: 7z prompts"),
+    LookAlike("mosquitto_port", "mosquitto_sub -h broker -p 1883 -t x", "-p is the port"),
+    LookAlike("redis_get_auth", "redis-cli get auth", "a key named auth"),
+    LookAlike("redis_no_auth_warning", "redis-cli --no-auth-warning -h auth-cache ping", "auth inside words"),
+    LookAlike("rabbitmq_list_users", "rabbitmqctl list_users --formatter json", "no password"),
+    LookAlike("nmcli_ask", "nmcli --ask dev wifi connect HomeNet", "nmcli prompts"),
+    LookAlike("aws_configure_get", "aws configure get aws_secret_access_key --profile dev", "reads it"),
+    LookAlike("etcdctl_prompt", "etcdctl --user root get /k", "no :PW: etcdctl prompts"),
+    LookAlike("password_in_prose", "set the password in the admin console", "no program named"),
+    LookAlike(
+        "mysqladmin_warning",
+        "mysqladmin: [Warning] Using a password on the command line interface can be insecure.",
+        "mysqladmin's own message",
+    ),
+    LookAlike(
+        "aws_key_assignment_redacted",
+        "aws configure list; aws_secret_access_key = [REDACTED]",
+        "already redacted",
+    ),
+)
+
+ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
+    ArgvLookAlike("column_names", ("user", "password", "host"), "secret words outside a known program"),
+    ArgvLookAlike("echo_words", ("echo", "auth", "password", "hunter2"), "no program that takes them"),
+    ArgvLookAlike("sqlplus_os_auth", ("sqlplus", "/", "as", "sysdba"), "no password"),
+    ArgvLookAlike("sqlplus_nolog", ("sqlplus", "-S", "/nolog"), "no logon"),
+    ArgvLookAlike("sqlplus_script", ("sqlplus", "@script.sql"), "a script, not a logon"),
+    ArgvLookAlike(
+        "sqlplus_wallet", ("sqlplus", "/@wallet_alias", "@dir/report.sql"), "wallet login, no user"
+    ),
+    ArgvLookAlike("sqlplus_prompt", ("sqlplus", "scott@orcl"), "no password: sqlplus prompts"),
+    ArgvLookAlike("sqlldr_control", ("sqlldr", "control=dir/load.ctl", "log=x/y.log"), "paths, not logons"),
+    ArgvLookAlike("zip_recursive", ("zip", "-r", "out.zip", "dir"), "no -P"),
+    ArgvLookAlike("unzip_pipe", ("unzip", "-p", "a.zip", "f.txt"), "-p pipes to stdout"),
+    ArgvLookAlike("7z_prompt", ("7z", "x", "-p", "a.7z"), "-p alone prompts"),
+    ArgvLookAlike("mosquitto_port", ("mosquitto_sub", "-p", "1883", "-t", "x"), "-p is the port"),
+    ArgvLookAlike("redis_get_auth", ("redis-cli", "get", "auth"), "a key named auth, nothing after it"),
+    ArgvLookAlike("redis_config_get", ("redis-cli", "config", "get", "requirepass"), "reads the setting"),
+    ArgvLookAlike("htpasswd_delete", ("htpasswd", "-D", "f", "bob"), "no -b"),
+    ArgvLookAlike("htpasswd_prompt", ("htpasswd", "-c", "-B", "f", "bob"), "no -b: htpasswd prompts"),
+    ArgvLookAlike("rabbitmq_list", ("rabbitmqctl", "list_users"), "no password"),
+    ArgvLookAlike("nmcli_ask", ("nmcli", "--ask", "dev", "wifi", "connect", "x"), "nmcli prompts"),
+    ArgvLookAlike("aws_region", ("aws", "configure", "set", "region", "eu-west-1"), "not a secret setting"),
+    ArgvLookAlike("aws_configure_get", ("aws", "configure", "get", "aws_secret_access_key"), "reads it"),
+    ArgvLookAlike("etcdctl_prompt", ("etcdctl", "--user", "root", "get", "k"), "no :PW: etcdctl prompts"),
+    ArgvLookAlike("mysqladmin_status", ("mysqladmin", "-uroot", "-p", "status"), "-p prompts"),
 )

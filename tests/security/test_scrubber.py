@@ -12,7 +12,14 @@ import pytest
 from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.scrubber import Scrubber
 from sonde.agent.secret_names import is_secret_name
-from tests.security.scrub_corpus import LOOK_ALIKES, SECRETS, LookAlike, SecretCase
+from tests.security.scrub_corpus import (
+    ARGV_LOOK_ALIKES,
+    LOOK_ALIKES,
+    SECRETS,
+    ArgvLookAlike,
+    LookAlike,
+    SecretCase,
+)
 
 REDACTED = "[REDACTED]"
 SPEED_BOUND_S = 0.2  # a sanity bound for a loaded CI machine; the design target is a few ms
@@ -229,10 +236,148 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
         (["smbclient", "//h/s", "-U", "bob%pw15"], ["smbclient", "//h/s", "-U", "bob%" + REDACTED], 1),
         (["smbclient", "-Ubob%pw16"], ["smbclient", "-Ubob%" + REDACTED], 1),
         (["smbclient", "-U", "bob", "//h/s"], ["smbclient", "-U", "bob", "//h/s"], 0),
+        # Oracle logons user/PW[@db]: a positional item, userid=, rman's target/catalog
+        (["sqlplus", "scott/tiger@orcl"], ["sqlplus", f"scott/{REDACTED}@orcl"], 1),
+        (
+            ["sqlplus", "-S", "scott/tiger@//db:1521/x"],
+            ["sqlplus", "-S", f"scott/{REDACTED}@//db:1521/x"],
+            1,
+        ),
+        (
+            ["sudo", "-u", "oracle", "sqlplus", "-L", "scott/tiger", "@report.sql"],
+            ["sudo", "-u", "oracle", "sqlplus", "-L", f"scott/{REDACTED}", "@report.sql"],
+            1,
+        ),
+        (
+            ["sqlldr", "userid=scott/pw17@db", "control=load.ctl"],
+            ["sqlldr", f"userid=scott/{REDACTED}@db", "control=load.ctl"],
+            1,
+        ),
+        (["expdp", "system/pw18", "dumpfile=x.dmp"], ["expdp", f"system/{REDACTED}", "dumpfile=x.dmp"], 1),
+        (["impdp", "USERID=sys/pw19 as sysdba"], ["impdp", f"USERID=sys/{REDACTED} as sysdba"], 1),
+        (["sqlplus", "-S", 'scott/"pw 47@x"@db'], ["sqlplus", "-S", f"scott/{REDACTED}@db"], 1),
+        (
+            ["rman", "target", "sys/pw20@prod", "catalog", "rman/pw21@cat"],
+            ["rman", "target", f"sys/{REDACTED}@prod", "catalog", f"rman/{REDACTED}@cat"],
+            2,
+        ),
+        (
+            ["dgmgrl", "sys/pw22@db", "show configuration"],
+            ["dgmgrl", f"sys/{REDACTED}@db", "show configuration"],
+            1,
+        ),
+        # Redis commands: AUTH [user] PW, HELLO 3 AUTH user PW, CONFIG SET requirepass|masterauth PW
+        (["redis-cli", "auth", "hunter2"], ["redis-cli", "auth", REDACTED], 1),
+        (
+            ["redis-cli", "-h", "x", "AUTH", "user", "hunter2"],
+            ["redis-cli", "-h", "x", "AUTH", "user", REDACTED],
+            1,
+        ),
+        (
+            ["redis-cli", "config", "set", "requirepass", "pw23"],
+            ["redis-cli", "config", "set", "requirepass", REDACTED],
+            1,
+        ),
+        (
+            ["redis-cli", "CONFIG", "SET", "masterauth", "pw24"],
+            ["redis-cli", "CONFIG", "SET", "masterauth", REDACTED],
+            1,
+        ),
+        (
+            ["redis-cli", "HELLO", "3", "AUTH", "user", "pw25", "SETNAME", "c"],
+            ["redis-cli", "HELLO", "3", "AUTH", "user", REDACTED, "SETNAME", "c"],
+            1,
+        ),
+        # rabbitmqctl add_user|change_password USER PW
+        (["rabbitmqctl", "add_user", "bob", "hunter2"], ["rabbitmqctl", "add_user", "bob", REDACTED], 1),
+        (
+            ["rabbitmqctl", "-n", "rabbit@h", "change_password", "bob", "pw26"],
+            ["rabbitmqctl", "-n", "rabbit@h", "change_password", "bob", REDACTED],
+            1,
+        ),
+        # htpasswd -b[letters] [FILE] USER PW (-n: no FILE), mosquitto_passwd -b FILE USER PW
+        (["htpasswd", "-b", "file", "bob", "hunter2"], ["htpasswd", "-b", "file", "bob", REDACTED], 1),
+        (["htpasswd", "-bc", "f", "bob", "pw27"], ["htpasswd", "-bc", "f", "bob", REDACTED], 1),
+        (["htpasswd", "-cb", "f", "bob", "pw28"], ["htpasswd", "-cb", "f", "bob", REDACTED], 1),
+        (["htpasswd", "-Bb", "f", "bob", "pw29"], ["htpasswd", "-Bb", "f", "bob", REDACTED], 1),
+        (
+            ["htpasswd", "-bB", "-C", "12", "f", "bob", "pw30"],
+            ["htpasswd", "-bB", "-C", "12", "f", "bob", REDACTED],
+            1,
+        ),
+        (["htpasswd", "-nb", "bob", "hunter2"], ["htpasswd", "-nb", "bob", REDACTED], 1),
+        (["mosquitto_passwd", "-b", "f", "bob", "pw31"], ["mosquitto_passwd", "-b", "f", "bob", REDACTED], 1),
+        # zip/unzip -P PW, 7z -pPW, the mosquitto clients' -P PW
+        (["zip", "-P", "pw32", "out.zip", "f"], ["zip", "-P", REDACTED, "out.zip", "f"], 1),
+        (["unzip", "-P", "pw33", "a.zip"], ["unzip", "-P", REDACTED, "a.zip"], 1),
+        (["7z", "a", "-phunter2", "x.7z"], ["7z", "a", "-p" + REDACTED, "x.7z"], 1),
+        (["/usr/bin/7za", "x", "-ppw34", "x.7z"], ["/usr/bin/7za", "x", "-p" + REDACTED, "x.7z"], 1),
+        (["7zr", "x", "-ppw35", "x.7z"], ["7zr", "x", "-p" + REDACTED, "x.7z"], 1),
+        (
+            ["mosquitto_pub", "-u", "u", "-P", "pw36", "-t", "t", "-m", "m"],
+            ["mosquitto_pub", "-u", "u", "-P", REDACTED, "-t", "t", "-m", "m"],
+            1,
+        ),
+        (["mosquitto_sub", "-P", "pw37", "-t", "#"], ["mosquitto_sub", "-P", REDACTED, "-t", "#"], 1),
+        (["mosquitto_rr", "-P", "pw38"], ["mosquitto_rr", "-P", REDACTED], 1),
+        # nmcli ... password PW | wifi-sec.psk PW, aws configure set aws_secret_access_key PW
+        (
+            ["nmcli", "dev", "wifi", "connect", "x", "password", "hunter2"],
+            ["nmcli", "dev", "wifi", "connect", "x", "password", REDACTED],
+            1,
+        ),
+        (
+            ["nmcli", "con", "modify", "home", "wifi-sec.psk", "pw39"],
+            ["nmcli", "con", "modify", "home", "wifi-sec.psk", REDACTED],
+            1,
+        ),
+        (
+            ["aws", "configure", "set", "aws_secret_access_key", "pw40"],
+            ["aws", "configure", "set", "aws_secret_access_key", REDACTED],
+            1,
+        ),
+        (
+            ["aws", "configure", "set", "aws_session_token", "pw41"],
+            ["aws", "configure", "set", "aws_session_token", REDACTED],
+            1,
+        ),
+        (
+            ["aws", "configure", "set", "profile.dev.aws_secret_access_key", "pw42"],
+            ["aws", "configure", "set", "profile.dev.aws_secret_access_key", REDACTED],
+            1,
+        ),
+        # etcdctl --user user:PW
+        (
+            ["etcdctl", "--user", "root:hunter2", "get", "k"],
+            ["etcdctl", "--user", "root:" + REDACTED, "get", "k"],
+            1,
+        ),
+        (["etcdctl", "--user=root:pw43"], ["etcdctl", "--user=root:" + REDACTED], 1),
+        # mysqladmin password NEWPW, ipmitool -P PW, sqlcmd -P PW
+        (["mysqladmin", "-uroot", "password", "pw44"], ["mysqladmin", "-uroot", "password", REDACTED], 1),
+        (
+            ["ipmitool", "-H", "bmc", "-U", "admin", "-P", "pw45", "power", "status"],
+            ["ipmitool", "-H", "bmc", "-U", "admin", "-P", REDACTED, "power", "status"],
+            1,
+        ),
+        (
+            ["sqlcmd", "-S", "db", "-U", "sa", "-P", "pw46"],
+            ["sqlcmd", "-S", "db", "-U", "sa", "-P", REDACTED],
+            1,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
     assert scrubber.scrub({"cmdline": argv}) == ({"cmdline": expected}, count)
+    assert scrubber.scrub({"cmdline": expected}) == ({"cmdline": expected}, 0)  # idempotent
+
+
+@pytest.mark.parametrize("case", ARGV_LOOK_ALIKES, ids=lambda case: case.name)
+def test_argv_look_alike_survives(scrubber: Scrubber, case: ArgvLookAlike) -> None:
+    argv = list(case.argv)
+    scrubbed, count = scrubber.scrub(argv)
+    assert count == 0
+    assert scrubbed is argv  # not even copied
 
 
 @pytest.mark.parametrize(
@@ -245,6 +390,20 @@ def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], co
         ["mysql", "-c", "x", "-pAdminPass"],
         ["docker", "login", "-u", "bob", "-p", "Xy7qLm9z"],
         ["smbclient", "-U", "bob%Xy7qLm9z"],
+        ["sqlplus", "-S", "scott/Xy7qLm9z@db"],
+        ["redis-cli", "-h", "c", "AUTH", "app", "Xy7qLm9z"],
+        ["redis-cli", "config", "set", "requirepass", "Xy7qLm9z"],
+        ["rabbitmqctl", "add_user", "bob", "Xy7qLm9z"],
+        ["htpasswd", "-nb", "bob", "Xy7qLm9z"],
+        ["mosquitto_passwd", "-b", "f", "bob", "Xy7qLm9z"],
+        ["zip", "-P", "Xy7qLm9z", "o.zip"],
+        ["7z", "a", "-pXy7qLm9z", "x.7z"],
+        ["mosquitto_sub", "-P", "Xy7qLm9z", "-t", "#"],
+        ["ipmitool", "-U", "admin", "-P", "Xy7qLm9z"],
+        ["nmcli", "dev", "wifi", "connect", "x", "password", "Xy7qLm9z"],
+        ["aws", "configure", "set", "aws_secret_access_key", "Xy7qLm9z"],
+        ["etcdctl", "--user", "root:Xy7qLm9z"],
+        ["mysqladmin", "password", "Xy7qLm9z"],
     ],
 )
 def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
@@ -403,10 +562,19 @@ HOSTILE_TEXTS = {
     "colon_lines": ("a:1:" * 50 + "\n") * (HOSTILE_SIZE // 201),
     "add_keys": '<add key="password" value="' * (HOSTILE_SIZE // 28),
     "oracle_heads": "sqlplus a/" * (HOSTILE_SIZE // 10),
+    "oracle_quotes": 'sqlplus a/"x ' * (HOSTILE_SIZE // 13),
     "htpasswd_words": "htpasswd -b -b -b -b -b -b" + " x" * (HOSTILE_SIZE // 2),
     "login_words": "docker login " * (HOSTILE_SIZE // 13),
     "smb_words": "smbclient -U " * (HOSTILE_SIZE // 13),
     "auth_lines": "AUTH a b c\n" * (HOSTILE_SIZE // 11),
+    "zip_words": "zip " * (HOSTILE_SIZE // 4) + "-P",
+    "7z_words": "7z -" * (HOSTILE_SIZE // 4),
+    "redis_auth_words": "redis-cli auth " * (HOSTILE_SIZE // 15),
+    "redis_auths": "redis-cli" + " auth" * (HOSTILE_SIZE // 5),
+    "rabbit_words": "rabbitmqctl add_user " * (HOSTILE_SIZE // 21),
+    "nmcli_words": "nmcli a.password" * (HOSTILE_SIZE // 16),
+    "aws_words": "aws x.aws_session_token" * (HOSTILE_SIZE // 23),
+    "etcd_words": "etcdctl --user " * (HOSTILE_SIZE // 15),
     "unclosed_single_quotes": "password: '" + "x" * HOSTILE_SIZE + "\n",
 }
 
