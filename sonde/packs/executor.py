@@ -52,6 +52,15 @@ class ProbeOutcome:
 INVALID_MESSAGE_CHARS = 200
 
 
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` stops more than one probe: ``trio.Cancelled``, ``KeyboardInterrupt`` or
+    ``GeneratorExit``, alone or in a group."""
+    stop = (trio.Cancelled, KeyboardInterrupt, GeneratorExit)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(stop) is not None
+    return isinstance(exc, stop)
+
+
 def describe_params_error(exc: ValidationError) -> str:
     """The first five problems as ``field: message``; each name the caller sent (a field, a key)
     and each message (one may quote its input) cut short."""
@@ -108,8 +117,10 @@ async def execute_probe(
         raise ProbeExecutionError("refused", str(exc)) from None
     except PermissionError as exc:
         raise ProbeExecutionError("permission_denied", f"permission denied: {exc.filename or exc}") from None
-    except Exception as exc:  # the boundary for one probe's code
-        log.exception("probe %s failed", name)
+    except BaseException as exc:  # the boundary for one probe's code: a SystemExit in it is its own failure
+        if is_cancellation(exc):
+            raise
+        log.error("probe %s failed", name, exc_info=exc)
         raise ProbeExecutionError(
             "probe_failed", f"probe {name} failed: {type(exc).__name__}: {exc}"
         ) from None

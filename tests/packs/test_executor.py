@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from sonde.packs.base import Pack
-from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe
+from sonde.packs.base import NoParams, Pack, Result
+from sonde.packs.context import ProbeContext
+from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe, is_cancellation
 from sonde.packs.registry import PackRegistry
 from tests.agent.probes import Waiters, context_with, registry_for_tests
 
@@ -71,3 +72,26 @@ async def test_a_pack_whose_files_changed_under_the_agent_says_to_restart_it(
     # the other packs still answer
     outcome = await execute_probe(registry, "testpack.echo.value", {"value": 1}, context_with(Waiters()))
     assert outcome.result["value"] == 1
+
+
+EXITING = Pack("exiting", "1", "a probe whose code calls sys.exit")
+
+
+@EXITING.probe("exiting.sys.exit", "raises SystemExit(3)")
+async def exiting_probe(ctx: ProbeContext, params: NoParams) -> Result:
+    raise SystemExit(3)
+
+
+async def test_a_probe_raising_system_exit_fails_alone_and_the_process_goes_on() -> None:
+    registry = PackRegistry.of([EXITING])
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(registry, "exiting.sys.exit", {}, context_with(Waiters()))
+    assert caught.value.code == "probe_failed"
+    assert caught.value.message == "probe exiting.sys.exit failed: SystemExit: 3"
+
+
+def test_cancellation_and_interrupts_are_not_a_probes_own_failure() -> None:
+    assert is_cancellation(KeyboardInterrupt())
+    assert is_cancellation(BaseExceptionGroup("g", [ValueError(), KeyboardInterrupt()]))
+    assert not is_cancellation(SystemExit(3))
+    assert not is_cancellation(BaseExceptionGroup("g", [SystemExit(3)]))
