@@ -34,6 +34,7 @@ CONFIG_DIR_MODE = 0o700
 CONFIG_FILE_MODE = 0o600
 MAX_CONFIG_BYTES = 1024 * 1024
 IDENTITY_FIELDS = ("hub_url", "agent_id", "name", "private_key", "hub_public_key")
+SECRET_FIELDS = {"privateKey": "a private key", "apiKey": "an API key"}  # `sonde enroll`, `sonde login`
 
 
 class ConfigError(Exception):
@@ -170,7 +171,7 @@ def load_config(path: Path | None = None, *, check_access: bool = True) -> Agent
     if data is None:
         return None
     if check_access:
-        check_config_access(path)
+        check_config_access(path, held_secrets(data))
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
@@ -220,8 +221,13 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def check_config_access(path: Path) -> None:
-    """Refuse a config others could change; warn when others could read it.
+def held_secrets(data: dict[str, Any]) -> list[str]:
+    """What in the config's raw ``data`` others must not read, in words ("a private key", ...)."""
+    return [words for key, words in SECRET_FIELDS.items() if data.get(key)]
+
+
+def check_config_access(path: Path, secrets: list[str]) -> None:
+    """Refuse a config others could change; warn when others could read the ``secrets`` it holds.
 
     Whoever can rewrite the file (or replace it, through its directory) can
     point this agent at a hub of their own and widen ``allowedPaths``, and so
@@ -248,5 +254,6 @@ def check_config_access(path: Path) -> None:
                 f"another hub; run `chmod go-w {target}`"
             )
     mode = stat.S_IMODE(file_stat.st_mode)
-    if mode & 0o077:
-        log.warning("config %s has mode %o; it holds a private key, run `chmod 600 %s`", path, mode, path)
+    if mode & 0o077 and secrets:
+        held = " and ".join(secrets)
+        log.warning("config %s has mode %o; it holds %s, run `chmod 600 %s`", path, mode, held, path)

@@ -1,22 +1,25 @@
 """`sonde serve --json`: a thin trio shell around the serve line protocol.
 
 How it works: one reader task splits stdin into lines (`RequestLineSplitter`,
-1 MiB cap) and decodes each (`parse_request`). A bad line is answered at
-once; a good request is answered in its own task in the session's handler
-nursery, at most `MAX_REQUESTS_IN_FLIGHT` at a time: the reader waits for a
-free slot before it reads on. Every answer goes through a bounded channel to
-the single writer task, so response lines never interleave.
+1 MiB cap) and decodes each (`parse_request`). What runs no probe (a bad
+line, tools/list, an unknown tool) is answered at once. A tools/call of an
+exposed tool goes into a bounded queue (`MAX_CALLS_WAITING`) that
+`MAX_CALLS_RUNNING` call runners take from in turn; a call finding the queue
+full is answered at once with a busy error, so the reader never waits for a
+probe. Every answer goes through a bounded channel to the single writer task
+(the ready line first), so lines never interleave.
 
-On end of input the server waits for the requests in flight, writes their
+On end of input the server waits for the calls in flight, writes their
 answers and exits 0. SIGTERM or SIGINT cancels everything and exits 0.
-stdout carries protocol lines only; logs go to stderr.
+stdout carries protocol lines only: `claim_stdio` points fd 1 at stderr
+before any pack is loaded, so a probe's print goes to the log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -46,14 +49,17 @@ from sonde.protocol.serve_lines import (
     encode_line,
     error_response,
     parse_request,
+    server_busy_response,
     startup_failure,
     tool_call_response,
     tools_list_response,
     unknown_tool_response,
 )
+from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
-MAX_REQUESTS_IN_FLIGHT = 16
+MAX_CALLS_RUNNING = 16  # probes running at once
+MAX_CALLS_WAITING = 64  # tool calls queued for a runner; each holds its input, from a line under 1 MiB
 RESPONSE_QUEUE_LINES = 16  # answers waiting for the writer; each at most ~256 KiB
 READ_CHUNK_BYTES = 64 * 1024
 
@@ -119,12 +125,11 @@ def create_tool_server(
 
 @dataclass
 class Session:
-    """One run of the line protocol: the reader's view of handlers and writer."""
+    """The reader's side of one run of the line protocol."""
 
     server: ToolServer
     answers: trio.MemorySendChannel[bytes]
-    handlers: trio.Nursery
-    slots: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(MAX_REQUESTS_IN_FLIGHT))
+    calls: trio.MemorySendChannel[CallToolRequest]  # to the call runners; holds MAX_CALLS_WAITING
 
     async def read_requests(self, requests: trio.abc.ReceiveStream) -> None:
         """Take every line of ``requests`` until end of input."""
@@ -136,7 +141,7 @@ class Session:
             await self.take_line(event)
 
     async def take_line(self, event: bytes | LineTooLong) -> None:
-        """Answer a bad line now; start a handler (waiting for a free slot) for a good one."""
+        """Answer what runs no probe now; queue a call, or refuse it when the queue is full."""
         if isinstance(event, LineTooLong):
             await self.answers.send(encode_line(error_response(None, LINE_TOO_LONG)))
             return
@@ -145,15 +150,25 @@ class Session:
         except BadRequest as exc:
             await self.answers.send(encode_line(error_response(exc.request_id, exc.message)))
             return
-        await self.handlers.start(self.handle, request)
+        if not (isinstance(request, CallToolRequest) and self.server.exposes(request.name)):
+            await self.answers.send(encode_line(await self.server.answer(request)))
+            return
+        try:
+            self.calls.send_nowait(request)
+        except trio.WouldBlock:
+            busy = server_busy_response(request.id, MAX_CALLS_RUNNING, MAX_CALLS_WAITING)
+            await self.answers.send(encode_line(busy))
 
-    async def handle(
-        self, request: ServeRequest, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with self.slots:
-            task_status.started()
-            response = await self.server.answer(request)
-            await self.answers.send(encode_line(response))
+
+async def run_calls(
+    server: ToolServer,
+    calls: trio.MemoryReceiveChannel[CallToolRequest],
+    answers: trio.MemorySendChannel[bytes],
+) -> None:
+    """One of the `MAX_CALLS_RUNNING` call runners: answer queued calls, in turn, until the queue closes."""
+    async with calls, answers:
+        async for request in calls:
+            await answers.send(encode_line(await server.call_tool(request)))
 
 
 async def write_lines(
@@ -173,14 +188,18 @@ async def write_lines(
 async def serve_lines(server: ToolServer, requests: trio.abc.ReceiveStream, out: trio.abc.SendStream) -> None:
     """Write the ready line, then answer every request line until end of input.
 
-    Returns once every answer is written (or ``out`` broke).
+    Returns once every answer is written (or ``out`` broke, even before the ready line).
     """
-    await out.send_all(encode_line(ReadyLine()))
-    send_channel, receive_channel = trio.open_memory_channel[bytes](RESPONSE_QUEUE_LINES)
+    answers, lines = trio.open_memory_channel[bytes](RESPONSE_QUEUE_LINES)
+    calls, queued_calls = trio.open_memory_channel[CallToolRequest](MAX_CALLS_WAITING)
+    answers.send_nowait(encode_line(ReadyLine()))  # the writer's first line
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write_lines, receive_channel, out, nursery.cancel_scope)
-        async with send_channel, trio.open_nursery() as handlers:
-            await Session(server, send_channel, handlers).read_requests(requests)
+        nursery.start_soon(write_lines, lines, out, nursery.cancel_scope)
+        async with answers, calls:
+            async with queued_calls:
+                for _ in range(MAX_CALLS_RUNNING):
+                    nursery.start_soon(run_calls, server, queued_calls.clone(), answers.clone())
+            await Session(server, answers, calls).read_requests(requests)
 
 
 async def cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
@@ -190,11 +209,11 @@ async def cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope)
         return
 
 
-async def serve_stdio(server: ToolServer) -> int:
-    """Serve on this process's stdin/stdout until end of input or SIGTERM/SIGINT; returns 0."""
+async def serve_stdio(server: ToolServer, stdin_fd: int, stdout_fd: int) -> int:
+    """Serve on ``stdin_fd``/``stdout_fd`` (closed on return) until end of input or
+    SIGTERM/SIGINT; returns 0."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-        stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
+        stdin, stdout = trio.lowlevel.FdStream(stdin_fd), trio.lowlevel.FdStream(stdout_fd)
         async with stdin, stdout, trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_signal, signals, nursery.cancel_scope)
             await serve_lines(server, stdin, stdout)
@@ -208,25 +227,25 @@ def configure_logging() -> None:
     )
 
 
-def print_startup_failure(message: str) -> None:
-    sys.stdout.buffer.write(encode_line(startup_failure(message)))
-    sys.stdout.buffer.flush()
+def print_startup_failure(stdout_fd: int, message: str) -> None:
+    with contextlib.suppress(BrokenPipeError), open(stdout_fd, "wb") as stdout:
+        stdout.write(encode_line(startup_failure(message)))
 
 
 def run_serve(manifest: Path | None) -> int:
     """Run `sonde serve --json`: 0 after a clean stop, 2 when the manifest or the agent config
     (whose ``scrubPatterns`` must apply) is wrong."""
     configure_logging()
+    stdin_fd, stdout_fd = claim_stdio()  # before any pack's code runs
     registry = load_packs()
     try:
         names = select_tools(registry, manifest, Path.cwd())
         config = load_config()
     except (ManifestError, ConfigError) as exc:
-        print_startup_failure(str(exc))
+        print_startup_failure(stdout_fd, str(exc))
         return 2
+    server = create_tool_server(registry, names, Scrubber.from_config(config), config)
     try:
-        return trio.run(
-            serve_stdio, create_tool_server(registry, names, Scrubber.from_config(config), config)
-        )
+        return trio.run(serve_stdio, server, stdin_fd, stdout_fd)
     except KeyboardInterrupt:  # SIGINT before the signal receiver was installed
         return 0

@@ -15,10 +15,13 @@ Error messages (the seed contract fixes the first three; the rest are ours):
 - ``Request line too long`` (id null): a line over `MAX_REQUEST_LINE_BYTES`.
 - ``Invalid request: ...``: JSON that is not an object, an id that is not a
   string/number/null, a method that is not a string, params that are not an
-  object, a tool name that is not a string.
+  object, a tool name that is not a string, a tools/call ``params`` key other
+  than ``name`` and ``input`` (MCP's ``arguments`` is named as such).
 - ``Unknown method '<m>'``: a method other than tools/list and tools/call.
 - ``Invalid tool input: expected an object``: ``params.input`` not an object.
-- ``Invalid tool input: nested too deeply``: deeper than the validator goes.
+- ``Invalid tool input: nested too deeply``: deeper than the validator goes,
+  however deep (a line too deep for `json.loads` is read with its deep parts cut).
+- ``Server busy: ...``: more tool calls than the shell runs or keeps waiting.
 
 Unknown top-level request keys are ignored, so clients may add their own
 (``jsonrpc`` for one); ``params`` of tools/list is ignored.
@@ -27,6 +30,7 @@ Unknown top-level request keys are ignored, so clients may add their own
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Final, Literal, NoReturn
 
 from pydantic import (
@@ -52,6 +56,15 @@ LINE_TOO_LONG = "Request line too long"
 MISSING_TOOL_NAME = "Missing tool name in tools/call request"
 INPUT_NOT_OBJECT = "Invalid tool input: expected an object"
 INPUT_TOO_DEEP = "Invalid tool input: nested too deeply"
+CALL_PARAMS = frozenset({"name", "input"})
+
+# A line too deep for `json.loads` is decoded again with every array or object
+# nested deeper than CUT_DEPTH replaced by CUT_MARKER (a JSON string), so its id
+# and the place of the deep part can still be read. CUT_DEPTH lies above what
+# pydantic validates (about 255 levels) and well below the recursion limit.
+CUT_DEPTH = 300
+CUT_MARKER: Final = "\u0000sonde: nested too deeply"
+_JSON_STRING_OR_BRACKETS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
 
 RequestId = StrictStr | StrictInt | StrictFloat | None
 
@@ -95,19 +108,74 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def decode_json_line(line: bytes) -> object:
-    """The JSON value on ``line``; raises `BadRequest` (``Invalid JSON request``).
+def decode_json_line(line: bytes) -> tuple[object, bool]:
+    """The JSON value on ``line``, and whether parts of it were cut; raises `BadRequest`
+    (``Invalid JSON request``).
 
     A lone surrogate (``"\\ud800"``) is valid JSON but no text: nothing holding
-    it could be written back out, so the line is refused here.
+    it could be written back out, so the line is refused here. A line nested
+    too deep for the decoder is decoded with its deep parts as `CUT_MARKER`.
     """
+    cut = False
     try:
-        value = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):  # UnicodeError and JSONDecodeError are ValueErrors
-        raise BadRequest("bad_json", INVALID_JSON) from None
+        value = _loads(line)
+    except RecursionError:
+        line, cut = _cut_too_deep(line), True
+        try:
+            value = _loads(line)
+        except RecursionError:
+            raise BadRequest("bad_json", INVALID_JSON) from None
     if escapes_lone_surrogate(line, value):
         raise BadRequest("bad_json", INVALID_JSON)
-    return value
+    return value, cut
+
+
+def _loads(line: bytes) -> object:
+    try:
+        return json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    except ValueError:  # UnicodeError and JSONDecodeError are ValueErrors
+        raise BadRequest("bad_json", INVALID_JSON) from None
+
+
+def _cut_too_deep(line: bytes) -> bytes:
+    """``line`` with each array or object deeper than `CUT_DEPTH` replaced by `CUT_MARKER`.
+
+    Strings are skipped whole and runs of brackets taken at once, so a line of
+    a million brackets costs a few matches. The cut parts are not checked
+    further; brackets that never close make the line invalid JSON.
+    """
+    marker = json.dumps(CUT_MARKER).encode()
+    pieces: list[bytes] = []
+    kept_from = cut_from = depth = 0
+    for match in _JSON_STRING_OR_BRACKETS.finditer(line):
+        run = match.group()
+        if run[0] in b"[{":
+            if depth <= CUT_DEPTH < depth + len(run):
+                cut_from = match.start() + CUT_DEPTH - depth
+            depth += len(run)
+        elif run[0] in b"]}":
+            if depth - len(run) <= CUT_DEPTH < depth:
+                pieces += [line[kept_from:cut_from], marker]
+                kept_from = match.start() + depth - CUT_DEPTH
+            depth -= len(run)
+    if depth > CUT_DEPTH:
+        raise BadRequest("bad_json", INVALID_JSON)
+    pieces.append(line[kept_from:])
+    return b"".join(pieces)
+
+
+def _holds_cut(value: object) -> bool:
+    """Whether ``value`` (decoded from a cut line, so at most `CUT_DEPTH` deep) holds `CUT_MARKER`."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if item == CUT_MARKER:
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _read_id(raw: dict[str, object]) -> RequestId:
@@ -121,7 +189,13 @@ def _read_id(raw: dict[str, object]) -> RequestId:
     raise BadRequest("bad_request", "Invalid request: id must be a string, a number or null")
 
 
-def _read_call(request_id: RequestId, params: object) -> CallToolRequest:
+def _unknown_param_message(keys: set[str]) -> str:
+    if "arguments" in keys:
+        return "Invalid request: unknown key 'arguments' in params; the tool input goes in params.input"
+    return f"Invalid request: unknown key '{min(keys)}' in params; expected name and input"
+
+
+def _read_call(request_id: RequestId, params: object, cut: bool = False) -> CallToolRequest:
     if params is None:
         params = {}
     if not isinstance(params, dict):
@@ -131,11 +205,15 @@ def _read_call(request_id: RequestId, params: object) -> CallToolRequest:
         raise BadRequest("missing_tool_name", MISSING_TOOL_NAME, request_id)
     if not isinstance(name, str):
         raise BadRequest("bad_request", "Invalid request: params.name must be a string", request_id)
+    if unknown := params.keys() - CALL_PARAMS:
+        raise BadRequest("bad_request", _unknown_param_message(unknown), request_id)
     tool_input = params.get("input", {})
     if tool_input is None:
         tool_input = {}
     if not isinstance(tool_input, dict):
         raise BadRequest("bad_input", INPUT_NOT_OBJECT, request_id)
+    if cut and _holds_cut(tool_input):
+        raise BadRequest("bad_input", INPUT_TOO_DEEP, request_id)
     try:
         return CallToolRequest(id=request_id, name=name, input=tool_input)
     except ValidationError:  # JSON, yet not a JsonValue to pydantic: nested too deeply
@@ -147,7 +225,7 @@ def parse_request(line: bytes) -> ServeRequest:
 
     Raises `BadRequest` with the message and the id to answer with.
     """
-    raw = decode_json_line(line)
+    raw, cut = decode_json_line(line)
     if not isinstance(raw, dict):
         raise BadRequest("bad_request", "Invalid request: expected a JSON object")
     request_id = _read_id(raw)
@@ -157,7 +235,7 @@ def parse_request(line: bytes) -> ServeRequest:
     if method == "tools/list":
         return ListToolsRequest(id=request_id)
     if method == "tools/call":
-        return _read_call(request_id, raw.get("params"))
+        return _read_call(request_id, raw.get("params"), cut)
     raise BadRequest("unknown_method", f"Unknown method '{method}'", request_id)
 
 
@@ -238,6 +316,14 @@ def error_response(request_id: RequestId, message: str) -> ErrorResponse:
 def unknown_tool_response(request_id: RequestId, name: str) -> ErrorResponse:
     """The answer to a tools/call naming a tool that is not exposed."""
     return error_response(request_id, f"Unknown tool '{name}'")
+
+
+def server_busy_response(request_id: RequestId, running: int, waiting: int) -> ErrorResponse:
+    """The answer to a tools/call refused because ``running`` calls run and ``waiting`` wait."""
+    return error_response(
+        request_id,
+        f"Server busy: {running} tool calls running and {waiting} waiting; send it again once one is answered",
+    )
 
 
 def startup_failure(message: str) -> StartupFailure:

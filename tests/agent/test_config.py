@@ -175,6 +175,36 @@ def test_a_config_others_may_read_is_loaded_with_a_warning(
     assert f"config {path} has mode 644; it holds a private key, run `chmod 600 {path}`" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("content", "held"),
+    [
+        ({"hubUrl": "https://hub.example.com", "apiKey": "sk-test"}, "an API key"),
+        (
+            {"privateKey": private_key_to_text(new_private_key()), "apiKey": "k"},
+            "a private key and an API key",
+        ),
+    ],
+)
+def test_a_readable_config_warning_names_what_it_holds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: dict[str, str], held: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(content))
+    path.chmod(0o644)
+    load_config(path)
+    assert f"config {path} has mode 644; it holds {held}, run `chmod 600 {path}`" in caplog.text
+
+
+def test_a_readable_config_without_keys_loads_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"allowedPaths": ["/var/log"], "scrubPatterns": ["x"]}))
+    path.chmod(0o644)
+    assert load_config(path) == AgentConfig(allowed_paths=["/var/log"], scrub_patterns=["x"])
+    assert caplog.text == ""
+
+
 def test_a_config_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "giving a file to another user needs root")
     path, config = saved(tmp_path)

@@ -24,7 +24,7 @@ import trio
 
 from sonde.agent.config import AgentConfig
 from sonde.agent.scrubber import Scrubber
-from sonde.agent.serve import create_tool_server
+from sonde.agent.serve import MAX_CALLS_RUNNING, MAX_CALLS_WAITING, create_tool_server
 from sonde.packs.registry import load_packs
 from sonde.protocol.serve_lines import CallToolRequest
 from tests.subprocs import NOT_UTF8_SHOWN, process_named_not_utf8
@@ -49,10 +49,18 @@ MEMORY_FIELDS = {
     "swap_free_bytes",
     "swap_percent_used",
 }
-SLOW_PROBES = {"slowtest.sleep.wait", "slowtest.sleep.capped", "slowtest.fail.boom"}
+SLOW_PROBES = {
+    "slowtest.sleep.wait",
+    "slowtest.sleep.capped",
+    "slowtest.fail.boom",
+    "slowtest.fail.exit",
+    "slowtest.stray.output",
+}
 
 SLOW_PACK_SOURCE = '''
-"""Test-only pack: probes that wait, time out or fail."""
+"""Test-only pack: probes that wait, time out, fail or misbehave."""
+import sys
+
 import trio
 from pydantic import Field
 
@@ -84,6 +92,21 @@ async def capped(ctx, params: WaitParams) -> Waited:
 @PACK.probe("slowtest.fail.boom", "Always raises.")
 async def boom(ctx, params: NoParams) -> Waited:
     raise RuntimeError("boom on purpose")
+
+
+@PACK.probe("slowtest.fail.exit", "Raises SystemExit.")
+async def exit_(ctx, params: NoParams) -> Waited:
+    raise SystemExit(3)
+
+
+CHILD = "import sys; line = sys.stdin.readline(); print('STRAY-CHILD', repr(line), flush=True)"
+
+
+@PACK.probe("slowtest.stray.output", "Prints, and runs a child that reads stdin and prints.", timeout_s=3)
+async def stray(ctx, params: NoParams) -> Waited:
+    print("STRAY-PRINT", flush=True)
+    await trio.run_process([sys.executable, "-c", CHILD], stdin=None)  # inherits fds 0 and 1
+    return Waited(seconds=0)
 '''
 
 
@@ -429,6 +452,70 @@ async def test_json_that_is_not_a_request_keeps_the_server_going(tmp_path: Path)
     assert answered == {line.decode() for line in not_requests}
 
 
+async def test_a_probe_raising_system_exit_fails_its_call_alone(
+    tmp_path: Path, slow_pack_env: dict[str, str]
+) -> None:
+    done = await serve_batch(
+        tmp_path, [call("exit", "slowtest.fail.exit"), call("after", MEMORY)], env=slow_pack_env
+    )
+    answers = done.by_id()
+    assert answers["exit"] == {
+        "id": "exit",
+        "ok": False,
+        "protocolVersion": "1.0.0",
+        "error": {"message": "probe slowtest.fail.exit failed: SystemExit: 3"},
+    }
+    assert answers["after"]["ok"] is True
+    assert done.returncode == 0
+
+
+async def test_a_probes_output_goes_to_stderr_and_its_children_read_no_requests(
+    tmp_path: Path, slow_pack_env: dict[str, str]
+) -> None:
+    async with live_server(tmp_path, slow_pack_env) as server:
+        await server.send(call("stray", "slowtest.stray.output"))
+        answer = await server.receive()  # a line of JSON, not the print
+        assert (answer["id"], answer["ok"]) == ("stray", True), answer  # the child read EOF, not our lines
+        await server.send(list_tools("after"))
+        assert (await server.receive())["id"] == "after"
+        await server.close_stdin()
+        assert await server.receive_line() == b""
+        assert await server.wait() == 0
+    stderr = (tmp_path / "serve.stderr").read_text()
+    assert "STRAY-PRINT" in stderr
+    assert "STRAY-CHILD ''" in stderr
+
+
+async def test_deeply_nested_input_is_refused_with_the_id(tmp_path: Path) -> None:
+    line = b'{"id": 10, "method": "tools/call", "params": {"name": "%s", "input": {"a": %s}}}' % (
+        MEMORY.encode(),
+        b"[" * 3000 + b"]" * 3000,
+    )
+    done = await serve_batch(tmp_path, [line, list_tools("after")])
+    assert done.by_id()[10] == {
+        "id": 10,
+        "ok": False,
+        "protocolVersion": "1.0.0",
+        "error": {"message": "Invalid tool input: nested too deeply"},
+    }
+    assert done.by_id()["after"]["ok"] is True
+
+
+async def test_mcp_arguments_and_unknown_params_keys_are_refused(tmp_path: Path) -> None:
+    requests = [
+        {"id": 11, "method": "tools/call", "params": {"name": MEMORY, "arguments": {}}},
+        {"id": 12, "method": "tools/call", "params": {"name": MEMORY, "input": {}, "timeout": 5}},
+    ]
+    answers = (await serve_batch(tmp_path, requests)).by_id()
+    assert answers[11]["error"] == {
+        "message": "Invalid request: unknown key 'arguments' in params; the tool input goes in params.input"
+    }
+    assert answers[12]["error"] == {
+        "message": "Invalid request: unknown key 'timeout' in params; expected name and input"
+    }
+    assert answers[11]["ok"] is answers[12]["ok"] is False
+
+
 # --- lines ------------------------------------------------------------------
 
 
@@ -523,6 +610,58 @@ async def test_requests_in_flight_are_bounded(tmp_path: Path, slow_pack_env: dic
         assert first["id"].startswith("slow-")
         ids = {first["id"]} | {(await server.receive())["id"] for _ in range(16)}
         assert ids == {f"slow-{n}" for n in range(16)} | {"fast"}
+
+
+async def test_requests_that_run_no_probe_are_not_held_behind_busy_slots(
+    tmp_path: Path, slow_pack_env: dict[str, str]
+) -> None:
+    slow = [call(f"slow-{n}", "slowtest.sleep.wait", {"seconds": 20}) for n in range(20)]
+    async with live_server(tmp_path, slow_pack_env) as server:
+        await server.send(*slow, list_tools("list"), b"garbage", call("unknown", "no.such.tool"))
+        with trio.fail_after(2):
+            answers = [await server.receive() for _ in range(3)]
+        assert [answer["id"] for answer in answers] == ["list", None, "unknown"]
+
+
+async def test_calls_beyond_the_waiting_limit_are_refused_at_once(
+    tmp_path: Path, slow_pack_env: dict[str, str]
+) -> None:
+    admitted = MAX_CALLS_RUNNING + MAX_CALLS_WAITING
+    slow = [call(n, "slowtest.sleep.wait", {"seconds": 20}) for n in range(admitted)]
+    async with live_server(tmp_path, slow_pack_env) as server:
+        await server.send(*slow, call("one-too-many", MEMORY), list_tools("list"))
+        with trio.fail_after(2):
+            busy, listed = await server.receive(), await server.receive()
+        assert busy == {
+            "id": "one-too-many",
+            "ok": False,
+            "protocolVersion": "1.0.0",
+            "error": {
+                "message": f"Server busy: {MAX_CALLS_RUNNING} tool calls running and {MAX_CALLS_WAITING} "
+                "waiting; send it again once one is answered"
+            },
+        }
+        assert listed["id"] == "list"
+
+
+async def test_stdout_closed_before_the_ready_line_stops_quietly(tmp_path: Path) -> None:
+    with (tmp_path / "serve.stderr").open("wb") as stderr:
+        process = await trio.lowlevel.open_process(
+            SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=tmp_path
+        )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    await process.stdout.aclose()  # before the server could write anything
+    try:
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.stdin.aclose()
+    stderr_text = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in stderr_text
+    assert "stdout is closed; stopping" in stderr_text
 
 
 async def test_end_of_input_exits_0_after_answering(tmp_path: Path, slow_pack_env: dict[str, str]) -> None:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from sonde.protocol.errors import RemoteProtocolError
 from sonde.protocol.serve_lines import (
+    INPUT_TOO_DEEP,
     INVALID_JSON,
     LINE_TOO_LONG_EVENT,
     MISSING_TOOL_NAME,
@@ -160,6 +161,63 @@ def test_input_must_be_an_object(tool_input: str) -> None:
         f'{{"id": 4, "method": "tools/call", "params": {{"name": "a.b", "input": {tool_input}}}}}'.encode()
     )
     assert (error.message, error.request_id) == ("Invalid tool input: expected an object", 4)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [300, 3000, 400_000])
+def test_input_nested_too_deeply_keeps_the_id(depth: int) -> None:
+    error = bad(
+        f'{{"id": 4, "method": "tools/call", "params": {{"name": "a.b", "input": {{"a": {nested(depth)}}}}}}}'.encode()
+    )
+    assert (error.message, error.request_id, error.code) == (INPUT_TOO_DEEP, 4, "bad_input")
+
+
+def test_a_deep_value_under_an_ignored_key_is_ignored() -> None:
+    line = f'{{"id": 5, "pad": {nested(3000)}, "method": "tools/call", "params": {{"name": "a.b", "input": {{"x": "]["}}}}}}'
+    assert parse_request(line.encode()) == CallToolRequest(id=5, name="a.b", input={"x": "]["})
+
+
+def test_a_deep_id_is_not_an_id() -> None:
+    error = bad(f'{{"id": {nested(3000)}, "method": "tools/list"}}'.encode())
+    assert (error.message, error.request_id) == (
+        "Invalid request: id must be a string, a number or null",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": 1, "x": ' + b"[" * 3000 + b"]" * 2999 + b"}",
+        b'{"id": 1, "x": 1 ' + nested(3000).encode() + b"}",
+    ],
+)
+def test_deep_json_that_is_not_json_stays_invalid(line: bytes) -> None:
+    assert bad(line).message == INVALID_JSON
+
+
+def test_mcp_arguments_key_is_refused_naming_input() -> None:
+    error = bad(b'{"id": 6, "method": "tools/call", "params": {"name": "a.b", "arguments": {"pid": 1}}}')
+    assert (error.message, error.request_id) == (
+        "Invalid request: unknown key 'arguments' in params; the tool input goes in params.input",
+        6,
+    )
+
+
+def test_unknown_params_key_is_refused() -> None:
+    error = bad(b'{"id": 7, "method": "tools/call", "params": {"name": "a.b", "input": {}, "timeout": 5}}')
+    assert (error.message, error.request_id) == (
+        "Invalid request: unknown key 'timeout' in params; expected name and input",
+        7,
+    )
+
+
+def test_missing_name_is_said_before_unknown_params_keys() -> None:
+    error = bad(b'{"id": 8, "method": "tools/call", "params": {"arguments": {}}}')
+    assert (error.message, error.request_id) == (MISSING_TOOL_NAME, 8)
 
 
 def test_request_models_are_frozen_and_strict() -> None:
