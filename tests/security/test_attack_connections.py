@@ -22,6 +22,7 @@ import re
 import resource
 import socket
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -191,35 +192,62 @@ def open_mcp_session(http: httpx.Client, key: str) -> httpx.Response:
     return http.post("/mcp", json=body, headers=headers)
 
 
+def mcp_headers(key: str, session: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+
+
+def session_answers(http: httpx.Client, key: str, session: str) -> int:
+    """The status of a ping on ``session`` (404: the hub ended it)."""
+    headers = {**mcp_headers(key, session), "Accept": "application/json, text/event-stream"}
+    return http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers).status_code
+
+
 def test_one_key_cannot_take_every_mcp_session(tmp_path: Path) -> None:
     with running_hub(tmp_path) as hub:
         created = hub.cli("hub", "key", "create", "--name", "other")
         assert created.returncode == 0, created.stderr
         other_key = created.stdout.strip()
-        with httpx.Client(base_url=hub.url, timeout=10) as http:
+        limits = httpx.Limits(max_connections=DEFAULT_MAX_SESSIONS_PER_KEY + 20)
+        with httpx.Client(base_url=hub.url, timeout=10, limits=limits) as http, ExitStack() as streams:
             sessions = []
             for _ in range(DEFAULT_MAX_SESSIONS_PER_KEY):
                 opened = open_mcp_session(http, hub.admin_key)
                 assert opened.status_code == 200, opened.text
                 sessions.append(opened.headers["mcp-session-id"])
+                # each session busy: its client holds the GET stream open
+                headers = {**mcp_headers(hub.admin_key, sessions[-1]), "Accept": "text/event-stream"}
+                held = streams.enter_context(http.stream("GET", "/mcp", headers=headers))
+                assert held.status_code == 200
             for _ in range(3):  # a client retrying: refused each time, logged once
                 refused = open_mcp_session(http, hub.admin_key)
                 assert refused.status_code == 503
                 assert "Too many open sessions" in refused.text
             assert open_mcp_session(http, other_key).status_code == 200  # the others are unaffected
-            ended = http.delete(
-                "/mcp",
-                headers={
-                    "Authorization": f"Bearer {hub.admin_key}",
-                    "Mcp-Session-Id": sessions[0],
-                    "MCP-Protocol-Version": "2025-11-25",
-                },
-            )
+            ended = http.delete("/mcp", headers=mcp_headers(hub.admin_key, sessions[0]))
             assert ended.status_code == 200
             assert open_mcp_session(http, hub.admin_key).status_code == 200  # room again
-        said = [line for line in hub.proc.lines if f"it has {DEFAULT_MAX_SESSIONS_PER_KEY} open" in line]
+        said = [
+            line for line in hub.proc.lines if f"its {DEFAULT_MAX_SESSIONS_PER_KEY} open sessions" in line
+        ]
         assert len(said) == 1, said
         assert "sessions are already open" not in hub.proc.output  # not the SDK's global limit
+
+
+def test_sessions_left_open_by_clients_that_went_do_not_shut_the_key_out(tmp_path: Path) -> None:
+    """A crashed or killed client never ends its session: the longest idle one makes room."""
+    with running_hub(tmp_path) as hub, httpx.Client(base_url=hub.url, timeout=10) as http:
+        sessions = []
+        for _ in range(DEFAULT_MAX_SESSIONS_PER_KEY):
+            opened = open_mcp_session(http, hub.admin_key)
+            assert opened.status_code == 200, opened.text
+            sessions.append(opened.headers["mcp-session-id"])
+        assert session_answers(http, hub.admin_key, sessions[0]) == 200  # now sessions[1] is the idlest
+        for _ in range(3):
+            opened = open_mcp_session(http, hub.admin_key)
+            assert opened.status_code == 200, opened.text
+        assert [session_answers(http, hub.admin_key, s) for s in sessions[:5]] == [200, 404, 404, 404, 200]
+        said = [line for line in hub.proc.lines if "ending the longest-idle MCP session" in line]
+        assert len(said) == 1, said
 
 
 def sockets_held(hub: RunningHub) -> list[str]:
