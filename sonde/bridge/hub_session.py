@@ -159,37 +159,59 @@ class HubSession:
                 headers[jsonrpc.VERSION_HEADER] = self.protocol_version
         return headers
 
+    def note_version(self, message: Any) -> None:
+        """Remember the protocol version ``message`` names, if it names one a header can carry.
+
+        Called as each line is read, so that a notification (which names no
+        version) goes under the version of the messages the client sent before it.
+        """
+        version = jsonrpc.envelope_version(message)
+        if version is not None and jsonrpc.header_safe(version):
+            self.envelope_version = version
+
     def headers_for(self, message: Any, *, initialize: bool = False) -> dict[str, str]:
         """The MCP headers for ``message``: the session's, or those its own protocol version asks for.
 
         A client on MCP 2026-07-28 or later names the version in each message
         and opens no session; such a message carries the routing headers that
         repeat its version, method and name. Its notifications (which name no
-        version) go under the version the client last named, so the hub
-        acknowledges them instead of asking for a session.
+        version) go under the version the client last named (`note_version`),
+        so the hub acknowledges them instead of asking for a session. Raises
+        `sonde.bridge.jsonrpc.Unroutable`.
         """
         if message is None:  # a replayed handshake: the session's own headers
             return self.headers(initialize=initialize)
         version = jsonrpc.envelope_version(message)
-        if version is not None:
-            self.envelope_version = version
-        elif self.session_id is None and self.envelope_version and not jsonrpc.request_ids(message):
-            version = self.envelope_version
+        if version is None and self.session_id is None and not jsonrpc.request_ids(message):
+            version = self.envelope_version or None
         if version is None:
             return self.headers(initialize=initialize)
         return jsonrpc.routing_headers(message, version)
 
+    def silence_limit(self, read_s: float | None) -> httpx2.Timeout:
+        """The client's timeouts, but for how long the hub may send nothing (None: no limit)."""
+        default = self.client.timeout
+        return httpx2.Timeout(connect=default.connect, read=read_s, write=default.write, pool=default.pool)
+
     @asynccontextmanager
     async def post(
-        self, body: bytes, message: Any = None, *, initialize: bool = False
+        self, body: bytes, message: Any = None, *, initialize: bool = False, silence_s: float | None = None
     ) -> AsyncIterator[httpx2.Response]:
-        """POST one message (``message``, parsed, picks the headers); the caller reads the response's body."""
+        """POST one message (``message``, parsed, picks the headers); the caller reads the response's body.
+
+        ``silence_s`` bounds each wait for bytes from the hub (None: the client's
+        default); a hub silent that long raises `httpx2.ReadTimeout`. Raises
+        `sonde.bridge.jsonrpc.Unroutable` before anything is sent.
+        """
         headers = {
             "Accept": POST_ACCEPT,
             "Content-Type": "application/json",
             **self.headers_for(message, initialize=initialize),
         }
-        async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
+        timeout = self.client.timeout if silence_s is None else self.silence_limit(silence_s)
+        async with self.client.stream(
+            "POST", self.url, content=body, headers=headers, timeout=timeout
+        ) as response:
             if initialize and is_success(response):
                 self._opened = True
                 self.session_id = response.headers.get(SESSION_HEADER) or None
@@ -282,12 +304,16 @@ class HubSession:
         return True
 
     @asynccontextmanager
-    async def listen(self, last_event_id: str) -> AsyncIterator[httpx2.Response]:
-        """Open the standalone GET stream for server-initiated messages."""
+    async def listen(self, last_event_id: str, *, silence_s: float | None) -> AsyncIterator[httpx2.Response]:
+        """Open a GET stream: the standalone one for server-initiated messages, or with
+        ``last_event_id`` the rest of an answer. ``silence_s`` bounds each wait for bytes
+        (None: no limit, for the standalone stream, which may stay quiet for hours)."""
         headers = {"Accept": "text/event-stream", **self.headers()}
         if last_event_id:
             headers[LAST_EVENT_ID_HEADER] = last_event_id
-        async with self.client.stream("GET", self.url, headers=headers) as response:
+        async with self.client.stream(
+            "GET", self.url, headers=headers, timeout=self.silence_limit(silence_s)
+        ) as response:
             yield response
 
     async def end(self) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 from sonde.protocol.jsontext import escapes_lone_surrogate
 
 INTERNAL_ERROR = -32603
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 PARSE_ERROR = -32700
 INITIALIZE = "initialize"
 INITIALIZED = "notifications/initialized"
@@ -37,10 +39,30 @@ class NotJsonRpc(ValueError):
     """A line from the client that is not a JSON-RPC message (or batch of them)."""
 
 
+class Unroutable(ValueError):
+    """A message whose protocol version or method no HTTP header can carry, though one must repeat it.
+
+    ``code`` is the JSON-RPC error code to answer it with.
+    """
+
+    def __init__(self, reason: str, code: int) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
 def parse_line(line: bytes) -> Message | list[Any]:
-    """Parse one line from stdin. Raises `NotJsonRpc`."""
+    """Parse one line from stdin: UTF-8 JSON text, no byte order mark. Raises `NotJsonRpc`.
+
+    The line is decoded here, strictly: ``json.loads`` on bytes would guess
+    UTF-16 or UTF-32 and skip a BOM, and the bridge would forward a body the
+    hub refuses as unparseable.
+    """
     try:
-        value = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotJsonRpc(f"not UTF-8: {exc}") from None
+    try:
+        value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise NotJsonRpc(f"not JSON: {exc}") from None
     if escapes_lone_surrogate(line, value):  # it could be sent on neither as a header nor as UTF-8
@@ -90,10 +112,26 @@ def envelope_version(message: Message | list[Any]) -> str | None:
 
 
 def routing_headers(message: Message | list[Any], version: str) -> dict[str, str]:
-    """The headers that repeat a per-request-versioned message's version, method and name on HTTP."""
+    """The headers that repeat a per-request-versioned message's version, method and name on HTTP.
+
+    Raises `Unroutable` for a version or method that is not printable ASCII
+    (a header can carry nothing else, and they have no escaped form).
+    """
+    if not header_safe(version):
+        raise Unroutable(
+            f"params._meta[{PROTOCOL_VERSION_META_KEY!r}] is {version!r}: a protocol version must be "
+            f"printable ASCII (the {VERSION_HEADER} header repeats it)",
+            INVALID_PARAMS,
+        )
     headers = {VERSION_HEADER: version}
     method = method_of(message)
     if isinstance(method, str):
+        if not header_safe(method):
+            raise Unroutable(
+                f"method {method!r} cannot be sent: it is not printable ASCII, and the {METHOD_HEADER} "
+                "header must repeat it",
+                INVALID_REQUEST,
+            )
         headers[METHOD_HEADER] = method
         name_key = NAME_BEARING_METHODS.get(method)
         params = message.get("params") if isinstance(message, dict) else None
@@ -103,9 +141,14 @@ def routing_headers(message: Message | list[Any], version: str) -> dict[str, str
     return headers
 
 
+def header_safe(value: str) -> bool:
+    """Whether ``value`` goes through an HTTP field value unchanged (printable ASCII, no outer spaces)."""
+    return HEADER_SAFE.fullmatch(value) is not None and value == value.strip()
+
+
 def header_value(value: str) -> str:
     """``value`` as an HTTP field value: verbatim if it survives one, else in the ``=?base64?...?=`` wrapper."""
-    if HEADER_SAFE.fullmatch(value) and value == value.strip() and not BASE64_SENTINEL.fullmatch(value):
+    if header_safe(value) and not BASE64_SENTINEL.fullmatch(value):
         return value
     return f"=?base64?{base64.b64encode(value.encode()).decode('ascii')}?="
 
@@ -120,7 +163,7 @@ def negotiated_version(answer: Message, initialize_id: Any) -> str | None:
     if answer.get("id") != initialize_id or not isinstance(answer.get("result"), dict):
         return None
     version = answer["result"].get("protocolVersion")
-    return version if isinstance(version, str) else None
+    return version if isinstance(version, str) and header_safe(version) else None
 
 
 def error_answer(request_id: Any, message: str, code: int = INTERNAL_ERROR, data: Any = None) -> Message:
@@ -128,6 +171,11 @@ def error_answer(request_id: Any, message: str, code: int = INTERNAL_ERROR, data
     if data is not None:
         error["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def as_text(value: Any) -> str:
+    """``value`` as JSON, for a log line or an error message: ``7``, ``"7"``."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def as_line(message: Any) -> bytes:

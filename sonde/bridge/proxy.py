@@ -2,12 +2,20 @@
 
 How it runs (one nursery, one writer of stdout):
 
-- the stdin reader parses each line only enough to know its kind. A request
-  gets its own task, so a slow tool call never holds up the next request and
-  answers go out in whatever order the hub gives them. A notification or a
-  response is POSTed in line, after the requests before it have reached the
-  hub (their response headers are in), so a ``notifications/cancelled`` can
-  never overtake the request it cancels;
+- the stdin reader parses each line only enough to know its kind and never
+  waits on the network, so a cancel, a ping or EOF is seen however the hub
+  behaves. Each message is POSTed by a task of its own (`Tracker` keeps count
+  and order): a slow tool call never holds up the next request, and answers go
+  out in whatever order the hub gives them;
+- what MCP needs in order is kept, nothing more: notifications and responses
+  go one at a time in the client's order (the hub acknowledges each at once),
+  a request goes after those read before it, anything after the client's
+  ``initialize`` waits for its answer (the session and version are in it),
+  and a ``notifications/cancelled`` closes its request's POST at once (the hub
+  cancels a call whose client goes) and follows it;
+- the bridge answers what it cannot forward itself: a second request with an
+  id still in flight, a request past the bridge's limit of requests in flight
+  (`sonde.bridge.tracker`), a version or a method no HTTP header can carry;
 - each POST's answer, JSON or SSE, is parsed as it arrives and every message
   in it (progress notifications included) goes to stdout as one line; an SSE
   answer that breaks off before its response is resumed from its last event id
@@ -17,17 +25,19 @@ How it runs (one nursery, one writer of stdout):
   the hub checks, and a cancelled request's POST is simply closed;
 - the standalone GET stream carries what the hub sends outside any request;
 - anything that goes wrong becomes a JSON-RPC error ``-32603`` for the request
-  it hit (naming the HTTP status, or the network error), and a line on stderr.
+  it hit (naming the HTTP status, the network error, or how long the hub said
+  nothing: `HubPatience`), and a line on stderr.
 
-On stdin EOF it gives requests in flight `EOF_DRAIN_S` to finish, then the
-session is DELETEd; cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it
-too.
+On stdin EOF it gives what is in flight `EOF_DRAIN_S` to finish, answers each
+request still open with an error (and names them on stderr), then the session
+is DELETEd; cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it too.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -48,13 +58,12 @@ from sonde.bridge.hub_session import (
 from sonde.bridge.settings import BridgeSettings
 from sonde.bridge.sse import SSEError, SSEParser
 from sonde.bridge.stdio import LineTooLong, read_lines, write_lines
+from sonde.bridge.tracker import ClientRequest, Tracker
 from sonde.connect_failures import describe_failure
 
 log = logging.getLogger(__name__)
 
-MAX_REQUESTS_IN_FLIGHT = 64
 OUTPUT_QUEUE_LINES = 16
-ORDER_WAIT_S = 2.0  # how long a notification waits for earlier requests to reach the hub
 EOF_DRAIN_S = 1.0  # under the 2 s an MCP client waits for a server to exit after closing stdin
 DELETE_TIMEOUT_S = 3.0
 FLUSH_TIMEOUT_S = 2.0
@@ -62,27 +71,53 @@ GET_RETRY_DEFAULT_S = 1.0
 GET_MAX_FAILURES = 3
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
-HTTP_TIMEOUT = httpx2.Timeout(connect=10.0, read=None, write=30.0, pool=None)
+CONNECT_TIMEOUT_S = 10.0
+WRITE_TIMEOUT_S = 30.0
+ANSWER_SILENCE_S = 60.0  # the hub answers all but a tool call at once (a notification: 202)
+TOOL_CALL_SILENCE_S = 3660.0  # a tool call's JSON answer comes whole at its end: past the longest
+# --probe-timeout the hub takes (3600 s); one with progress (SSE) sends as it goes
 TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
+KEY_REFUSED = (
+    "the hub refused the API key the bridge sends (wrong, revoked or expired): run `sonde login` "
+    "again with a valid key (or fix --api-key / SONDE_API_KEY, where it comes from)"
+)
+
+
+@dataclass(frozen=True)
+class HubPatience:
+    """How long the hub may send nothing at all on one answer before the bridge gives up on it.
+
+    A limit on silence, not on length: an answer that keeps sending (an event
+    stream of progress) runs as long as it does. A tool call gets the long one.
+    """
+
+    answer_s: float = ANSWER_SILENCE_S
+    tool_call_s: float = TOOL_CALL_SILENCE_S
+
+    def for_message(self, message: Any) -> float:
+        messages = message if isinstance(message, list) else [message]
+        calls = [m for m in messages if jsonrpc.method_of(m) == "tools/call" and "id" in m]
+        return self.tool_call_s if calls else self.answer_s
+
+    def client_timeout(self) -> httpx2.Timeout:
+        return httpx2.Timeout(connect=CONNECT_TIMEOUT_S, read=self.answer_s, write=WRITE_TIMEOUT_S, pool=None)
 
 
 class Forwarder:
     """Moves messages between the client's lines and one `HubSession`."""
 
-    def __init__(self, hub: HubSession, output: trio.MemorySendChannel[bytes]) -> None:
+    def __init__(
+        self, hub: HubSession, output: trio.MemorySendChannel[bytes], patience: HubPatience | None = None
+    ) -> None:
         self.hub = hub
         self.output = output
-        self._in_flight = trio.Semaphore(MAX_REQUESTS_IN_FLIGHT)
-        self._not_at_hub: set[trio.Event] = set()  # requests whose response headers are not in yet
-        self._request_scopes: dict[str, trio.CancelScope] = {}
-        self._requests_running = 0
-        self._idle = trio.Event()
-        self._idle.set()
+        self.patience = patience or HubPatience()
+        self.tracker = Tracker()
 
     # -- the client's side
 
     async def read_client(self, stdin: trio.abc.ReceiveStream, nursery: trio.Nursery) -> None:
-        """Forward every line from stdin until EOF; requests run in ``nursery``."""
+        """Forward every line from stdin until EOF; each message is POSTed by a task in ``nursery``."""
         async with aclosing(read_lines(stdin)) as lines:
             async for line in lines:
                 if isinstance(line, LineTooLong):
@@ -93,69 +128,114 @@ class Forwarder:
         log.info("stdin closed")
 
     async def take_line(self, line: bytes, nursery: trio.Nursery) -> None:
+        """Start forwarding one line, or answer it at once; never waits on the hub."""
         try:
             message = jsonrpc.parse_line(line)
         except jsonrpc.NotJsonRpc as exc:
             log.error("stdin: %s: %.200r", exc, line)
             await self.send(jsonrpc.error_answer(None, f"Parse error: {exc}", jsonrpc.PARSE_ERROR))
             return
+        self.hub.note_version(message)
         ids = jsonrpc.request_ids(message)
         if not ids:
-            await self.forward_in_line(message, line)
+            self.take_other(message, line, nursery)
             return
-        await self._in_flight.acquire()
-        at_hub = trio.Event()
-        self._not_at_hub.add(at_hub)
-        if self._requests_running == 0:
-            self._idle = trio.Event()
-        self._requests_running += 1
-        nursery.start_soon(self.forward_request, message, line, ids, at_hub)
+        refused = self.tracker.refusal(ids)
+        if refused is not None:
+            reason, code = refused
+            log.error("%s", reason)
+            for request_id in {jsonrpc.id_key(i): i for i in ids}.values():
+                await self.send(jsonrpc.error_answer(request_id, reason, code))
+            return
+        request, after = self.tracker.start_request(ids, initialize=jsonrpc.is_initialize(message))
+        nursery.start_soon(self.forward_request, message, line, request, after)
+
+    def take_other(self, message: Any, body: bytes, nursery: trio.Nursery) -> None:
+        """A notification or a response to the hub: a task POSTs it in turn; a cancel takes effect now."""
+        cancelled = jsonrpc.cancelled_request_id(message)
+        # the client gave up on that request: its POST is closed at once, and this follows it
+        ended = self.tracker.cancel(cancelled) if cancelled is not None else None
+        started = self.tracker.start_other(ended)
+        if started is None:
+            log.error(
+                "dropped a %s from the client: %d messages already wait for the hub to take them",
+                jsonrpc.method_of(message) or "response",
+                self.tracker.others_waiting,
+            )
+            return
+        nursery.start_soon(self.forward_other, message, body, *started)
 
     async def send(self, message: Any) -> None:
         await self.output.send(jsonrpc.as_line(message))
 
     async def wait_idle(self) -> None:
-        """Return once no request is in flight."""
-        await self._idle.wait()
+        """Return once nothing the client sent is still being forwarded."""
+        await self.tracker.wait_idle()
+
+    async def abandon(self, requests: list[ClientRequest], others_unsent: int) -> None:
+        """After EOF: name each request of ``requests`` still unanswered on stderr, and answer it."""
+        left = [
+            request_id
+            for request in requests
+            if not request.cancelled
+            for request_id in request.waiting.values()
+        ]
+        if others_unsent:
+            log.error(
+                "stdin closed with %d notifications or responses not yet taken by the hub", others_unsent
+            )
+        if not left:
+            return
+        log.error(
+            "stdin closed with %d requests unanswered after %g s; abandoned: %.2000s",
+            len(left),
+            EOF_DRAIN_S,
+            ", ".join(jsonrpc.as_text(i) for i in left),
+        )
+        reason = f"the bridge is exiting: stdin closed and the hub had not answered within {EOF_DRAIN_S:g} s"
+        for request_id in left:
+            await self.send(jsonrpc.error_answer(request_id, reason))
 
     # -- forwarding
 
-    async def forward_request(self, message: Any, body: bytes, ids: list[Any], at_hub: trio.Event) -> None:
-        scope = trio.CancelScope()
-        keys = [jsonrpc.id_key(i) for i in ids]
-        for key in keys:
-            self._request_scopes[key] = scope
+    async def forward_request(
+        self, message: Any, body: bytes, request: ClientRequest, after: list[trio.Event]
+    ) -> None:
         try:
-            with scope:
+            with request.scope:
+                for event in after:
+                    await event.wait()
                 if jsonrpc.is_initialize(message):
                     self.hub.remember_initialize(message["id"], body)
-                await self.forward(message, body, ids, at_hub)
+                await self.forward(message, body, request.waiting)
         finally:
-            at_hub.set()
-            self._not_at_hub.discard(at_hub)
-            for key in keys:
-                if self._request_scopes.get(key) is scope:
-                    del self._request_scopes[key]
-            self._in_flight.release()
-            self._requests_running -= 1
-            if self._requests_running == 0:
-                self._idle.set()
+            self.tracker.end_request(request)
 
-    async def forward_in_line(self, message: Any, body: bytes) -> None:
-        """A notification or a response: after earlier requests reach the hub, POST it and wait."""
-        with trio.move_on_after(ORDER_WAIT_S):
-            for event in list(self._not_at_hub):
-                await event.wait()
-        await self.forward(message, body, [], trio.Event())
-        cancelled = jsonrpc.cancelled_request_id(message)
-        if cancelled is not None and (scope := self._request_scopes.get(jsonrpc.id_key(cancelled))):
-            scope.cancel()  # the client gave up on it: stop reading its answer
-
-    async def forward(self, message: Any, body: bytes, ids: list[Any], at_hub: trio.Event) -> None:
-        """POST ``body``; relay the answer, or answer each id in ``ids`` with an error."""
-        waiting = {jsonrpc.id_key(i): i for i in ids}
+    async def forward_other(
+        self, message: Any, body: bytes, after: list[trio.Event], done: trio.Event
+    ) -> None:
         try:
-            await self.post_and_relay(message, body, waiting, at_hub, may_reinitialize=True)
+            for event in after:
+                await event.wait()
+            await self.forward(message, body, {})
+        finally:
+            self.tracker.end_other(done)
+
+    async def forward(self, message: Any, body: bytes, waiting: dict[str, Any]) -> None:
+        """POST ``body``; relay the answer, or answer each id still in ``waiting`` with an error."""
+        silence_s = self.patience.for_message(message)
+        try:
+            await self.post_and_relay(message, body, waiting, silence_s, may_reinitialize=True)
+        except jsonrpc.Unroutable as exc:
+            await self.fail(waiting, str(exc), code=exc.code)
+            return
+        except httpx2.ReadTimeout:
+            reason = (
+                f"the Sonde hub at {self.hub.url} sent nothing for {silence_s:g} s: it took the request "
+                "but does not answer (stopped, or overloaded?)"
+            )
+            await self.fail(waiting, reason, {"url": self.hub.url})
+            return
         except TRANSPORT_ERRORS as exc:
             reason = f"cannot reach the Sonde hub at {self.hub.url}: {describe_failure(exc)}"
             if isinstance(exc, HubAnswerError | SSEError):
@@ -170,23 +250,21 @@ class Forwarder:
         message: Any,
         body: bytes,
         waiting: dict[str, Any],
-        at_hub: trio.Event,
+        silence_s: float,
         *,
         may_reinitialize: bool,
     ) -> None:
         initialize = jsonrpc.is_initialize(message)
         generation = self.hub.generation
-        async with self.hub.post(body, message, initialize=initialize) as response:
-            if not initialize:  # what follows an initialize waits for its answer: the version is in it
-                at_hub.set()
+        async with self.hub.post(body, message, initialize=initialize, silence_s=silence_s) as response:
             expired = response.status_code == 404 and self.hub.session_id is not None and not initialize
             unopened = response.status_code == 400 and self.hub.never_opened() and not initialize
             if not ((expired or unopened) and may_reinitialize):
-                await self.answer(message, body, response, waiting)
+                await self.answer(message, body, response, waiting, silence_s)
                 return
         # the hub forgot the session, or none was ever opened: a new one, then this message again (once)
         if await self.hub.reinitialize(generation):
-            await self.post_and_relay(message, body, waiting, trio.Event(), may_reinitialize=False)
+            await self.post_and_relay(message, body, waiting, silence_s, may_reinitialize=False)
         elif expired:
             await self.fail(
                 waiting,
@@ -202,7 +280,7 @@ class Forwarder:
             )
 
     async def answer(
-        self, message: Any, body: bytes, response: httpx2.Response, waiting: dict[str, Any]
+        self, message: Any, body: bytes, response: httpx2.Response, waiting: dict[str, Any], silence_s: float
     ) -> None:
         """Turn the hub's response to ``message`` into lines for the client."""
         if not is_success(response):
@@ -212,47 +290,55 @@ class Forwarder:
                 reason = "the Sonde hub answered HTTP 202 Accepted, with no response to the request"
                 await self.fail(waiting, reason, {"httpStatus": 202})
         else:
-            await self.relay(response, waiting, initialize=jsonrpc.is_initialize(message))
+            await self.relay(response, waiting, silence_s, initialize=jsonrpc.is_initialize(message))
         if is_success(response) and jsonrpc.is_initialized(message):
             self.hub.initialized(body)
 
-    async def relay(self, response: httpx2.Response, waiting: dict[str, Any], *, initialize: bool) -> None:
+    async def relay(
+        self, response: httpx2.Response, waiting: dict[str, Any], silence_s: float, *, initialize: bool
+    ) -> None:
         """Send every message in a 2xx answer to the client; stop once ``waiting`` is answered.
 
         An event stream that breaks off, or ends, before the answer is picked up
-        again from its last event id, when it had one (`resume`).
+        again from its last event id, when it had one (`resume`); one that went
+        silent past ``silence_s`` is not (a hub that stopped answering).
         """
 
         async def deliver(message: Any) -> bool:
+            answered = []
             for item in message if isinstance(message, list) else [message]:
                 if isinstance(item, dict) and "method" not in item and "id" in item:
-                    waiting.pop(jsonrpc.id_key(item["id"]), None)
+                    answered.append(jsonrpc.id_key(item["id"]))
                     if initialize:
                         self.hub.answered_initialize(item)
             await self.send(message)
+            for key in answered:  # only once sent: an id left in `waiting` is answered at EOF
+                waiting.pop(key, None)
             return not waiting
 
         parser = SSEParser()
         try:
             await read_messages(response, deliver, parser)
         except TRANSPORT_ERRORS as exc:
-            if not self.resumable(parser, waiting):
+            if isinstance(exc, httpx2.ReadTimeout) or not self.resumable(parser, waiting):
                 raise
             log.warning("the hub's answer stream broke off (%s)", describe_failure(exc))
         if self.resumable(parser, waiting):
-            await self.resume(parser, deliver, waiting)
+            await self.resume(parser, deliver, waiting, silence_s)
 
     def resumable(self, parser: SSEParser, waiting: dict[str, Any]) -> bool:
         return bool(waiting) and parser.last_event_id != "" and self.hub.session_id is not None
 
-    async def resume(self, parser: SSEParser, deliver: Deliver, waiting: dict[str, Any]) -> None:
+    async def resume(
+        self, parser: SSEParser, deliver: Deliver, waiting: dict[str, Any], silence_s: float
+    ) -> None:
         """``GET`` with ``Last-Event-ID`` until ``waiting`` is answered, a few times at most."""
         failure: BaseException | None = None
         for attempt in range(1, RESUME_ATTEMPTS + 1):
             await trio.sleep(parser.retry_ms / 1000 if parser.retry_ms is not None else RESUME_DELAY_S)
             log.info("resuming the answer after event %s (attempt %d)", parser.last_event_id, attempt)
             try:
-                async with self.hub.listen(parser.last_event_id) as resumed:
+                async with self.hub.listen(parser.last_event_id, silence_s=silence_s) as resumed:
                     if not is_success(resumed):
                         raise HubAnswerError(f"resuming, the hub answered {describe_status(resumed)}")
                     await read_event_stream(resumed, deliver, parser)
@@ -268,13 +354,18 @@ class Forwarder:
         status = describe_status(response)
         detail = await error_detail(response)
         reason = f"the Sonde hub answered {status}" + (f": {detail}" if detail else "")
+        if response.status_code == 401:
+            reason = f"{reason}; {KEY_REFUSED}"
         await self.fail(waiting, reason, {"httpStatus": response.status_code})
 
-    async def fail(self, waiting: dict[str, Any], reason: str, data: Any = None) -> None:
+    async def fail(
+        self, waiting: dict[str, Any], reason: str, data: Any = None, code: int = jsonrpc.INTERNAL_ERROR
+    ) -> None:
+        """Log ``reason`` and answer each id in ``waiting`` with it (removed as it is sent)."""
         log.error("%s", reason)
-        for request_id in waiting.values():
-            await self.send(jsonrpc.error_answer(request_id, reason, data=data))
-        waiting.clear()
+        for key, request_id in list(waiting.items()):
+            await self.send(jsonrpc.error_answer(request_id, reason, code, data))
+            del waiting[key]
 
     # -- the hub's side
 
@@ -293,7 +384,7 @@ class Forwarder:
         parser, failures = SSEParser(), 0
         while failures < GET_MAX_FAILURES:
             try:
-                async with self.hub.listen(parser.last_event_id) as response:
+                async with self.hub.listen(parser.last_event_id, silence_s=None) as response:
                     if not is_success(response):
                         if response.status_code != 405:  # 405: the hub has no GET stream
                             log.warning("GET stream refused: %s", describe_status(response))
@@ -312,34 +403,44 @@ class Forwarder:
 
 
 async def bridge_stdio(
-    settings: BridgeSettings, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream
+    settings: BridgeSettings,
+    stdin: trio.abc.ReceiveStream,
+    stdout: trio.abc.SendStream,
+    patience: HubPatience | None = None,
 ) -> None:
     """Bridge ``stdin``/``stdout`` to the hub until stdin ends; cancel it to stop early.
 
     Either way the session is DELETEd (shielded, at most `DELETE_TIMEOUT_S`).
     A client that closes its end of stdout ends the bridge the same way.
+    ``patience``: how long the hub may say nothing (the defaults of `HubPatience`).
     """
+    patience = patience or HubPatience()
     headers = {"Authorization": f"Bearer {settings.api_key}", "User-Agent": f"sonde-mcp-bridge/{__version__}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=HTTP_TIMEOUT) as client:
+    async with httpx2.AsyncClient(headers=headers, timeout=patience.client_timeout()) as client:
         hub = HubSession(client, settings.mcp_url)
         try:
-            await run_forwarder(hub, stdin, stdout)
+            await run_forwarder(hub, stdin, stdout, patience)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(DELETE_TIMEOUT_S):
                 await hub.end()
 
 
-async def run_forwarder(hub: HubSession, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> None:
+async def run_forwarder(
+    hub: HubSession, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream, patience: HubPatience
+) -> None:
     send_lines, receive_lines = trio.open_memory_channel[bytes](OUTPUT_QUEUE_LINES)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write_until_broken, receive_lines, stdout, nursery.cancel_scope)
-        forwarder = Forwarder(hub, send_lines)
+        forwarder = Forwarder(hub, send_lines, patience)
         async with trio.open_nursery() as work:
             work.start_soon(forwarder.listen)
             await forwarder.read_client(stdin, work)
             with trio.move_on_after(EOF_DRAIN_S):
                 await forwarder.wait_idle()
+            left, others_unsent = forwarder.tracker.requests_running(), forwarder.tracker.others_waiting
             work.cancel_scope.cancel()
+        with trio.move_on_after(FLUSH_TIMEOUT_S):  # a client that reads no more must not hold the exit
+            await forwarder.abandon(left, others_unsent)
         send_lines.close()
         nursery.cancel_scope.deadline = trio.current_time() + FLUSH_TIMEOUT_S
 

@@ -1,8 +1,9 @@
 """`sonde mcp-bridge` as a process: settings, file descriptors, signals, exit code.
 
 stdout is the JSON-RPC channel and nothing else may touch it: the bridge
-keeps a private duplicate of fd 1 for its own lines and points fd 1 (and
-``sys.stdout``) at stderr, so a stray print anywhere lands in the diagnostics.
+keeps private duplicates of fds 0 and 1 for its own lines and points fd 1
+(and ``sys.stdout``) at stderr, so a stray print anywhere lands in the
+diagnostics (`sonde.stdio.claim_stdio`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import trio
 
 from sonde.bridge.proxy import bridge_stdio
 from sonde.bridge.settings import BridgeSettings, NotConfigured, resolve_settings
+from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +49,7 @@ def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO"
     except (NotConfigured, ValueError) as exc:
         print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
         return EXIT_NOT_CONFIGURED
-    stdin_fd, stdout_fd = os.dup(0), os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    stdin_fd, stdout_fd = claim_stdio()
     log.info("bridging MCP over stdio to %s", settings.mcp_url)
     return trio.run(serve_stdio, settings, stdin_fd, stdout_fd)
 

@@ -23,6 +23,8 @@ The transport also keeps two promises the SDK's does not: a request whose id
 is still being answered on its session is refused with 409 (the SDK would let
 it take the first one's place, leaving one HTTP request unanswered for good),
 and a request whose client disconnects is cancelled (`PerRequestTransport`).
+Ids ``7`` and ``"7"`` are two requests (JSON-RPC tells them apart), but the
+SDK files both answers under ``"7"``: the second waits for the first to end.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ RESUMABLE_FROM = "2025-11-25"  # the SDK primes an SSE answer (makes it resumabl
 class AnswerPlan:
     """A JSON-RPC request read from a POST body: its id and whether it is answered as one JSON body.
 
-    ``request_id`` is the id as the SDK keys it (``str(id)``); ``wire_id`` as the client sent it.
+    ``request_id`` is the id as the SDK keys it (``str(id)``: 7 and "7" alike); ``wire_id`` as the
+    client sent it (which tells them apart).
     """
 
     request_id: str
@@ -227,7 +230,9 @@ class PerRequestTransport(StreamableHTTPServerTransport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._json_requests: set[str] = set()
-        self._answering: set[str] = set()  # ids whose POST is being served
+        self._in_flight: set[int | str] = set()  # the wire ids whose POST is being served (7 and "7" apart)
+        # the SDK's key, str(id), of each request it answers now -> (its wire id, set when it is done)
+        self._answering: dict[str, tuple[int | str, trio.Event]] = {}
         super().__init__(*args, **kwargs)
 
     @property
@@ -248,22 +253,54 @@ class PerRequestTransport(StreamableHTTPServerTransport):
             await super().handle_request(scope, receive, send)
             return
         plan = post.plan
-        if plan.request_id in self._answering:
+        if plan.wire_id in self._in_flight:
             await refuse_repeated_id(plan, send)
             return
-        post.resumable = not plan.as_json and self._event_store is not None and speaks_resumable(scope)
-        self._answering.add(plan.request_id)
-        if plan.as_json:
-            self._json_requests.add(plan.request_id)
+        self._in_flight.add(plan.wire_id)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._cancel_when_gone, post)
-                await super().handle_request(scope, receive, send)
+                if await self._wait_for_key(plan, post):
+                    await self._answer(plan, post, scope, receive, send)
                 if not (post.gone.is_set() and post.dispatched.is_set()):
                     nursery.cancel_scope.cancel()  # answered, or never reached the session
         finally:
-            self._answering.discard(plan.request_id)
+            self._in_flight.discard(plan.wire_id)
+
+    async def _wait_for_key(self, plan: AnswerPlan, post: McpPost) -> bool:
+        """Wait while another id the SDK keys the same is answered (7 and "7": both ``"7"``).
+
+        JSON-RPC tells them apart, but the SDK files each answer under ``str(id)``:
+        answered together, one would take the other's place. False if the client
+        went while it waited.
+        """
+        while (other := self._answering.get(plan.request_id)) is not None:
+            other_id, other_done = other
+            log.info(
+                "request %r waits for request %r to end: the SDK answers both as %r",
+                plan.wire_id,
+                other_id,
+                plan.request_id,
+            )
+            async with trio.open_nursery() as waiting:
+                for event in (other_done, post.gone):
+                    waiting.start_soon(set_then_cancel, event, waiting.cancel_scope)
+            if post.gone.is_set():
+                return False
+        return True
+
+    async def _answer(self, plan: AnswerPlan, post: McpPost, scope: Any, receive: Any, send: Any) -> None:
+        post.resumable = not plan.as_json and self._event_store is not None and speaks_resumable(scope)
+        done = trio.Event()
+        self._answering[plan.request_id] = (plan.wire_id, done)
+        if plan.as_json:
+            self._json_requests.add(plan.request_id)
+        try:
+            await super().handle_request(scope, receive, send)
+        finally:
+            del self._answering[plan.request_id]
             self._json_requests.discard(plan.request_id)
+            done.set()
 
     async def _cancel_when_gone(self, post: McpPost) -> None:
         await post.watch_client()
@@ -299,6 +336,12 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         with serving(None):
             async with super().connect() as (read_stream, write_stream):
                 yield read_stream, _DropUnwired(write_stream, self._json_requests)
+
+
+async def set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once ``event`` is set: with one for each, it waits for the first of several."""
+    await event.wait()
+    scope.cancel()
 
 
 def speaks_resumable(scope: Any) -> bool:

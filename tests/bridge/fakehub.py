@@ -23,7 +23,7 @@ from hypercorn.trio import serve
 
 GOOD_KEY = "sonde_test-key"
 PROTOCOL_VERSION = "2025-11-25"
-TOOLS = ["echo", "wait", "progress", "gated", "fail", "hang", "html"]
+TOOLS = ["echo", "wait", "progress", "trickle", "gated", "fail", "hang", "hang_json", "html"]
 
 
 @dataclass
@@ -125,6 +125,8 @@ class FakeHub:
             await self.answer(http, [rpc_result(message["id"], {"tools": tools})])
         elif seen.rpc_method == "tools/call":
             await self.call_tool(message, http, receive)
+        elif seen.rpc_method == "ping":
+            await self.answer(http, [rpc_result(message["id"], {})])
         else:
             await self.answer(http, [rpc_error(message["id"], -32601, "Method not found")])
 
@@ -138,6 +140,10 @@ class FakeHub:
         elif name == "hang":
             self.hanging += 1
             await http.start(200, "text/event-stream")
+            await wait_disconnect(receive)
+            self.hang_disconnects += 1
+        elif name == "hang_json":  # like the hub's tool calls: no headers until the answer, which never comes
+            self.hanging += 1
             await wait_disconnect(receive)
             self.hang_disconnects += 1
         elif name == "wait":
@@ -157,6 +163,13 @@ class FakeHub:
                 note = {"progressToken": token, "progress": step, "total": 3, "message": f"step {step}"}
                 await http.events([{"jsonrpc": "2.0", "method": "notifications/progress", "params": note}])
             await http.events([rpc_result(message["id"], text_result("done"))])
+        elif name == "trickle":  # a progress notification every `every` seconds, `steps` times
+            await http.start(200, "text/event-stream")
+            for step in range(1, arguments["steps"] + 1):
+                await trio.sleep(arguments["every"])
+                note = {"progressToken": "trickle", "progress": step}
+                await http.events([{"jsonrpc": "2.0", "method": "notifications/progress", "params": note}])
+            await http.events([rpc_result(message["id"], text_result("trickled"))])
         else:
             await self.answer(http, [rpc_result(message["id"], text_result(json.dumps(arguments)))])
 
@@ -279,3 +292,20 @@ async def fake_hub(**options: Any) -> AsyncIterator[tuple[FakeHub, str]]:
     hub = FakeHub(**options)
     async with serving(hub) as url:
         yield hub, url
+
+
+@asynccontextmanager
+async def hung_hub() -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
+    """A hub that accepts connections and then neither reads nor answers (a stopped process)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    held: list[trio.SocketStream] = []
+
+    async def hold(stream: trio.SocketStream) -> None:
+        held.append(stream)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(trio.serve_listeners, hold, listeners))
+        yield f"http://127.0.0.1:{port}", held
+        nursery.cancel_scope.cancel()

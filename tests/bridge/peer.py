@@ -93,8 +93,12 @@ class StdioPeer:
 
 
 @asynccontextmanager
-async def bridged(url: str, key: str = GOOD_KEY) -> AsyncIterator[tuple[StdioPeer, trio.Event]]:
+async def bridged(
+    url: str, key: str = GOOD_KEY, **options: Any
+) -> AsyncIterator[tuple[StdioPeer, trio.Event]]:
     """Run `bridge_stdio` in this process on memory streams; yield the peer and a 'bridge ended' event.
+
+    ``options`` go to `bridge_stdio` as they are.
 
     On exit the peer's stdin is closed and the bridge must end within 10 s; the
     whole block fails after `TEST_DEADLINE_S`.
@@ -105,7 +109,7 @@ async def bridged(url: str, key: str = GOOD_KEY) -> AsyncIterator[tuple[StdioPee
 
     async def run() -> None:
         try:
-            await bridge_stdio(BridgeSettings(url, key), stdin_receive, stdout_send)
+            await bridge_stdio(BridgeSettings(url, key), stdin_receive, stdout_send, **options)
         finally:
             await stdout_send.aclose()
             ended.set()

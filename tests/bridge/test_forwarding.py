@@ -164,7 +164,9 @@ async def test_a_refused_key_is_error_32603_with_the_hubs_reason() -> None:
     assert answer["id"] == 0
     assert answer["error"]["code"] == -32603
     assert "HTTP 401" in answer["error"]["message"]
-    assert "a valid API key is required" in answer["error"]["message"]
+    assert "a valid API key is required" in answer["error"]["message"]  # the hub's reason, and the bridge's:
+    assert "refused the API key the bridge sends (wrong, revoked or expired)" in answer["error"]["message"]
+    assert "run `sonde login` again" in answer["error"]["message"]
     assert not hub.seen("DELETE")  # there never was a session
 
 
@@ -231,9 +233,11 @@ async def test_cancelled_notification_follows_its_request_and_ends_the_wait() ->
     async with fake_hub() as (hub, url), bridged(url) as (peer, _ended):
         await peer.initialize()
         await peer.send(call(8, "hang"))
+        await eventually(lambda: hub.hanging == 1)
         cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 8}}
-        await peer.send(cancel)  # at once: it must still reach the hub after the call
+        await peer.send(cancel)  # the call's POST is closed, then the cancel follows it
         await eventually(lambda: hub.hang_disconnects == 1)
+        await eventually(lambda: len(hub.seen("POST", "notifications/cancelled")) == 1)
         await peer.send(call(9, "echo"))
         assert (await peer.receive())["id"] == 9  # nothing was written for 8
     methods = [r.rpc_method for r in hub.seen("POST")]
@@ -263,7 +267,9 @@ async def test_eof_lets_requests_in_flight_finish_briefly() -> None:
             answers = await peer.rest()
             await ended.wait()
         await eventually(lambda: hub.hang_disconnects == 1)
-    assert [a["id"] for a in answers] == [1]  # the quick one made it, the hung one did not hold the exit
+    assert [a["id"] for a in answers] == [1, 2]  # the quick one made it, the hung one did not hold the exit
+    assert "result" in answers[0]
+    assert "stdin closed" in answers[1]["error"]["message"]
     assert len(hub.seen("DELETE")) == 1
 
 

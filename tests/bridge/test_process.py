@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.bridge.fakehub import GOOD_KEY, fake_hub
-from tests.bridge.peer import StdioPeer, call, eventually
+from tests.bridge.fakehub import GOOD_KEY, fake_hub, hung_hub
+from tests.bridge.peer import INITIALIZE, INITIALIZED, StdioPeer, call, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -151,3 +151,38 @@ async def test_flags_override_the_environment(tmp_path: Path) -> None:
             await bridge.peer.close()
             assert await bridge.exit_code() == 0
         assert hub.seen("POST", "initialize")[0].headers["authorization"] == f"Bearer {GOOD_KEY}"
+
+
+async def test_a_version_no_header_can_carry_is_answered_and_the_bridge_goes_on(tmp_path: Path) -> None:
+    version_key = "io.modelcontextprotocol/protocolVersion"
+    async with fake_hub() as (_hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            bad = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/list",
+                "params": {"_meta": {version_key: "2026é"}},
+            }
+            await bridge.peer.send(bad)
+            answer = await bridge.peer.receive()
+            assert answer["id"] == 1
+            assert answer["error"]["code"] == -32602
+            await bridge.peer.initialize()
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+    assert b"Traceback" not in bridge.stderr
+
+
+async def test_eof_ends_the_bridge_though_the_hub_never_answers(tmp_path: Path) -> None:
+    async with hung_hub() as (url, held):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            await bridge.peer.send(INITIALIZE)
+            await bridge.peer.send(INITIALIZED)
+            await bridge.peer.send(call(1, "echo"))
+            await eventually(lambda: len(held) == 1)
+            await bridge.peer.close()
+            assert sorted(a["id"] for a in await bridge.peer.rest()) == [0, 1]
+            assert await bridge.exit_code() == 0
+    assert b"stdin closed with 2 requests unanswered after 1 s; abandoned: 0, 1" in bridge.stderr

@@ -255,3 +255,29 @@ async def test_a_client_that_goes_on_after_a_failed_initialize_gets_a_session_on
                 assert [a["name"] for a in answer["result"]["structuredContent"]["agents"]] == ["alpha"]
                 await bridge.peer.close()
     assert b"no hub session yet (the client's initialize failed); initializing now" in bridge.stderr
+
+
+async def test_a_notification_and_a_cancel_during_a_slow_call_take_effect_at_once(fleet: Fleet) -> None:
+    """The hub sends a tool call's headers only with its answer: nothing the client sends meanwhile
+    waits for them (it used to wait 2 s each)."""
+    assert fleet.agent.proc is not None
+    agent_pid = fleet.agent.proc.popen.pid
+    async with bridge_process(fleet.client_env) as bridge:
+        await bridge.peer.initialize()
+        await bridge.peer.send(call(1, "probe", agent="alpha", probe=SLOW_PROBE))
+        await eventually(lambda: sleepers_under(agent_pid), within_s=20, interval_s=0.05)
+        started = trio.current_time()
+        await bridge.peer.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+        await bridge.peer.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert await bridge.peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        assert trio.current_time() - started < 1.0
+        started = trio.current_time()
+        await bridge.peer.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+        )
+        await eventually(lambda: not sleepers_under(agent_pid), within_s=10, interval_s=0.05)
+        assert trio.current_time() - started < 1.5
+        await bridge.peer.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        assert (await bridge.peer.receive())["id"] == 3  # nothing for 1: it was cancelled
+        await bridge.peer.close()
+        assert await bridge.exit_code() == 0
