@@ -8,10 +8,11 @@ only for argv that `sonde.cli_fast` does not take.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from cyclopts import App, Parameter
+from cyclopts import App, Parameter, Token
 
 from sonde import __version__
 
@@ -31,7 +32,19 @@ hub_app.command(audit_app)
 hub_app.command(agent_admin_app)
 app.command(hub_app)
 
-DataDir = Annotated[Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR")]
+
+def path_or_unset(type_: object, tokens: Sequence[Token]) -> Path | None:
+    """A path option's value; an empty one (``SONDE_DATA_DIR=``, a variable set but blank) is as
+    if unset, not ``Path("")``: that is the current directory."""
+    text = tokens[-1].value
+    return Path(text) if text else None
+
+
+DataDir = Annotated[
+    Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR", converter=path_or_unset)
+]
+# a duration: "-5m" is a value to refuse with a reason (parse_duration), not an unknown option
+Duration = Annotated[str, Parameter(allow_leading_hyphen=True)]
 
 
 def data_dir_or_default(data_dir: Path | None) -> Path:
@@ -83,8 +96,8 @@ def hub(
     *,
     bind: Annotated[str, Parameter(env_var="SONDE_BIND")] = "127.0.0.1:3000",
     data_dir: DataDir = None,
-    tls_cert: Annotated[Path | None, Parameter(env_var="SONDE_TLS_CERT")] = None,
-    tls_key: Annotated[Path | None, Parameter(env_var="SONDE_TLS_KEY")] = None,
+    tls_cert: Annotated[Path | None, Parameter(env_var="SONDE_TLS_CERT", converter=path_or_unset)] = None,
+    tls_key: Annotated[Path | None, Parameter(env_var="SONDE_TLS_KEY", converter=path_or_unset)] = None,
     heartbeat_interval: Annotated[float, Parameter(env_var="SONDE_HEARTBEAT_INTERVAL")] = 30.0,
     probe_timeout: Annotated[float, Parameter(env_var="SONDE_PROBE_TIMEOUT")] = 30.0,
     log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
@@ -171,14 +184,14 @@ def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir:
 
 @key_app.command(name="revoke")
 def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
-    """Revoke an API key by id."""
+    """Revoke an API key, by its id or by the key itself (never shown or recorded)."""
     from sonde.hub import admin
 
     return admin.run_admin(admin.key_revoke, data_dir_or_default(data_dir), key_id)
 
 
 @token_app.command(name="create")
-def token_create(*, ttl: str = "15m", name: str | None = None, data_dir: DataDir = None) -> int:
+def token_create(*, ttl: Duration = "15m", name: str | None = None, data_dir: DataDir = None) -> int:
     """Create a single-use enrollment token; the token alone goes to stdout.
 
     Parameters
@@ -230,17 +243,45 @@ def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
     return admin.run_admin(admin.agent_accept, data_dir_or_default(data_dir), name)
 
 
+@agent_admin_app.command(name="remove")
+def agent_remove(name: str, /, *, data_dir: DataDir = None) -> int:
+    """Remove an agent, by name or id: a running hub cuts it off within seconds and refuses it after."""
+    from sonde.hub import admin
+
+    return admin.run_admin(admin.agent_remove, data_dir_or_default(data_dir), name)
+
+
+@agent_admin_app.command(name="list")
+def agent_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
+    """List the agents enrolled with the hub (the status is the last one the hub recorded).
+
+    Parameters
+    ----------
+    json
+        Print JSON instead of a table.
+    """
+    from sonde.hub import admin
+
+    return admin.run_admin(admin.agent_list, data_dir_or_default(data_dir), json)
+
+
 @audit_app.command(name="verify")
 def audit_verify(*, data_dir: DataDir = None) -> int:
-    """Check the audit log's hash chain; exit 1 if a row was edited or deleted."""
+    """Check the audit log's hash chain, only reading the database (a read-only copy will do).
+
+    Exits 0 when it is intact, 1 when a row was edited or deleted, 3 when it could not be
+    checked (no hub database there, unreadable, or from a newer Sonde).
+    """
     from sonde.hub import admin
 
     return admin.run_admin(admin.audit_verify, data_dir_or_default(data_dir))
 
 
 @audit_app.command(name="prune")
-def audit_prune(*, older_than: str, data_dir: DataDir = None) -> int:
-    """Delete audit rows older than a given age; the remaining chain still verifies.
+def audit_prune(*, older_than: Duration, data_dir: DataDir = None) -> int:
+    """Delete the audit rows older than a given age from the start of the log; the rest still verifies.
+
+    A running hub goes on serving meanwhile: rows are deleted in short batches.
 
     Parameters
     ----------

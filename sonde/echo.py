@@ -3,7 +3,22 @@ answer (or a log line) that echoes it whole costs the reader its context."""
 
 from __future__ import annotations
 
+import re
+
 ECHO_CHARS = 64
+# Sonde's own secrets, `sonde_` API keys and `enr_` enrollment tokens, whole or cut short:
+# pasted where an id or a name was due, a message or an audit row must not repeat one.
+SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9_-])(sonde|enr)_[A-Za-z0-9_-]{20,}")
+
+
+def holds_secret(text: str) -> bool:
+    """Whether ``text`` has the shape of a Sonde API key or enrollment token (or holds one)."""
+    return SECRET_SHAPE.search(text) is not None
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with each Sonde API key or enrollment token in it replaced by its prefix and ``[hidden]``."""
+    return SECRET_SHAPE.sub(r"\1_[hidden]", text)
 
 
 def clipped(text: str, limit: int = ECHO_CHARS) -> str:
@@ -12,7 +27,9 @@ def clipped(text: str, limit: int = ECHO_CHARS) -> str:
 
 
 def echoed(text: str) -> str:
-    """``text`` quoted for a message: whole when short, else its first `ECHO_CHARS` and its length."""
+    """``text`` quoted for a message: whole when short, else its first `ECHO_CHARS` and its length;
+    a Sonde secret in it is never shown (`without_secrets`)."""
+    text = without_secrets(text)
     if len(text) <= ECHO_CHARS:
         return repr(text)
     return f"{text[:ECHO_CHARS]!r}... ({len(text)} characters)"

@@ -18,32 +18,39 @@ from typing import Any
 from pydantic import ValidationError
 from sqlite_utils import Database
 
-from sonde.echo import echoed
+from sonde.echo import echoed, holds_secret, without_secrets
 from sonde.hub.audit import (
-    prune_audit,
+    AuditVerification,
     record_entry,
     verify_audit,
 )
+from sonde.hub.audit_prune import AuditPruned, prune_audit
 from sonde.hub.db import (
+    SCHEMA_VERSION,
     DatabaseUnusable,
     database_unusable,
     give_back_free_pages,
     open_database,
+    open_database_read_only,
+    schema_version,
     write_transaction,
 )
 from sonde.hub.keys import (
+    API_KEY_PREFIX,
     ENROLLMENT_TOKEN_PREFIX,
+    MAX_KEY_NAME_CHARS,
     EnrollmentTokenRecord,
+    LastAdminKey,
     TokenNotRevocable,
     create_api_key,
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
     parse_duration,
-    revoke_api_key,
+    revoke_api_key_named,
     revoke_enrollment_token,
 )
-from sonde.hub.policy import Policy
+from sonde.hub.policy import NewPolicy, Policy
 from sonde.packs.executor import describe_params_error
 
 
@@ -79,23 +86,22 @@ def open_hub_database(data_dir: Path) -> Database:
     return open_database(existing_database(data_dir), existing=True)
 
 
-MAX_ARGUMENT_CHARS = 100  # no id, name or token is near this long
+MAX_ARGUMENT_CHARS = 100  # no id or token is near this long
+MAX_AGENT_NAME_CHARS = 63  # NAME_PATTERN's
 
 
-def checked_argument(what: str, text: str, *, secret: bool = False) -> str:
-    """``text`` when it could be an id, name or token; ValueError otherwise, showing at most a short
-    prefix of it (none of a ``secret``)."""
-    quoted = "" if secret else f" {echoed(text)}"
+def checked_argument(what: str, text: str, *, secret: bool = False, limit: int = MAX_ARGUMENT_CHARS) -> str:
+    """``text`` when it could be an id, name or token (at most ``limit`` characters); ValueError
+    otherwise, showing at most a short prefix of it (none of a ``secret``, or of text shaped like one)."""
+    quoted = "" if secret or holds_secret(text) else f" {echoed(text)}"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # bytes the shell passed as they were: never a hub's id or name
         raise ValueError(
             f"{what}{quoted} is not UTF-8 text: no {what} holds such bytes (check the quoting and the locale)"
         ) from None
-    if len(text) > MAX_ARGUMENT_CHARS:
-        raise ValueError(
-            f"{what}{quoted} is too long: no {what} has more than {MAX_ARGUMENT_CHARS} characters"
-        )
+    if len(text) > limit:
+        raise ValueError(f"{what}{quoted} is too long: no {what} has more than {limit} characters")
     return text
 
 
@@ -118,8 +124,9 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
 
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
-    """Put a CLI admin action on the audit chain (actor ``cli``)."""
-    record_entry(db, "cli", action, target, outcome, **detail)
+    """Put a CLI admin action on the audit chain (actor ``cli``); a secret in ``target`` (a key
+    pasted where its id was due) is never recorded (`without_secrets`), as in the hub's rows."""
+    record_entry(db, "cli", action, None if target is None else without_secrets(target), outcome, **detail)
 
 
 def utc_text(ts: float) -> str:
@@ -128,14 +135,14 @@ def utc_text(ts: float) -> str:
 
 
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
-    checked_argument("API key name", name)
-    policy = Policy(agents=tuple(agents), probes=tuple(probes))
+    checked_argument("API key name", name, limit=MAX_KEY_NAME_CHARS)
+    policy = NewPolicy(agents=tuple(agents), probes=tuple(probes))
     db = open_hub_database(data_dir)
     try:
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
-        with write_transaction(db):  # the key and its audit entry, or neither
+        with write_transaction(db):  # the key and its audit entry, or neither; the facts REST's row has
             key, secret = create_api_key(db, name, role=role, policy=policy_data)
-            record(db, "cli.api_key.create", key.id, name=name, role=role)
+            record(db, "cli.api_key.create", key.id, name=name, role=role, policy=policy_data)
     finally:
         db.close()
     err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
@@ -161,19 +168,26 @@ def key_list(data_dir: Path, as_json: bool) -> int:
     return 0
 
 
-def key_revoke(data_dir: Path, key_id: str) -> int:
-    checked_argument("API key id", key_id)
+def key_revoke(data_dir: Path, key: str) -> int:
+    """Revoke a key by its id or its secret; the audit row names its id (never the secret).
+    Revoking the last admin key is refused, on the record, exit 1."""
+    checked_argument("API key id", key, secret=key.strip().startswith(API_KEY_PREFIX))
     db = open_hub_database(data_dir)
     try:
         with write_transaction(db):
-            revoked = revoke_api_key(db, key_id, time.time())
-            record(db, "cli.api_key.revoke", key_id, "ok" if revoked else "not_found")
+            try:
+                done = revoke_api_key_named(db, key, time.time())
+            except LastAdminKey as refusal:
+                record(db, "cli.api_key.revoke", refusal.key_id, "refused")
+                err(f"sonde hub: {refusal}")
+                return 1
+            record(db, "cli.api_key.revoke", done.target, "ok" if done.revoked else "not_found")
     finally:
         db.close()
-    if not revoked:
-        err(f"no active API key with id {echoed(key_id)} (see `sonde hub key list`)")
+    if not done.revoked:
+        err(f"{done.message} (see `sonde hub key list`)")
         return 1
-    err(f"revoked API key {key_id}; a running hub stops accepting it within a few seconds")
+    err(f"{done.message}; a running hub stops accepting it within a few seconds")
     return 0
 
 
@@ -184,12 +198,12 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         err(f"--ttl: {exc}")
         return 2
     if name is not None:
-        checked_argument("agent name", name)
+        checked_argument("agent name", name, limit=MAX_AGENT_NAME_CHARS)
     db = open_hub_database(data_dir)
     try:
-        with write_transaction(db):
+        with write_transaction(db):  # the facts REST's row has
             token, secret = create_enrollment_token(db, ttl_s, name)
-            record(db, "cli.token.create", token.id, name=name)
+            record(db, "cli.token.create", token.id, name=name, ttl_s=ttl_s)
     finally:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
@@ -231,7 +245,7 @@ def token_detail(token: EnrollmentTokenRecord, agent_names: dict[str, str]) -> s
 
 
 def token_revoke(data_dir: Path, token: str) -> int:
-    checked_argument("enrollment token", token, secret=token.startswith(ENROLLMENT_TOKEN_PREFIX))
+    checked_argument("enrollment token", token, secret=token.strip().startswith(ENROLLMENT_TOKEN_PREFIX))
     db = open_hub_database(data_dir)
     try:
         with write_transaction(db):  # the revocation and its audit entry, or neither
@@ -258,25 +272,59 @@ def revoke_token_recorded(db: Any, token: str) -> EnrollmentTokenRecord | TokenN
     return revoked
 
 
+# `sonde hub audit verify` exits with: 0 the chain is intact, 1 it is broken (an edit, a cut),
+# 3 it could not be checked (no database, unreadable, too new); 2 is a usage error.
+VERIFY_INTACT, VERIFY_BROKEN, VERIFY_UNCHECKED = 0, 1, 3
+
+
 def audit_verify(data_dir: Path) -> int:
-    db = open_hub_database(data_dir)
+    """Check the audit chain, only reading the database (a backup copy, a read-only mount, a
+    running hub's); the exit code tells a broken chain from one that could not be checked."""
     try:
-        report = verify_audit(db)
-    finally:
-        db.close()
-    if report.ok:
-        pruned = f" (rows up to {report.starts_after} were pruned)" if report.starts_after else ""
-        err(f"audit chain intact: {report.rows} rows verified{pruned}")
-        return 0
-    err(f"audit chain BROKEN at seq {report.first_bad_seq}: {report.problem}")
-    return 1
+        db = open_database_read_only(existing_database(data_dir))
+        try:
+            version = schema_version(db)
+            report = verify_audit(db)
+        finally:
+            db.close()
+    except (NoHubDatabase, DatabaseUnusable, sqlite3.Error) as exc:
+        err(f"sonde hub: the audit chain was not checked: {exc}")
+        return VERIFY_UNCHECKED
+    if version < SCHEMA_VERSION:
+        err(
+            f"(schema version {version}, older than this Sonde's {SCHEMA_VERSION}: read as it is, not upgraded)"
+        )
+    if not report.ok:
+        err(f"audit chain BROKEN at seq {report.first_bad_seq}: {report.problem}")
+        return VERIFY_BROKEN
+    err(_intact(report))
+    return VERIFY_INTACT
+
+
+def _intact(report: AuditVerification) -> str:
+    if report.rows == report.starts_after == report.awaiting_deletion == 0:
+        return (
+            "audit chain intact: the log is empty. Nothing in the database shows rows were ever "
+            "written; the chain has no secret key, so whoever can write the database could also "
+            "have removed every trace of them"
+        )
+    pruned = f" (rows up to {report.starts_after} were pruned)" if report.starts_after else ""
+    waiting = (
+        f"; {report.awaiting_deletion} pruned rows still wait to be deleted (a prune was "
+        "interrupted: run `sonde hub audit prune` again)"
+        if report.awaiting_deletion
+        else ""
+    )
+    return f"audit chain intact: {report.rows} rows verified{pruned}{waiting}"
 
 
 MIN_PRUNE_AGE_S = 86400.0
+PROGRESS_EVERY_S = 2.0  # a long prune says how far it is at most this often
 
 
 def audit_prune(data_dir: Path, older_than: str) -> int:
-    """Delete audit rows older than ``older_than`` (at least a day); the rest still verifies."""
+    """Delete the audit rows older than ``older_than`` (at least a day) at the start of the log;
+    the rest still verifies. A running hub goes on writing meanwhile."""
     try:
         age_s = parse_duration(older_than)
     except ValueError as exc:
@@ -288,28 +336,69 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
     before = time.time() - age_s
     db = open_hub_database(data_dir)
     try:
-        pruned = prune_audit(db, before)
-        given_back = give_back_free_pages(db) if pruned.rows else 0
+        pruned = prune_audit(db, before, progress=ProgressLine())
+        given_back = give_back_free_pages(db) if pruned.rows or pruned.finished else 0
     except ValueError as exc:
         err(f"not pruning: {exc}; see `sonde hub audit verify`")
         return 1
     finally:
         db.close()
-    cutoff = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(before))
-    if pruned.rows == 0:
-        err(f"no audit rows older than {cutoff}; nothing pruned")
-        return 0
-    space = (
-        f"{given_back / 2**20:.1f} MiB given back to the file system"
-        if given_back is not None
-        else "the space they took stays in the file for new rows (this database was made before "
-        "Sonde gave pruned space back)"
-    )
-    err(
-        f"pruned {pruned.rows} audit rows older than {cutoff} (through row {pruned.through_seq}); "
-        f"the prune itself is on the chain, which still verifies; {space}"
-    )
+    err(_pruned_message(pruned, _utc(before), given_back))
     return 0
+
+
+class ProgressLine:
+    """Says on stderr how far a prune is, at most every `PROGRESS_EVERY_S` (a short one says nothing)."""
+
+    def __init__(self) -> None:
+        self.next_at = time.monotonic() + PROGRESS_EVERY_S
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + PROGRESS_EVERY_S
+        doing = "checking the chain" if phase == "check" else "deleting"
+        err(f"audit prune: {doing}: {done} of {total} rows")
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+
+
+def _pruned_message(pruned: AuditPruned, cutoff: str, given_back: int | None) -> str:
+    """What a prune did, truthfully: it cuts only from the start of the log."""
+    parts: list[str] = []
+    if pruned.rows:
+        parts.append(
+            f"pruned {pruned.rows} audit rows older than {cutoff} (through row {pruned.through_seq})"
+        )
+    elif pruned.newer_seq is not None and pruned.older_kept:
+        parts.append(f"no audit rows pruned: the log starts with rows newer than {cutoff}")
+    else:
+        parts.append(f"no audit rows older than {cutoff}; nothing pruned")
+    if pruned.older_kept:
+        made = _utc(pruned.newer_ts) if pruned.newer_ts is not None else "?"
+        kept = (
+            "1 row older than that was kept: it comes"
+            if pruned.older_kept == 1
+            else (f"{pruned.older_kept} rows older than that were kept: they come")
+        )
+        parts.append(
+            f"{kept} after row {pruned.newer_seq}, made at {made}, and a prune cuts only from the start "
+            "of the log (a wrong clock can put rows out of order)"
+        )
+    if pruned.finished:
+        parts.append(f"deleted {pruned.finished} rows an interrupted prune had left")
+    if pruned.rows:
+        parts.append("the prune itself is on the chain, which still verifies")
+    if pruned.rows or pruned.finished:
+        parts.append(
+            f"{given_back / 2**20:.1f} MiB given back to the file system"
+            if given_back is not None
+            else "the space they took stays in the file for new rows (this database was made before "
+            "Sonde gave pruned space back)"
+        )
+    return "; ".join(parts)
 
 
 def agent_accept(data_dir: Path, name: str) -> int:
@@ -334,4 +423,52 @@ def agent_accept(data_dir: Path, name: str) -> int:
     finally:
         db.close()
     err(f"accepted the new attestation of {agent.name}; its probes run again")
+    return 0
+
+
+def agent_remove(data_dir: Path, name: str) -> int:
+    """Remove an agent (by name or id), as `DELETE /api/v1/agents/{id}` does: a running hub cuts it
+    off within seconds (`sonde.hub.agent_removal`) and refuses its reconnects."""
+    from sonde.hub.agent_removal import find_agent, removal_audit, remove_agent
+
+    checked_argument("agent name or id", name)
+    db = open_hub_database(data_dir)
+    try:
+        with write_transaction(db):  # the removal and its audit entry, or neither
+            agent = find_agent(db, name)
+            if agent is not None:
+                remove_agent(db, agent.id, time.time())
+                target, detail = removal_audit(agent)
+                record(db, "cli.agent.remove", target, **detail)
+    finally:
+        db.close()
+    if agent is None:
+        err(f"no agent named {echoed(name)} (see `sonde hub agent list`)")
+        return 1
+    err(
+        f"removed agent {agent.name} ({agent.id}); a running hub cuts it off within a few seconds and "
+        "refuses it from then on (re-enrolling it needs a new token)"
+    )
+    return 0
+
+
+def agent_list(data_dir: Path, as_json: bool) -> int:
+    """The agents enrolled with the hub; the status is the last one the hub wrote."""
+    from sonde.hub.agent_records import list_agents
+    from sonde.hub.tools.views import pack_labels
+
+    db = open_hub_database(data_dir)
+    try:
+        records = list_agents(db)
+    finally:
+        db.close()
+    if as_json:
+        # its packs as `name@version`, as GET /api/v1/agents lists them (not every probe's descriptor)
+        listed = [{**r.model_dump(mode="json", exclude={"packs"}), "packs": pack_labels(r)} for r in records]
+        print(json.dumps(listed, indent=2))
+        return 0
+    print(f"{'NAME':24} {'ID':34} {'STATUS':9} {'LAST SEEN':20} TAGS")
+    for r in records:
+        seen = utc_text(r.last_seen) if r.last_seen else "never"
+        print(f"{r.name[:24]:24} {r.id:34} {r.status:9} {seen:20} {', '.join(r.tags) or '-'}")
     return 0

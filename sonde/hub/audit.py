@@ -2,16 +2,22 @@
 
 Each row's ``hash`` is ``sha256(prev_hash + "\\n" + canonical JSON of the row)``, where the
 row is ``{seq, ts, actor, action, target, outcome, duration_ms, detail}`` dumped with
-sorted keys and compact separators; the first row chains from 64 zeros. Editing a row
-breaks its own hash, deleting one breaks the next row's ``prev_hash`` (and leaves a seq
+sorted keys and compact separators; the first row chains from 64 zeros. The stored
+``detail`` is the canonical dump of the detail, the very text the hash covers: a detail
+that only parses to the same value (a duplicate key, other spacing) is an edit. Editing a
+row breaks its own hash, deleting one breaks the next row's ``prev_hash`` (and leaves a seq
 gap). Rows alone cannot show a deleted tail, so every append also records the chain head
 ``{"seq", "hash"}`` in the meta table (``audit_head``), and new rows chain from that head:
-a truncated tail stays visible even after later appends.
+a truncated tail stays visible even after later appends (and SQLite's own sequence of the
+table shows rows deleted together with the head).
 
-`prune_audit` deletes the oldest rows without breaking that: it records the last
-deleted row's ``{"seq", "hash"}`` as the chain's anchor (``audit_anchor``), the
-chain is checked from there, and the prune is itself an entry on the chain: an
-anchor with no prune entry naming it means rows were cut from the start.
+Pruning (`sonde.hub.audit_prune`) records the last pruned row's ``{"seq", "hash"}`` as the
+chain's anchor (``audit_anchor``); the chain is checked from there, and the prune is
+itself an entry on the chain: an anchor with no prune entry naming it means rows were cut
+from the start. Rows at or before the anchor are ones a prune has yet to delete.
+
+The chain has no secret: it shows changes made by anything that does not recompute the
+hashes, not by someone who can write the database and does.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -91,15 +98,7 @@ class AuditVerification(BaseModel):
     first_bad_seq: int | None = None
     problem: str = ""
     starts_after: int = 0  # the last pruned row (0: nothing was pruned)
-
-
-class AuditPruned(BaseModel):
-    """What `prune_audit` removed: ``rows`` rows, up to and including row ``through_seq``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rows: int
-    through_seq: int
+    awaiting_deletion: int = 0  # rows up to ``starts_after`` an interrupted prune left (not in ``rows``)
 
 
 def _canonical(value: Any) -> str:
@@ -160,28 +159,6 @@ def _append(db: Database, entries: Iterable[AuditEntry]) -> list[int]:
     return seqs
 
 
-def prune_audit(db: Database, before_ts: float, actor: str = "cli") -> AuditPruned:
-    """Delete the rows made before ``before_ts`` (Unix time), keeping the rest checkable.
-
-    Refuses (ValueError) when the chain does not verify: pruning must not erase
-    the evidence of an edit. The prune is appended to the chain as `PRUNE_ACTION`.
-    """
-    with write_transaction(db):
-        report = _verify(db)
-        if not report.ok:
-            raise ValueError(f"the audit chain is broken at seq {report.first_bad_seq} ({report.problem})")
-        last = query_one(
-            db, "SELECT seq, hash FROM audit WHERE ts < ? ORDER BY seq DESC LIMIT 1", [before_ts]
-        )
-        if last is None:
-            return AuditPruned(rows=0, through_seq=report.starts_after)
-        removed = db.execute("DELETE FROM audit WHERE seq <= ?", [last["seq"]]).rowcount
-        set_meta(db, AUDIT_ANCHOR_KEY, _canonical({"seq": last["seq"], "hash": last["hash"]}))
-        detail: dict[str, JsonValue] = {"through_seq": last["seq"], "rows": removed, "before_ts": before_ts}
-        _append(db, [AuditEntry(actor=actor, action=PRUNE_ACTION, outcome="ok", detail=detail)])
-        return AuditPruned(rows=removed, through_seq=last["seq"])
-
-
 def append_audit(db: Database, entry: AuditEntry) -> int:
     """Append one entry to the chain; returns its seq."""
     return append_many(db, [entry])[0]
@@ -209,98 +186,163 @@ def verify_audit(db: Database) -> AuditVerification:
     Reads one consistent snapshot, so appends running meanwhile do not look like damage.
     """
     with db.atomic():
-        return _verify(db)
+        return check_chain(db)[0]
 
 
-def _verify(db: Database) -> AuditVerification:
-    anchor_seq, anchor_hash = _read_anchor(db)
-    rows, last_seq, last_hash, broken = _walk_chain(db, anchor_seq, anchor_hash)
-    if broken is not None:
-        return AuditVerification(
-            ok=False, rows=rows, first_bad_seq=broken[0], problem=broken[1], starts_after=anchor_seq
-        )
-    if anchor_seq and not _prune_recorded(db, anchor_seq):
-        return AuditVerification(
-            ok=False,
-            rows=rows,
-            first_bad_seq=anchor_seq,
-            problem=f"the log starts after row {anchor_seq}, but no prune through that row is on record",
-            starts_after=anchor_seq,
-        )
-    return _check_head(db, rows, last_seq, last_hash).model_copy(update={"starts_after": anchor_seq})
+def check_chain(
+    db: Database, progress: Callable[[int], None] | None = None, progress_rows: int = 10_000
+) -> tuple[AuditVerification, ChainWalk]:
+    """Check the chain, in the caller's transaction: the verdict, and how far the rows verified.
+    ``progress`` is told how many rows were checked, every ``progress_rows`` rows."""
+    anchor_seq, anchor_hash = read_anchor(db)
+    walk = walk_chain(db, anchor_seq, anchor_hash, progress=progress, progress_rows=progress_rows)
+    found = AuditVerification(
+        ok=True, rows=walk.rows, starts_after=anchor_seq, awaiting_deletion=walk.awaiting_deletion
+    )
+    if walk.problem is not None:
+        return _broken(found, *walk.problem), walk
+    if anchor_seq and anchor_seq not in walk.prunes:
+        unrecorded = f"the log starts after row {anchor_seq}, but no prune through that row is on record"
+        return _broken(found, anchor_seq, unrecorded), walk
+    problem = head_problem(db, walk)
+    return (found if problem is None else _broken(found, *problem)), walk
 
 
-def _read_anchor(db: Database) -> tuple[int, str]:
+def _broken(found: AuditVerification, first_bad_seq: int | None, problem: str) -> AuditVerification:
+    return found.model_copy(update={"ok": False, "first_bad_seq": first_bad_seq, "problem": problem})
+
+
+def read_anchor(db: Database) -> tuple[int, str]:
     """The (seq, hash) the remaining rows chain from: the last pruned row, else genesis."""
     return _read_mark(db, AUDIT_ANCHOR_KEY) or (0, GENESIS_HASH)
 
 
-def _prune_recorded(db: Database, through_seq: int) -> bool:
-    row = query_one(
-        db,
-        "SELECT 1 AS found FROM audit WHERE action = ? AND json_extract(detail, '$.through_seq') = ? LIMIT 1",
-        [PRUNE_ACTION, through_seq],
-    )
-    return row is not None
+def set_anchor(db: Database, seq: int, digest: str) -> None:
+    """Record row ``seq`` (its hash ``digest``) as the last pruned row, which the rest chain from."""
+    set_meta(db, AUDIT_ANCHOR_KEY, _canonical({"seq": seq, "hash": digest}))
 
 
-def _walk_chain(db: Database, prev_seq: int, prev_hash: str) -> tuple[int, int, str, tuple[int, str] | None]:
-    """(good rows, last good seq, last good hash, first problem or None), from the anchor on."""
-    rows = 0
+@dataclass
+class ChainWalk:
+    """What `walk_chain` found: the rows that verified, up to the first problem."""
+
+    last_seq: int  # the last row that verified (the anchor's, when none did)
+    last_hash: str
+    rows: int = 0  # rows after the anchor that verified
+    awaiting_deletion: int = 0  # rows at or before the anchor: a prune that did not finish
+    prunes: set[int] = field(default_factory=set)  # the ``through_seq`` of each prune entry that verified
+    problem: tuple[int, str] | None = None  # (first bad seq, what is wrong)
+
+
+def walk_chain(
+    db: Database,
+    anchor_seq: int,
+    anchor_hash: str,
+    after_seq: int = 0,
+    progress: Callable[[int], None] | None = None,
+    progress_rows: int = 10_000,
+) -> ChainWalk:
+    """Check the rows after ``after_seq`` in order, chaining from the anchor; stops at the first problem.
+
+    Rows at or before the anchor are those a prune has yet to delete (it deletes in batches,
+    oldest first): they must chain to each other and end at the anchor's hash. With
+    ``after_seq`` (a row already checked, given as the anchor) only the rows after it are read.
+    """
+    walk = ChainWalk(last_seq=anchor_seq, last_hash=anchor_hash)
     columns = (*_HASHED_FIELDS, "prev_hash", "hash")
-    cursor = db.conn.execute(f"SELECT {', '.join(columns)} FROM audit ORDER BY seq")
+    query = f"SELECT {', '.join(columns)} FROM audit WHERE seq > ? ORDER BY seq"
+    cursor = db.conn.execute(query, [after_seq])
     try:
         for values in cursor:
             row = dict(zip(columns, values, strict=True))
-            problem = _check_row(row, prev_seq, prev_hash)
-            if problem is not None:
-                return rows, prev_seq, prev_hash, problem
-            rows, prev_seq, prev_hash = rows + 1, row["seq"], row["hash"]
+            checked = walk.rows + walk.awaiting_deletion
+            if checked == 0 and row["seq"] <= anchor_seq:  # the rows before it are deleted already
+                walk.last_seq, walk.last_hash = row["seq"] - 1, row["prev_hash"]
+            walk.problem = _check_row(row, walk, anchor_seq, anchor_hash)
+            if walk.problem is not None:
+                break
+            if progress is not None and (checked + 1) % progress_rows == 0:
+                progress(checked + 1)
     finally:
         cursor.close()
-    return rows, prev_seq, prev_hash, None
+    return walk
 
 
-def _check_row(row: dict[str, Any], prev_seq: int, prev_hash: str) -> tuple[int, str] | None:
-    seq = row["seq"]
+def _check_row(
+    row: dict[str, Any], walk: ChainWalk, anchor_seq: int, anchor_hash: str
+) -> tuple[int, str] | None:
+    """The problem with ``row`` as the next after ``walk``'s last, or None (and ``walk`` takes it in)."""
+    seq, prev_seq = row["seq"], walk.last_seq
     if seq != prev_seq + 1:
         return prev_seq + 1, f"row {prev_seq + 1} is missing: row {seq} follows row {prev_seq}"
-    if row["prev_hash"] != prev_hash:
+    if row["prev_hash"] != walk.last_hash:
         return seq, f"row {seq} does not chain to row {prev_seq}: a row was removed or rewritten"
-    edited = (seq, f"row {seq} does not match its hash: it was edited")
-    fields = {name: row[name] for name in _HASHED_FIELDS}
+    detail = _hashed_detail(row, walk.last_hash)
+    if detail is None:
+        return seq, f"row {seq} does not match its hash: it was edited"
+    if seq == anchor_seq and row["hash"] != anchor_hash:
+        return seq, f"row {seq} is not the row the last prune cut through: it was rewritten"
+    if seq <= anchor_seq:
+        walk.awaiting_deletion += 1
+    else:
+        walk.rows += 1
+    if row["action"] == PRUNE_ACTION and isinstance(detail.get("through_seq"), int):
+        walk.prunes.add(detail["through_seq"])
+    walk.last_seq, walk.last_hash = seq, row["hash"]
+    return None
+
+
+def _hashed_detail(row: dict[str, Any], prev_hash: str) -> dict[str, Any] | None:
+    """The row's detail when the row is what its hash was made over, else None.
+
+    The stored detail must be the very text that was hashed (the canonical dump of the
+    detail, as every row has been written): text that only parses to it (a duplicate key,
+    another spacing or escape) is an edit, and would let a reader see what was not hashed.
+    """
     try:
-        fields["detail"] = json.loads(row["detail"])
-        digest = _chain_hash(prev_hash, fields)
+        detail = json.loads(row["detail"])
+        if not isinstance(detail, dict) or _canonical(detail) != row["detail"]:
+            return None
+        digest = _chain_hash(prev_hash, {**{name: row[name] for name in _HASHED_FIELDS}, "detail": detail})
     except (TypeError, ValueError):  # detail no longer JSON (or NULL), or a NaN slipped in
-        return edited
-    return edited if digest != row["hash"] else None
+        return None
+    return detail if digest == row["hash"] else None
 
 
-def _check_head(db: Database, rows: int, last_seq: int, last_hash: str) -> AuditVerification:
+def head_problem(db: Database, walk: ChainWalk) -> tuple[int | None, str] | None:
+    """What is wrong with the end of the log (the recorded head, SQLite's own count), or None."""
+    written = highest_seq_written(db)
     head = _read_mark(db, AUDIT_HEAD_KEY)
     if head is None:
-        if rows == 0:
-            return AuditVerification(ok=True, rows=0)
-        return AuditVerification(
-            ok=False, rows=rows, first_bad_seq=None, problem="the recorded chain head is missing"
-        )
+        if walk.rows or walk.awaiting_deletion:
+            return None, "the recorded chain head is missing"
+        if written > walk.last_seq:
+            return walk.last_seq + 1, (
+                f"the log is empty and its recorded head is missing, but rows up to {written} were "
+                "written (SQLite's sequence of the audit table): they were deleted"
+            )
+        return None
     head_seq, head_hash = head
-    if head_seq == last_seq and head_hash == last_hash:
-        return AuditVerification(ok=True, rows=rows)
-    if head_seq > last_seq:
-        return AuditVerification(
-            ok=False,
-            rows=rows,
-            first_bad_seq=last_seq + 1,
-            problem=f"the log was truncated: it ends at row {last_seq} but the head is row {head_seq}",
+    if head_seq > walk.last_seq:
+        return walk.last_seq + 1, (
+            f"the log was truncated: it ends at row {walk.last_seq} but the head is row {head_seq}"
         )
-    return AuditVerification(
-        ok=False,
-        rows=rows,
-        first_bad_seq=last_seq,
-        problem=f"the last row {last_seq} does not match the recorded chain head (row {head_seq})",
-    )
+    if head_seq != walk.last_seq or head_hash != walk.last_hash:
+        return walk.last_seq, (
+            f"the last row {walk.last_seq} does not match the recorded chain head (row {head_seq})"
+        )
+    if written > head_seq:
+        return head_seq + 1, (
+            f"the log was truncated: it ends at row {head_seq} but rows up to {written} were written "
+            "(SQLite's sequence of the audit table), and its head was rewritten"
+        )
+    return None
+
+
+def highest_seq_written(db: Database) -> int:
+    """The highest seq the audit table ever held (SQLite keeps it for AUTOINCREMENT), 0 if none."""
+    row = query_one(db, "SELECT seq FROM sqlite_sequence WHERE name = 'audit'")
+    return 0 if row is None else int(row["seq"])
 
 
 def query_audit(db: Database, /, **filters: Any) -> list[dict[str, Any]]:

@@ -21,7 +21,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import trio
 from sqlite_utils import Database
 
+from sonde.echo import without_secrets
 from sonde.hub.agent_records import list_agents
+from sonde.hub.agent_removal import cut_off_removed_agents
 from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.auth import KeyRing
@@ -74,14 +76,15 @@ class Hub:
         """Append to the audit chain without waiting for the commit (batched: `AuditQueue`).
 
         The target and each detail value are cut to a bounded size (`bounded_target`,
-        `bounded_detail`): they may hold what a caller sent. An ``unauthenticated``
+        `bounded_detail`): they may hold what a caller sent; a Sonde secret in the target (a
+        key pasted into a path or an agent name) is never recorded (`without_secrets`). An ``unauthenticated``
         entry (one no credential vouches for: a caller can cause it at will) draws on
         the hub-wide budget of `sonde.hub.audit_budget`.
         """
         entry = AuditEntry(
             actor=actor,
             action=action,
-            target=bounded_target(target),
+            target=bounded_target(None if target is None else without_secrets(target)),
             outcome=outcome,
             duration_ms=duration_ms,
             detail=bounded_detail(detail) if detail else {},
@@ -190,6 +193,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hub.audit_queue.run)
             nursery.start_soon(watch_free_space, config.db_path.parent)
+            nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
             try:
                 yield hub
             finally:

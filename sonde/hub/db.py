@@ -253,6 +253,56 @@ def give_back_free_pages(db: Database, chunk_pages: int = 1024) -> int | None:
     return (first - free) * page_size
 
 
+def open_database_read_only(path: Path) -> Database:
+    """Open an existing hub database only to read it, changing nothing: no migration, no write
+    (a backup copy, a read-only mount, a hub running beside). Its schema stays as it is: the
+    caller checks `schema_version` is one it can read.
+
+    A WAL database whose directory cannot be written (no ``-shm`` can be made) is read as an
+    immutable file, unless a ``-wal`` file next to it holds changes that would then be missed.
+    Raises `NotAHubDatabase`, `DatabaseUnusable`, `DatabaseTooNew`.
+    """
+    path = Path(path)
+    uri = path.resolve().as_uri() + "?mode=ro"
+    try:
+        db = _read_connection(uri)
+    except sqlite3.Error as exc:
+        if not _no_shm_can_be_made(exc) or not path.is_file():
+            raise _open_error(path, exc) from exc
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise database_unusable(
+                path, f"{exc}; its -wal file holds changes that cannot be read without writing beside it"
+            ) from exc
+        try:
+            db = _read_connection(uri + "&immutable=1")  # nothing can write there either
+        except sqlite3.Error as again:
+            raise _open_error(path, again) from again
+    try:
+        _refuse_other_files(db, path, existing=True)
+        refuse_too_new(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _no_shm_can_be_made(error: sqlite3.Error) -> bool:
+    """SQLite could not make the ``-shm`` file a WAL reader needs: a read-only mount says
+    SQLITE_CANTOPEN, a directory this user may not write SQLITE_READONLY_DIRECTORY."""
+    return getattr(error, "sqlite_errorname", "") in ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY")
+
+
+def _read_connection(uri: str) -> Database:
+    db = _connect(uri, uri=True)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the file is opened lazily
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def open_read_database(path: Path) -> Database:
     """Open an existing hub database read-only (``PRAGMA query_only``), for reader threads."""
     uri = Path(path).resolve().as_uri() + "?mode=rw"
@@ -290,13 +340,7 @@ def migrate(db: Database, path: Path | None = None) -> None:
 
     Raises `DatabaseTooNew` (a RuntimeError) if the database is newer than this code.
     """
-    current = schema_version(db)
-    if current > SCHEMA_VERSION:
-        where = f" {path}" if path is not None else ""
-        raise DatabaseTooNew(
-            f"hub database{where} has schema version {current} but this Sonde only knows up to "
-            f"version {SCHEMA_VERSION}; upgrade Sonde (or restore a backup made by this version)"
-        )
+    current = refuse_too_new(db, path)
     for version, migration in enumerate(MIGRATIONS, start=1):
         if version <= current:
             continue
@@ -305,6 +349,18 @@ def migrate(db: Database, path: Path | None = None) -> None:
                 continue
             migration(db)
             db.execute(f"PRAGMA user_version={version}")
+
+
+def refuse_too_new(db: Database, path: Path | None = None) -> int:
+    """The database's schema version; raises `DatabaseTooNew` if it is newer than this code."""
+    current = schema_version(db)
+    if current > SCHEMA_VERSION:
+        where = f" {path}" if path is not None else ""
+        raise DatabaseTooNew(
+            f"hub database{where} has schema version {current} but this Sonde only knows up to "
+            f"version {SCHEMA_VERSION}; upgrade Sonde (or restore a backup made by this version)"
+        )
+    return current
 
 
 @contextmanager

@@ -13,13 +13,14 @@ import re
 import secrets
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
-from sonde.echo import echoed
+from sonde.echo import SECRET_SHAPE, echoed, holds_secret
 from sonde.hub.db import query_one, write_transaction
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
@@ -36,6 +37,7 @@ DEFAULT_TOKEN_TTL_S = 900.0
 MIN_TOKEN_TTL_S = 60.0
 MAX_TOKEN_TTL_S = 7 * 24 * 3600.0
 MAX_SECRET_CHARS = 256  # longer presented secrets are refused without hashing
+MAX_KEY_NAME_CHARS = 64
 
 UNKNOWN_TOKEN = "unknown_token"
 TOKEN_USED = "token_used"
@@ -43,7 +45,7 @@ TOKEN_EXPIRED = "token_expired"
 TOKEN_REVOKED = "token_revoked"
 TOKEN_NAME_MISMATCH = "token_name_mismatch"
 
-_KEY_NAME_RE = re.compile(r"[A-Za-z0-9 ._-]{1,64}")
+_KEY_NAME_RE = re.compile(rf"[A-Za-z0-9 ._-]{{1,{MAX_KEY_NAME_CHARS}}}")
 _TOKEN_RE = re.compile(TOKEN_PATTERN)
 _AGENT_NAME_RE = re.compile(NAME_PATTERN)
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -183,23 +185,70 @@ def get_api_key(db: Database, key_id: str) -> ApiKeyRecord | None:
     return None if row is None else _api_key_from_row(row)
 
 
-class LastAdminKey(ValueError):
-    """Revoking this key would leave no admin key: nobody could manage the hub over its API."""
+class LastAdminKey(Exception):
+    """Revoking this key (``key_id``) would leave no admin key: nobody could manage the hub over
+    its API. A refusal, not a usage error."""
+
+    def __init__(self, message: str, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id
 
 
 def revoke_api_key(db: Database, key_id: str, now: float | None = None) -> bool:
-    """Revoke a key; False if it is unknown or already revoked. Raises `LastAdminKey` for the
-    last active admin key."""
+    """Revoke the key with this id; False if it is unknown or already revoked. Raises `LastAdminKey`
+    for the last active admin key."""
     row = query_one(db, "SELECT role, name FROM api_keys WHERE id = ? AND revoked_at IS NULL", [key_id])
     if row is not None and row["role"] == "admin" and count_active_admin_keys(db) <= 1:
         raise LastAdminKey(
             f"API key {key_id} ({row['name']}) is the last active admin key: create another admin key "
-            "first (`sonde hub key create --name NAME --role admin`), then revoke this one"
+            "first (`sonde hub key create --name NAME --role admin`), then revoke this one",
+            key_id,
         )
     cursor = db.execute(
         "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [_now(now), key_id]
     )
     return cursor.rowcount == 1
+
+
+@dataclass(frozen=True)
+class KeyRevocation:
+    """What `revoke_api_key_named` did. ``target`` names the key for the audit row: its id, the id
+    asked for when no key has it, or None when it was asked for by a secret no key has (never the
+    secret itself). ``message`` is for people and never shows a secret."""
+
+    revoked: bool
+    target: str | None
+    message: str
+
+
+def revoke_api_key_named(db: Database, key: str, now: float | None = None) -> KeyRevocation:
+    """Revoke the key with this id, or whose secret this is (``sonde_...``): whoever finds a key
+    where it should not be has its text at hand, not its id. Surrounding blanks are ignored.
+
+    Raises `LastAdminKey` (naming the key by id) for the last active admin key.
+    """
+    text = key.strip()
+    if holds_secret(text):
+        row = (
+            query_one(db, "SELECT id FROM api_keys WHERE key_hash = ?", [_hash_secret(text)])
+            if SECRET_SHAPE.fullmatch(text)
+            else None
+        )
+        if row is None:
+            return KeyRevocation(
+                False, None, "no API key has that secret (give the secret alone, or the key's id)"
+            )
+        text = row["id"]
+    if revoke_api_key(db, text, now):
+        return KeyRevocation(True, text, f"revoked API key {text}")
+    record = get_api_key(db, text)
+    if record is None or record.revoked_at is None:
+        return KeyRevocation(False, text, f"no active API key with id {echoed(text)}")
+    return KeyRevocation(
+        False,
+        record.id,
+        f"API key {record.id} ({record.name}) was already revoked at {_iso(record.revoked_at)}",
+    )
 
 
 def find_api_key(db: Database, secret: str) -> ApiKeyRecord | None:
@@ -277,11 +326,12 @@ def revoke_enrollment_token(db: Database, token: str, now: float | None = None) 
     """Revoke a token that could still enroll; the row stays, so the audit trail can name it.
 
     ``token`` is its id, or the token itself (``enr_...``): whoever pasted a token where
-    it should not be has that text at hand, not the id.
+    it should not be has that text at hand, not the id. Surrounding blanks are ignored.
     Raises `TokenNotRevocable` if no token has this id, or it was used, expired or revoked already.
     """
     now = _now(now)
-    by_secret = token.startswith(ENROLLMENT_TOKEN_PREFIX)
+    token = token.strip()
+    by_secret = holds_secret(token)  # an API key's secret too: no token has it, and it is not shown
     column, value = ("token_hash", _hash_secret(token)) if by_secret else ("id", token)
     with write_transaction(db):
         cursor = db.execute(
@@ -293,7 +343,7 @@ def revoke_enrollment_token(db: Database, token: str, now: float | None = None) 
     if row is None:
         if by_secret:  # never the token's text, in a message or an audit row
             raise TokenNotRevocable(None, "no such enrollment token")
-        raise TokenNotRevocable(None, f"no enrollment token has id {token!r}", token)
+        raise TokenNotRevocable(None, f"no enrollment token has id {echoed(token)}", token)
     record = _token_from_row(row, now)
     if cursor.rowcount == 1:
         return record
@@ -306,7 +356,7 @@ def _not_revocable(record: EnrollmentTokenRecord) -> str:
         return (
             f"{token} was already used at {_iso(record.used_at)} by agent {record.used_by}; "
             "revoking it would change nothing; if that agent should not be enrolled, remove it "
-            f"(DELETE /api/v1/agents/{record.used_by})"
+            f"(`sonde hub agent remove {record.used_by}`, or DELETE /api/v1/agents/{record.used_by})"
         )
     if record.revoked_at is not None:
         return f"{token} was already revoked at {_iso(record.revoked_at)}"
@@ -410,6 +460,8 @@ def parse_duration(text: str) -> float:
     """
     shown = echoed(text)
     match = _DURATION_RE.fullmatch(text.strip())
+    if match is None and _DURATION_RE.fullmatch(text.strip().removeprefix("-")):
+        raise ValueError(f"invalid duration {shown}: a duration cannot be negative")
     if match is None:
         raise ValueError(f"invalid duration {shown}: use seconds or a number with s, m, h or d (e.g. 15m)")
     seconds = float(match[1]) * _DURATION_UNIT_S[match[2]]

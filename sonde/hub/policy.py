@@ -8,15 +8,35 @@ Admin keys ignore their policy.
 from __future__ import annotations
 
 import fnmatch
+import string
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Role = Literal["admin", "member"]
 AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]._-]{1,64}"
 AGENT_PATTERN = rf"^(#[A-Za-z0-9][A-Za-z0-9._:-]{{0,63}}|{AGENT_NAME_GLOB})$"
 PROBE_PATTERN = r"^[a-z0-9_.*?\[\]]{1,100}$"
+NAME_CHARACTERS = string.ascii_letters + string.digits + "._-"  # of agent and probe names
+
+
+def checked_glob(pattern: str) -> str:
+    """``pattern`` when each of its ``[...]`` sets is closed and matches some character of a name;
+    ValueError otherwise. `fnmatch` reads an unclosed ``[`` as itself, a character no agent or
+    probe name has, and a set such as ``[z-a]`` matches nothing: the glob would reach nothing."""
+    i = 0
+    while (i := pattern.find("[", i)) != -1:
+        j = i + 1 + (pattern[i + 1 : i + 2] == "!")
+        j += pattern[j : j + 1] == "]"  # a ']' first in a set is one of its characters
+        end = pattern.find("]", j)
+        if end == -1:
+            raise ValueError(f"{pattern!r} has a '[' with no closing ']': it would match nothing")
+        chosen = pattern[i : end + 1]
+        if not any(fnmatch.fnmatchcase(c, chosen) for c in NAME_CHARACTERS):
+            raise ValueError(f"{pattern!r}: its set {chosen!r} matches no character a name can have")
+        i = end + 1
+    return pattern
 
 
 class Policy(BaseModel):
@@ -44,6 +64,18 @@ class Policy(BaseModel):
         agents = ", ".join(self.agents) or "all agents"
         probes = ", ".join(self.probes) or "all probes"
         return f"agents: {agents}; probes: {probes}"
+
+
+class NewPolicy(Policy):
+    """A policy given to a new key, by the CLI or REST alike: each glob must be able to match
+    (`checked_glob`). A key stored before this check keeps loading as a `Policy`."""
+
+    @field_validator("agents", "probes")
+    @classmethod
+    def _globs_can_match(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            checked_glob(pattern)
+        return patterns
 
 
 UNRESTRICTED = Policy()

@@ -89,6 +89,7 @@ class AuditRow(AuditEntry):
 
 class AuditEntries(Answer):
     entries: list[AuditRow] = Field(description="Newest first")
+    truncated: bool = Field(description="True when older entries also matched, past the limit")
 
 
 class AuditChainCheck(Answer):
@@ -96,3 +97,8 @@ class AuditChainCheck(Answer):
     rows: int
     first_bad_seq: int | None = Field(alias="firstBadSeq")
     problem: str
+    starts_after: int = Field(
+        alias="startsAfter",
+        description="The last row pruned (`sonde hub audit prune`): the chain is checked from the row after "
+        "it; 0 when none was",
+    )

@@ -11,9 +11,10 @@ from quart import request
 from quart_trio import QuartTrio
 
 from sonde import __version__
-from sonde.hub.agent_records import delete_agent, set_tags
+from sonde.hub import agent_removal
+from sonde.hub.agent_records import set_tags
 from sonde.hub.attestation import accept_held
-from sonde.hub.audit import query_audit, verify_audit
+from sonde.hub.audit import query_audit_page, verify_audit
 from sonde.hub.keys import (
     LastAdminKey,
     TokenNotRevocable,
@@ -21,11 +22,11 @@ from sonde.hub.keys import (
     create_enrollment_token,
     list_api_keys,
     list_enrollment_tokens,
-    revoke_api_key,
+    revoke_api_key_named,
     revoke_enrollment_token,
 )
 from sonde.hub.openapi import openapi_document
-from sonde.hub.policy import Policy
+from sonde.hub.policy import NewPolicy
 from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
@@ -48,7 +49,7 @@ class NewApiKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9 ._-]+$")]
     role: Literal["admin", "member"] = "member"
-    policy: Policy | None = None
+    policy: NewPolicy | None = None
 
 
 class NewEnrollmentToken(BaseModel):
@@ -124,20 +125,20 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.delete("/api/v1/api-keys/<key_id>")
     async def revoke_key(key_id: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True, action="rest.api_key.revoke")
-        if len(key_id) > MAX_ID_SHOWN:  # ids are 32 characters: a longer one names no key
+        if len(key_id) > MAX_ID_SHOWN:  # ids are 32 characters, secrets 49: a longer one names no key
             raise ApiError(404, "not_found", f"no API key has an id that long ({len(key_id)} characters)")
-        try:
-            revoked = await hub.store.write(revoke_api_key, key_id, time.time())
+        try:  # by id, or by the key's secret (never shown, never recorded: the row names the id)
+            done = await hub.store.write(revoke_api_key_named, key_id, time.time())
         except LastAdminKey as exc:
-            await hub.audit(caller.key_id, "rest.api_key.revoke", key_id, "refused")
+            await hub.audit(caller.key_id, "rest.api_key.revoke", exc.key_id, "refused")
             raise ApiError(409, "last_admin_key", str(exc)) from None
-        await hub.audit(caller.key_id, "rest.api_key.revoke", key_id, "ok" if revoked else "not_found")
-        if not revoked:
-            raise ApiError(
-                404, "not_found", f"no active API key with id {key_id!r}; GET /api/v1/api-keys lists them"
-            )
+        await hub.audit(
+            caller.key_id, "rest.api_key.revoke", done.target, "ok" if done.revoked else "not_found"
+        )
+        if not done.revoked:
+            raise ApiError(404, "not_found", f"{done.message}; GET /api/v1/api-keys lists them")
         hub.keys.forget()
-        return {"revoked": key_id}
+        return {"revoked": done.target}
 
     @app.post("/api/v1/enrollment-tokens")
     async def new_token() -> tuple[dict[str, Any], int]:
@@ -197,9 +198,10 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def remove_agent(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True, action="rest.agent.remove")
         record = resolve_agent(hub, caller, agent)
-        await hub.store.write(delete_agent, record.id, time.time())
-        hub.fleet.forget(record.id, "removed by an admin")
-        await hub.audit(caller.key_id, "rest.agent.remove", record.name, "ok", detail={"agentId": record.id})
+        await hub.store.write(agent_removal.remove_agent, record.id, time.time())
+        hub.fleet.forget(record.id, agent_removal.REMOVED_BY_ADMIN)
+        target, detail = agent_removal.removal_audit(record)
+        await hub.audit(caller.key_id, "rest.agent.remove", target, "ok", detail=detail)
         return {"removed": record.id, "name": record.name}
 
     @app.put("/api/v1/agents/<agent>/tags")
@@ -264,8 +266,8 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
             filters = AuditFilters.model_validate(request.args.to_dict())
         except ValidationError as exc:
             raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
-        rows = await hub.read_audit(
-            query_audit,
+        rows, more = await hub.read_audit(
+            query_audit_page,
             agent=filters.agent,
             actor=filters.key,
             since=filters.since,
@@ -273,7 +275,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
             action_prefix=filters.action,
             limit=filters.limit,
         )
-        return {"entries": rows}
+        return {"entries": rows, "truncated": more}
 
     @app.get("/api/v1/audit/verify")
     async def verify() -> dict[str, Any]:
@@ -284,6 +286,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
             "rows": report.rows,
             "firstBadSeq": report.first_bad_seq,
             "problem": report.problem,
+            "startsAfter": report.starts_after,
         }
 
 

@@ -30,6 +30,11 @@ EVERY_COMMAND = (
 )
 
 
+def refused_code(args: list[str]) -> int:
+    """A refusal's exit code: `audit verify` tells "could not check" (3) from a broken chain (1)."""
+    return 3 if args == ["audit", "verify"] else 1
+
+
 def hub_cli(data_dir: Path, *args: str, overrides: bool = True) -> subprocess.CompletedProcess[str]:
     """`sonde hub ARGS --data-dir DATA_DIR`; without ``overrides`` file modes bind it, even as root."""
     argv = [*SONDE, "hub", *args, "--data-dir", str(data_dir)]
@@ -67,7 +72,7 @@ def test_a_data_directory_closed_to_this_user_is_named(data_dir: Path) -> None:
             done = hub_cli(data_dir, *args, overrides=False)
             assert_refused(
                 done,
-                1,
+                refused_code(args),
                 f"cannot use the hub's database {data_dir / 'sonde.db'} (permission denied: {data_dir})",
                 "run this as the hub's user",
             )
@@ -103,7 +108,7 @@ def test_another_programs_database_is_refused_and_nothing_in_it_changes(tmp_path
         done = hub_cli(data_dir, *args)
         assert_refused(
             done,
-            1,
+            refused_code(args),
             f"{data_dir / 'sonde.db'} is not a hub database: it holds another program's tables ('agents')",
         )
         assert foreign_state(data_dir / "sonde.db") == before  # still in its own journal mode, no hub tables
@@ -116,7 +121,9 @@ def test_an_empty_file_is_no_hub_database_and_stays_empty(tmp_path: Path) -> Non
     (data_dir / "sonde.db").touch()
     for args in EVERY_COMMAND:
         done = hub_cli(data_dir, *args)
-        assert_refused(done, 1, f"no hub database in {data_dir / 'sonde.db'} (the file is empty)")
+        assert_refused(
+            done, refused_code(args), f"no hub database in {data_dir / 'sonde.db'} (the file is empty)"
+        )
         assert (data_dir / "sonde.db").stat().st_size == 0
     assert sorted(p.name for p in data_dir.iterdir()) == ["sonde.db"]
 

@@ -1,0 +1,269 @@
+"""The real `sonde hub key|token|agent ...` commands on a hub's data directory: a secret pasted where
+an id was due is used (by its hash), never shown nor recorded; the CLI's audit rows carry what was
+granted; a refusal that is not a usage error exits 1; an empty path variable is as if unset; bad
+durations, names and globs are refused saying exactly why."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.hub.db import open_database
+from sonde.hub.keys import consume_enrollment_token, create_api_key, create_enrollment_token
+from tests.e2e.procs import SONDE, URL_LINE, base_env, spawn
+
+UNKNOWN_KEY = "sonde_" + "Q" * 43  # the shape of a key's secret, of no key
+UNKNOWN_TOKEN = "enr_" + "Q" * 32
+
+
+def sonde_hub(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    data_dir = ["--data-dir", str(tmp_path / "data")] if env is None else []
+    return subprocess.run(
+        [*SONDE, "hub", *args, *data_dir],
+        env={**base_env(tmp_path / "home"), **(env or {})},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """The store a hub's first start leaves (the admin commands never create one)."""
+    open_database(tmp_path / "data" / "sonde.db").close()
+    return tmp_path / "data"
+
+
+def audit(data_dir: Path, action: str) -> list[dict[str, Any]]:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        rows = list(
+            db.query("SELECT target, outcome, detail FROM audit WHERE action = ? ORDER BY seq", [action])
+        )
+    finally:
+        db.close()
+    return [{**row, "detail": json.loads(row["detail"] or "{}")} for row in rows]
+
+
+def database_bytes(data_dir: Path) -> bytes:
+    """Every byte of the store, its write-ahead log folded in first."""
+    with sqlite3.connect(data_dir / "sonde.db") as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return b"".join(p.read_bytes() for p in data_dir.iterdir() if p.name.startswith("sonde.db"))
+
+
+def key_states(tmp_path: Path) -> dict[str, str]:
+    listed = sonde_hub(tmp_path, "key", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {k["id"]: "revoked" if k["revoked_at"] else "active" for k in json.loads(listed.stdout)}
+
+
+def new_key(tmp_path: Path, *args: str) -> tuple[str, str]:
+    """The id and secret of a key made by `sonde hub key create`."""
+    made = sonde_hub(tmp_path, "key", "create", *args)
+    assert made.returncode == 0, made.stderr
+    return made.stderr.split(" API key ")[1].split()[0], made.stdout.strip()
+
+
+# --- 1: a key's or token's secret pasted where its id was due -----------------------------------
+
+
+@pytest.mark.parametrize("pasted", ["{}", "  {}\n"], ids=["as is", "with blanks"])
+def test_a_key_is_revoked_by_its_secret_which_is_never_shown_nor_recorded(
+    tmp_path: Path, data_dir: Path, pasted: str
+) -> None:
+    key_id, secret = new_key(tmp_path, "--name", "leaked")
+    done = sonde_hub(tmp_path, "key", "revoke", pasted.format(secret))
+    assert done.returncode == 0, done.stderr
+    assert f"revoked API key {key_id}" in done.stderr
+    assert secret not in done.stderr + done.stdout
+    assert key_states(tmp_path)[key_id] == "revoked"
+    assert audit(data_dir, "cli.api_key.revoke") == [{"target": key_id, "outcome": "ok", "detail": {}}]
+    assert secret.encode() not in database_bytes(data_dir)
+
+
+def test_a_secret_no_key_has_is_neither_shown_nor_recorded(tmp_path: Path, data_dir: Path) -> None:
+    for pasted in (UNKNOWN_KEY, f"Bearer {UNKNOWN_KEY}", UNKNOWN_KEY[:30]):
+        done = sonde_hub(tmp_path, "key", "revoke", pasted)
+        assert done.returncode == 1, done.stderr
+        assert "no API key has that secret" in done.stderr
+        assert UNKNOWN_KEY[6:26] not in done.stderr
+    assert [row["target"] for row in audit(data_dir, "cli.api_key.revoke")] == [None, None, None]
+    assert UNKNOWN_KEY[6:26].encode() not in database_bytes(data_dir)
+
+
+def test_a_token_pasted_with_blanks_is_revoked_by_its_text_never_shown(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        token, secret = create_enrollment_token(db)
+    finally:
+        db.close()
+    done = sonde_hub(tmp_path, "token", "revoke", f" {secret} ")
+    assert done.returncode == 0, done.stderr
+    assert f"revoked enrollment token {token.id}" in done.stderr
+    for pasted in (f" {UNKNOWN_TOKEN}", f"{UNKNOWN_TOKEN}\t", UNKNOWN_KEY):
+        unknown = sonde_hub(tmp_path, "token", "revoke", pasted)
+        assert unknown.returncode == 1, unknown.stderr
+        assert "no such enrollment token" in unknown.stderr
+        assert pasted.strip()[8:] not in unknown.stderr
+    rows = audit(data_dir, "cli.token.revoke")
+    assert [(row["target"], row["outcome"]) for row in rows] == [
+        (token.id, "ok"),
+        (None, "not_found"),
+        (None, "not_found"),
+        (None, "not_found"),
+    ]
+    stored = database_bytes(data_dir)
+    assert secret.encode() not in stored
+    assert b"Q" * 20 not in stored
+
+
+@pytest.mark.parametrize("args", [["agent", "accept"], ["agent", "remove"]], ids=" ".join)
+def test_an_agent_name_shaped_like_a_secret_is_not_echoed(
+    tmp_path: Path, data_dir: Path, args: list[str]
+) -> None:
+    done = sonde_hub(tmp_path, *args, UNKNOWN_KEY)
+    assert done.returncode == 1, done.stderr
+    assert "no agent named 'sonde_[hidden]'" in done.stderr
+    assert UNKNOWN_KEY not in done.stderr
+
+
+# --- 6: the CLI's audit rows carry what was granted; a refusal exits 1 ---------------------------
+
+
+def test_the_cli_records_the_policy_and_the_ttl_it_granted(tmp_path: Path, data_dir: Path) -> None:
+    key_id, _ = new_key(tmp_path, "--name", "web-team", "--agents", "web-*", "--probes", "system.*")
+    member_id, _ = new_key(tmp_path, "--name", "all")
+    made = sonde_hub(tmp_path, "token", "create", "--ttl", "2h", "--name", "web-1")
+    assert made.returncode == 0, made.stderr
+    policy = {"agents": ["web-*"], "probes": ["system.*"]}
+    assert [(r["target"], r["detail"]) for r in audit(data_dir, "cli.api_key.create")] == [
+        (key_id, {"name": "web-team", "role": "member", "policy": policy}),
+        (member_id, {"name": "all", "role": "member", "policy": None}),
+    ]
+    assert [r["detail"] for r in audit(data_dir, "cli.token.create")] == [{"name": "web-1", "ttl_s": 7200.0}]
+
+
+def test_refusing_to_revoke_the_last_admin_key_is_on_the_record_and_exits_1(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    key_id, secret = new_key(tmp_path, "--name", "only", "--role", "admin")
+    for given in (key_id, secret):
+        done = sonde_hub(tmp_path, "key", "revoke", given)
+        assert done.returncode == 1, done.stderr
+        assert f"API key {key_id} (only) is the last active admin key" in done.stderr
+        assert secret not in done.stderr
+    assert (
+        audit(data_dir, "cli.api_key.revoke") == [{"target": key_id, "outcome": "refused", "detail": {}}] * 2
+    )
+    assert key_states(tmp_path)[key_id] == "active"
+
+
+# --- 5: an empty path variable is as if unset --------------------------------------------------
+
+
+def test_an_empty_sonde_data_dir_is_the_default_not_the_current_directory(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    open_database(elsewhere / "sonde.db").close()  # a hub database in the current directory
+    default = tmp_path / "home" / ".local" / "share" / "sonde" / "sonde.db"
+    for args in (["key", "list"], ["key", "create", "--name", "x"], ["agent", "list"]):
+        done = sonde_hub(tmp_path, *args, env={"SONDE_DATA_DIR": ""}, cwd=elsewhere)
+        assert done.returncode == 1, done.stderr
+        assert f"no hub database at {default}" in done.stderr
+    db = open_database(elsewhere / "sonde.db")
+    try:
+        assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+    finally:
+        db.close()
+
+
+def test_empty_tls_variables_are_as_if_unset(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path / "home"), "SONDE_TLS_CERT": "", "SONDE_TLS_KEY": ""}
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], env)
+    try:
+        assert proc.wait_for(URL_LINE, timeout=30).group(1).startswith("http://127.0.0.1:")
+    finally:
+        assert proc.stop() == 0
+
+
+# --- 8: durations, names and globs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", [["--ttl", "-5m"], ["--ttl=-5m"], ["--ttl", "-1"]], ids=" ".join)
+def test_a_negative_ttl_is_refused_as_negative(tmp_path: Path, data_dir: Path, ttl: list[str]) -> None:
+    done = sonde_hub(tmp_path, "token", "create", *ttl)
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"--ttl: invalid duration {ttl[-1].removeprefix('--ttl=')!r}: a duration cannot be negative"
+        in done.stderr
+    )
+    assert "requires an argument" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("length", [65, 101])
+def test_a_long_key_name_is_refused_with_the_real_limit(tmp_path: Path, data_dir: Path, length: int) -> None:
+    done = sonde_hub(tmp_path, "key", "create", "--name", "n" * length)
+    assert done.returncode == 2, done.stderr
+    assert "no API key name has more than 64 characters" in done.stderr
+    assert new_key(tmp_path, "--name", "n" * 64)[1].startswith("sonde_")
+
+
+def test_a_long_agent_name_is_refused_with_the_real_limit(tmp_path: Path, data_dir: Path) -> None:
+    done = sonde_hub(tmp_path, "token", "create", "--name", "a" * 64)
+    assert done.returncode == 2, done.stderr
+    assert "no agent name has more than 63 characters" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "glob", "says"),
+    [
+        ("--agents", "[", "'[' has a '[' with no closing ']': it would match nothing"),
+        ("--agents", "web-[0-9", "'web-[0-9' has a '[' with no closing ']'"),
+        ("--agents", "[z-a]", "its set '[z-a]' matches no character a name can have"),
+        ("--probes", "system.[", "'system.[' has a '[' with no closing ']'"),
+    ],
+)
+def test_a_glob_that_can_match_nothing_is_refused(
+    tmp_path: Path, data_dir: Path, flag: str, glob: str, says: str
+) -> None:
+    done = sonde_hub(tmp_path, "key", "create", "--name", "k", flag, glob)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert audit(data_dir, "cli.api_key.create") == []
+
+
+def test_a_glob_with_a_closed_set_is_taken(tmp_path: Path, data_dir: Path) -> None:
+    new_key(
+        tmp_path, "--name", "k", "--agents", "web-[0-9]*", "--agents", "[]ab]", "--probes", "system.[am]*"
+    )
+
+
+def test_a_used_tokens_refusal_names_the_cli_command_that_removes_its_agent(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        token, secret = create_enrollment_token(db)
+        consume_enrollment_token(db, secret, "web-1", "agent-1")
+        create_api_key(db, "spare")
+    finally:
+        db.close()
+    done = sonde_hub(tmp_path, "token", "revoke", token.id)
+    assert done.returncode == 1, done.stderr
+    assert "remove it (`sonde hub agent remove agent-1`, or DELETE /api/v1/agents/agent-1)" in done.stderr
