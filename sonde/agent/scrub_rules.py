@@ -9,7 +9,8 @@ field name (``password=x``, ``"apiKey": "x"``, ``--token x``,
 ``<secret>x</secret>``, ``Authorization: ...``) start from the places where a
 secret-word stem (``pass``, ``token``, ``key`` ...) occurs in the lowercased
 string and match anchored at the start of that word; `is_secret_name` then
-decides whether the name is secret. The rules keyed by a shape (tokens, key
+decides whether the name is secret (a flag that takes no value, `SWITCHES`,
+hides nothing after it). The rules keyed by a shape (tokens, key
 blocks, URL passwords, programs' password flags and words) live in `sonde.agent.scrub_shapes`.
 
 Rules run one after the other, each over the output of the one before, and
@@ -102,11 +103,17 @@ NSS_SOURCES = frozenset(
 )  # fmt: skip
 
 
+# Flags named like secrets that take no value: "add_user --pre-hashed-password bob HASH" (rabbitmqctl).
+SWITCHES = frozenset({"pre-hashed-password"})
+
+
 def _named_value_is_secret(match: re.Match[str]) -> bool:
     value = match["value"].strip("\\\"'")
     if not value or set(value) == {"*"}:
         return False
     name = match["name"].lstrip("-")
+    if match.re is _FLAG and name.lower() in SWITCHES:
+        return False
     if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
         return False
     return is_secret_name(name)
@@ -162,29 +169,38 @@ def _value_span(match: re.Match[str]) -> tuple[int, int]:
     return match.span()
 
 
-def _redacted(match: re.Match[str], start: int, end: int) -> str:
-    """The match with ``[start, end)`` replaced; a quoted value keeps its quotes, a scheme stays."""
-    value = match.string[start:end]
-    quote = next((q for q in ('\\"', '"', "'") if len(value) >= 2 * len(q) and value.startswith(q)), "")
-    scheme = _SCHEME_PREFIX.match(value, len(quote))
-    kept = quote + (scheme[0] if scheme else "")
-    return match.string[match.start() : start] + kept + REDACTED + quote + match.string[end : match.end()]
+def _redacted(match: re.Match[str], spans: list[tuple[int, int]]) -> str:
+    """The match with each of ``spans`` replaced; a quoted value keeps its quotes, a scheme stays."""
+    text, pieces, done = match.string, [], match.start()
+    for start, end in spans:
+        value = text[start:end]
+        quote = next((q for q in ('\\"', '"', "'") if len(value) >= 2 * len(q) and value.startswith(q)), "")
+        scheme = _SCHEME_PREFIX.match(value, len(quote))
+        pieces += [text[done:start], quote, scheme[0] if scheme else "", REDACTED, quote]
+        done = end
+    pieces.append(text[done : match.end()])
+    return "".join(pieces)
 
 
 _SCHEME_PREFIX = re.compile(SCHEME)
 
 
-def _replace(text: str, matches: Iterator[re.Match[str]]) -> tuple[str, int]:
+def _replace(
+    text: str, matches: Iterator[re.Match[str]], inner: re.Pattern[str] | None = None
+) -> tuple[str, int]:
+    """``text`` with the value of each match redacted, and how many there were; with ``inner``,
+    each value of ``inner`` inside a match's value instead (``ACL SETUSER bob >PW1 >PW2``)."""
     pieces: list[str] = []
-    done = 0
+    done = count = 0
     for match in matches:
-        start, end = _value_span(match)
-        pieces += [text[done : match.start()], _redacted(match, start, end)]
-        done = match.end()
-    if not pieces:
+        span = _value_span(match)
+        spans = [span] if inner is None else [_value_span(found) for found in inner.finditer(text, *span)]
+        pieces += [text[done : match.start()], _redacted(match, spans)]
+        done, count = match.end(), count + len(spans)
+    if not count:
         return text, 0
     pieces.append(text[done:])
-    return "".join(pieces), len(pieces) // 2
+    return "".join(pieces), count
 
 
 def scrub_text(text: str) -> tuple[str, int]:
@@ -198,7 +214,7 @@ def scrub_text(text: str) -> tuple[str, int]:
     text, count = _replace(text, _named_matches(text, lowercase(text) if total else lower))
     total += count
     for rule in SHAPE_RULES[1:]:
-        text, count = _replace(text, rule.matches(text, lower))
+        text, count = _replace(text, rule.matches(text, lower), rule.inner)
         total += count
     return text, total
 

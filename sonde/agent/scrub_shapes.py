@@ -4,7 +4,9 @@ Each `ShapeRule` is a pattern for one kind of secret (a private key block, a
 vendor token, a URL password, a program's password flag ...) behind a cheap
 gate; `sonde.agent.scrub_rules` runs them, with the rules keyed by a field
 name, in `scrub_text`. Only a rule's value group is redacted (the whole match
-when it has none). Every pattern starts with a literal or a rare character
+when it has none), or, for a rule with an ``inner`` pattern, each of its values
+inside that group (every ``>PW`` after ``ACL SETUSER``, every logon on an
+``rman`` line). Every pattern starts with a literal or a rare character
 so the regex engine skips from one candidate to the next, and every
 repetition is bounded: hostile text scrubs in linear time.
 """
@@ -51,6 +53,31 @@ _HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Z
 _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
 # After a program's name and a space, a later word on the line: "redis-cli -h db AUTH".
 _LATER = r"(?=[ \t])[^\r\n\x00]{0,200}?[ \t]"
+# The flags of a program that take a value (the next item) and are not secrets: a word after
+# one is its value, not a word of the program ("redis-cli -h auth ping"). The argv form uses
+# them too (sonde.agent.scrubber).
+REDIS_CLI_VALUED = (
+    "-h", "-p", "-s", "-u", "-r", "-i", "-n", "-d", "-D", "-t", "--user", "--cacert", "--cacertdir",
+    "--cert", "--sni", "--tls-ciphers", "--tls-ciphersuites", "--rdb", "--functions-rdb",
+    "--pipe-timeout", "--memkeys-samples", "--eval", "--pattern", "--quoted-pattern", "--count",
+    "--cluster",
+)  # fmt: skip
+RABBITMQCTL_VALUED = ("-n", "--node", "-t", "--timeout", "-p", "--vhost")
+MC_VALUED = ("--api", "--path", "--config-dir", "-C")
+VAULT_VALUED = (
+    "-method", "-path", "-address", "-namespace", "-ns", "-field", "-format", "-ca-cert", "-ca-path",
+    "-client-cert", "-client-key", "-tls-server-name", "-wrap-ttl", "-mfa", "-header", "-agent-address",
+)  # fmt: skip
+
+
+def _flags_then(valued: tuple[str, ...]) -> str:
+    """Any flags (a valued one with its value) before the next item: "-v", "-n rabbit@h"."""
+    names = "|".join(re.escape(name) for name in sorted(valued, key=len, reverse=True))
+    return r"(?:[ \t]+(?:(?:" + names + r")[ \t]+[^\s\x00]{1,256}+|-[^\s\x00]{1,256}+))*+"
+
+
+# One positional item (not a flag) of a command line.
+_ITEM = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -67,12 +94,16 @@ def _basic_credentials(match: re.Match[str]) -> bool:
 @dataclass(frozen=True)
 class ShapeRule:
     """A secret recognised by its shape. Only the ``value`` group is redacted (the whole
-    match when there is none); ``check`` may reject a match; ``gate`` must pass first."""
+    match when there is none), or each ``inner`` value inside it; ``check`` may reject a
+    match; ``gate`` must pass first."""
 
     name: str
     pattern: re.Pattern[str]
     gate: Callable[[str, str], bool]
     check: Callable[[re.Match[str]], bool] | None = None
+    # When the value holds several secrets (ACL SETUSER bob >PW1 >PW2): each value of this
+    # pattern inside it is redacted instead.
+    inner: re.Pattern[str] | None = None
 
     def matches(self, text: str, lower: str) -> Iterator[re.Match[str]]:
         """The secrets in ``text``; ``lower`` (for the gate) is ``text`` or its input lowercased."""
@@ -94,6 +125,13 @@ def _contains_folded(*needles: str) -> Callable[[str, str], bool]:
 def _long_with(char: str, min_chars: int = 15) -> Callable[[str, str], bool]:
     return lambda text, lower: len(text) >= min_chars and char in text
 
+
+# The gate of program_password_flag: "-P" for zip, unzip, ipmitool, sqlcmd, bcp and the
+# mosquitto clients (one needle, not six); "net " for samba's net.
+_FLAG_PROGRAMS = (
+    "redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ", "lftp", "etcdctl",
+    "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl",
+)  # fmt: skip
 
 SHAPE_RULES = (
     # PEM / OpenSSH / PGP private key blocks, to the END line or, when cut short, to the end.
@@ -254,8 +292,10 @@ SHAPE_RULES = (
     # The password flags of known programs on a command line (within 200 characters of the
     # program's name): redis-cli -a, sshpass -p, the mongo tools' -p, the ldap tools' -w,
     # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
-    # -p, the samba tools' -U user%SECRET, zip/unzip/ipmitool/sqlcmd and the mosquitto
-    # clients' -P, 7z's -pSECRET. The argv form: sonde.agent.scrubber.
+    # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
+    # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
+    # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K. The
+    # argv form: sonde.agent.scrubber.
     ShapeRule(
         "program_password_flag",
         re.compile(
@@ -269,49 +309,94 @@ SHAPE_RULES = (
             r"[\"']?[^\s\x00:\"']{1,256}:"
             r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
             r"login[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
-            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree)[^\r\n\x00]{0,200}?[ \t](?:-U[ \t]*|--user(?:[ \t]+|=))"
-            r"[\"']?[^\s\x00%\"']{1,256}%"
-            r"|(?:zip|unzip|ipmitool|sqlcmd|mosquitto_(?:pub|sub|rr))[^\r\n\x00]{0,200}?[ \t]-P[ \t]+"
+            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))[^\r\n\x00]{0,200}?[ \t]"
+            r"(?:-U[ \t]*|--user(?:[ \t]+|=))[\"']?[^\s\x00%\"']{1,256}%"
+            r"|lftp[^\r\n\x00]{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
+            r"|(?:zip|unzip|ipmitool|sqlcmd|bcp|mosquitto_(?:pub|sub|rr))[^\r\n\x00]{0,200}?[ \t]-P[ \t]+"
             r"|7z[arz]?[^\r\n\x00]{0,200}?[ \t]-p"
+            r"|(?:rar|unrar)(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-h?p"
+            r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?[^\r\n\x00]{0,200}?[ \t]/g?p:"
+            r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
+            r"|openssl[^\r\n\x00]{0,200}?[ \t]-[kK][ \t]+"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
-        # "-P" for zip, unzip, ipmitool, sqlcmd and the mosquitto clients: one needle, not five
-        _contains(
-            "redis-cli",
-            "sshpass",
-            "mongo",
-            "ldap",
-            "curl",
-            "login",
-            "smb",
-            "rpcclient",
-            "etcdctl",
-            "-P",
-            "7z",
-        ),
+        _contains(*_FLAG_PROGRAMS),
     ),
     # The password a known program's word announces on a command line (within 200 characters
     # of the program's name, followed by a space: "mysqladmin: [Warning] Using a password on"
-    # is a message): redis-cli AUTH [user] SECRET (HELLO 3 AUTH user SECRET) and CONFIG SET
-    # requirepass|masterauth SECRET, rabbitmqctl add_user|change_password USER SECRET, nmcli
-    # ... password|wifi-sec.psk SECRET, aws configure set [profile.NAME.]aws_secret_access_key
-    # SECRET, mysqladmin password SECRET.
+    # is a message; not the value of a flag: "redis-cli -h auth ping"): redis-cli AUTH [user]
+    # SECRET (HELLO 3 AUTH user SECRET; MIGRATE ... AUTH SECRET KEYS k | AUTH2 user SECRET) and
+    # CONFIG SET requirepass|masterauth SECRET, rabbitmqctl add_user|change_password [flags]
+    # USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws configure set
+    # [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc alias set
+    # NAME URL ACCESSKEY SECRET, vault login [flags] TOKEN (the last item), and unixODBC's
+    # isql DSN USER SECRET (at the start of a line: "the isql client" is prose).
     ShapeRule(
         "program_password_word",
         re.compile(
             r"(?<![\w.-])(?:"
-            r"redis-cli" + _LATER + r"(?:(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+(?=[ \t]+[^\s\x00-]))?+"
+            r"redis-cli" + _LATER + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
+            r"|(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+(?=[ \t]+(?!(?i:keys)(?![^\s\x00]))[^\s\x00-]))?+"
             r"|(?i:requirepass|masterauth))"
             r"|rabbitmqctl"
             + _LATER
-            + r"(?:add_user|change_password|authenticate_user)[ \t]+[^\s\x00]{1,256}+"
-            r"|nmcli" + _LATER + r"(?:[\w-]{1,64}\.)?"
+            + r"(?:add_user|change_password|authenticate_user)"
+            + _flags_then(RABBITMQCTL_VALUED)
+            + _ITEM
+            + _flags_then(RABBITMQCTL_VALUED)
+            + r"|nmcli"
+            + _LATER
+            + r"(?:[\w-]{1,64}\.)?"
             r"(?:password|psk|leap-password|(?:phase2-)?private-key-password|pin|wep-key[0-3])"
             r"|aws" + _LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
             r"|mysqladmin" + _LATER + r"password"
+            r"|mc"
+            + _LATER
+            + r"alias[ \t]+set"
+            + (_flags_then(MC_VALUED) + _ITEM) * 3
+            + _flags_then(MC_VALUED)
+            + r"|vault[ \t]+login"
+            + _flags_then(VAULT_VALUED)
+            # a token already hidden in part (hvs.[REDACTED]) is done
+            + r"(?=[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+[ \t]*(?:\r?\n|\x00|\Z))"
+            r"|(?<![^\n\x00])(?:[^\s\x00/]{0,255}+/){0,32}+iu?sql(?=[ \t])"
+            + (r"(?:[ \t]+-[^\s\x00]{1,256}+)*+" + _ITEM)
+            * 2
+            + r"(?:[ \t]+-[^\s\x00]{1,256}+)*+"
             r")[ \t]+" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
         ),
-        _contains("redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin"),
+        _contains(
+            "redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "alias", "vault", "isql", "iusql"
+        ),
+    ),
+    # The snmp tools' -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (all of them on the line; the
+    # default community "public" too: a community is a password). snmpd's -c is its config file.
+    ShapeRule(
+        "snmp_secrets",
+        re.compile(
+            r"snmp(?<![\w.-]snmp)(?:get(?:next)?|bulk(?:get|walk)|walk|set|trap|inform|table|delta|df|status"
+            r"|test|netstat|usm|vacm)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"
+        ),
+        _contains("snmp"),
+        inner=re.compile(
+            r"(?<![^ \t])-[AXc][ \t]*"
+            + FRESH
+            + r"(?P<value>"
+            + QUOTED
+            + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
+        ),
+    ),
+    # redis-cli ACL SETUSER user [rules]: every >SECRET (a password added) and <SECRET (one
+    # removed); a #hash stays.
+    ShapeRule(
+        "redis_acl_passwords",
+        re.compile(
+            r"redis-cli(?<![\w.-]redis-cli)"
+            + _LATER
+            + r"(?i:acl)[ \t]+(?i:setuser)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"
+        ),
+        _contains_folded("setuser"),
+        inner=re.compile(r"(?<![^ \t])[<>]" + FRESH + r"(?P<value>[^\s\x00]{1,4096}+)"),
     ),
     # mysql -pSECRET on a command line (within 200 characters, before any other mysql).
     ShapeRule(
@@ -353,7 +438,7 @@ SHAPE_RULES = (
         re.compile(
             r"(?:(?i:jdbc:oracle:)[a-z]{1,10}:@?"
             r"|(?<![\w.-])(?:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)(?:[ \t]+-[A-Za-z]{1,10})*+[ \t]+"
-            r"(?:userid=|(?i:target)[ \t]+)?)"
+            r"(?:userid=|(?i:target|catalog|auxiliary)=|(?i:target)[ \t]+)?)"
             r"[^\s\x00/@\"'():=]{1,128}+/"
             + FRESH
             + r"(?P<value>\"[^\"\r\n\x00]{1,256}+\"|[^\s\x00@\"']{1,256}+)(?:@|(?=[\s\"'])|"
@@ -361,6 +446,17 @@ SHAPE_RULES = (
             + ")"
         ),
         _contains_folded("sqlplus", "oracle:", "sqlldr", "expdp", "impdp", "rman", "dgmgrl"),
+    ),
+    # rman's other logons on its line: target|catalog|auxiliary USER/SECRET[@db] (or =USER/...).
+    ShapeRule(
+        "rman_logons",
+        re.compile(r"rman(?<![\w.-]rman)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"),
+        _contains("rman"),
+        inner=re.compile(
+            r"(?<![\w.-])(?i:target|catalog|auxiliary)(?:[ \t]+|=)[^\s\x00/@\"'():=]{1,128}+/"
+            + FRESH
+            + r"(?P<value>\"[^\"\r\n\x00]{1,256}+\"|[^\s\x00@\"'/]{1,256}+)(?![^\s\x00@])"
+        ),
     ),
     # A ~/.pgpass line: host:port:database:user:PASSWORD (port a number or *).
     ShapeRule(

@@ -365,6 +365,184 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
             ["sqlcmd", "-S", "db", "-U", "sa", "-P", REDACTED],
             1,
         ),
+        # redis-cli MIGRATE ... AUTH PW | AUTH2 USER PW [KEYS k ...]; ACL SETUSER u >PW <PW (#hash stays)
+        (
+            ["redis-cli", "MIGRATE", "h", "6379", "", "0", "5000", "AUTH", "pw48", "KEYS", "k"],
+            ["redis-cli", "MIGRATE", "h", "6379", "", "0", "5000", "AUTH", REDACTED, "KEYS", "k"],
+            1,
+        ),
+        (
+            ["redis-cli", "MIGRATE", "h", "6379", "", "0", "5000", "AUTH2", "bob", "pw49", "KEYS", "k"],
+            ["redis-cli", "MIGRATE", "h", "6379", "", "0", "5000", "AUTH2", "bob", REDACTED, "KEYS", "k"],
+            1,
+        ),
+        (
+            ["redis-cli", "ACL", "SETUSER", "bob", "on", ">pw50", ">pw51", "~*", "+@all"],
+            ["redis-cli", "ACL", "SETUSER", "bob", "on", ">" + REDACTED, ">" + REDACTED, "~*", "+@all"],
+            2,
+        ),
+        (
+            ["redis-cli", "acl", "setuser", "bob", "<pw52", "#" + "5e88" * 16],
+            ["redis-cli", "acl", "setuser", "bob", "<" + REDACTED, "#" + "5e88" * 16],
+            1,
+        ),
+        # a word right after a flag taking a value is that value: a host named auth
+        (["redis-cli", "-h", "auth", "ping"], ["redis-cli", "-h", "auth", "ping"], 0),
+        (
+            ["redis-cli", "-h", "auth", "-p", "6380", "AUTH", "pw53"],
+            ["redis-cli", "-h", "auth", "-p", "6380", "AUTH", REDACTED],
+            1,
+        ),
+        # samba net -U user%PW, lftp -u user,PW, xfreerdp /p:PW, rdesktop/ncftp -p PW, bcp -P PW
+        (["net", "ads", "join", "-U", "admin%pw54"], ["net", "ads", "join", "-U", "admin%" + REDACTED], 1),
+        (
+            ["net", "rpc", "user", "add", "x", "-Uadmin%pw55"],
+            ["net", "rpc", "user", "add", "x", "-Uadmin%" + REDACTED],
+            1,
+        ),
+        (["lftp", "-u", "bob,pw56", "ftp.x"], ["lftp", "-u", "bob," + REDACTED, "ftp.x"], 1),
+        (["lftp", "-ubob,pw57", "ftp.x"], ["lftp", "-ubob," + REDACTED, "ftp.x"], 1),
+        (
+            ["xfreerdp", "/v:host", "/u:bob", "/p:pw58"],
+            ["xfreerdp", "/v:host", "/u:bob", "/p:" + REDACTED],
+            1,
+        ),
+        (["xfreerdp", "/password:pw59", "/v:h"], ["xfreerdp", "/password:" + REDACTED, "/v:h"], 1),
+        (
+            ["rdesktop", "-u", "bob", "-p", "pw60", "host"],
+            ["rdesktop", "-u", "bob", "-p", REDACTED, "host"],
+            1,
+        ),
+        (["ncftp", "-u", "bob", "-p", "pw61", "host"], ["ncftp", "-u", "bob", "-p", REDACTED, "host"], 1),
+        (
+            ["bcp", "db.dbo.t", "out", "f.dat", "-S", "srv", "-U", "sa", "-P", "pw62"],
+            ["bcp", "db.dbo.t", "out", "f.dat", "-S", "srv", "-U", "sa", "-P", REDACTED],
+            1,
+        ),
+        # unixODBC isql DSN USER PW: the third positional item
+        (["isql", "MyDSN", "bob", "pw63"], ["isql", "MyDSN", "bob", REDACTED], 1),
+        (
+            ["/usr/bin/isql", "-v", "MyDSN", "bob", "pw64", "-b"],
+            ["/usr/bin/isql", "-v", "MyDSN", "bob", REDACTED, "-b"],
+            1,
+        ),
+        # openssl -k PW, rar/unrar -pPW and -hpPW (-p- is "no password")
+        (
+            ["openssl", "enc", "-aes-256-cbc", "-k", "pw65", "-in", "a"],
+            ["openssl", "enc", "-aes-256-cbc", "-k", REDACTED, "-in", "a"],
+            1,
+        ),
+        (["rar", "a", "-ppw66", "x.rar", "d"], ["rar", "a", "-p" + REDACTED, "x.rar", "d"], 1),
+        (["unrar", "x", "-hppw67", "x.rar"], ["unrar", "x", "-hp" + REDACTED, "x.rar"], 1),
+        # the snmp tools' -A authpass, -X privpass, -c community (even "public", the default)
+        (
+            [
+                "snmpget",
+                "-v3",
+                "-u",
+                "bob",
+                "-l",
+                "authPriv",
+                "-a",
+                "SHA",
+                "-A",
+                "pw68",
+                "-x",
+                "AES",
+                "-X",
+                "pw69",
+                "h",
+                "o",
+            ],
+            [
+                "snmpget",
+                "-v3",
+                "-u",
+                "bob",
+                "-l",
+                "authPriv",
+                "-a",
+                "SHA",
+                "-A",
+                REDACTED,
+                "-x",
+                "AES",
+                "-X",
+                REDACTED,
+                "h",
+                "o",
+            ],
+            2,
+        ),
+        (["snmpwalk", "-v2c", "-c", "pw70", "h", "o"], ["snmpwalk", "-v2c", "-c", REDACTED, "h", "o"], 1),
+        (["snmpbulkwalk", "-v2c", "-cpw71", "h"], ["snmpbulkwalk", "-v2c", "-c" + REDACTED, "h"], 1),
+        (
+            ["snmpset", "-v2c", "-c", "public", "h", "o", "i", "1"],
+            ["snmpset", "-v2c", "-c", REDACTED, "h", "o", "i", "1"],
+            1,
+        ),
+        (
+            ["snmptrap", "-v3", "-A", "pw72", "h", "", "o"],
+            ["snmptrap", "-v3", "-A", REDACTED, "h", "", "o"],
+            1,
+        ),
+        (["snmptable", "-Apw73", "h", "o"], ["snmptable", "-A" + REDACTED, "h", "o"], 1),
+        # mc alias set NAME URL ACCESSKEY SECRETKEY; vault login TOKEN
+        (
+            ["mc", "alias", "set", "m", "http://minio:9000", "AKEXAMPLE", "pw74"],
+            ["mc", "alias", "set", "m", "http://minio:9000", "AKEXAMPLE", REDACTED],
+            1,
+        ),
+        (
+            ["mc", "alias", "set", "--api", "S3v4", "m", "http://minio:9000", "AKEXAMPLE", "pw75"],
+            ["mc", "alias", "set", "--api", "S3v4", "m", "http://minio:9000", "AKEXAMPLE", REDACTED],
+            1,
+        ),
+        (["vault", "login", "pw76"], ["vault", "login", REDACTED], 1),
+        (["vault", "login", "-no-print", "pw77"], ["vault", "login", "-no-print", REDACTED], 1),
+        (
+            ["vault", "login", "-address", "https://v:8200", "pw78"],
+            ["vault", "login", "-address", "https://v:8200", REDACTED],
+            1,
+        ),
+        # rabbitmqctl add_user --pre-hashed-password USER HASH: the hash goes, the user stays
+        (
+            ["rabbitmqctl", "add_user", "--pre-hashed-password", "bob", "pw79hash"],
+            ["rabbitmqctl", "add_user", "--pre-hashed-password", "bob", REDACTED],
+            1,
+        ),
+        (
+            ["rabbitmqctl", "add_user", "-n", "rabbit@h", "bob", "pw80"],
+            ["rabbitmqctl", "add_user", "-n", "rabbit@h", "bob", REDACTED],
+            1,
+        ),
+        # an Oracle logon is the first logon-shaped positional item, or one a keyword names;
+        # a script's argument (reports/out.csv) is not a logon
+        (
+            ["sqlplus", "-s", "scott/pw81", "reports/out.csv"],
+            ["sqlplus", "-s", f"scott/{REDACTED}", "reports/out.csv"],
+            1,
+        ),
+        (
+            ["sqlplus", "scott/pw82@orcl", "@report.sql", "reports/out.csv"],
+            ["sqlplus", f"scott/{REDACTED}@orcl", "@report.sql", "reports/out.csv"],
+            1,
+        ),
+        (["sqlplus", "-R", "3", "scott/pw83"], ["sqlplus", "-R", "3", f"scott/{REDACTED}"], 1),
+        (["rman", "target=sys/pw84"], ["rman", f"target=sys/{REDACTED}"], 1),
+        (
+            ["rman", "target", "sys/pw85@p", "auxiliary", "sys/pw86@a", "catalog", "rcat/pw87@c"],
+            [
+                "rman",
+                "target",
+                f"sys/{REDACTED}@p",
+                "auxiliary",
+                f"sys/{REDACTED}@a",
+                "catalog",
+                f"rcat/{REDACTED}@c",
+            ],
+            3,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -404,6 +582,27 @@ def test_argv_look_alike_survives(scrubber: Scrubber, case: ArgvLookAlike) -> No
         ["aws", "configure", "set", "aws_secret_access_key", "Xy7qLm9z"],
         ["etcdctl", "--user", "root:Xy7qLm9z"],
         ["mysqladmin", "password", "Xy7qLm9z"],
+        ["redis-cli", "MIGRATE", "h", "6379", "k", "0", "5000", "AUTH", "Xy7qLm9z", "KEYS", "k"],
+        ["redis-cli", "MIGRATE", "h", "6379", "k", "0", "5000", "AUTH2", "bob", "Xy7qLm9z"],
+        ["redis-cli", "ACL", "SETUSER", "bob", "on", ">Xy7qLm9z", "~*"],
+        ["net", "ads", "join", "-U", "admin%Xy7qLm9z"],
+        ["lftp", "-u", "bob,Xy7qLm9z", "ftp.x"],
+        ["xfreerdp", "/v:h", "/p:Xy7qLm9z"],
+        ["rdesktop", "-u", "bob", "-p", "Xy7qLm9z", "h"],
+        ["ncftp", "-p", "Xy7qLm9z", "h"],
+        ["bcp", "t", "out", "f", "-P", "Xy7qLm9z"],
+        ["isql", "MyDSN", "bob", "Xy7qLm9z"],
+        ["openssl", "enc", "-k", "Xy7qLm9z"],
+        ["rar", "a", "-pXy7qLm9z", "x.rar"],
+        ["unrar", "x", "-hpXy7qLm9z", "x.rar"],
+        ["snmpget", "-v3", "-A", "Xy7qLm9z", "h", "o"],
+        ["snmpwalk", "-v3", "-X", "Xy7qLm9z", "h", "o"],
+        ["snmptable", "-v2c", "-c", "Xy7qLm9z", "h", "o"],
+        ["mc", "alias", "set", "m", "http://minio:9000", "AK", "Xy7qLm9z"],
+        ["vault", "login", "Xy7qLm9z"],
+        ["rman", "target", "sys/pw@p", "catalog", "rcat/Xy7qLm9z@c"],
+        ["rman", "target=sys/Xy7qLm9z"],
+        ["rabbitmqctl", "add_user", "--pre-hashed-password", "bob", "Xy7qLm9z"],
     ],
 )
 def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
@@ -576,7 +775,40 @@ HOSTILE_TEXTS = {
     "aws_words": "aws x.aws_session_token" * (HOSTILE_SIZE // 23),
     "etcd_words": "etcdctl --user " * (HOSTILE_SIZE // 15),
     "unclosed_single_quotes": "password: '" + "x" * HOSTILE_SIZE + "\n",
+    "acl_setusers": "redis-cli acl setuser" + " >x" * (HOSTILE_SIZE // 3),
+    "acl_heads": "redis-cli acl setuser " * (HOSTILE_SIZE // 22),
+    "rman_words": "rman target a/" * (HOSTILE_SIZE // 14),
+    "rman_logons": "rman" + " catalog a/b" * (HOSTILE_SIZE // 12),
+    "snmp_flags": "snmpget" + " -c" * (HOSTILE_SIZE // 3),
+    "snmp_heads": "snmpwalk -A " * (HOSTILE_SIZE // 12),
+    "vault_flags": "vault login" + " -method x" * (HOSTILE_SIZE // 10) + " =",
+    "mc_words": "mc alias set" + " a" * (HOSTILE_SIZE // 2),
+    "isql_flags": "isql" + " -v" * (HOSTILE_SIZE // 3),
+    "rabbit_flags": "rabbitmqctl add_user" + " -n x" * (HOSTILE_SIZE // 5),
+    "redis_migrate_keys": "redis-cli auth" + " keys" * (HOSTILE_SIZE // 5),
+    "net_words": "net " * (HOSTILE_SIZE // 4),
 }
+
+
+HOSTILE_SIZE_ITEMS = 20_000
+HOSTILE_ARGVS = {
+    "sqlplus_names": ["sqlplus"] * HOSTILE_SIZE_ITEMS,
+    "isql_names": ["isql"] * HOSTILE_SIZE_ITEMS,
+    "redis_auths": ["redis-cli"] + ["auth"] * HOSTILE_SIZE_ITEMS,
+    "redis_auth_flags": ["redis-cli"] + ["auth", "-h"] * HOSTILE_SIZE_ITEMS,
+    "rman_targets": ["rman"] + ["target"] * HOSTILE_SIZE_ITEMS,
+    "mc_aliases": ["mc"] + ["alias"] * HOSTILE_SIZE_ITEMS,
+    "acl_marks": ["redis-cli", "acl", "setuser"] + [">x"] * HOSTILE_SIZE_ITEMS,
+    "vault_logins": ["vault"] + ["login"] * HOSTILE_SIZE_ITEMS,
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_ARGVS)
+def test_hostile_argv_plans_in_linear_time(scrubber: Scrubber, name: str) -> None:
+    # a program's name or word looks ahead for its password: a bounded number of items
+    started = time.process_time()
+    scrubber.scrub({"cmdline": HOSTILE_ARGVS[name]})
+    assert time.process_time() - started < HOSTILE_BOUND_S
 
 
 @pytest.mark.parametrize("name", HOSTILE_TEXTS)
