@@ -1,0 +1,411 @@
+"""Reading a list of strings as a command line (an argv): which items hold a password.
+
+The scrubber (`sonde.agent.scrubber`) asks `argv_plan` of every list it walks and
+hides what the plan says (`hide`); the text rules (`sonde.agent.scrub_shapes`) cover
+the same programs when a command line comes joined into one string.
+
+In a list of strings, the item after a secret flag (``--password``,
+``--requirepass``) is redacted, and so are the password arguments of known
+programs (`ProgramFlags`, `PROGRAM_FLAGS`), from the item naming the program
+on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered):
+flags (mysql's, sshpass's, 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
+xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
+the ldap tools' ``-w``, ``docker login -p``, ``rdesktop``/``ncftp -p``, ``openssl -k``,
+the snmp tools' ``-A``/``-X``/``-c`` (the community, ``public`` too), ``zip``/``unzip``/
+``ipmitool``/``sqlcmd``/``bcp`` and the mosquitto clients' ``-P``, the password half of
+curl's and etcdctl's ``user:SECRET``, lftp's ``-u user,SECRET`` and the samba tools' (net's
+too) ``-U user%SECRET``); the password an item announces further on (``htpasswd -b file
+user SECRET``, ``isql DSN user SECRET``, redis-cli's ``AUTH [user] SECRET`` (``MIGRATE
+... AUTH SECRET KEYS k``, ``AUTH2 user SECRET``), ``CONFIG SET requirepass SECRET`` and
+every ``>SECRET`` after ``ACL SETUSER``, ``rabbitmqctl add_user bob SECRET``, ``nmcli ...
+password SECRET``, ``aws configure set aws_secret_access_key SECRET``, ``mysqladmin
+password SECRET``, ``mc alias set NAME URL KEY SECRET``, ``vault login TOKEN``); and the
+password of an Oracle logon (``sqlplus scott/SECRET@db``, ``userid=scott/SECRET``,
+``rman target u/SECRET catalog u/SECRET``; a path such as a script's argument
+``reports/out.csv`` is not one). Such words are only words of their program:
+``["user", "password", "host"]`` is left alone; nor is a value a flag takes a word
+(``redis-cli -h auth ping``), and a flag named like a secret that takes no value
+(``--pre-hashed-password``) leaves the next item alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from sonde.agent.scrub_rules import REDACTED, SWITCHES
+from sonde.agent.scrub_shapes import MC_VALUED, RABBITMQCTL_VALUED, REDIS_CLI_VALUED, VAULT_VALUED
+from sonde.agent.secret_names import is_secret_name
+
+_ARGV_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
+# An Oracle logon: [userid=|target=]user/PASSWORD[@db]; the password ends at "@" or a space
+# unless double-quoted (scott/"p@ss word"@db). A path is not one: reports/out.csv/x, ./x, a.d/x.
+_LOGON = re.compile(
+    r"(?P<key>(?i:userid|target|catalog|auxiliary)=)?[^\s/@\"'():=.]{1,128}/"
+    r"(?P<password>\"[^\"]+\"|[^\s@\"'/]*)(?![^\s@])"
+)
+# What happens to an item of a list: kept, hidden whole, hidden after the first colon (curl's
+# user:SECRET), percent sign (smbclient's user%SECRET) or comma (lftp's user,SECRET), the
+# password of an Oracle logon hidden (user/SECRET@db), or hidden after its first N characters
+# (_HIDE_AFTER_PREFIX + N: -pSECRET, -hpSECRET, /p:SECRET, ACL SETUSER's >SECRET).
+KEEP, _HIDE, _HIDE_AFTER_COLON, _HIDE_AFTER_PERCENT, _HIDE_AFTER_COMMA, _HIDE_LOGON = 0, 1, 3, 4, 5, 6
+_HIDE_AFTER_PREFIX = 16
+_VALUE = -1  # what a flag asks of the next item: it is the flag's value (-h auth), read as nothing else
+_USER_PASSWORD_SEPARATORS = {_HIDE_AFTER_COLON: ":", _HIDE_AFTER_PERCENT: "%", _HIDE_AFTER_COMMA: ","}
+_NO_WORDS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+_NO_MARKS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+LOOK_AHEAD_ITEMS = 64  # how far a program's name or word looks for the password it announces
+
+
+class ProgramFlags(NamedTuple):
+    """A program's own password arguments, beyond the flags named like secrets (``--password``)."""
+
+    separate: frozenset[str] = frozenset()  # the next item is the password: redis-cli -a PW
+    # The password follows this prefix in the same item: -pPW, rar's -hpPW, xfreerdp's /p:PW
+    # ("-" alone after it is no password: rar -p-).
+    attached: tuple[str, ...] = ()
+    user_password: frozenset[str] = frozenset()  # the next item, or the rest of this one, is user:PW
+    user_password_action: int = _HIDE_AFTER_COLON  # _HIDE_AFTER_PERCENT: user%PW, _COMMA: user,PW
+    # A bare word (any case, maybe after a dotted prefix: profile.dev.aws_secret_access_key)
+    # and where its password is, counted in positional items after it (flags and the values of
+    # `valued` flags skipped, up to a `stops` word): the furthest of these positions the list
+    # reaches. rabbitmqctl add_user USER PW: (2,); redis-cli AUTH [USER] PW: (1, 2).
+    words: Mapping[str, tuple[int, ...]] = _NO_WORDS
+    stops: frozenset[str] = frozenset()  # a word ending a password's reach: MIGRATE ... AUTH PW KEYS k
+    # A word after which each positional item starting with one of these prefixes holds a
+    # password after it: redis-cli ACL SETUSER u >PW <PW: (">", "<"); "" is any item but a
+    # NAME=VALUE pair: vault login TOKEN.
+    marks: Mapping[str, tuple[str, ...]] = _NO_MARKS
+    valued: frozenset[str] = frozenset()  # flags whose next item is their value, not a word: -h HOST
+    password_at: int = 0  # the password is this positional item after the program's name: isql DSN USER PW
+    # A short flag letter that, alone or in a run (-nbB), makes the last item the password: htpasswd -b
+    last_with: str = ""
+    # Oracle logons user/PW[@db]: the first logon-shaped positional item before a start script
+    # (sqlplus u/PW @x.sql reports/out.csv), a userid=|target=|... item, or the item after a word
+    # (rman target|catalog|auxiliary u/PW).
+    logons: bool = False
+
+
+_MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
+_MONGO = ProgramFlags(separate=frozenset({"-p"}))
+_LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",))
+_CAPITAL_P = ProgramFlags(separate=frozenset({"-P"}))  # zip -P PW; lowercase -p is something else
+_LOWER_P = ProgramFlags(separate=frozenset({"-p"}))  # rdesktop -p PW ("-p -": from stdin)
+_SAMBA = ProgramFlags(user_password=frozenset({"-U", "--user"}), user_password_action=_HIDE_AFTER_PERCENT)
+_ORACLE_LOGON_WORDS = dict.fromkeys(("target", "catalog", "auxiliary"), (1,))  # rman target u/PW
+# the snmp tools' -A AUTHPASS, -X PRIVPASS, -c COMMUNITY (even the default "public": a community
+# is a password); snmpd's and snmptrapd's -c is their config file
+_SNMP = ProgramFlags(separate=frozenset({"-A", "-X", "-c"}), attached=("-A", "-X", "-c"))
+_SNMP_TOOLS = (
+    "snmpget", "snmpgetnext", "snmpwalk", "snmpbulkwalk", "snmpbulkget", "snmpset", "snmptrap", "snmpinform",
+    "snmptable", "snmpdelta", "snmpdf", "snmpstatus", "snmptest", "snmpnetstat", "snmpusm", "snmpvacm",
+)  # fmt: skip
+_NMCLI_SECRETS = (
+    "password", "psk", "leap-password", "private-key-password", "phase2-private-key-password", "pin",
+    "wep-key0", "wep-key1", "wep-key2", "wep-key3",
+)  # fmt: skip
+PROGRAM_FLAGS: dict[str, ProgramFlags] = {
+    **dict.fromkeys(("mysql", "mysqldump", "mariadb", "mysqlcheck", "mysqlimport"), _MYSQL),
+    "mysqladmin": _MYSQL._replace(words={"password": (1,)}),  # mysqladmin password NEWPW
+    "redis-cli": ProgramFlags(
+        separate=frozenset({"-a"}),
+        # AUTH [user] PW and HELLO 3 AUTH user PW; MIGRATE ... AUTH PW [KEYS k] | AUTH2 user PW;
+        # CONFIG SET requirepass|masterauth PW
+        words={"auth": (1, 2), "auth2": (2,), "requirepass": (1,), "masterauth": (1,)},
+        stops=frozenset({"keys"}),
+        marks={"setuser": (">", "<")},  # ACL SETUSER u on >PW <PW (a #hash stays)
+        valued=frozenset(REDIS_CLI_VALUED),
+    ),
+    "sshpass": ProgramFlags(separate=frozenset({"-p"}), attached=("-p",)),
+    **dict.fromkeys(
+        (
+            "mongo",
+            "mongosh",
+            "mongodump",
+            "mongorestore",
+            "mongoexport",
+            "mongoimport",
+            "mongostat",
+            "mongotop",
+        ),
+        _MONGO,
+    ),
+    **dict.fromkeys(
+        (
+            "ldapsearch",
+            "ldapmodify",
+            "ldapadd",
+            "ldapdelete",
+            "ldapwhoami",
+            "ldappasswd",
+            "ldapcompare",
+            "ldapmodrdn",
+            "ldapexop",
+        ),
+        _LDAP,
+    ),
+    "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
+    "etcdctl": ProgramFlags(user_password=frozenset({"--user"})),
+    # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
+    "login": ProgramFlags(separate=frozenset({"-p"})),
+    # the samba tools, net (net ads join -U admin%PW) among them
+    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree", "net"), _SAMBA),
+    **dict.fromkeys(("sqlplus", "sqlldr", "expdp", "impdp", "dgmgrl"), ProgramFlags(logons=True)),
+    "rman": ProgramFlags(logons=True, words=_ORACLE_LOGON_WORDS),
+    # add_user [--pre-hashed-password] USER PW|HASH
+    "rabbitmqctl": ProgramFlags(
+        words={"add_user": (2,), "change_password": (2,), "authenticate_user": (2,)},
+        valued=frozenset(RABBITMQCTL_VALUED),
+    ),
+    # htpasswd -b[cmBdpsDv] [-C cost] FILE USER PW, -nb USER PW; mosquitto_passwd -b FILE USER PW
+    **dict.fromkeys(("htpasswd", "mosquitto_passwd"), ProgramFlags(last_with="b")),
+    **dict.fromkeys(("zip", "unzip", "mosquitto_pub", "mosquitto_sub", "mosquitto_rr"), _CAPITAL_P),
+    **dict.fromkeys(("ipmitool", "sqlcmd", "bcp"), _CAPITAL_P),
+    # 7z a -pPW (-p alone prompts); rar a -pPW|-hpPW (-p- is no password)
+    **dict.fromkeys(("7z", "7za", "7zr", "7zz"), ProgramFlags(attached=("-p",))),
+    **dict.fromkeys(("rar", "unrar"), ProgramFlags(attached=("-hp", "-p"))),
+    "lftp": ProgramFlags(user_password=frozenset({"-u"}), user_password_action=_HIDE_AFTER_COMMA),
+    **dict.fromkeys(
+        ("xfreerdp", "xfreerdp3", "wlfreerdp", "sdl-freerdp", "sdl-freerdp3"),
+        ProgramFlags(attached=("/p:", "/password:", "/gp:")),
+    ),
+    **dict.fromkeys(("rdesktop", "ncftp", "ncftpget", "ncftpput", "ncftpls", "ncftpbatch"), _LOWER_P),
+    "openssl": ProgramFlags(separate=frozenset({"-k", "-K"})),  # enc -k PW, -K HEXKEY (-kfile: a file)
+    **dict.fromkeys(_SNMP_TOOLS, _SNMP),
+    **dict.fromkeys(("isql", "iusql"), ProgramFlags(password_at=3)),  # unixODBC: isql DSN [USER [PW]]
+    # mc alias set NAME URL ACCESSKEY SECRETKEY
+    "mc": ProgramFlags(words={"alias": (5,)}, valued=frozenset(MC_VALUED)),
+    # vault login [flags] TOKEN (NAME=VALUE pairs for other methods: the text rules read them)
+    "vault": ProgramFlags(marks={"login": ("",)}, valued=frozenset(VAULT_VALUED)),
+    # nmcli dev wifi connect SSID password PW; nmcli con modify NAME wifi-sec.psk PW (802-1x.password ...)
+    "nmcli": ProgramFlags(words=dict.fromkeys(_NMCLI_SECRETS, (1,))),
+    # aws configure set [profile.NAME.]aws_secret_access_key PW
+    "aws": ProgramFlags(words=dict.fromkeys(("aws_secret_access_key", "aws_session_token"), (1,))),
+}
+
+
+def already_hidden(value: Any) -> bool:
+    """Nothing to hide: null, empty, already redacted, or masked with asterisks."""
+    if value is None or value == REDACTED:
+        return True
+    if isinstance(value, str | list | dict):
+        return not value or (isinstance(value, str) and set(value) == {"*"})
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_flag(item: str) -> bool:
+    name = item.lstrip("-")
+    return bool(_ARGV_FLAG.fullmatch(item)) and is_secret_name(name) and name.lower() not in SWITCHES
+
+
+def argv_plan(items: Sequence[Any]) -> list[int] | None:
+    """What to hide in a list read as an argv (None: nothing): the value after a secret
+    flag (``--password x``), and what `PROGRAM_FLAGS` says of the program's own arguments.
+
+    A known program's flags and words apply from the item naming it on, wherever it is, so a
+    wrapped command (``sudo -u app mysql -pX``, ``timeout 30 redis-cli -a X``, ``docker exec db
+    mysql -pX``) is read as the program's own. A flag carrying its password (``-pX``) is
+    read as that before as a flag named like a secret (``-pAdminPass`` is mysql's password,
+    not a ``--...pass`` flag whose value comes next). A password further on that the program's
+    name, a word or a flag announces (``isql DSN user PW``, ``AUTH user PW``, ``htpasswd -b f
+    user PW``) is planned when that is read, and its item is then read as nothing else; so is
+    the value of a flag that takes one (``redis-cli -h auth ping``). Until a list names a known
+    program, an item costs a few comparisons and one dict lookup.
+    """
+    if not items or not isinstance(items[0], str):
+        return None  # not an argv
+    plan = None
+    flags = _NO_FLAGS
+    pending = KEEP  # what the flag before asks of this item
+    marks: tuple[str, ...] = ()  # prefixes of the items holding a password from here on (ACL SETUSER)
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or (plan and plan[index]):
+            pending = KEEP  # not an argument, or a password announced before: read as nothing else
+            continue
+        action = KEEP
+        ahead: Sequence[int] = ()  # the indexes of the passwords further on that this item announces
+        if item[:1] == "-":
+            action = _attached_value(item, flags)
+            pending = _flag_asks(item, flags) if action == KEEP else KEEP
+            if flags.last_with and action == KEEP and _is_short_flag_with(item, flags.last_with):
+                ahead = (len(items) - 1,)
+        elif pending != KEEP:
+            action = pending if pending != _VALUE and _hides(item, pending) else KEEP
+            pending = KEEP
+        elif flags is _NO_FLAGS:
+            program = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1])
+            if program is not None:
+                flags, ahead = program, _named_program(items, index, program)
+        else:
+            flags, action, ahead, marks = _program_argument(items, index, flags, marks)
+        if ahead:
+            plan = _plan_ahead(plan, items, ahead, _HIDE_LOGON if flags.logons else _HIDE)
+        if action != KEEP:
+            plan = plan or [KEEP] * len(items)
+            plan[index] = action
+    return plan
+
+
+_NO_FLAGS = ProgramFlags()
+
+
+def _plan_ahead(
+    plan: list[int] | None, items: Sequence[Any], ahead: Sequence[int], action: int
+) -> list[int] | None:
+    """``plan`` with ``action`` planned for each of the items at ``ahead`` it finds something in."""
+    for at in ahead:
+        if _hides(items[at], action):
+            plan = plan or [KEEP] * len(items)
+            plan[at] = action
+    return plan
+
+
+def _named_program(items: Sequence[Any], index: int, program: ProgramFlags) -> Sequence[int]:
+    """The passwords that naming ``program`` at ``index`` announces: its Oracle logon, or the
+    positional item it takes the password at (``isql DSN USER PW``)."""
+    if program.logons:
+        return _first_logon(items, index)
+    if program.password_at:
+        return _announced(items, index, program, (program.password_at,))
+    return ()
+
+
+def _program_argument(
+    items: Sequence[Any], index: int, flags: ProgramFlags, marks: tuple[str, ...]
+) -> tuple[ProgramFlags, int, Sequence[int], tuple[str, ...]]:
+    """Read the positional argument at ``index`` of a known program: a password a word before
+    marked (``>PW``), one with its prefix (``/p:PW``), a keyed logon (``userid=scott/PW``), a
+    word announcing a password further on (``AUTH PW``) or another program (``sudo mysql``).
+
+    Returns the flags from here on, what to hide in this item, the indexes of the passwords it
+    announces, and the marks from here on.
+    """
+    item = items[index]
+    action = _marked(item, marks) if marks else KEEP
+    if action == KEEP and flags.attached:
+        action = _attached_value(item, flags)
+    if action == KEEP and flags.logons:
+        logon = _LOGON.match(item)
+        action = _HIDE_LOGON if logon and logon["key"] and _hides(item, _HIDE_LOGON) else KEEP
+    if action != KEEP:
+        return flags, action, (), marks
+    word = item.rsplit(".", 1)[-1].lower() if flags.words or flags.marks else ""
+    positions = flags.words.get(word)
+    if positions is not None:
+        return flags, KEEP, _announced(items, index, flags, positions), marks
+    if word in flags.marks:
+        return flags, KEEP, (), flags.marks[word]
+    program = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1])
+    if program is not None:
+        return program, KEEP, _named_program(items, index, program), ()
+    return flags, KEEP, (), marks
+
+
+def _positional_after(items: Sequence[Any], index: int, flags: ProgramFlags) -> Iterator[int]:
+    """The indexes of the positional items after ``index`` (within `LOOK_AHEAD_ITEMS`): flags,
+    and the values of the `valued` ones, skipped; up to one of the program's `stops` words."""
+    skip = False
+    for at in range(index + 1, min(len(items), index + 1 + LOOK_AHEAD_ITEMS)):
+        item = items[at]
+        if skip:
+            skip = False
+        elif isinstance(item, str) and item[:1] == "-":
+            skip = item in flags.valued
+        elif isinstance(item, str) and flags.stops and item.lower() in flags.stops:
+            return
+        else:
+            yield at
+
+
+def _announced(
+    items: Sequence[Any], index: int, flags: ProgramFlags, positions: tuple[int, ...]
+) -> Sequence[int]:
+    """The password the item at ``index`` announces at ``positions`` (the furthest one reached)."""
+    found: list[int] = []
+    for at in _positional_after(items, index, flags):
+        found.append(at)
+        if len(found) == positions[-1]:
+            break
+    there = [found[position - 1] for position in positions if position <= len(found)]
+    return there[-1:]
+
+
+def _first_logon(items: Sequence[Any], index: int) -> Sequence[int]:
+    """The first logon-shaped positional item after ``index``, before a start script (``@x.sql``:
+    what follows are its arguments) or another program's name."""
+    for at in _positional_after(items, index, _NO_FLAGS):
+        item = items[at]
+        if isinstance(item, str) and (item[:1] == "@" or item in PROGRAM_FLAGS):
+            break
+        if isinstance(item, str) and _LOGON.match(item):
+            return (at,)  # planned when not hidden already: scott/[REDACTED] is still the logon
+    return ()
+
+
+def _marked(item: str, marks: tuple[str, ...]) -> int:
+    """How to hide the password after one of ``marks`` in ``item`` (``>PW``; "": all of a bare item)."""
+    for prefix in marks:
+        if item.startswith(prefix) and (prefix or "=" not in item) and _hides(item[len(prefix) :], _HIDE):
+            return _HIDE_AFTER_PREFIX + len(prefix)
+    return KEEP
+
+
+def _is_short_flag_with(item: str, letter: str) -> bool:
+    """Whether ``item`` is a short flag, or a run of them, holding ``letter`` (htpasswd's -b, -nbB)."""
+    return letter in item and item[1:].isalpha()
+
+
+def _flag_asks(flag: str, flags: ProgramFlags) -> int:
+    """What ``flag`` asks of the item after it."""
+    if flag in flags.separate or _is_secret_flag(flag):
+        return _HIDE
+    if flag in flags.user_password:
+        return flags.user_password_action
+    if flag in flags.valued:
+        return _VALUE
+    return KEEP
+
+
+def _attached_value(item: str, flags: ProgramFlags) -> int:
+    """How to hide a password inside the flag item itself (``-pPW``, ``/p:PW``, ``-ubob:PW``, ``--user=bob:PW``)."""
+    if item.startswith(flags.attached):
+        prefix = max((prefix for prefix in flags.attached if item.startswith(prefix)), key=len)
+        value = item[len(prefix) :]
+        if value:
+            return _HIDE_AFTER_PREFIX + len(prefix) if value != "-" and _hides(value, _HIDE) else KEEP
+    if item.split("=", 1)[0] in flags.user_password or item[:2] in flags.user_password:
+        action = flags.user_password_action
+        return action if _hides(item, action) else KEEP
+    return KEEP
+
+
+def _hides(item: Any, action: int) -> bool:
+    """Whether ``action`` finds something to hide in ``item``."""
+    if not isinstance(item, str):
+        return False
+    if action == _HIDE_LOGON:
+        logon = _LOGON.match(item)
+        return logon is not None and not already_hidden(logon["password"])
+    separator = _USER_PASSWORD_SEPARATORS.get(action)
+    if separator is not None:
+        _, found, password = item.partition(separator)
+        return bool(found) and not already_hidden(password)
+    return not already_hidden(item)
+
+
+def hide(item: str, action: int) -> str:
+    """``item`` with what ``action`` hides replaced by ``[REDACTED]``."""
+    if action >= _HIDE_AFTER_PREFIX:
+        return item[: action - _HIDE_AFTER_PREFIX] + REDACTED
+    if action == _HIDE_LOGON:
+        logon = _LOGON.match(item)
+        assert logon is not None  # planned only for a logon
+        return item[: logon.start("password")] + REDACTED + item[logon.end("password") :]
+    separator = _USER_PASSWORD_SEPARATORS.get(action)
+    if separator is not None:
+        return item.partition(separator)[0] + separator + REDACTED
+    return REDACTED
