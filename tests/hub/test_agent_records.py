@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlite_utils import Database
 
@@ -21,16 +18,8 @@ from sonde.hub.agent_records import (
     set_tags,
     update_agent,
 )
-from sonde.hub.db import open_database
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "hub.db")
-    yield database
-    database.close()
 
 
 def make_agent(name: str, **fields: object) -> AgentRecord:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlite_utils import Database
@@ -18,16 +16,8 @@ from sonde.hub.audit import (
     query_audit,
     verify_audit,
 )
-from sonde.hub.db import open_database
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "hub.db")
-    yield database
-    database.close()
 
 
 def entry(i: int, **fields: object) -> AuditEntry:

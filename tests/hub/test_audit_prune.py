@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,6 @@ from tests.subprocs import run_ok
 
 DAY = 86400.0
 NOW = time.time()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "sonde.db")
-    yield database
-    database.close()
 
 
 def aged(days: float, i: int) -> AuditEntry:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,6 @@ from tests.subprocs import run_ok
 DAY = 86400.0
 NOW = time.time()
 YEAR_2000 = 946684800.0  # a clock before NTP set it
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "sonde.db")
-    yield database
-    database.close()
 
 
 def rows(count: int, ts: float) -> list[AuditEntry]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,12 @@ from sonde.hub.audit import (
     verify_audit,
 )
 from sonde.hub.audit_prune import prune_audit
-from sonde.hub.db import get_meta, open_database, set_meta
+from sonde.hub.db import get_meta, set_meta
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_any
 
 DAY = 86400.0
 NOW = time.time()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "sonde.db")
-    yield database
-    database.close()
 
 
 def named(name: str, ts: float = NOW) -> AuditEntry:

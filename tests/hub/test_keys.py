@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,6 @@ from sonde.hub.keys import (
 from sonde.protocol.enrollment import TOKEN_PATTERN
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "hub.db")
-    yield database
-    database.close()
 
 
 def raw_bytes(path: Path) -> bytes:
