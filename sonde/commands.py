@@ -103,6 +103,9 @@ def hub(
     log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
     log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
     allowed_host: Annotated[tuple[str, ...], Parameter(env_var="SONDE_ALLOWED_HOSTS")] = (),
+    audit_keep: Annotated[
+        str | None, Parameter(env_var="SONDE_AUDIT_KEEP", allow_leading_hyphen=True)
+    ] = None,
 ) -> int:
     """Run the hub: MCP at /mcp, REST at /api/v1, agents at /ws/agent.
 
@@ -127,6 +130,9 @@ def hub(
     allowed_host
         Extra Host header values /mcp accepts (e.g. the name behind your proxy); repeat it, or
         separate names with commas or spaces (SONDE_ALLOWED_HOSTS="a.example,b.example").
+    audit_keep
+        Keep this much of the audit log (e.g. 180d, at least 1d): the hub prunes older rows at
+        start and every hour, as `sonde hub audit prune` does. Default: keep everything.
     """
     from sonde.hub.run import build_config, run_hub
 
@@ -140,6 +146,7 @@ def hub(
         log_format=log_format,
         log_level=log_level,
         allowed_hosts=allowed_host,
+        audit_keep=audit_keep or None,
     )
     if isinstance(config, str):
         print(f"sonde hub: {config}", file=sys.stderr)

@@ -24,7 +24,7 @@ from sonde.hub.audit import (
     record_entry,
     verify_audit,
 )
-from sonde.hub.audit_prune import AuditPruned, prune_audit
+from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, prune_audit
 from sonde.hub.db import (
     SCHEMA_VERSION,
     DatabaseUnusable,
@@ -318,7 +318,6 @@ def _intact(report: AuditVerification) -> str:
     return f"audit chain intact: {report.rows} rows verified{pruned}{waiting}"
 
 
-MIN_PRUNE_AGE_S = 86400.0
 PROGRESS_EVERY_S = 2.0  # a long prune says how far it is at most this often
 
 

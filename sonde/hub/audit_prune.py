@@ -35,6 +35,7 @@ from sonde.hub.audit import (
 )
 from sonde.hub.db import query_one, write_transaction
 
+MIN_PRUNE_AGE_S = 86400.0  # a prune keeps at least a day: recent rows are what an audit is for
 PRUNE_BATCH_ROWS = 5000  # rows deleted per write: tens of milliseconds of the write lock
 
 PrunePhase = Literal["check", "delete"]

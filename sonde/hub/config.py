@@ -52,6 +52,7 @@ class HubConfig:
     max_probes_in_flight_per_agent: int = 64
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S
     max_sessions_per_key: int = DEFAULT_MAX_SESSIONS_PER_KEY
+    audit_keep_s: float | None = None  # --audit-keep: the hub prunes older audit rows itself
 
     @property
     def db_path(self) -> Path:

@@ -26,6 +26,7 @@ from sonde.hub.agent_records import list_agents
 from sonde.hub.agent_removal import cut_off_removed_agents
 from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
+from sonde.hub.audit_retention import keep_audit_for
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig, default_data_dir
 from sonde.hub.db import get_meta, open_database, set_meta, write_transaction
@@ -194,6 +195,8 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
             nursery.start_soon(hub.audit_queue.run)
             nursery.start_soon(watch_free_space, config.db_path.parent)
             nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
+            if config.audit_keep_s is not None:
+                nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
             try:
                 yield hub
             finally:

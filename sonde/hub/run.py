@@ -10,7 +10,9 @@ from pathlib import Path
 
 import trio
 
+from sonde.hub.audit_prune import MIN_PRUNE_AGE_S
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
+from sonde.hub.keys import parse_duration
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 from sonde.log_levels import checked_log_level
 
@@ -26,6 +28,7 @@ def build_config(
     log_format: str,
     log_level: str,
     allowed_hosts: tuple[str, ...],
+    audit_keep: str | None = None,
 ) -> HubConfig | str:
     """A validated HubConfig, or a message saying what is wrong."""
     try:
@@ -54,6 +57,16 @@ def build_config(
         level = checked_log_level(log_level)
     except ValueError as exc:
         return str(exc)
+    keep_s = None
+    if audit_keep is not None:
+        try:
+            keep_s = parse_duration(audit_keep)
+        except ValueError as exc:
+            return f"--audit-keep: {exc}"
+        if keep_s < MIN_PRUNE_AGE_S:
+            return (
+                f"--audit-keep must be at least 1d (got {audit_keep}): recent rows are what an audit is for"
+            )
     return HubConfig(
         data_dir=data_dir,
         host=host,
@@ -65,6 +78,7 @@ def build_config(
         log_format=log_format,  # type: ignore[arg-type]
         log_level=level,
         allowed_hosts=split_hosts(allowed_hosts),
+        audit_keep_s=keep_s,
     )
 
 
