@@ -48,11 +48,13 @@ async def test_a_notification_during_a_slow_call_does_not_wait_for_it() -> None:
         await peer.send(ROOTS_CHANGED)
         await peer.send(ping(2))
         assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": {}}
-        assert trio.current_time() - started < 1.0  # not ORDER_WAIT_S (2 s) behind the call
+        assert (
+            trio.current_time() - started < 1.8
+        )  # not ORDER_WAIT_S (2 s) behind the call (margin for a loaded machine)
         started = trio.current_time()
         await peer.send(cancel(1))
         await eventually(lambda: hub.hang_disconnects == 1)
-        assert trio.current_time() - started < 1.0
+        assert trio.current_time() - started < 1.8
         await eventually(lambda: len(hub.seen("POST", "notifications/cancelled")) == 1)
         await peer.send(ping(3))
         assert (await peer.receive())["id"] == 3  # nothing was written for 1

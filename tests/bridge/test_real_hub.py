@@ -270,13 +270,15 @@ async def test_a_notification_and_a_cancel_during_a_slow_call_take_effect_at_onc
         await bridge.peer.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
         await bridge.peer.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})
         assert await bridge.peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": {}}
-        assert trio.current_time() - started < 1.0
+        assert (
+            trio.current_time() - started < 1.8
+        )  # it used to wait ORDER_WAIT_S (2 s); margin for a loaded machine
         started = trio.current_time()
         await bridge.peer.send(
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
         )
         await eventually(lambda: not sleepers_under(agent_pid), within_s=10, interval_s=0.05)
-        assert trio.current_time() - started < 1.5
+        assert trio.current_time() - started < 1.9
         await bridge.peer.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
         assert (await bridge.peer.receive())["id"] == 3  # nothing for 1: it was cancelled
         await bridge.peer.close()
