@@ -162,12 +162,15 @@ def json_size(value: Any) -> int:
 def cap_result(
     data: dict[str, Any], limit: int, keep_end: frozenset[str] = frozenset()
 ) -> tuple[dict[str, Any], bool, int]:
-    """Shorten the longest lists (and longest strings) until ``data`` fits in ``limit`` bytes.
+    """Cut the largest list or string (by its bytes of JSON) until ``data`` fits in ``limit`` bytes.
 
-    A list loses its second half, except a top-level one named in ``keep_end`` ("the
-    last N" lines or entries, oldest first), which loses its first. A shortened result
-    carries ``"truncated": true`` at its top level. A result holding text that is not
-    valid Unicode is made so first (`valid_unicode`).
+    Each cut takes about what is over the limit, in one step: a list loses items from its
+    end, except a top-level one named in ``keep_end`` ("the last N" lines or entries,
+    oldest first), which loses them from its start; a string keeps its start and ends
+    with ``…[truncated]``. A shortened result carries ``"truncated": true`` at its top
+    level. A result holding text that is not valid Unicode is made so first
+    (`valid_unicode`). A few passes over the result, whatever its shape: cutting a
+    thousand long lines one halving at a time took minutes.
     """
     try:
         size = json_size(data)
@@ -177,33 +180,55 @@ def cap_result(
     if size <= limit:
         return data, False, size
     data = json.loads(json.dumps(data))  # a private copy to cut
+    data["truncated"] = True
+    size = json_size(data)
     while size > limit:
-        if not _shorten_largest(data, keep_end):
+        if not _cut_largest(data, keep_end, size - limit + CUT_MARGIN_BYTES):
             data = {"truncated": True, "note": f"result of {size} bytes exceeds the {limit} byte cap"}
+            size = json_size(data)
             break
-        data["truncated"] = True
         size = json_size(data)
     return data, True, size
 
 
-def _shorten_largest(root: dict[str, Any], keep_end: frozenset[str]) -> bool:
-    best: tuple[int, Any, Any] | None = None
+CUT_MARGIN_BYTES = 64  # cut a little more than the excess: the marker, commas, rounding
+TRUNCATED_MARK = "…[truncated]"
+
+
+def _cut_largest(root: dict[str, Any], keep_end: frozenset[str], excess: int) -> bool:
+    """Take about ``excess`` bytes of JSON out of the largest list or string under ``root``."""
+    largest = _largest(root)
+    if largest is None:
+        return False
+    parent, key, value, size = largest
+    if isinstance(value, str):
+        keep = max(min(len(value) * (size - excess) // size, len(value) - 1), 0)
+        parent[key] = value[:keep] + TRUNCATED_MARK
+        return True
+    from_start = parent is root and key in keep_end
+    dropped, count = 0, 0
+    for item in reversed(value) if not from_start else value:
+        if dropped >= excess or count == len(value) - 1:
+            break
+        dropped += json_size(item) + 1  # its comma
+        count += 1
+    parent[key] = value[count:] if from_start else value[: len(value) - count]
+    return True
+
+
+def _largest(root: dict[str, Any]) -> tuple[Any, Any, Any, int] | None:
+    """The list or string under ``root`` (of more than one item or character) that is the most
+    bytes of JSON: (its parent, its key there, it, its size); None if there is none."""
+    best: tuple[Any, Any, Any, int] | None = None
     stack: list[Any] = [root]
     while stack:
         node = stack.pop()
         children = node.items() if isinstance(node, dict) else enumerate(node)
         for key, value in children:
             if isinstance(value, list | str) and len(value) > 1:
-                if best is None or len(value) > best[0]:
-                    best = (len(value), node, key)
+                size = json_size(value)
+                if best is None or size > best[3]:
+                    best = (node, key, value, size)
             if isinstance(value, dict | list):
                 stack.append(value)
-    if best is None:
-        return False
-    length, parent, key = best
-    value = parent[key]
-    if parent is root and key in keep_end and isinstance(value, list):
-        parent[key] = value[length - length // 2 :]  # the newest half
-    else:
-        parent[key] = value[: length // 2] + ("…[truncated]" if isinstance(value, str) else type(value)())
-    return True
+    return best

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sonde.packs import executor
 from sonde.packs.base import NoParams, Pack, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe, is_cancellation
@@ -95,3 +96,46 @@ def test_cancellation_and_interrupts_are_not_a_probes_own_failure() -> None:
     assert is_cancellation(BaseExceptionGroup("g", [ValueError(), KeyboardInterrupt()]))
     assert not is_cancellation(SystemExit(3))
     assert not is_cancellation(BaseExceptionGroup("g", [SystemExit(3)]))
+
+
+def test_a_long_tail_of_long_lines_is_cut_in_a_few_passes_keeping_whole_newest_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = [f"{n:05d}" + "x" * 4995 for n in range(5000)]  # 25 MB of JSON, as a big log tail
+    measured: list[int] = []
+    measure = executor.json_size
+
+    def counted(value: object) -> int:
+        measured.append(measure(value))
+        return measured[-1]
+
+    monkeypatch.setattr(executor, "json_size", counted)
+    capped, truncated, size = cap_result({"lines": lines}, 256 * 1024, frozenset({"lines"}))
+    assert truncated
+    assert capped["truncated"] is True
+    assert size <= 256 * 1024
+    kept = capped["lines"]
+    assert kept == lines[-len(kept) :]  # the newest, whole
+    assert len(kept) >= 256 * 1024 // 5003 - 2  # about as many as fit
+    # a few passes over the result: halving the longest string one at a time, re-measuring
+    # the whole result after each, measured thousands of times its size and took minutes
+    assert sum(measured) < 10 * measure({"lines": lines})
+
+
+def test_one_huge_string_is_cut_to_the_cap_in_one_step() -> None:
+    text = "é" * 3_000_000
+    capped, truncated, size = cap_result({"content": text, "path": "/x"}, 256 * 1024)
+    assert truncated
+    assert size <= 256 * 1024
+    assert capped["content"].endswith("…[truncated]")
+    assert text.startswith(capped["content"].removesuffix("…[truncated]"))
+    assert size > 0.9 * 256 * 1024  # not cut far below what fits
+    assert capped["path"] == "/x"
+
+
+def test_a_list_keeps_its_start_unless_it_is_a_last_n_answer() -> None:
+    rows = [{"n": n, "text": "y" * 100} for n in range(2000)]
+    capped, truncated, size = cap_result({"rows": rows}, 20_000)
+    assert truncated
+    assert size <= 20_000
+    assert capped["rows"] == rows[: len(capped["rows"])]
