@@ -193,10 +193,15 @@ class ProbeContext:
         return await self.threads.run(function, *args)
 
     def allowed_path(self, raw: str) -> Path:
-        """Resolve ``raw`` (symlinks followed) and refuse it unless it lies in the allow-list."""
-        resolved = Path(os.path.realpath(raw))
-        for root in self.settings.allowed_paths:
-            base = Path(os.path.realpath(root))
+        """Resolve ``raw`` (symlinks followed) and refuse it unless it lies in the allow-list.
+
+        A path that changes while it is resolved (a link swapped meanwhile) is refused too."""
+        try:
+            resolved = Path(os.path.realpath(raw))
+            bases = [Path(os.path.realpath(root)) for root in self.settings.allowed_paths]
+        except OSError as exc:  # readlink on a link replaced between lstat and readlink
+            raise PathNotAllowed(f"path {raw!r} changed while being resolved ({exc.strerror})") from None
+        for base in bases:
             if resolved == base or base in resolved.parents:
                 return resolved
         allowed = ", ".join(self.settings.allowed_paths) or "(none)"

@@ -1,23 +1,30 @@
 """Directory and file listings, and a bounded file read, inside the allowed paths only.
 
 Every path goes through ``ProbeContext.allowed_path`` (symlinks resolved, then
-checked against the agent's allow-list). Directory sizes are summed with
+checked against the agent's allow-list), and is then opened by `open_resolved`, one
+component at a time without following a symlink, so a directory swapped for one
+after the check cannot lead outside. A listing streams the directory and keeps only
+the top ``limit`` entries, looking at no more than `MAX_LIST_ENTRIES` (past that it
+says ``complete: false``, and ``total_entries`` is a lower bound). Directory sizes are summed with
 ``os.scandir`` without following symlinks, as ``du -s`` does: the blocks each
 entry occupies (``st_blocks`` times 512, so a sparse file counts what it really
 uses), every inode once however many hard links it has, the directory itself
 included; the apparent size (the sum of ``st_size``) is kept beside it. The
 walk stops after `MAX_WALK_ENTRIES` entries, so a huge tree costs a bounded
-amount of time. A size the walk could not finish (that cap, or a directory
-beneath the agent may not read) is a lower bound and says so:
+amount of time; it opens each directory relative to its parent's descriptor, never
+by path, and holds one open per level, so it goes at most `MAX_WALK_DEPTH` deep.
+A size the walk could not finish (those caps, or a directory beneath the agent may
+not read) is a lower bound and says so:
 ``size_complete: false`` on its entry,
 ``complete: false`` on the listing, and the unread directories in ``unreadable``.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -28,9 +35,12 @@ from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
 from sonde.packs.system.info import iso_utc
+from sonde.packs.system.nofollow import DIRECTORY_FLAGS, open_resolved
 from sonde.packs.system.textfile import AbsolutePath, permission_error, read_text
 
 MAX_WALK_ENTRIES = 200_000
+MAX_WALK_DEPTH = 64  # directories a size walk holds open at once, one per level
+MAX_LIST_ENTRIES = 200_000  # entries one listing looks at
 UNREADABLE_MAX = 100
 READ_MAX_BYTES = 1024 * 1024
 SortKey = Literal["name", "size", "mtime"]
@@ -66,12 +76,15 @@ class Entry(Result):
 class Listing(Result):
     path: str
     sort_by: SortKey
-    total_entries: int
+    total_entries: int = Field(
+        description="Entries of the requested kind; a lower bound when `complete` is false."
+    )
     entries: list[Entry]
     truncated: bool
     complete: bool = Field(
-        description="False when a directory size is a lower bound: the walk hit its entry cap or "
-        "met a directory it could not read."
+        description="False when the directory held more than 200,000 entries (only that many "
+        "were looked at), or a directory size is a lower bound: the walk hit its entry or depth "
+        "cap or met a directory it could not read."
     )
     unreadable: list[str] = Field(
         description="Entries that could not be read, and the directories beneath (relative paths) "
@@ -88,6 +101,7 @@ class Stat:
     mode: int
     uid: int
     apparent_size: int | None = None  # set on directories sized by a walk
+    size_complete: bool = True  # False when that walk could not count all of it
 
 
 @dataclass(frozen=True)
@@ -105,50 +119,73 @@ def kind_of(mode: int) -> EntryKind:
     return "file" if stat.S_ISREG(mode) else "other"
 
 
-def sort_entries(entries: list[Stat], sort_by: SortKey, descending: bool, limit: int) -> list[Stat]:
-    """``entries`` ordered by ``sort_by`` (name breaks ties), cut to ``limit``."""
+def top_entries(entries: Iterable[Stat], sort_by: SortKey, descending: bool, limit: int) -> list[Stat]:
+    """The first ``limit`` of ``entries`` ordered by ``sort_by`` (name breaks ties), as
+    ``sorted(...)[:limit]`` gives them but holding only ``limit`` entries at a time."""
     keys: dict[str, Callable[[Stat], tuple[float | str, str]]] = {
         "name": lambda e: (e.name, e.name),
         "size": lambda e: (e.size, e.name),
         "mtime": lambda e: (e.mtime, e.name),
     }
-    return sorted(entries, key=keys[sort_by], reverse=descending)[:limit]
+    pick = heapq.nlargest if descending else heapq.nsmallest
+    return pick(limit, entries, key=keys[sort_by])
 
 
-def _entry(item: Stat, size_complete: bool) -> Entry:
+def _entry(item: Stat) -> Entry:
     return Entry(
         name=item.name,
         kind=item.kind,
         size_bytes=item.size,
         apparent_size_bytes=item.apparent_size,
-        size_complete=size_complete,
+        size_complete=item.size_complete,
         mtime=iso_utc(item.mtime),
         mode=stat.filemode(item.mode),
         uid=item.uid,
     )
 
 
-def _scan(directory: Path) -> tuple[list[Stat], list[str]]:
-    found: list[Stat] = []
-    unreadable: list[str] = []
+@dataclass
+class Scan:
+    """What streaming one directory found besides the entries it kept: how many matched,
+    the names it could not stat, and whether it stopped at `MAX_LIST_ENTRIES`."""
+
+    matched: int = 0
+    capped: bool = False
+    unreadable: list[str] = field(default_factory=list)
+
+    def could_not_stat(self, name: str) -> None:
+        if len(self.unreadable) < UNREADABLE_MAX:
+            self.unreadable.append(name)
+
+
+def open_directory(directory: Path) -> int:
+    """A descriptor to list ``directory`` (no symlink followed on the way: see `open_resolved`)."""
     try:
-        items = list(os.scandir(directory))
+        return open_resolved(directory, DIRECTORY_FLAGS)
     except PermissionError:
         raise permission_error(directory) from None
     except NotADirectoryError:
         raise ValueError(f"{directory}: not a directory") from None
     except FileNotFoundError:
         raise ValueError(f"{directory}: no such directory") from None
-    for item in items:
-        try:
-            info = item.stat(follow_symlinks=False)
-        except OSError:  # vanished or unreadable meanwhile
-            unreadable.append(item.name)
-            continue
-        found.append(
-            Stat(item.name, kind_of(info.st_mode), info.st_size, info.st_mtime, info.st_mode, info.st_uid)
-        )
-    return found, unreadable
+
+
+def _scan(fd: int, only: EntryKind, scan: Scan) -> Iterator[Stat]:
+    """Each entry of the directory open at ``fd`` of kind ``only``, streamed (never all held),
+    until `MAX_LIST_ENTRIES` have been looked at."""
+    with os.scandir(fd) as items:
+        for looked, item in enumerate(items):
+            if looked >= MAX_LIST_ENTRIES:
+                scan.capped = True
+                return
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:  # vanished or unreadable meanwhile
+                scan.could_not_stat(item.name)
+                continue
+            if kind_of(info.st_mode) == only:
+                scan.matched += 1
+                yield Stat(item.name, only, info.st_size, info.st_mtime, info.st_mode, info.st_uid)
 
 
 @dataclass
@@ -158,34 +195,62 @@ class SizeWalk:
 
     budget: int = MAX_WALK_ENTRIES
     unreadable: list[str] = field(default_factory=list)
+    lower_bound: bool = False  # some size it gave could not count all of its tree
 
-    def could_not_read(self, path: Path, listed: Path) -> None:
+    def could_not_read(self, relative: str) -> None:
         if len(self.unreadable) < UNREADABLE_MAX:
-            self.unreadable.append(str(path.relative_to(listed)))
+            self.unreadable.append(relative)
 
 
-def _read_directory(directory: Path, walk: SizeWalk, listed: Path) -> list[tuple[str, os.stat_result]] | None:
-    """Each entry of ``directory`` with its lstat, while the budget lasts; None (noted) if it cannot be read."""
+@dataclass
+class Level:
+    """One directory open on the way down a size walk, and its subdirectories still to visit."""
+
+    fd: int
+    relative: str
+    subdirectories: list[str]
+
+
+@dataclass
+class Tally:
+    disk_bytes: int
+    apparent_bytes: int
+    exact: bool = True
+    seen: set[tuple[int, int]] = field(default_factory=set)  # (dev, inode) of files with hard links
+
+
+def _read_directory(fd: int, relative: str, walk: SizeWalk, tally: Tally) -> list[str] | None:
+    """Count each entry of the directory open at ``fd`` into ``tally`` while the budget lasts,
+    and give its subdirectories; None (noted, nothing counted) if it cannot be read."""
+    disk = apparent = 0
+    seen: set[tuple[int, int]] = set()
+    subdirectories = []
     try:
-        items = list(os.scandir(directory))
-    except FileNotFoundError:  # removed meanwhile: nothing left to count
-        return []
-    except OSError:
-        walk.could_not_read(directory, listed)
+        with os.scandir(fd) as items:
+            for item in items:
+                walk.budget -= 1
+                if walk.budget < 0:
+                    break
+                try:
+                    info = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                    key = (info.st_dev, info.st_ino)
+                    if key in tally.seen or key in seen:  # another hard link to a file already counted
+                        continue
+                    seen.add(key)
+                disk += disk_bytes(info)
+                apparent += info.st_size
+                if stat.S_ISDIR(info.st_mode):
+                    subdirectories.append(item.name)
+    except OSError:  # listable but not searchable (mode r without x): no entry can be stat'ed
+        walk.could_not_read(relative)
         return None
-    found = []
-    for item in items:
-        walk.budget -= 1
-        if walk.budget < 0:
-            break
-        try:
-            found.append((item.path, item.stat(follow_symlinks=False)))
-        except FileNotFoundError:
-            continue
-        except OSError:  # listable but not searchable (mode r without x): no entry can be stat'ed
-            walk.could_not_read(directory, listed)
-            return None
-    return found
+    tally.disk_bytes += disk
+    tally.apparent_bytes += apparent
+    tally.seen |= seen
+    return subdirectories
 
 
 def disk_bytes(info: os.stat_result) -> int:
@@ -193,55 +258,87 @@ def disk_bytes(info: os.stat_result) -> int:
     return info.st_blocks * 512
 
 
-def tree_size(root: Path, walk: SizeWalk, listed: Path) -> TreeSize:
-    """The disk use and apparent size of ``root`` and everything under it (no symlinks followed,
-    each inode once), and whether that is all of it: False when the walk ran out of entries or
-    met a directory it could not read (then both sizes are lower bounds)."""
+def _enter(parent: int, name: str, relative: str, walk: SizeWalk, tally: Tally) -> Level | None:
+    """Open and count subdirectory ``name`` of ``parent`` (never following a symlink swapped in
+    for it); None when there is nothing to descend into."""
     try:
-        own = root.lstat()
+        fd = os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
+    except FileNotFoundError:  # removed meanwhile: nothing left to count
+        return None
+    except OSError:  # unreadable, or no longer a directory (a symlink swapped in is not followed)
+        walk.could_not_read(relative)
+        tally.exact = False
+        return None
+    try:
+        subdirectories = _read_directory(fd, relative, walk, tally)
+    except BaseException:
+        os.close(fd)
+        raise
+    if subdirectories is None:
+        os.close(fd)
+        tally.exact = False
+        return None
+    return Level(fd, relative, subdirectories)
+
+
+def tree_size(parent: int, name: str, walk: SizeWalk) -> TreeSize:
+    """The disk use and apparent size of directory ``name`` of ``parent`` and everything under it
+    (no symlinks followed, each inode once), and whether that is all of it: False when the walk
+    ran out of entries or met a directory it could not read or too deep to hold open (then both
+    sizes are lower bounds). Each directory is opened relative to the one above it, never by
+    path, so one swapped for a symlink meanwhile is not followed."""
+    try:
+        own = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:  # removed meanwhile: nothing left to count
         return TreeSize(0, 0, True)
-    disk, apparent, exact = disk_bytes(own), own.st_size, True
-    seen: set[tuple[int, int]] = set()
-    stack = [root]
-    while stack and walk.budget >= 0:
-        found = _read_directory(stack.pop(), walk, listed)
-        exact = exact and found is not None
-        for path, info in found or ():
-            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                if (info.st_dev, info.st_ino) in seen:  # another hard link to a file already counted
-                    continue
-                seen.add((info.st_dev, info.st_ino))
-            disk += disk_bytes(info)
-            apparent += info.st_size
-            if stat.S_ISDIR(info.st_mode):
-                stack.append(Path(path))
-    return TreeSize(disk, apparent, exact and walk.budget >= 0)
+    tally = Tally(disk_bytes(own), own.st_size)
+    levels: list[Level] = []
+    try:
+        first = _enter(parent, name, name, walk, tally)
+        levels += [first] if first else []
+        while levels and walk.budget >= 0:
+            top = levels[-1]
+            if not top.subdirectories:
+                os.close(levels.pop().fd)
+                continue
+            child = top.subdirectories.pop()
+            relative = f"{top.relative}/{child}"
+            if len(levels) >= MAX_WALK_DEPTH:  # one descriptor per level held: keep them bounded
+                walk.could_not_read(relative)
+                tally.exact = False
+                continue
+            level = _enter(top.fd, child, relative, walk, tally)
+            levels += [level] if level else []
+    finally:
+        for level in levels:
+            os.close(level.fd)
+    return TreeSize(tally.disk_bytes, tally.apparent_bytes, tally.exact and walk.budget >= 0)
+
+
+def _sized(fd: int, item: Stat, walk: SizeWalk) -> Stat:
+    size = tree_size(fd, item.name, walk)
+    walk.lower_bound = walk.lower_bound or not size.complete
+    return replace(item, size=size.disk_bytes, apparent_size=size.apparent_bytes, size_complete=size.complete)
 
 
 def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
-    found, unreadable = _scan(directory)
-    chosen = [item for item in found if item.kind == only]
-    inexact: set[str] = set()
-    if only == "directory" and params.sort_by == "size":
-        walk = SizeWalk()
-        sized = []
-        for item in chosen:
-            size = tree_size(directory / item.name, walk, directory)
-            if not size.complete:
-                inexact.add(item.name)
-            sized.append(replace(item, size=size.disk_bytes, apparent_size=size.apparent_bytes))
-        chosen = sized
-        unreadable += walk.unreadable
-    top = sort_entries(chosen, params.sort_by, params.descending, params.limit)
+    fd = open_directory(directory)
+    try:
+        scan, walk = Scan(), SizeWalk()
+        chosen = _scan(fd, only, scan)
+        if only == "directory" and params.sort_by == "size":
+            chosen = (_sized(fd, item, walk) for item in chosen)
+        top = top_entries(chosen, params.sort_by, params.descending, params.limit)
+    finally:
+        os.close(fd)
     return Listing(
         path=str(directory),
         sort_by=params.sort_by,
-        total_entries=len(chosen),
-        entries=[_entry(item, item.name not in inexact) for item in top],
-        truncated=len(chosen) > len(top),
-        complete=not inexact,
-        unreadable=unreadable[:UNREADABLE_MAX],
+        total_entries=scan.matched,
+        entries=[_entry(item) for item in top],
+        truncated=scan.matched > len(top) or scan.capped,
+        complete=not (scan.capped or walk.lower_bound),
+        unreadable=(scan.unreadable + walk.unreadable)[:UNREADABLE_MAX],
     )
 
 
@@ -249,8 +346,9 @@ def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
     "system.files.list",
     """Regular files directly inside a directory (allowed paths only): name, size in bytes,
     modification time (ISO 8601 UTC), mode and owner uid, sorted by name, size or mtime
-    (`descending` for largest/newest first) and cut to `limit`. Use it to find big or
-    recently changed files, e.g. in /var/log.""",
+    (`descending` for largest/newest first) and cut to `limit`. At most 200,000 entries
+    are looked at (past that `complete` is false). Use it to find big or recently changed
+    files, e.g. in /var/log.""",
     timeout_s=15,
 )
 async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
@@ -263,10 +361,11 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
     """Subdirectories directly inside a directory (allowed paths only), sorted by name,
     mtime or size; with sort_by=size each size is the disk space it and everything beneath
     it occupy (like `du -s`: allocated blocks, so a sparse file counts only what it really
-    uses, a hard-linked file once, symlinks not followed, at most 200,000 entries walked),
+    uses, a hard-linked file once, symlinks not followed, at most 200,000 entries walked
+    and 64 levels deep),
     with the apparent size (sum of file lengths) beside it. A size is a lower bound,
     with `size_complete` false on its entry and `complete` false, when the walk stopped at
-    that cap or met a directory the agent may not read (listed in `unreadable`). Use it to
+    those caps or met a directory the agent may not read (listed in `unreadable`). Use it to
     find what fills a disk.""",
     timeout_s=30,
 )

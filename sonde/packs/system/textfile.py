@@ -26,6 +26,7 @@ from pydantic import Field
 
 from sonde.packs.context import unredacted
 from sonde.packs.system.access import why_refused
+from sonde.packs.system.nofollow import open_resolved
 from sonde.packs.textpattern import PythonPattern
 
 BLOCK_BYTES = 64 * 1024
@@ -70,12 +71,12 @@ def permission_error(path: Path) -> PermissionError:
 def open_regular(path: Path) -> BinaryIO:
     """Open ``path`` for reading if it is a regular file (no symlink, FIFO or device)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_resolved(path, os.O_RDONLY | os.O_NONBLOCK)  # no symlink followed, on the way either
     except PermissionError:
         raise permission_error(path) from None
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
-    except OSError as exc:  # ELOOP from O_NOFOLLOW: swapped for a symlink after the check
+    except OSError as exc:
         raise ValueError(f"{path}: cannot open ({exc.strerror})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)

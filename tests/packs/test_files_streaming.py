@@ -1,0 +1,94 @@
+"""system.files.list streams a big directory: the right top entries, at the memory of `limit`.
+
+Before, the listing held a `Stat` (and a DirEntry) for every entry of the directory
+before cutting to ``limit``: some 430 MiB for 300,000 files. Now it keeps only the
+top ``limit`` as it goes, so its peak stays far below what 50,000 entries cost.
+"""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from sonde.packs.system import files
+from sonde.packs.system.files import ListingParams, SizeWalk, SortKey, _list, tree_size
+
+FILES = 50_000
+LIMIT = 10
+PEAK_LIMIT_BYTES = 1024 * 1024  # holding the 50,000 entries took well over 10 MiB
+
+
+@pytest.fixture(scope="module")
+def big_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("big")
+    for number in range(FILES):
+        with (directory / f"f{number:05d}").open("wb") as file:
+            file.truncate(number % 97)  # sizes that tie, so names must break ties
+    _list(directory, ListingParams(path=str(directory), limit=1), "file")  # what a first call imports
+    return directory
+
+
+def _expected(directory: Path, sort_by: SortKey, descending: bool) -> list[str]:
+    def key(name: str) -> tuple[float | str, str]:
+        info = os.lstat(directory / name)
+        return {"name": name, "size": info.st_size, "mtime": info.st_mtime}[sort_by], name
+
+    return sorted(os.listdir(directory), key=key, reverse=descending)[:LIMIT]
+
+
+def _peak_of_list(directory: Path, params: ListingParams) -> tuple[files.Listing, int]:
+    tracemalloc.start()
+    try:
+        listing = _list(directory, params, "file")
+        return listing, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("sort_by", "descending"), [("name", False), ("size", True), ("mtime", True)])
+def test_top_entries_of_a_big_directory_in_little_memory(
+    big_directory: Path, sort_by: SortKey, descending: bool
+) -> None:
+    params = ListingParams(path=str(big_directory), sort_by=sort_by, descending=descending, limit=LIMIT)
+    listing, peak = _peak_of_list(big_directory, params)
+    assert [entry.name for entry in listing.entries] == _expected(big_directory, sort_by, descending)
+    assert (listing.total_entries, listing.truncated, listing.complete) == (FILES, True, True)
+    assert peak < PEAK_LIMIT_BYTES
+
+
+def test_a_listing_looks_at_no_more_than_its_cap(
+    big_directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_LIST_ENTRIES", 1000)
+    listing = _list(big_directory, ListingParams(path=str(big_directory), limit=LIMIT), "file")
+    assert (listing.total_entries, listing.truncated, listing.complete) == (1000, True, False)
+    assert len(listing.entries) == LIMIT
+
+
+def test_the_size_walk_stops_reading_at_its_budget(big_directory: Path) -> None:
+    parent = os.open(big_directory.parent, os.O_RDONLY | os.O_DIRECTORY)
+    tracemalloc.start()
+    try:
+        size = tree_size(parent, big_directory.name, SizeWalk(budget=100))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        os.close(parent)
+    assert not size.complete
+    assert peak < PEAK_LIMIT_BYTES // 4
+
+
+def test_the_size_walk_holds_one_descriptor_per_level_and_no_more_than_its_depth(tmp_path: Path) -> None:
+    deepest = tmp_path.joinpath("top", *["d"] * (files.MAX_WALK_DEPTH + 5))
+    deepest.mkdir(parents=True)
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        walk = SizeWalk()
+        size = tree_size(parent, "top", walk)
+    finally:
+        os.close(parent)
+    assert not size.complete
+    assert walk.unreadable == ["/".join(["top", *["d"] * files.MAX_WALK_DEPTH])]
