@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
 
 from sonde.packs.base import NoParams, Params, ProbeUnavailable, Result
-from sonde.packs.context import ProbeContext
+from sonde.packs.context import ProbeContext, unredacted
 from sonde.packs.docker import PACK
 from sonde.packs.docker.engine import EngineError, demultiplex, engine_get, get_json, socket_path, target
 from sonde.packs.docker.logtail import FrameTail, RawTail
@@ -23,7 +24,7 @@ from sonde.packs.docker.parsers import (
     image,
 )
 from sonde.packs.docker.stats import ContainerRef
-from sonde.packs.system.textfile import decode_line
+from sonde.packs.system.textfile import decode_line, redact_lines
 
 LOGS_MAX_BYTES = 4 * 1024 * 1024
 
@@ -101,24 +102,30 @@ class ContainerLogs(Result):
     truncated: bool
 
 
-def log_lines(payload: bytes, multiplexed: bool) -> list[LogLine]:
-    """Log lines from a logs body requested with ``timestamps=1``."""
+def log_lines(payload: bytes, multiplexed: bool, redact: Callable[[str], str] = unredacted) -> list[LogLine]:
+    """Log lines from a logs body requested with ``timestamps=1``, as they will be sent.
+
+    Each stream's texts are scrubbed as one text (`redact_lines`), so a key block or a
+    YAML block scalar logged over several lines is hidden on each of them.
+    """
     frames = demultiplex(payload) if multiplexed else [("stdout", payload)]
-    lines = []
+    lines: list[tuple[str, str | None, str]] = []
     for stream, data in frames:
         for raw in data.split(b"\n"):
             if not raw:
                 continue
             stamp, _, text = decode_line(raw).partition(" ")
             has_time = len(stamp) >= 20 and stamp[4] == "-" and stamp[10] == "T"
-            lines.append(
-                LogLine(
-                    stream=stream,
-                    time=stamp if has_time else None,
-                    text=text if has_time else stamp + " " + text,
-                )
-            )
-    return lines
+            lines.append((stream, stamp if has_time else None, text if has_time else stamp + " " + text))
+    texts = [text for _, _, text in lines]
+    for stream in {stream for stream, _, _ in lines}:
+        indexes = [index for index, (name, _, _) in enumerate(lines) if name == stream]
+        for index, text in zip(indexes, redact_lines([texts[i] for i in indexes], redact), strict=True):
+            texts[index] = text
+    return [
+        LogLine(stream=stream, time=time, text=text)
+        for (stream, time, _), text in zip(lines, texts, strict=True)
+    ]
 
 
 @PACK.probe(
@@ -144,7 +151,7 @@ async def container_logs(ctx: ProbeContext, params: LogsParams) -> ContainerLogs
         response = await engine_get(socket_path(ctx), path, newest)
     except EngineError as exc:
         raise ProbeUnavailable(str(exc)) from None
-    lines = log_lines(response.body, multiplexed=not tty)
+    lines = log_lines(response.body, multiplexed=not tty, redact=ctx.redact)
     return ContainerLogs(
         container=params.container, lines=lines[-params.lines :], truncated=response.truncated
     ).newest_last("lines")

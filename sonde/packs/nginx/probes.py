@@ -20,7 +20,7 @@ from sonde.packs.nginx.logformat import (
     summarize_access,
 )
 from sonde.packs.system.privileges import agent_user
-from sonde.packs.system.textfile import AbsolutePath, tail_lines
+from sonde.packs.system.textfile import MAX_SCAN_BYTES, AbsolutePath, tail_lines
 
 DEFAULT_ACCESS_LOG = "/var/log/nginx/access.log"
 DEFAULT_ERROR_LOG = "/var/log/nginx/error.log"
@@ -144,7 +144,7 @@ class ErrorLog(Result):
 )
 async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
     path = log_path(ctx, params.path, "error_log", DEFAULT_ERROR_LOG)
-    found = await ctx.in_thread(tail_lines, path, params.lines)
+    found = await ctx.in_thread(tail_lines, path, params.lines, None, MAX_SCAN_BYTES, ctx.redact)
     parsed = [parse_error_line(line) for line in found.lines]
     entries = [entry for entry in parsed if entry is not None]
     counts = {level: sum(1 for e in entries if e.level == level) for level in ERROR_LEVELS}
@@ -183,7 +183,7 @@ class AccessLog(Result):
 )
 async def access_log(ctx: ProbeContext, params: LogParams) -> AccessLog:
     path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
-    found = await ctx.in_thread(tail_lines, path, params.lines)
+    found = await ctx.in_thread(tail_lines, path, params.lines, None, MAX_SCAN_BYTES, ctx.redact)
     entries, unparsed = [], []
     for line in found.lines:
         entry = parse_access_line(line)

@@ -16,6 +16,7 @@ symlink swapped in after the allow-list check is refused.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,13 @@ MAX_SCAN_BYTES = 16 * 1024 * 1024
 LINE_MAX_CHARS = 4096
 BINARY_SNIFF_BYTES = 8192
 TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
+# Lines scrubbed with the ones judged, before them: more than the YAML block scalar
+# (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
+CONTEXT_LINES = 256
+BATCH_CHARS = 1024 * 1024  # lines judged (scrubbed as one text) at a time, at most about
+REDACTED = "[REDACTED]"  # what the agent's scrubber puts for a secret (`sonde.agent.scrub_rules`)
+REDACTED_LINE = REDACTED  # a line a redaction swallowed whole
+_KEY_END = re.compile(r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 
 # Checked by Python's re (`PythonPattern`): the Rust engine spends ~8 MiB on the {0,4095} repeat.
 AbsolutePath = Annotated[
@@ -113,40 +121,166 @@ def tail_lines(
     max_scan_bytes: int = MAX_SCAN_BYTES,
     redact: Callable[[str], str] = unredacted,
 ) -> Lines:
-    """The last ``count`` lines of ``path`` (matching ``contains`` once redacted), oldest first."""
+    """The last ``count`` lines of ``path`` as they will be sent (matching ``contains``), oldest first.
+
+    Lines are judged by `_Judge`, each with up to `CONTEXT_LINES` earlier lines
+    read for context, so a secret that began before the lines returned is still hidden.
+    """
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        found: list[str] = []
-        partial = b""
-        scanned = 0
-        for block in _blocks_backwards(handle, size, max_scan_bytes):
-            pieces = (block + partial).split(b"\n")
-            if scanned == 0 and pieces[-1] == b"":
-                pieces.pop()  # the file ends with a newline: no line after it
-            scanned += len(block)
-            partial = pieces[0]
-            for raw in reversed(pieces[1:]):
-                if _keep(raw, contains, found, count, redact):
-                    return Lines(found[::-1], size, scanned, True)
-        reached_start = scanned >= size
-        if reached_start and size > 0:  # the file's first line, blank or not
-            _keep(partial, contains, found, count, redact)
-        return Lines(found[::-1], size, scanned, reached_start)
+        judge = _Judge(count, contains, redact)
+        pending: list[str] = []  # decoded lines not judged yet, newest first
+        ready = 0  # pending lines with `CONTEXT_LINES` read before them
+        scanned = [0]
+        for raw in _lines_backwards(handle, size, max_scan_bytes, scanned):
+            pending.append(decode_line(raw))
+            judge.chars += len(pending[-1])
+            if len(pending) > CONTEXT_LINES:
+                ready += judge.could_keep(pending[-1 - CONTEXT_LINES])
+            if len(pending) > CONTEXT_LINES and judge.due(ready):
+                judged = len(pending) - CONTEXT_LINES
+                if judge.judge(pending[::-1], CONTEXT_LINES, newest_first=True):
+                    return Lines(judge.found[::-1], size, scanned[0], True)
+                del pending[:judged]
+                ready = 0
+        judge.judge(pending[::-1], 0, newest_first=True)
+        return Lines(judge.found[::-1], size, scanned[0], scanned[0] >= size)
 
 
-def _keep(
-    raw: bytes, contains: str | None, found: list[str], count: int, redact: Callable[[str], str]
-) -> bool:
-    """Add ``raw`` to ``found`` if it qualifies; True once ``count`` lines are found.
+def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: list[int]) -> Iterator[bytes]:
+    """Each whole line from the end (newest first, without its newline); ``scanned[0]`` counts bytes read.
 
-    A blank line is a line, as for ``tail``/``head``; ``contains`` never matches one.
-    ``contains`` must match the line as it will be sent (``redact``), so a filter
-    cannot confirm a guess at a secret the answer hides.
+    The file's first line comes last, once the scan reaches it; a line the scan cap cuts never comes.
     """
-    line = decode_line(raw)
-    if contains is None or (contains in line and contains in redact(line)):
-        found.append(line)
-    return len(found) >= count
+    partial = b""
+    for block in _blocks_backwards(handle, size, max_scan_bytes):
+        pieces = (block + partial).split(b"\n")
+        if scanned[0] == 0 and pieces[-1] == b"":
+            pieces.pop()  # the file ends with a newline: no line after it
+        scanned[0] += len(block)
+        partial = pieces[0]
+        yield from reversed(pieces[1:])
+    if scanned[0] >= size and size > 0:  # the file's first line, blank or not
+        yield partial
+
+
+class _Judge:
+    """Which lines to keep, as they will be sent: ``found`` fills up to ``count``.
+
+    A batch of consecutive lines is scrubbed as ONE text (`redact_lines`) with the
+    lines before it as context, so a key block or a YAML block scalar is hidden on
+    every line it spans. ``contains`` must match the line before and after
+    scrubbing, so a filter cannot confirm a guess at a secret the answer hides.
+    """
+
+    def __init__(self, count: int, contains: str | None, redact: Callable[[str], str]) -> None:
+        self.count, self.contains, self.redact = count, contains, redact
+        self.found: list[str] = []
+        self.chars = 0  # characters of the lines read since the last judgement
+
+    def could_keep(self, line: str) -> bool:
+        return self.contains is None or self.contains in line
+
+    def due(self, ready: int) -> bool:
+        """Judge now: the lines ready could fill ``found``, or they are a full batch."""
+        return len(self.found) + ready >= self.count or self.chars >= BATCH_CHARS
+
+    def judge(self, lines: list[str], context: int, newest_first: bool = False) -> bool:
+        """Judge ``lines[context:]`` (file order; the first ``context`` only give context);
+        True once ``count`` lines are found. ``newest_first`` adds the newest first."""
+        self.chars = 0
+        context = min(context, len(lines))
+        if not any(self.could_keep(line) for line in lines[context:]):
+            return False
+        shown, sent = _scrubbed_lines(lines, self.redact, context)
+        order = range(len(lines) - 1, context - 1, -1) if newest_first else range(context, len(lines))
+        for index in order:
+            if self.could_keep(lines[index]) and self.could_keep(shown[index - context]):
+                self.found.append(sent[index - context])
+                if len(self.found) >= self.count:
+                    return True
+        return False
+
+
+def redact_lines(lines: list[str], redact: Callable[[str], str], context: int = 0) -> list[str]:
+    """``lines[context:]`` (consecutive lines of one text) as they will be sent, one for one.
+
+    The lines are scrubbed as ONE text, so a secret spanning lines (a key block, a
+    YAML block scalar) is hidden on each of them ("[REDACTED]" for a line it swallows
+    whole); the first ``context`` lines only give context (the lines before a tail).
+    A private key's END line left (its BEGIN line was not among ``lines``) hides every
+    line up to it. A line that scrubbed on its own shows the same is returned as it is
+    (the agent's last scrub hides and counts its secrets); the others come scrubbed on their
+    own as well, so that last scrub finds nothing more in them.
+    """
+    return _scrubbed_lines(lines, redact, context)[1]
+
+
+def _scrubbed_lines(
+    lines: list[str], redact: Callable[[str], str], context: int
+) -> tuple[list[str], list[str]]:
+    """``lines[context:]`` as they will be shown, and as `redact_lines` returns them."""
+    if redact is unredacted or not lines:
+        return lines[context:], lines[context:]
+    text = "\n".join(lines)
+    scrubbed = redact(text)
+    sent = lines if scrubbed == text else _realign(lines, scrubbed.split("\n"))
+    orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
+    if orphan is not None:
+        sent = [REDACTED_LINE] * (orphan + 1) + sent[orphan + 1 :]
+    raw = lines[context:]
+    if sent is lines:
+        return _each(raw, redact), raw
+    shown = _each(sent[context:], redact)
+    alone = _each(raw, redact)
+    return shown, [
+        line if seen == by_itself else seen for line, seen, by_itself in zip(raw, shown, alone, strict=True)
+    ]
+
+
+def _each(lines: list[str], redact: Callable[[str], str]) -> list[str]:
+    """Each of ``lines`` scrubbed on its own, as the agent scrubs a result's strings."""
+    if any("\x00" in line for line in lines):
+        return [redact(line) for line in lines]
+    return redact("\x00".join(lines)).split("\x00")  # no rule crosses a NUL
+
+
+def _realign(original: list[str], scrubbed: list[str]) -> list[str]:
+    """``scrubbed`` (the lines of ``original``'s scrubbed text) one for one with ``original``.
+
+    A redaction that swallowed line ends joined lines; the line it starts in keeps the
+    redacted piece and each line it swallowed becomes "[REDACTED]". Every line returned
+    is made of ``scrubbed`` alone, so a wrong guess at where a redaction ended can
+    misplace a line, never show what was hidden.
+    """
+    if len(scrubbed) >= len(original):
+        return [*scrubbed[: len(original) - 1], " ".join(scrubbed[len(original) - 1 :])]
+    sent: list[str] = []
+    i = 0
+    for j, piece in enumerate(scrubbed):
+        if piece == original[i] or i == len(original) - 1:
+            sent.append(piece)
+            i += 1
+            continue
+        spare = (len(original) - i) - (len(scrubbed) - j)  # line ends still to account for
+        swallowed = next((s for s in range(spare + 1) if _ends_at(original, scrubbed, i + s, j)), 0)
+        sent += [piece] + [REDACTED_LINE] * swallowed
+        i += swallowed + 1
+    return sent + [REDACTED_LINE] * (len(original) - len(sent))
+
+
+def _ends_at(original: list[str], scrubbed: list[str], last: int, j: int) -> bool:
+    """Could ``scrubbed[j]`` end with ``original[last]``, the next piece start the next line?"""
+    if not original[last].endswith(scrubbed[j].rpartition(REDACTED)[2]):
+        return False
+    if j + 1 == len(scrubbed):
+        return last + 1 == len(original)
+    if last + 1 >= len(original):
+        return False
+    following = scrubbed[j + 1]
+    return following == original[last + 1] or (
+        REDACTED in following and original[last + 1].startswith(following.partition(REDACTED)[0])
+    )
 
 
 def head_lines(
@@ -156,15 +290,23 @@ def head_lines(
     max_scan_bytes: int = MAX_SCAN_BYTES,
     redact: Callable[[str], str] = unredacted,
 ) -> Lines:
-    """The first ``count`` lines of ``path`` (matching ``contains`` once redacted)."""
+    """The first ``count`` lines of ``path`` as they will be sent (matching ``contains``)."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        found: list[str] = []
-        scanned = 0
+        judge = _Judge(count, contains, redact)
+        pending: list[str] = []  # the lines before the ones not judged yet (context), then those
+        context = ready = scanned = 0
         for raw, scanned in _lines_forward(handle, max_scan_bytes):
-            if _keep(raw, contains, found, count, redact):
-                return Lines(found, size, scanned, True)
-        return Lines(found, size, scanned, scanned < max_scan_bytes or scanned >= size)
+            pending.append(decode_line(raw))
+            judge.chars += len(pending[-1])
+            ready += judge.could_keep(pending[-1])
+            if judge.due(ready):
+                if judge.judge(pending, context):
+                    return Lines(judge.found, size, scanned, True)
+                pending = pending[-CONTEXT_LINES:]
+                context, ready = len(pending), 0
+        judge.judge(pending, context)
+        return Lines(judge.found, size, scanned, scanned < max_scan_bytes or scanned >= size)
 
 
 def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int]]:

@@ -1,0 +1,125 @@
+"""A secret spanning lines is hidden on every line a line-based probe returns.
+
+The agent scrubs a result's strings one by one, and a log probe returns each line as
+its own string: a private key's body (BEGIN on one line, base64 on the next ones) and
+a YAML block scalar's value (``password: |`` then the value below) went out whole.
+The probes now scrub the lines they return as one text, with the lines before them as
+context, and a key whose END line is returned hides every line up to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sonde.agent.scrubber import Scrubber
+from sonde.packs.context import ProbeContext, ProbeSettings
+from sonde.packs.docker.probes import log_lines
+from sonde.packs.executor import execute_probe
+from sonde.packs.nginx import PACK as NGINX
+from sonde.packs.registry import PackRegistry
+from sonde.packs.system import PACK as SYSTEM
+from sonde.packs.system.textfile import redact_lines
+from tests.security.scrub_corpus import RSA_BODY
+
+REGISTRY = PackRegistry.of([SYSTEM, NGINX])
+SCRUBBER = Scrubber()
+BLOCK_VALUE = "Zq9-block-scalar-value-77"
+ORDINARY = [f"2024-05-06 10:{i:02d}:00 worker {i} ok" for i in range(40)]
+
+
+def generated_key() -> list[str]:
+    """A real PEM private key (openssl), or the corpus's RSA body when openssl is missing."""
+    try:
+        pem = subprocess.run(["openssl", "genrsa", "2048"], capture_output=True, check=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pem = f"-----BEGIN RSA PRIVATE KEY-----\n{RSA_BODY}\n-----END RSA PRIVATE KEY-----\n"
+    return pem.strip().splitlines()
+
+
+KEY = generated_key()
+BODY = KEY[1:-1]
+YAML = ["config:", "  password: |", f"    {BLOCK_VALUE}", f"    {BLOCK_VALUE}-2", "  user: app"]
+LOG = ORDINARY[:20] + KEY + ORDINARY[20:30] + YAML + ORDINARY[30:]
+
+
+def leaks(lines: list[str]) -> list[str]:
+    secrets = [line for line in BODY if len(line) > 8] + [BLOCK_VALUE]
+    return [line for line in lines if any(secret in line for secret in secrets)]
+
+
+async def probe(tmp_path: Path, name: str, **params: Any) -> dict[str, Any]:
+    ctx = ProbeContext(settings=ProbeSettings(allowed_paths=(str(tmp_path),)), redact=SCRUBBER.redacted)
+    result = await execute_probe(REGISTRY, name, params, ctx, scrub=SCRUBBER.scrub_result)
+    return result.result
+
+
+def write(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "app.log"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+@pytest.mark.parametrize("count", [1, 3, 5, 12, 20, 28, 40, 60, 500])
+async def test_head_and_tail_hide_key_bodies_and_block_values(
+    tmp_path: Path, probe_name: str, count: int
+) -> None:
+    """Every window size: some start or end inside the key block or the YAML block."""
+    path = write(tmp_path, LOG)
+    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    assert leaks(lines) == []
+    assert len(lines) == min(count, len(LOG))
+    expected = LOG[:count] if probe_name == "system.logs.head" else LOG[-count:]
+    for sent, line in zip(lines, expected, strict=True):
+        if line in ORDINARY or line in ("config:", "  user: app", "  password: |"):
+            assert sent == line  # ordinary lines untouched, in their place
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+async def test_a_filter_matches_the_lines_as_sent(tmp_path: Path, probe_name: str) -> None:
+    path = write(tmp_path, LOG)
+    for guess in (BODY[3][:12], BODY[-1][-10:], BLOCK_VALUE, BLOCK_VALUE[:6]):
+        assert (await probe(tmp_path, probe_name, path=str(path), lines=10, contains=guess))["lines"] == []
+    found = await probe(tmp_path, probe_name, path=str(path), lines=100, contains="worker")
+    assert found["lines"] == ORDINARY
+
+
+async def test_a_tail_starting_inside_a_key_hides_its_body(tmp_path: Path) -> None:
+    """The key's BEGIN line is further back than the scrubber's context reaches: the lines
+    up to its END line are hidden all the same."""
+    path = write(tmp_path, KEY[:1] + ["filler"] * 300 + KEY[1:] + ORDINARY[:3])
+    lines = (await probe(tmp_path, "system.logs.tail", path=str(path), lines=8))["lines"]
+    assert leaks(lines) == []
+    assert lines[-3:] == ORDINARY[:3]
+
+
+@pytest.mark.parametrize("count", [15, 60])
+async def test_nginx_unparsed_lines_hide_a_key_body(tmp_path: Path, count: int) -> None:
+    path = write(tmp_path, LOG)
+    answer = await probe(tmp_path, "nginx.logs.access", path=str(path), lines=count)
+    assert answer["unparsed_lines"]
+    assert leaks(answer["unparsed_lines"]) == []
+
+
+def test_docker_log_lines_hide_a_key_body() -> None:
+    payload = "".join(f"2024-05-06T10:10:58.{i:09d}Z {line}\n" for i, line in enumerate(LOG)).encode()
+    texts = [line.text for line in log_lines(payload, multiplexed=False, redact=SCRUBBER.redacted)]
+    assert len(texts) == len(LOG)
+    assert leaks(texts) == []
+    assert texts[:20] == ORDINARY[:20]
+    cut = payload.split(b"\n", 25)[-1]  # the window starts inside the key
+    assert leaks([line.text for line in log_lines(cut, multiplexed=False, redact=SCRUBBER.redacted)]) == []
+
+
+def test_redact_lines_keeps_the_count_and_is_idempotent() -> None:
+    sent = redact_lines(LOG, SCRUBBER.redacted)
+    assert len(sent) == len(LOG)
+    assert leaks(sent) == []
+    scrubbed, _ = SCRUBBER.scrub(sent)  # the agent's last scrub (the BEGIN line is left to it)
+    assert SCRUBBER.scrub(scrubbed) == (scrubbed, 0)
+    assert leaks(scrubbed) == []
+    assert redact_lines(LOG, SCRUBBER.redacted, context=25) == sent[25:]
