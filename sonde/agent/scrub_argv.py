@@ -36,9 +36,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from sonde.agent.scrub_rules import REDACTED, SWITCHES
+from sonde.agent.scrub_rules import SWITCHES
 from sonde.agent.scrub_shapes import MC_VALUED, RABBITMQCTL_VALUED, REDIS_CLI_VALUED, VAULT_VALUED
 from sonde.agent.secret_names import is_secret_name
+from sonde.protocol.names import REDACTED
 
 _ARGV_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
 # An Oracle logon: [userid=|target=]user/PASSWORD[@db]; the password ends at "@" or a space

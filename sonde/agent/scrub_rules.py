@@ -29,8 +29,8 @@ from collections.abc import Iterator
 
 from sonde.agent.scrub_shapes import BARE, CUT, FRESH, QUOTED, SCHEME, SHAPE_RULES
 from sonde.agent.secret_names import is_secret_name
+from sonde.protocol.names import REDACTED
 
-REDACTED = "[REDACTED]"
 SEPARATOR = "\x00"  # no rule matches across a NUL: strings joined with it are scrubbed as one text
 
 # --- rules keyed by a field name -------------------------------------------------

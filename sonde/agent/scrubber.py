@@ -37,8 +37,9 @@ from typing import Any, NamedTuple
 
 from sonde.agent.config import AgentConfig
 from sonde.agent.scrub_argv import KEEP, already_hidden, argv_plan, hide
-from sonde.agent.scrub_rules import REDACTED, SEPARATOR, compile_operator_pattern, scrub_text
+from sonde.agent.scrub_rules import SEPARATOR, compile_operator_pattern, scrub_text
 from sonde.agent.secret_names import is_secret_name
+from sonde.protocol.names import REDACTED
 
 MIN_BUILTIN_CHARS = 4  # the shortest built-in shape is "pw=x"
 KEY_CACHE_ENTRIES = 4096  # dict keys remembered (keys repeat across list items)

@@ -24,12 +24,11 @@ from sonde.hub.audit import (
     record_entry,
     verify_audit,
 )
-from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, prune_audit
+from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, prune_and_give_back
 from sonde.hub.db import (
     SCHEMA_VERSION,
     DatabaseUnusable,
     database_unusable,
-    give_back_free_pages,
     open_database,
     open_database_read_only,
     schema_version,
@@ -335,8 +334,7 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
     before = time.time() - age_s
     db = open_hub_database(data_dir)
     try:
-        pruned = prune_audit(db, before, progress=ProgressLine())
-        given_back = give_back_free_pages(db) if pruned.rows or pruned.finished else 0
+        pruned, given_back = prune_and_give_back(db, before, progress=ProgressLine())
     except ValueError as exc:
         err(f"not pruning: {exc}; see `sonde hub audit verify`")
         return 1

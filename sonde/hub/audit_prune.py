@@ -33,7 +33,7 @@ from sonde.hub.audit import (
     set_anchor,
     walk_chain,
 )
-from sonde.hub.db import query_one, write_transaction
+from sonde.hub.db import give_back_free_pages, query_one, write_transaction
 
 MIN_PRUNE_AGE_S = 86400.0  # a prune keeps at least a day: recent rows are what an audit is for
 PRUNE_BATCH_ROWS = 5000  # rows deleted per write: tens of milliseconds of the write lock
@@ -97,6 +97,16 @@ def prune_audit(
         newer_seq=plan.newer_seq,
         newer_ts=plan.newer_ts,
     )
+
+
+def prune_and_give_back(
+    db: Database, before_ts: float, actor: str = "cli", *, progress: PruneProgress | None = None
+) -> tuple[AuditPruned, int | None]:
+    """`prune_audit`, then the freed pages back to the file system (`give_back_free_pages`):
+    what was pruned, and the bytes given back (None for a file made before Sonde could)."""
+    pruned = prune_audit(db, before_ts, actor, progress=progress)
+    given_back = give_back_free_pages(db) if pruned.rows or pruned.finished else 0
+    return pruned, given_back
 
 
 def _plan(db: Database, before_ts: float, batch_rows: int, progress: PruneProgress | None) -> _Plan:

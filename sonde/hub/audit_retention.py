@@ -19,8 +19,8 @@ from pathlib import Path
 
 import trio
 
-from sonde.hub.audit_prune import AuditPruned, prune_audit
-from sonde.hub.db import give_back_free_pages, open_database
+from sonde.hub.audit_prune import AuditPruned, prune_and_give_back
+from sonde.hub.db import open_database
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,9 @@ def prune_older_than(db_path: Path, keep_s: float) -> tuple[AuditPruned, int | N
     the bytes given back to the file system."""
     db = open_database(db_path, existing=True)
     try:
-        pruned = prune_audit(db, time.time() - keep_s, actor=ACTOR)
-        given_back = give_back_free_pages(db) if pruned.rows or pruned.finished else 0
+        return prune_and_give_back(db, time.time() - keep_s, actor=ACTOR)
     finally:
         db.close()
-    return pruned, given_back
 
 
 async def keep_audit_for(db_path: Path, keep_s: float, every_s: float = CHECK_EVERY_S) -> None:

@@ -29,6 +29,7 @@ from sonde.packs.context import unredacted
 from sonde.packs.system.access import why_refused
 from sonde.packs.system.nofollow import open_resolved
 from sonde.packs.textpattern import PythonPattern
+from sonde.protocol.names import REDACTED
 
 BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
@@ -39,8 +40,6 @@ TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
 # (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
 CONTEXT_LINES = 256
 BATCH_CHARS = 1024 * 1024  # lines judged (scrubbed as one text) at a time, at most about
-REDACTED = "[REDACTED]"  # what the agent's scrubber puts for a secret (`sonde.agent.scrub_rules`)
-REDACTED_LINE = REDACTED  # a line a redaction swallowed whole
 _KEY_END = re.compile(r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 
 # Checked by Python's re (`PythonPattern`): the Rust engine spends ~8 MiB on the {0,4095} repeat.
@@ -227,7 +226,7 @@ def _scrubbed_lines(
     sent = lines if scrubbed == text else _realign(lines, scrubbed.split("\n"))
     orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
     if orphan is not None:
-        sent = [REDACTED_LINE] * (orphan + 1) + sent[orphan + 1 :]
+        sent = [REDACTED] * (orphan + 1) + sent[orphan + 1 :]
     raw = lines[context:]
     if sent is lines:
         return _each(raw, redact), raw
@@ -264,9 +263,9 @@ def _realign(original: list[str], scrubbed: list[str]) -> list[str]:
             continue
         spare = (len(original) - i) - (len(scrubbed) - j)  # line ends still to account for
         swallowed = next((s for s in range(spare + 1) if _ends_at(original, scrubbed, i + s, j)), 0)
-        sent += [piece] + [REDACTED_LINE] * swallowed
+        sent += [piece] + [REDACTED] * swallowed
         i += swallowed + 1
-    return sent + [REDACTED_LINE] * (len(original) - len(sent))
+    return sent + [REDACTED] * (len(original) - len(sent))
 
 
 def _ends_at(original: list[str], scrubbed: list[str], last: int, j: int) -> bool:
