@@ -426,7 +426,8 @@ def agent_accept(data_dir: Path, name: str) -> int:
 def agent_remove(data_dir: Path, name: str) -> int:
     """Remove an agent (by name or id), as `DELETE /api/v1/agents/{id}` does: a running hub cuts it
     off within seconds (`sonde.hub.agent_removal`) and refuses its reconnects."""
-    from sonde.hub.agent_removal import find_agent, removal_audit, remove_agent
+    from sonde.hub.agent_records import delete_agent
+    from sonde.hub.agent_removal import find_agent, removal_audit
 
     checked_argument("agent name or id", name)
     db = open_hub_database(data_dir)
@@ -434,7 +435,7 @@ def agent_remove(data_dir: Path, name: str) -> int:
         with write_transaction(db):  # the removal and its audit entry, or neither
             agent = find_agent(db, name)
             if agent is not None:
-                remove_agent(db, agent.id, time.time())
+                delete_agent(db, agent.id, time.time())
                 target, detail = removal_audit(agent)
                 record(db, "cli.agent.remove", target, **detail)
     finally:

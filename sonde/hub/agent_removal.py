@@ -1,5 +1,6 @@
-"""Removing an agent: the one way REST (`DELETE /api/v1/agents/{id}`) and the CLI
-(`sonde hub agent remove`) both do it, and how a running hub hears of the CLI's.
+"""Removing an agent: what REST (`DELETE /api/v1/agents/{id}`) and the CLI
+(`sonde hub agent remove`) share (the lookup, the audit row; both call `delete_agent`), and how a
+running hub hears of the CLI's.
 
 The REST route runs inside the hub, so it tells the fleet at once. The CLI changes
 only the database file; no signal crosses from it to the hub, so the hub reads the
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.agent_records import AgentRecord, delete_agent, find_agent_by_name, get_agent
+from sonde.hub.agent_records import AgentRecord, find_agent_by_name, get_agent
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -34,12 +35,6 @@ LOOK_BACK_S = 30.0
 def find_agent(db: Database, name_or_id: str) -> AgentRecord | None:
     """The agent with this name, else with this id; None if neither."""
     return find_agent_by_name(db, name_or_id) or get_agent(db, name_or_id)
-
-
-def remove_agent(db: Database, agent_id: str, now: float | None = None) -> AgentRecord | None:
-    """Remove the agent (it goes on the revocation list: its next connect is refused); returns
-    what was removed, or None if no agent has this id."""
-    return delete_agent(db, agent_id, now)
 
 
 def removal_audit(record: AgentRecord) -> tuple[str, dict[str, Any]]:

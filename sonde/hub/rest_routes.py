@@ -12,7 +12,7 @@ from quart_trio import QuartTrio
 
 from sonde import __version__
 from sonde.hub import agent_removal
-from sonde.hub.agent_records import set_tags
+from sonde.hub.agent_records import delete_agent, set_tags
 from sonde.hub.attestation import accept_held
 from sonde.hub.audit import query_audit_page, verify_audit
 from sonde.hub.keys import (
@@ -198,7 +198,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def remove_agent(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True, action="rest.agent.remove")
         record = resolve_agent(hub, caller, agent)
-        await hub.store.write(agent_removal.remove_agent, record.id, time.time())
+        await hub.store.write(delete_agent, record.id, time.time())
         hub.fleet.forget(record.id, agent_removal.REMOVED_BY_ADMIN)
         target, detail = agent_removal.removal_audit(record)
         await hub.audit(caller.key_id, "rest.agent.remove", target, "ok", detail=detail)
