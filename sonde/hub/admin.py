@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlite_utils import Database
 
-from sonde.echo import echoed, holds_secret, without_secrets
+from sonde.echo import echoed, holds_secret
 from sonde.hub.audit import (
     AuditVerification,
     record_entry,
@@ -124,8 +124,8 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
     """Put a CLI admin action on the audit chain (actor ``cli``); a secret in ``target`` (a key
-    pasted where its id was due) is never recorded (`without_secrets`), as in the hub's rows."""
-    record_entry(db, "cli", action, None if target is None else without_secrets(target), outcome, **detail)
+    pasted where its id was due) is never recorded (`bounded_target`), as in the hub's rows."""
+    record_entry(db, "cli", action, target, outcome, **detail)
 
 
 def utc_text(ts: float) -> str:

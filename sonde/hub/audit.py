@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlite_utils import Database
 
+from sonde.echo import without_secrets
 from sonde.hub.db import get_meta, query_one, set_meta, write_transaction
 
 GENESIS_HASH = "0" * 64
@@ -55,7 +56,12 @@ MAX_DETAIL_VALUE_BYTES = 4096
 
 
 def bounded_target(target: str | None) -> str | None:
-    if target is None or len(target) <= MAX_TARGET_CHARS:
+    """``target`` as a row keeps it: a Sonde secret in it (a key pasted into a path or where an
+    id was due) never recorded (`without_secrets`), and cut to `MAX_TARGET_CHARS`."""
+    if target is None:
+        return None
+    target = without_secrets(target)
+    if len(target) <= MAX_TARGET_CHARS:
         return target
     return target[:MAX_TARGET_CHARS] + "..."
 

@@ -21,7 +21,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import trio
 from sqlite_utils import Database
 
-from sonde.echo import without_secrets
 from sonde.hub.agent_records import list_agents
 from sonde.hub.agent_removal import cut_off_removed_agents
 from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
@@ -77,15 +76,15 @@ class Hub:
         """Append to the audit chain without waiting for the commit (batched: `AuditQueue`).
 
         The target and each detail value are cut to a bounded size (`bounded_target`,
-        `bounded_detail`): they may hold what a caller sent; a Sonde secret in the target (a
-        key pasted into a path or an agent name) is never recorded (`without_secrets`). An ``unauthenticated``
+        `bounded_detail`): they may hold what a caller sent, a pasted secret even (never
+        recorded: `bounded_target`). An ``unauthenticated``
         entry (one no credential vouches for: a caller can cause it at will) draws on
         the hub-wide budget of `sonde.hub.audit_budget`.
         """
         entry = AuditEntry(
             actor=actor,
             action=action,
-            target=bounded_target(None if target is None else without_secrets(target)),
+            target=bounded_target(target),
             outcome=outcome,
             duration_ms=duration_ms,
             detail=bounded_detail(detail) if detail else {},
