@@ -12,17 +12,17 @@ flags (mysql's, sshpass's, 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
 xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
 the ldap tools' ``-w``, ``docker login -p``, ``rdesktop``/``ncftp -p``, ``openssl -k``,
 the snmp tools' ``-A``/``-X``/``-c`` (the community, ``public`` too), ``zip``/``unzip``/
-``ipmitool``/``sqlcmd``/``bcp`` and the mosquitto clients' ``-P``, the password half of
-curl's and etcdctl's ``user:SECRET``, lftp's ``-u user,SECRET`` and the samba tools' (net's
-too) ``-U user%SECRET``); the password an item announces further on (``htpasswd -b file
-user SECRET``, ``isql DSN user SECRET``, redis-cli's ``AUTH [user] SECRET`` (``MIGRATE
-... AUTH SECRET KEYS k``, ``AUTH2 user SECRET``), ``CONFIG SET requirepass SECRET`` and
-every ``>SECRET`` after ``ACL SETUSER``, ``rabbitmqctl add_user bob SECRET``, ``nmcli ...
-password SECRET``, ``aws configure set aws_secret_access_key SECRET``, ``mysqladmin
-password SECRET``, ``mc alias set NAME URL KEY SECRET``, ``vault login TOKEN``); and the
-password of an Oracle logon (``sqlplus scott/SECRET@db``, ``userid=scott/SECRET``,
-``rman target u/SECRET catalog u/SECRET``; a path such as a script's argument
-``reports/out.csv`` is not one). Such words are only words of their program:
+``ipmitool``/``sqlcmd``/``bcp``, Sybase ``isql`` and the mosquitto clients' ``-P``, the
+password half of curl's and etcdctl's ``user:SECRET``, lftp's ``-u user,SECRET`` and the
+samba tools' (net's too) ``-U user%SECRET``); the password an item announces further on
+(``htpasswd -b file user SECRET``, ``isql DSN user SECRET``, redis-cli's ``AUTH [user]
+SECRET`` (``MIGRATE ... AUTH SECRET KEYS k``, ``AUTH2 user SECRET``), ``CONFIG SET
+requirepass SECRET`` and every ``>SECRET`` after ``ACL SETUSER``, ``rabbitmqctl add_user bob
+SECRET``, ``nmcli ... password SECRET``, ``aws configure set aws_secret_access_key SECRET``,
+``mysqladmin password SECRET``, ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
+ALIAS KEY SECRET``, ``vault login TOKEN``); and the password of an Oracle logon (``sqlplus
+scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET catalog u/SECRET``; a path
+such as a script's argument ``reports/out.csv`` is not one). Such words are only words of their program:
 ``["user", "password", "host"]`` is left alone; nor is a value a flag takes a word
 (``redis-cli -h auth ping``), and a flag named like a secret that takes no value
 (``--pre-hashed-password``) leaves the next item alone.
@@ -37,7 +37,13 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from sonde.agent.scrub_rules import SWITCHES
-from sonde.agent.scrub_shapes import MC_VALUED, RABBITMQCTL_VALUED, REDIS_CLI_VALUED, VAULT_VALUED
+from sonde.agent.scrub_shapes import (
+    ISQL_VALUED,
+    MC_VALUED,
+    RABBITMQCTL_VALUED,
+    REDIS_CLI_VALUED,
+    VAULT_VALUED,
+)
 from sonde.agent.secret_names import is_secret_name
 from sonde.protocol.names import REDACTED
 
@@ -58,6 +64,7 @@ _VALUE = -1  # what a flag asks of the next item: it is the flag's value (-h aut
 _USER_PASSWORD_SEPARATORS = {_HIDE_AFTER_COLON: ":", _HIDE_AFTER_PERCENT: "%", _HIDE_AFTER_COMMA: ","}
 _NO_WORDS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 _NO_MARKS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+_NO_ONLY_AFTER: Mapping[str, str] = MappingProxyType({})
 LOOK_AHEAD_ITEMS = 64  # how far a program's name or word looks for the password it announces
 
 
@@ -76,6 +83,8 @@ class ProgramFlags(NamedTuple):
     # reaches. rabbitmqctl add_user USER PW: (2,); redis-cli AUTH [USER] PW: (1, 2).
     words: Mapping[str, tuple[int, ...]] = _NO_WORDS
     stops: frozenset[str] = frozenset()  # a word ending a password's reach: MIGRATE ... AUTH PW KEYS k
+    # A word of `words` that counts only right after another: mc admin user add (not admin group add).
+    only_after: Mapping[str, str] = _NO_ONLY_AFTER
     # A word after which each positional item starting with one of these prefixes holds a
     # password after it: redis-cli ACL SETUSER u >PW <PW: (">", "<"); "" is any item but a
     # NAME=VALUE pair: vault login TOKEN.
@@ -176,9 +185,20 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
     **dict.fromkeys(("rdesktop", "ncftp", "ncftpget", "ncftpput", "ncftpls", "ncftpbatch"), _LOWER_P),
     "openssl": ProgramFlags(separate=frozenset({"-k", "-K"})),  # enc -k PW, -K HEXKEY (-kfile: a file)
     **dict.fromkeys(_SNMP_TOOLS, _SNMP),
-    **dict.fromkeys(("isql", "iusql"), ProgramFlags(password_at=3)),  # unixODBC: isql DSN [USER [PW]]
-    # mc alias set NAME URL ACCESSKEY SECRETKEY
-    "mc": ProgramFlags(words={"alias": (5,)}, valued=frozenset(MC_VALUED)),
+    # unixODBC: isql DSN [USER [PW]]; Sybase/SAP ASE: isql -U USER -P PW|-PPW -S SERVER
+    **dict.fromkeys(
+        ("isql", "iusql"),
+        ProgramFlags(
+            separate=frozenset({"-P"}), attached=("-P",), valued=frozenset(ISQL_VALUED), password_at=3
+        ),
+    ),
+    # mc alias set NAME URL ACCESSKEY SECRETKEY; mc admin user add ALIAS ACCESSKEY SECRETKEY
+    **dict.fromkeys(
+        ("mc", "mcli"),
+        ProgramFlags(
+            words={"alias": (5,), "add": (3,)}, only_after={"add": "user"}, valued=frozenset(MC_VALUED)
+        ),
+    ),
     # vault login [flags] TOKEN (NAME=VALUE pairs for other methods: the text rules read them)
     "vault": ProgramFlags(marks={"login": ("",)}, valued=frozenset(VAULT_VALUED)),
     # nmcli dev wifi connect SSID password PW; nmcli con modify NAME wifi-sec.psk PW (802-1x.password ...)
@@ -296,7 +316,7 @@ def _program_argument(
         return flags, action, (), marks
     word = item.rsplit(".", 1)[-1].lower() if flags.words or flags.marks else ""
     positions = flags.words.get(word)
-    if positions is not None:
+    if positions is not None and _after_its_word(items, index, flags.only_after.get(word)):
         return flags, KEEP, _announced(items, index, flags, positions), marks
     if word in flags.marks:
         return flags, KEEP, (), flags.marks[word]
@@ -304,6 +324,14 @@ def _program_argument(
     if program is not None:
         return program, KEEP, _named_program(items, index, program), ()
     return flags, KEEP, (), marks
+
+
+def _after_its_word(items: Sequence[Any], index: int, before: str | None) -> bool:
+    """Whether the word at ``index`` comes right after ``before`` (None: it counts anywhere)."""
+    if before is None:
+        return True
+    previous = items[index - 1] if index else None
+    return isinstance(previous, str) and previous.lower() == before
 
 
 def _positional_after(items: Sequence[Any], index: int, flags: ProgramFlags) -> Iterator[int]:

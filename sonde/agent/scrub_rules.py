@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from sonde.agent.scrub_shapes import BARE, CUT, FRESH, QUOTED, SCHEME, SHAPE_RULES
+from sonde.agent.scrub_shapes import AGAIN_PASSES, BARE, CUT, FRESH, QUOTED, SCHEME, SHAPE_RULES, ShapeRule
 from sonde.agent.secret_names import is_secret_name
 from sonde.protocol.names import REDACTED
 
@@ -186,16 +186,24 @@ _SCHEME_PREFIX = re.compile(SCHEME)
 
 
 def _replace(
-    text: str, matches: Iterator[re.Match[str]], inner: re.Pattern[str] | None = None
+    text: str,
+    matches: Iterator[re.Match[str]],
+    inner: re.Pattern[str] | None = None,
+    starts: list[int] | None = None,
 ) -> tuple[str, int]:
     """``text`` with the value of each match redacted, and how many there were; with ``inner``,
-    each value of ``inner`` inside a match's value instead (``ACL SETUSER bob >PW1 >PW2``)."""
+    each value of ``inner`` inside a match's value instead (``ACL SETUSER bob >PW1 >PW2``).
+    With ``starts``, where each match starts in the text returned is appended to it."""
     pieces: list[str] = []
-    done = count = 0
+    done = count = shift = 0
     for match in matches:
         span = _value_span(match)
         spans = [span] if inner is None else [_value_span(found) for found in inner.finditer(text, *span)]
-        pieces += [text[done : match.start()], _redacted(match, spans)]
+        redacted = _redacted(match, spans)
+        if starts is not None:
+            starts.append(match.start() + shift)
+            shift += len(redacted) - (match.end() - match.start())
+        pieces += [text[done : match.start()], redacted]
         done, count = match.end(), count + len(spans)
     if not count:
         return text, 0
@@ -207,15 +215,34 @@ def scrub_text(text: str) -> tuple[str, int]:
     """``text`` with every built-in secret shape replaced by ``[REDACTED]``, and how many there were.
 
     Key blocks go first (so ``private_key: -----BEGIN ...`` is one block, not a
-    one-word value), then the name-keyed rules, then the other shapes.
+    one-word value), then the name-keyed rules, then the other shapes; a rule that
+    finds one of a program's values per match (`ShapeRule.again`) runs again on the lines
+    where it found one until it finds no more.
     """
     lower = lowercase(text)  # redactions only remove text, so gates may test the original
     text, total = _replace(text, SHAPE_RULES[0].matches(text, lower))
     text, count = _replace(text, _named_matches(text, lowercase(text) if total else lower))
     total += count
     for rule in SHAPE_RULES[1:]:
-        text, count = _replace(text, rule.matches(text, lower), rule.inner)
+        starts: list[int] | None = [] if rule.again else None
+        text, count = _replace(text, rule.matches(text, lower), rule.inner, starts)
         total += count
+        if starts:
+            text, count = _again(rule, text, starts)
+            total += count
+    return text, total
+
+
+def _again(rule: ShapeRule, text: str, starts: list[int]) -> tuple[str, int]:
+    """``text`` with the further values ``rule`` finds on the lines where it found one (at
+    ``starts``), pass after pass until there are no more (`ShapeRule.again`), and how many."""
+    total = 0
+    for _ in range(AGAIN_PASSES - 1):
+        found: list[int] = []
+        text, count = _replace(text, rule.matches_on_lines(text, starts), rule.inner, found)
+        total, starts = total + count, found
+        if not count:
+            break
     return text, total
 
 

@@ -17,7 +17,7 @@ import base64
 import binascii
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sonde.agent.secret_names import is_secret_name
 
@@ -64,6 +64,12 @@ REDIS_CLI_VALUED = (
 )  # fmt: skip
 RABBITMQCTL_VALUED = ("-n", "--node", "-t", "--timeout", "-p", "--vhost")
 MC_VALUED = ("--api", "--path", "--config-dir", "-C")
+# Sybase/SAP ASE isql's flags that take a value (-U sa, -S SERVER; -P PW is a password): not
+# unixODBC isql's -c and -w, which take none.
+ISQL_VALUED = (
+    "-P", "-U", "-S", "-D", "-H", "-I", "-i", "-o", "-E", "-J", "-R", "-s", "-t", "-A", "-a", "-l", "-m",
+    "-y", "-z", "-Z", "-K",
+)  # fmt: skip
 VAULT_VALUED = (
     "-method", "-path", "-address", "-namespace", "-ns", "-field", "-format", "-ca-cert", "-ca-path",
     "-client-cert", "-client-key", "-tls-server-name", "-wrap-ttl", "-mfa", "-header", "-agent-address",
@@ -78,6 +84,23 @@ def _flags_then(valued: tuple[str, ...]) -> str:
 
 # One positional item (not a flag) of a command line.
 _ITEM = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
+_PATH = r"(?:[^\s\x00/]{0,255}+/){0,32}+"  # a program's directory: /usr/bin/
+# Programs that run the command after them: "sudo -u app isql ..." is isql's line, as the argv
+# form reads it.
+_WRAPPERS = (
+    "sudo", "doas", "env", "nice", "ionice", "nohup", "timeout", "time", "stdbuf", "chrt", "taskset",
+    "setsid", "runuser", "chroot", "exec", "docker", "podman", "nerdctl", "kubectl",
+)  # fmt: skip
+# The start of a command line (not prose), maybe a wrapper and up to 8 of its items first, then
+# the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
+_COMMAND_START = (
+    r"(?<![^\n\x00])(?:"
+    + _PATH
+    + "(?:"
+    + "|".join(_WRAPPERS)
+    + r")(?:[ \t]+[^\s\x00]{1,256}+){0,8}?[ \t]+)?"
+    + _PATH
+)
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -104,6 +127,18 @@ class ShapeRule:
     # When the value holds several secrets (ACL SETUSER bob >PW1 >PW2): each value of this
     # pattern inside it is redacted instead.
     inner: re.Pattern[str] | None = None
+    # When a match holds one value but its program may pass several (curl -u a:PW1 --proxy-user
+    # b:PW2): the rule runs again on the lines where it found one (`matches_on_lines`) until it
+    # finds nothing more; a value hidden already is not matched, so it reaches the one after it.
+    again: bool = False
+    # `pattern` matched at its first place on a line from a position on (for `again`).
+    _on_line: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.again:
+            # The lazy run stays on one line: a search from a line's start ends with that line
+            # and costs what `finditer` over it does.
+            object.__setattr__(self, "_on_line", re.compile(r"[^\n\x00]*?(?:" + self.pattern.pattern + ")"))
 
     def matches(self, text: str, lower: str) -> Iterator[re.Match[str]]:
         """The secrets in ``text``; ``lower`` (for the gate) is ``text`` or its input lowercased."""
@@ -112,6 +147,29 @@ class ShapeRule:
         for match in self.pattern.finditer(text):
             if self.check is None or self.check(match):
                 yield match
+
+    def matches_on_lines(self, text: str, starts: list[int]) -> Iterator[re.Match[str]]:
+        """The secrets starting on the lines (between newlines and NULs) that hold ``starts``
+        (ascending offsets): where a further value of an `again` rule can be, as its program's
+        name, flags and the value hidden before it are on one line."""
+        assert self._on_line is not None  # an `again` rule
+        done = 0  # where the lines searched so far end
+        for start in starts:
+            if start < done:
+                continue
+            position = max(text.rfind("\n", 0, start), text.rfind("\x00", 0, start)) + 1
+            while (match := self._on_line.match(text, position)) is not None:
+                position = match.end()
+                if self.check is None or self.check(match):
+                    yield match
+            line_end = _LINE_END.search(text, start)
+            done = max(position, line_end.start() if line_end else len(text))
+
+
+# The most passes of an `again` rule: each further value lies within 200 characters of its
+# program's name, after a value hidden in an earlier pass (" -p[REDACTED]" is 13 characters).
+AGAIN_PASSES = 32
+_LINE_END = re.compile(r"[\n\x00]")
 
 
 def _contains(*needles: str) -> Callable[[str, str], bool]:
@@ -131,6 +189,11 @@ def _long_with(char: str, min_chars: int = 15) -> Callable[[str, str], bool]:
 _FLAG_PROGRAMS = (
     "redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ", "lftp", "etcdctl",
     "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl",
+)  # fmt: skip
+# The gate of program_password_word: "alias" and "mc " for mc, "aws_se" for aws.
+_WORD_PROGRAMS = (
+    "redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "alias", "mc ", "mc\t", "mcli", "vault",
+    "isql", "iusql",
 )  # fmt: skip
 
 SHAPE_RULES = (
@@ -294,8 +357,8 @@ SHAPE_RULES = (
     # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
     # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
     # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
-    # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K. The
-    # argv form: sonde.agent.scrubber.
+    # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K, Sybase
+    # isql's -P SECRET|-PSECRET; every one of them on the line. The argv form: sonde.agent.scrub_argv.
     ShapeRule(
         "program_password_flag",
         re.compile(
@@ -318,9 +381,11 @@ SHAPE_RULES = (
             r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?[^\r\n\x00]{0,200}?[ \t]/g?p:"
             r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
             r"|openssl[^\r\n\x00]{0,200}?[ \t]-[kK][ \t]+"
+            r"|iu?sql(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-P[ \t]*"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
         _contains(*_FLAG_PROGRAMS),
+        again=True,
     ),
     # The password a known program's word announces on a command line (within 200 characters
     # of the program's name, followed by a space: "mysqladmin: [Warning] Using a password on"
@@ -329,8 +394,10 @@ SHAPE_RULES = (
     # CONFIG SET requirepass|masterauth SECRET, rabbitmqctl add_user|change_password [flags]
     # USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws configure set
     # [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc alias set
-    # NAME URL ACCESSKEY SECRET, vault login [flags] TOKEN (the last item), and unixODBC's
-    # isql DSN USER SECRET (at the start of a line: "the isql client" is prose).
+    # NAME URL ACCESSKEY SECRET and mc admin user add ALIAS ACCESSKEY SECRET, vault login [flags]
+    # TOKEN [flags] (the last item but flags), and unixODBC's isql DSN USER SECRET (at the start
+    # of a command line, maybe after sudo, timeout N ...: "the isql client" is prose). Every one
+    # of a program's words on the line.
     ShapeRule(
         "program_password_word",
         re.compile(
@@ -350,24 +417,32 @@ SHAPE_RULES = (
             r"(?:password|psk|leap-password|(?:phase2-)?private-key-password|pin|wep-key[0-3])"
             r"|aws" + _LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
             r"|mysqladmin" + _LATER + r"password"
-            r"|mc"
+            r"|mc(?:li)?"
             + _LATER
-            + r"alias[ \t]+set"
+            + r"(?:alias[ \t]+set"
             + (_flags_then(MC_VALUED) + _ITEM) * 3
             + _flags_then(MC_VALUED)
-            + r"|vault[ \t]+login"
+            + r"|user[ \t]+add"
+            + (_flags_then(MC_VALUED) + _ITEM) * 2
+            + _flags_then(MC_VALUED)
+            + r")|vault[ \t]+login"
             + _flags_then(VAULT_VALUED)
             # a token already hidden in part (hvs.[REDACTED]) is done
-            + r"(?=[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+[ \t]*(?:\r?\n|\x00|\Z))"
-            r"|(?<![^\n\x00])(?:[^\s\x00/]{0,255}+/){0,32}+iu?sql(?=[ \t])"
-            + (r"(?:[ \t]+-[^\s\x00]{1,256}+)*+" + _ITEM)
-            * 2
-            + r"(?:[ \t]+-[^\s\x00]{1,256}+)*+"
-            r")[ \t]+" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
+            + r"(?=[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+"
+            + _flags_then(VAULT_VALUED)
+            + r"[ \t]*(?:\r?\n|\x00|\Z))|"
+            + _COMMAND_START
+            + r"iu?sql(?=[ \t])"
+            + (_flags_then(ISQL_VALUED) + _ITEM) * 2
+            + _flags_then(ISQL_VALUED)
+            + r")[ \t]+"
+            + FRESH
+            + r"(?P<value>"
+            + QUOTED
+            + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
         ),
-        _contains(
-            "redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "alias", "vault", "isql", "iusql"
-        ),
+        _contains(*_WORD_PROGRAMS),
+        again=True,
     ),
     # The snmp tools' -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (all of them on the line; the
     # default community "public" too: a community is a password). snmpd's -c is its config file.
@@ -398,7 +473,7 @@ SHAPE_RULES = (
         _contains_folded("setuser"),
         inner=re.compile(r"(?<![^ \t])[<>]" + FRESH + r"(?P<value>[^\s\x00]{1,4096}+)"),
     ),
-    # mysql -pSECRET on a command line (within 200 characters, before any other mysql).
+    # mysql -pSECRET on a command line (within 200 characters, before any other mysql); each of them.
     ShapeRule(
         "mysql_p",
         re.compile(
@@ -406,6 +481,7 @@ SHAPE_RULES = (
             r"(?:[^\r\n\x00m]|m(?!ysql|ariadb)){0,200}?[ \t]-p" + FRESH + r"(?P<value>[^\s\x00\"']+)"
         ),
         _contains("mysql", "mariadb"),
+        again=True,
     ),
     # Passwords in SQL statements (pg_stat_activity, the MySQL process list, logs): PostgreSQL's
     # [ENCRYPTED] PASSWORD '...', MySQL's IDENTIFIED [WITH plugin] BY|AS '...', PASSWORD('...'),

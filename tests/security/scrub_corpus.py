@@ -720,6 +720,112 @@ SECRETS: tuple[SecretCase, ...] = (
         "hunter2_hash",
         "rabbitmqctl add_user --pre-hashed-password bob [REDACTED]",
     ),
+    # --- every password of a program on one joined line, not only its first
+    SecretCase(
+        "curl_user_and_proxy_user",
+        "curl -u alice:hunter2_cu1 --proxy-user bob:hunter2_cu2 https://x",
+        "hunter2_cu",
+        "curl -u alice:[REDACTED] --proxy-user bob:[REDACTED] https://x",
+        redactions=2,
+    ),
+    SecretCase(
+        "mysql_p_twice",
+        "mysqldump -uroot -phunter2_md1 -h db --password=hunter2_md2 -phunter2_md3 shop",
+        "hunter2_md",
+        "mysqldump -uroot -p[REDACTED] -h db --password=[REDACTED] -p[REDACTED] shop",
+        redactions=3,
+    ),
+    SecretCase(
+        "xfreerdp_password_and_gateway_password",
+        "xfreerdp /v:host /u:bob /p:hunter2_xp1 /g:gw /gu:amy /gp:hunter2_xp2",
+        "hunter2_xp",
+        "xfreerdp /v:host /u:bob /p:[REDACTED] /g:gw /gu:amy /gp:[REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "ldap_w_twice",
+        "ldapwhoami -x -w hunter2_lw1 -H ldap://a -w hunter2_lw2",
+        "hunter2_lw",
+        "ldapwhoami -x -w [REDACTED] -H ldap://a -w [REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "nmcli_two_secrets",
+        "nmcli con modify office wifi-sec.psk hunter2_nm1 802-1x.password hunter2_nm2",
+        "hunter2_nm",
+        "nmcli con modify office wifi-sec.psk [REDACTED] 802-1x.password [REDACTED]",
+        redactions=2,
+    ),
+    # a program's reach (200 characters) passed over another's password on the line
+    SecretCase(
+        "zip_between_curls",
+        "curl -o f https://x && zip -P hunter2_zc a.zip f && curl -u a:hunter2_zd https://y",
+        "hunter2_z",
+        "curl -o f https://x && zip -P [REDACTED] a.zip f && curl -u a:[REDACTED] https://y",
+        redactions=2,
+    ),
+    SecretCase(
+        "repeats_on_later_lines",
+        "ok\r\nredis-cli -a hunter2_rl1 -a hunter2_rl2\nzip -P hunter2_rl3 -P hunter2_rl4 x.zip",
+        "hunter2_rl",
+        "ok\r\nredis-cli -a [REDACTED] -a [REDACTED]\nzip -P [REDACTED] -P [REDACTED] x.zip",
+        redactions=4,
+    ),
+    # MinIO client: mc admin user add ALIAS ACCESSKEY SECRETKEY
+    SecretCase(
+        "mc_admin_user_add",
+        "mc admin user add myminio AKEXAMPLE hunter2_mcu",
+        "hunter2_mcu",
+        "mc admin user add myminio AKEXAMPLE [REDACTED]",
+    ),
+    SecretCase(
+        "mc_admin_user_add_flags",
+        "/usr/local/bin/mcli --json admin user add --insecure myminio bob hunter2_mcv",
+        "hunter2_mcv",
+        "/usr/local/bin/mcli --json admin user add --insecure myminio bob [REDACTED]",
+    ),
+    # Sybase/SAP ASE isql -U USER -P PW -S SERVER (the server is no password)
+    SecretCase(
+        "isql_sybase_attached",
+        "isql -Usa -Phunter2_syb -SSYBASE -w 200",
+        "hunter2_syb",
+        "isql -Usa -P[REDACTED] -SSYBASE -w 200",
+    ),
+    SecretCase(
+        "isql_sybase_separate",
+        "/opt/sap/OCS-16_0/bin/isql -U sa -P hunter2_sy2 -S SYBASE -D master",
+        "hunter2_sy2",
+        "/opt/sap/OCS-16_0/bin/isql -U sa -P [REDACTED] -S SYBASE -D master",
+    ),
+    # unixODBC isql DSN USER PW behind the wrappers the argv form reads through
+    SecretCase(
+        "isql_sudo", "sudo isql MyDSN bob hunter2_isu", "hunter2_isu", "sudo isql MyDSN bob [REDACTED]"
+    ),
+    SecretCase(
+        "isql_wrapped",
+        "sudo -u app timeout 30 nice -n 5 /usr/bin/isql -v MyDSN bob hunter2_isw -b",
+        "hunter2_isw",
+        "sudo -u app timeout 30 nice -n 5 /usr/bin/isql -v MyDSN bob [REDACTED] -b",
+    ),
+    SecretCase(
+        "isql_env",
+        "env ODBCINI=/etc/odbc.ini isql MyDSN bob hunter2_ise",
+        "hunter2_ise",
+        "env ODBCINI=/etc/odbc.ini isql MyDSN bob [REDACTED]",
+    ),
+    # vault login TOKEN, flags after it
+    SecretCase(
+        "vault_login_token_then_flags",
+        "vault login hunter2_vl3 -no-print",
+        "hunter2_vl3",
+        "vault login [REDACTED] -no-print",
+    ),
+    SecretCase(
+        "vault_login_userpass",
+        "vault login -method=userpass username=bob password=hunter2_vlp",
+        "hunter2_vlp",
+        "vault login -method=userpass username=bob password=[REDACTED]",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -864,6 +970,20 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("vault_login_method", "vault login -method=userpass username=bob", "vault prompts"),
     LookAlike("vault_login_alone", "vault login", "vault prompts"),
     LookAlike("sqlplus_script_arg", "sqlplus -s @report.sql reports/out.csv", "a path, not a logon"),
+    LookAlike("curl_user_alone", "curl -u alice https://x", "no colon: curl prompts"),
+    LookAlike(
+        "curl_second_user_prompt", "curl -u alice --proxy-user bob https://x", "neither has a password"
+    ),
+    LookAlike("mc_admin_user_list", "mc admin user list ALIAS", "no keys"),
+    LookAlike("mc_admin_user_add_no_secret", "mc admin user add myminio AKEXAMPLE", "no secret key given"),
+    LookAlike("mc_admin_group_add", "mc admin group add myminio devs alice bob", "members, not keys"),
+    LookAlike("mc_svcacct_add", "mc admin user svcacct add myminio bob", "a user, not a key"),
+    LookAlike("isql_verbose_dsn", "isql -v DSN", "no user or password"),
+    LookAlike("isql_help", "isql --help", "no password"),
+    LookAlike("isql_sybase_prompt", "isql -U sa -S SYBASE -D master", "no -P: isql prompts"),
+    LookAlike("sudo_isql_no_password", "sudo isql -v MyDSN bob", "no password: the DSN's"),
+    LookAlike("vault_login_github", "vault login -method=github", "vault prompts"),
+    LookAlike("vault_login_stdin_flags", "vault login - -no-print", "the token comes on stdin"),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -910,4 +1030,15 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike("vault_login_stdin", ("vault", "login", "-"), "the token comes on stdin"),
     ArgvLookAlike("sqlplus_script_arg", ("sqlplus", "-s", "@report.sql", "reports/out.csv"), "a path"),
     ArgvLookAlike("sqldr_paths", ("sqlldr", "a/b/c", "x.d/y"), "paths, not logons"),
+    ArgvLookAlike("curl_user_alone", ("curl", "-u", "alice", "https://x"), "no colon: curl prompts"),
+    ArgvLookAlike("mc_admin_user_list", ("mc", "admin", "user", "list", "ALIAS"), "no keys"),
+    ArgvLookAlike("mc_admin_user_add_no_secret", ("mc", "admin", "user", "add", "m", "AK"), "no secret key"),
+    ArgvLookAlike(
+        "mc_admin_group_add", ("mc", "admin", "group", "add", "m", "devs", "amy", "bob"), "members"
+    ),
+    ArgvLookAlike("mc_svcacct_add", ("mc", "admin", "user", "svcacct", "add", "m", "bob"), "a user"),
+    ArgvLookAlike("isql_verbose_dsn", ("isql", "-v", "DSN"), "no user or password"),
+    ArgvLookAlike("isql_help", ("isql", "--help"), "no password"),
+    ArgvLookAlike("isql_sybase_prompt", ("isql", "-U", "sa", "-S", "SYBASE", "-D", "master"), "prompts"),
+    ArgvLookAlike("vault_login_github", ("vault", "login", "-method=github"), "vault prompts"),
 )

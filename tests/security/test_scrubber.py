@@ -530,6 +530,38 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
         ),
         (["sqlplus", "-R", "3", "scott/pw83"], ["sqlplus", "-R", "3", f"scott/{REDACTED}"], 1),
         (["rman", "target=sys/pw84"], ["rman", f"target=sys/{REDACTED}"], 1),
+        # every password of a program, not only its first
+        (
+            ["curl", "-u", "alice:pw88", "--proxy-user", "bob:pw89", "https://x"],
+            ["curl", "-u", "alice:" + REDACTED, "--proxy-user", "bob:" + REDACTED, "https://x"],
+            2,
+        ),
+        # mc admin user add ALIAS ACCESSKEY SECRETKEY
+        (
+            ["mc", "admin", "user", "add", "myminio", "AKEXAMPLE", "pw90"],
+            ["mc", "admin", "user", "add", "myminio", "AKEXAMPLE", REDACTED],
+            1,
+        ),
+        (
+            ["mcli", "--json", "admin", "user", "add", "--insecure", "m", "bob", "pw91"],
+            ["mcli", "--json", "admin", "user", "add", "--insecure", "m", "bob", REDACTED],
+            1,
+        ),
+        # Sybase/SAP ASE isql -U USER -P PW|-PPW -S SERVER: the server stays
+        (["isql", "-Usa", "-Ppw92", "-SSYBASE"], ["isql", "-Usa", "-P" + REDACTED, "-SSYBASE"], 1),
+        (
+            ["isql", "-U", "sa", "-P", "pw93", "-S", "SYBASE", "-D", "master"],
+            ["isql", "-U", "sa", "-P", REDACTED, "-S", "SYBASE", "-D", "master"],
+            1,
+        ),
+        (["sudo", "isql", "MyDSN", "bob", "pw94"], ["sudo", "isql", "MyDSN", "bob", REDACTED], 1),
+        # vault login TOKEN [flags]; vault login -method=userpass ... password=PW
+        (["vault", "login", "pw95", "-no-print"], ["vault", "login", REDACTED, "-no-print"], 1),
+        (
+            ["vault", "login", "-method=userpass", "username=bob", "password=pw96"],
+            ["vault", "login", "-method=userpass", "username=bob", "password=" + REDACTED],
+            1,
+        ),
         (
             ["rman", "target", "sys/pw85@p", "auxiliary", "sys/pw86@a", "catalog", "rcat/pw87@c"],
             [
@@ -603,6 +635,18 @@ def test_argv_look_alike_survives(scrubber: Scrubber, case: ArgvLookAlike) -> No
         ["rman", "target", "sys/pw@p", "catalog", "rcat/Xy7qLm9z@c"],
         ["rman", "target=sys/Xy7qLm9z"],
         ["rabbitmqctl", "add_user", "--pre-hashed-password", "bob", "Xy7qLm9z"],
+        ["curl", "-u", "alice:pw", "--proxy-user", "bob:Xy7qLm9z", "https://x"],
+        ["mysql", "-ppw", "-h", "h", "-pXy7qLm9z"],
+        ["redis-cli", "-a", "pw", "-a", "Xy7qLm9z"],
+        ["mc", "admin", "user", "add", "m", "AK", "Xy7qLm9z"],
+        ["isql", "-Usa", "-PXy7qLm9z", "-SSYBASE"],
+        ["isql", "-U", "sa", "-P", "Xy7qLm9z", "-S", "SYBASE"],
+        ["sudo", "isql", "MyDSN", "bob", "Xy7qLm9z"],
+        ["timeout", "30", "isql", "MyDSN", "bob", "Xy7qLm9z"],
+        ["env", "A=B", "isql", "MyDSN", "bob", "Xy7qLm9z"],
+        ["nice", "-n", "5", "isql", "MyDSN", "bob", "Xy7qLm9z"],
+        ["vault", "login", "Xy7qLm9z", "-no-print"],
+        ["vault", "login", "-method=userpass", "username=u", "password=Xy7qLm9z"],
     ],
 )
 def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
@@ -611,6 +655,46 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
     scrubbed, count = scrubber.scrub_text(" ".join(argv))
     assert password not in scrubbed
     assert count >= 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["curl", "-u", "alice:pw1", "--proxy-user", "bob:pw2", "https://x"],
+        ["curl", "-U", "bob:pw1", "--user=alice:pw2", "-u", "amy:pw3"],
+        ["mysql", "-uroot", "-ppw1", "-h", "h", "--password=pw2", "-ppw3"],
+        ["sshpass", "-p", "pw1", "ssh", "h", "sshpass", "-ppw2"],
+        ["docker", "login", "-p", "pw1", "-p", "pw2"],
+        ["smbclient", "-U", "a%pw1", "--user=b%pw2"],
+        ["lftp", "-u", "a,pw1", "-u", "b,pw2"],
+        ["7z", "a", "-ppw1", "-ppw2"],
+        ["rar", "a", "-ppw1", "-hppw2"],
+        ["etcdctl", "--user", "a:pw1", "--user", "b:pw2"],
+        ["openssl", "enc", "-k", "pw1", "-K", "pw2"],
+        ["ipmitool", "-P", "pw1", "-P", "pw2"],
+        ["nmcli", "con", "modify", "x", "wifi-sec.psk", "pw1", "802-1x.password", "pw2"],
+        ["mc", "admin", "user", "add", "myminio", "AKEXAMPLE", "pw1"],
+        ["mc", "admin", "user", "add", "myminio", "AKEXAMPLE"],
+        ["mc", "admin", "user", "list", "ALIAS"],
+        ["isql", "-Usa", "-Ppw1", "-SSERVER"],
+        ["isql", "-U", "sa", "-P", "pw1", "-S", "SERVER"],
+        ["isql", "-U", "sa", "-S", "SERVER", "-D", "master"],
+        ["isql", "MyDSN", "bob", "pw1"],
+        ["isql", "-v", "DSN"],
+        ["isql", "--help"],
+        ["sudo", "isql", "MyDSN", "bob", "pw1"],
+        ["sudo", "-u", "app", "timeout", "30", "/usr/bin/isql", "-v", "MyDSN", "bob", "pw1"],
+        ["env", "A=B", "nice", "isql", "MyDSN", "bob", "pw1"],
+        ["vault", "login", "pw1", "-no-print"],
+        ["vault", "login", "-method=userpass", "username=u", "password=pw1"],
+        ["vault", "login", "-method=github"],
+        ["curl", "-u", "alice", "https://x"],
+    ],
+)
+def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
+    # the same command as a list (psutil's cmdline) and joined (system.processes.top)
+    hidden, count = scrubber.scrub(argv)
+    assert scrubber.scrub_text(" ".join(argv)) == (" ".join(hidden), count)
 
 
 # --- operator patterns and config -------------------------------------------------------
@@ -787,6 +871,20 @@ HOSTILE_TEXTS = {
     "rabbit_flags": "rabbitmqctl add_user" + " -n x" * (HOSTILE_SIZE // 5),
     "redis_migrate_keys": "redis-cli auth" + " keys" * (HOSTILE_SIZE // 5),
     "net_words": "net " * (HOSTILE_SIZE // 4),
+    # a rule finding every password of a program on a line runs again on the lines it found one on
+    "again_flags": "curl" + " -u a:b" * (HOSTILE_SIZE // 7),
+    "again_lines": ("zip" + " -P x" * 40 + "\n") * (HOSTILE_SIZE // 205),
+    "again_mysql": "mysql" + " -px" * (HOSTILE_SIZE // 4),
+    "again_program_heads": ("7z" * 60 + " -px" * 60 + "\n") * (HOSTILE_SIZE // 360),
+    "again_words": "nmcli" + " psk x" * (HOSTILE_SIZE // 6),
+    "again_nul_strings": "sshpass -p x -p y -p z\x00" * (HOSTILE_SIZE // 23),
+    "wrapper_lines": "\nsudo a b c d e f g h isql" * (HOSTILE_SIZE // 26),
+    "wrapper_isqls": "\nsudo" + " isql" * (HOSTILE_SIZE // 5),
+    "isql_valued_flags": "isql" + " -U x" * (HOSTILE_SIZE // 5),
+    "isql_p_words": "isql -P " * (HOSTILE_SIZE // 8),
+    "mc_user_adds": "mc user add" + " a" * (HOSTILE_SIZE // 2),
+    "mc_heads": "mc " * (HOSTILE_SIZE // 3),
+    "vault_token_flags": "vault login x" + " -address y" * (HOSTILE_SIZE // 11) + " z",
 }
 
 
@@ -800,6 +898,7 @@ HOSTILE_ARGVS = {
     "mc_aliases": ["mc"] + ["alias"] * HOSTILE_SIZE_ITEMS,
     "acl_marks": ["redis-cli", "acl", "setuser"] + [">x"] * HOSTILE_SIZE_ITEMS,
     "vault_logins": ["vault"] + ["login"] * HOSTILE_SIZE_ITEMS,
+    "mc_user_adds": ["mc"] + ["user", "add"] * HOSTILE_SIZE_ITEMS,
 }
 
 
