@@ -6,8 +6,8 @@ headline figure, then the targets with the verdict of each run.
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,5 +105,38 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_run(path: str) -> dict[str, Any]:
+    """One result file's run; `argparse.ArgumentTypeError` (one line) when it cannot be read."""
+    try:
+        run = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise argparse.ArgumentTypeError(
+            f"no such file: {path} (no results yet? `python -m benchmarks` makes them)"
+        ) from None
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(run, dict) or not {"set", "date", "scenarios", "targets"} <= run.keys():
+        raise argparse.ArgumentTypeError(f"{path} is not a benchmark result file")
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.markdown",
+        description="Print the README's results table from benchmark result files, one column per file.",
+    )
+    parser.add_argument(
+        "results",
+        nargs="+",
+        type=read_run,
+        metavar="RESULT.json",
+        help="e.g. benchmarks/results/quick-*.json",
+    )
+    print(render(parser.parse_args(argv).results), end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(render([json.loads(Path(path).read_text()) for path in sys.argv[1:]]), end="")
+    raise SystemExit(main())

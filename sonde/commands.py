@@ -276,8 +276,9 @@ def agent_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_di
 def audit_verify(*, data_dir: DataDir = None) -> int:
     """Check the audit log's hash chain, only reading the database (a read-only copy will do).
 
-    Exits 0 when it is intact, 1 when a row was edited or deleted, 3 when it could not be
-    checked (no hub database there, unreadable, or from a newer Sonde).
+    Exits 0 when it is intact, 1 when a row was edited or deleted, 2 for a usage error (an
+    unknown option, say), 3 when it could not be checked (no hub database there, unreadable,
+    or from a newer Sonde).
     """
     from sonde.hub import admin
 
@@ -313,7 +314,7 @@ def enroll(
     Parameters
     ----------
     hub
-        The hub's URL, e.g. https://hub.example:3000.
+        The hub's URL, e.g. https://hub.example:3000 (its MCP URL, ending in /mcp, will do).
     token
         A single-use enrollment token from `sonde hub token create`.
     name
@@ -324,8 +325,11 @@ def enroll(
     from sonde.agent.enroll import EnrollError
     from sonde.agent.enroll import enroll as do_enroll
 
+    def warn(text: str) -> None:
+        print(f"sonde enroll: warning: {text}", file=sys.stderr)
+
     try:
-        config = do_enroll(hub, token, name, replace=replace)
+        config = do_enroll(hub, token, name, replace=replace, warn=warn)
     except EnrollError as exc:
         print(f"sonde enroll: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,13 @@ import ssl
 PRIVATE_CA_ADVICE = (
     "if the hub's certificate comes from your own CA, point SSL_CERT_FILE at that CA's certificate (PEM)"
 )
+# OpenSSL's X509_V_ERR_CERT_NOT_YET_VALID and X509_V_ERR_CERT_HAS_EXPIRED: measured against this
+# machine's clock, so a clock days off gives them for a certificate that is fine
+CLOCK_VERIFY_CODES = frozenset({9, 10})
+CLOCK_ADVICE = (
+    "check this machine's clock first (`date -u`; `timedatectl status` says whether NTP keeps it), "
+    "then the certificate's dates (`openssl x509 -noout -dates -in CERT`)"
+)
 
 
 def tls_error_in(exc: BaseException) -> ssl.SSLError | None:
@@ -36,7 +43,8 @@ def describe_tls_failure(exc: BaseException) -> str | None:
     if error is None:
         return None
     if isinstance(error, ssl.SSLCertVerificationError):
-        return f"the hub's TLS certificate does not verify ({error.verify_message}); {PRIVATE_CA_ADVICE}"
+        advice = CLOCK_ADVICE if error.verify_code in CLOCK_VERIFY_CODES else PRIVATE_CA_ADVICE
+        return f"the hub's TLS certificate does not verify ({error.verify_message}); {advice}"
     reason = error.reason or str(error)
     if reason == "WRONG_VERSION_NUMBER":
         return "the hub did not answer TLS (WRONG_VERSION_NUMBER): does it serve plain http? then use an http:// URL"

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from sonde.hub.agent_records import AgentRecord, insert_agent
 from sonde.hub.db import open_database
 from sonde.hub.keys import consume_enrollment_token, create_api_key, create_enrollment_token
+from sonde.name_rules import invalid_agent_name
 from tests.e2e.procs import SONDE, URL_LINE, base_env, spawn
 
 UNKNOWN_KEY = "sonde_" + "Q" * 43  # the shape of a key's secret, of no key
@@ -267,3 +269,81 @@ def test_a_used_tokens_refusal_names_the_cli_command_that_removes_its_agent(
     done = sonde_hub(tmp_path, "token", "revoke", token.id)
     assert done.returncode == 1, done.stderr
     assert "remove it (`sonde hub agent remove agent-1`, or DELETE /api/v1/agents/agent-1)" in done.stderr
+
+
+# --- usage errors that say what is wrong: an agent name, a probe glob's characters -------------
+
+
+def test_a_bad_agent_name_states_the_rule_as_enroll_does(tmp_path: Path, data_dir: Path) -> None:
+    """One message for one mistake, whichever command refuses the name."""
+    made = sonde_hub(tmp_path, "token", "create", "--name", "bad/name")
+    assert made.returncode == 2, made.stderr
+    assert made.stderr.strip() == f"sonde hub: {invalid_agent_name('bad/name')}"
+    assert "1 to 63 letters" in made.stderr
+    enrolled = subprocess.run(
+        [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--token", "enr_" + "Q" * 32, "--name", "bad/name"],
+        env=base_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert enrolled.returncode == 1
+    assert enrolled.stderr.strip() == f"sonde enroll: {invalid_agent_name('bad/name')}"
+
+
+@pytest.mark.parametrize(
+    ("flag", "glob", "says"),
+    [
+        (
+            "--probes",
+            "System.*",
+            "'System.*' is no probe glob: use 1 to 100 of a-z 0-9 . _ and the wildcards",
+        ),
+        ("--probes", "system mem", "'system mem' is no probe glob"),
+        ("--agents", "", "'' is no agent glob or #tag: use 1 to 64 of A-Z a-z 0-9 . _ -"),
+        ("--agents", "web/1", "'web/1' is no agent glob or #tag"),
+    ],
+)
+def test_a_glob_with_characters_no_name_has_says_which_it_may_hold(
+    tmp_path: Path, data_dir: Path, flag: str, glob: str, says: str
+) -> None:
+    done = sonde_hub(tmp_path, "key", "create", "--name", "k", flag, glob)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert "should match pattern" not in done.stderr
+    assert audit(data_dir, "cli.api_key.create") == []
+
+
+def test_a_probe_glob_matching_no_known_probe_is_warned_of_and_taken(tmp_path: Path, data_dir: Path) -> None:
+    made = sonde_hub(tmp_path, "key", "create", "--name", "k", "--probes", "nosuch.*", "--probes", "system.*")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("sonde_")
+    warnings = [line for line in made.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "sonde hub: warning: --probes 'nosuch.*' matches no probe known to this hub (none of its packs, "
+        "nor any enrolled agent's); the key reaches no probe through it until one appears"
+    ]
+    assert audit(data_dir, "cli.api_key.create")[0]["detail"]["policy"]["probes"] == ["nosuch.*", "system.*"]
+
+
+def test_a_probe_glob_an_enrolled_agents_own_pack_matches_is_no_warning(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    db = open_database(data_dir / "sonde.db")
+    try:
+        insert_agent(
+            db,
+            AgentRecord(
+                id="agent-1",
+                name="web-1",
+                public_key="k",
+                enrolled_at=1.0,
+                packs=[{"name": "custom", "version": "1", "probes": [{"name": "custom.queue.depth"}]}],
+            ),
+        )
+    finally:
+        db.close()
+    made = sonde_hub(tmp_path, "key", "create", "--name", "k", "--probes", "custom.*")
+    assert made.returncode == 0, made.stderr
+    assert "warning" not in made.stderr

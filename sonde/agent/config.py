@@ -19,11 +19,11 @@ import stat
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from sonde.hub_url import check_hub_url
 from sonde.packs.context import DEFAULT_ALLOWED_PATHS, ProbeSettings
 from sonde.protocol.keytext import key_bytes
 
@@ -118,17 +118,6 @@ class AgentConfig(BaseModel):
     def probe_settings(self) -> ProbeSettings:
         """The settings probes consult (allowed paths, per-pack settings)."""
         return ProbeSettings(allowed_paths=tuple(self.allowed_paths), packs=dict(self.packs))
-
-
-def check_hub_url(url: str) -> None:
-    """Raise `ValueError` unless ``url`` is an http(s) URL with a host."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"hub URL {url!r} must start with http:// or https://")
-    if not parts.hostname:
-        raise ValueError(f"hub URL {url!r} has no host")
-    if parts.query or parts.fragment:
-        raise ValueError(f"hub URL {url!r} must not have a query or fragment")
 
 
 def describe_config_error(exc: ValidationError) -> str:

@@ -13,28 +13,33 @@ import http.client
 import logging
 import os
 import re
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
 import sonde
-from sonde.agent.config import (
-    AgentConfig,
-    ConfigError,
-    check_hub_url,
-    load_config,
-    save_config,
-)
+from sonde.agent.config import AgentConfig, ConfigError, load_config, save_config
 from sonde.agent.config import config_path as config_path_default
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
 from sonde.connect_failures import describe_tls_failure
+from sonde.hub_url import normalize_hub_url as base_hub_url
+from sonde.name_rules import invalid_agent_name
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import describe_validation_error
 from sonde.protocol.enrollment import TOKEN_PATTERN, EnrollRequest, EnrollResponse, ErrorResponse
 from sonde.protocol.names import NAME_PATTERN
-from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
+from sonde.protocol.signing import (
+    TIMESTAMP_WINDOW_S,
+    new_private_key,
+    private_key_to_text,
+    public_key_to_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +67,16 @@ def enroll(
     timeout_s: float = ENROLL_TIMEOUT_S,
     registry: PackRegistry | None = None,
     replace: bool = True,
+    warn: Callable[[str], None] = log.warning,
 ) -> AgentConfig:
     """Enroll this machine with the hub at ``hub_url`` and save the identity; returns the config.
 
     ``name`` defaults to the hostname; ``registry`` to the installed packs.
     Raises `EnrollError` (with the hub's code and message when the hub said
     no) and writes nothing in that case; without ``replace``, also when this
-    machine is enrolled already (before the token is spent). Blocks for at
-    most about ``timeout_s`` per network operation.
+    machine is enrolled already (before the token is spent). What the operator
+    should know but does not stop it (the hub's clock far from this machine's)
+    goes to ``warn``. Blocks for at most about ``timeout_s`` per network operation.
     """
     hub_url = normalize_hub_url(hub_url)
     token = token.strip()  # pasted with the newline `sonde hub token create` printed after it
@@ -88,7 +95,7 @@ def enroll(
     request = build_request(token, name, public_key_to_text(key.public_key()), registry)
     if existing is not None and existing.agent_id is not None:
         log.info("re-enrolling: agent %s will be replaced once the hub accepts", existing.agent_id)
-    answer = post_enroll(hub_url, request, timeout_s)
+    answer = post_enroll(hub_url, request, timeout_s, warn)
     try:
         identity = AgentConfig(
             hub_url=hub_url,
@@ -128,12 +135,12 @@ def check_can_save(path: Path) -> None:
 
 
 def normalize_hub_url(hub_url: str) -> str:
-    """``hub_url`` without a trailing slash; `EnrollError` unless it is http(s) with a host."""
+    """The hub's base URL as `sonde login` and `sonde mcp-bridge` take it (a pasted MCP URL,
+    ``.../mcp``, is its base URL); `EnrollError` unless it is http(s) with a host."""
     try:
-        check_hub_url(hub_url)
+        return base_hub_url(hub_url)
     except ValueError as exc:
         raise EnrollError("invalid_url", str(exc)) from None
-    return hub_url.rstrip("/")
 
 
 def read_existing(config_path: Path | None) -> AgentConfig | None:
@@ -149,9 +156,7 @@ def build_request(token: str, name: str, public_key: str, registry: PackRegistry
     if not re.fullmatch(TOKEN_PATTERN, token):
         raise EnrollError("invalid_token", "the enrollment token is malformed (16-128 of A-Z a-z 0-9 _ -)")
     if not re.fullmatch(NAME_PATTERN, name):
-        raise EnrollError(
-            "invalid_name", f"agent name {name!r} is invalid (1-63 of A-Z a-z 0-9 . _ -, starting alnum)"
-        )
+        raise EnrollError("invalid_name", invalid_agent_name(name))
     facts = machine_facts()
     try:
         return EnrollRequest(
@@ -171,23 +176,36 @@ def build_request(token: str, name: str, public_key: str, registry: PackRegistry
         raise EnrollError("invalid_request", describe_validation_error(exc)[1]) from None
 
 
-def post_enroll(hub_url: str, request: EnrollRequest, timeout_s: float) -> EnrollResponse:
-    """POST ``request`` to the hub and parse its answer; raises `EnrollError`."""
-    status, body = post_json(
-        hub_url, hub_url + ENROLL_PATH, request.model_dump_json(by_alias=True), timeout_s
-    )
-    if 200 <= status < 300:
+@dataclass(frozen=True)
+class HubAnswer:
+    """An HTTP answer from the hub: its status, the start of its body, and its ``Date`` header."""
+
+    status: int
+    body: bytes
+    date: str | None
+
+
+def post_enroll(
+    hub_url: str, request: EnrollRequest, timeout_s: float, warn: Callable[[str], None] = log.warning
+) -> EnrollResponse:
+    """POST ``request`` to the hub and parse its answer; raises `EnrollError`. A hub whose clock
+    is far from this machine's is told to ``warn`` (the agent would be refused at every connect)."""
+    answer = post_json(hub_url, hub_url + ENROLL_PATH, request.model_dump_json(by_alias=True), timeout_s)
+    skew = clock_skew_warning(answer.date, time.time())
+    if skew is not None:
+        warn(skew)
+    if 200 <= answer.status < 300:
         try:
-            return EnrollResponse.model_validate_json(body)
+            return EnrollResponse.model_validate_json(answer.body)
         except ValidationError:
             raise EnrollError(
-                "bad_response", f"the hub at {hub_url} answered with no enrollment: {snippet(body)}"
+                "bad_response", f"the hub at {hub_url} answered with no enrollment: {snippet(answer.body)}"
             ) from None
-    raise hub_refusal(hub_url, status, body)
+    raise hub_refusal(hub_url, answer.status, answer.body)
 
 
-def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> tuple[int, bytes]:
-    """POST a JSON body; returns (status, body) for any HTTP answer, `EnrollError` when unreachable."""
+def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> HubAnswer:
+    """POST a JSON body; returns any HTTP answer, `EnrollError` when the hub is unreachable."""
     request = urllib.request.Request(
         url,
         data=body.encode(),
@@ -200,10 +218,10 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> tuple[int,
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-            return answer.status, answer.read(MAX_ANSWER_BYTES)
+            return HubAnswer(answer.status, answer.read(MAX_ANSWER_BYTES), answer.headers.get("Date"))
     except urllib.error.HTTPError as exc:
         with exc:  # an HTTP error answer is still an answer: the hub's error body
-            return exc.code, exc.read(MAX_ANSWER_BYTES)
+            return HubAnswer(exc.code, exc.read(MAX_ANSWER_BYTES), exc.headers.get("Date"))
     except urllib.error.URLError as exc:
         tls = describe_tls_failure(exc)
         if tls is not None:
@@ -216,8 +234,49 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> tuple[int,
         raise EnrollError("unreachable", f"cannot reach the hub at {hub_url}: {reason}") from None
 
 
+def clock_skew_warning(date_header: str | None, now: float) -> str | None:
+    """A warning when the hub's ``Date`` header is further from ``now`` (this machine's clock)
+    than the hub lets an agent's clock be (`TIMESTAMP_WINDOW_S`); None when it is near, absent
+    or unreadable."""
+    try:
+        hub_now = parsedate_to_datetime(date_header).timestamp() if date_header else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if hub_now is None or abs(now - hub_now) <= TIMESTAMP_WINDOW_S:
+        return None
+    side = "behind" if now < hub_now else "ahead of"
+    return (
+        f"this machine's clock is {gap_text(abs(now - hub_now))} {side} the hub's (by the Date of its "
+        f"answer): the hub refuses an agent whose clock is more than ±{TIMESTAMP_WINDOW_S:.0f} s off "
+        "its own, so this agent would be refused at every connect. Check NTP on both machines "
+        "(`timedatectl status`: 'System clock synchronized: yes')"
+    )
+
+
+def gap_text(seconds: float) -> str:
+    """A clock gap as people say it: '5 min 3 s', '2 h 10 min', '40 days 3 h'."""
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} day{'s' if days != 1 else ''} {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s"
+
+
 def hub_refusal(hub_url: str, status: int, body: bytes) -> EnrollError:
-    """The `EnrollError` for an HTTP error answer: the hub's own code and message when it sent them."""
+    """The `EnrollError` for an HTTP error answer: the hub's own code and message when it sent them.
+
+    A 404 is never the hub's enrollment endpoint speaking (it answers no 404 of its own): the URL
+    leads to some other path or server, whatever the body says."""
+    if status == 404:
+        return EnrollError(
+            "http_404",
+            f"{hub_url} is not a Sonde hub's base URL: POST {hub_url}{ENROLL_PATH} answered 404 Not Found. "
+            "Give the URL `sonde hub` prints as 'listening on' (http(s)://HOST:PORT, with no path after it)",
+        )
     try:
         error = ErrorResponse.model_validate_json(body).error
     except ValidationError:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+
+from sonde.hub_url import normalize_hub_url
 
 if TYPE_CHECKING:
     from sonde.agent.config import AgentConfig
@@ -33,27 +34,6 @@ class BridgeSettings:
     @property
     def mcp_url(self) -> str:
         return f"{self.hub_url}/mcp"
-
-
-def normalize_hub_url(url: str) -> str:
-    """The hub's base URL: checked, without a trailing ``/`` or ``/mcp``. Raises `ValueError`.
-
-    The rules are `sonde.agent.config.check_hub_url`'s, kept here so that a bridge
-    given its hub and key by flags or environment never imports the agent's config
-    module (a third of a second of start-up).
-    """
-    url = url.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"hub URL {url!r} must start with http:// or https://")
-    if not parts.hostname:
-        raise ValueError(f"hub URL {url!r} has no host")
-    if parts.query or parts.fragment:
-        raise ValueError(f"hub URL {url!r} must not have a query or fragment")
-    path = parts.path.rstrip("/")
-    if path.endswith("/mcp"):
-        path = path[: -len("/mcp")]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 def check_api_key(key: str) -> str:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
+from sonde.hub.agent_records import list_agents
 from sonde.hub.audit import (
     AuditVerification,
     record_entry,
@@ -49,8 +50,10 @@ from sonde.hub.keys import (
     revoke_api_key_named,
     revoke_enrollment_token,
 )
-from sonde.hub.policy import NewPolicy, Policy
+from sonde.hub.policy import NewPolicy, Policy, unmatched_probe_globs
+from sonde.packs.base import Pack, PackLoadError
 from sonde.packs.executor import describe_params_error
+from sonde.packs.registry import load_packs
 
 
 def err(text: str) -> None:
@@ -138,6 +141,8 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     policy = NewPolicy(agents=tuple(agents), probes=tuple(probes))
     db = open_hub_database(data_dir)
     try:
+        # before the key is made: nothing may stand between its making and its secret's printing
+        unmatched = unmatched_probe_globs(policy.probes, known_probe_names(db)) if policy.probes else []
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
         with write_transaction(db):  # the key and its audit entry, or neither; the facts REST's row has
             key, secret = create_api_key(db, name, role=role, policy=policy_data)
@@ -145,9 +150,32 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     finally:
         db.close()
     err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
+    for glob in unmatched:  # not refused: the pack may be installed, or its agent enrolled, later
+        err(
+            f"sonde hub: warning: --probes {echoed(glob)} matches no probe known to this hub (none of its "
+            "packs, nor any enrolled agent's); the key reaches no probe through it until one appears"
+        )
     err("the secret is shown once:")
     print(secret, flush=True)
     return 0
+
+
+def known_probe_names(db: Database) -> set[str]:
+    """The probes this hub knows of: those of the packs installed with it, and those each
+    enrolled agent registered (a pack of its own included)."""
+    names = {name for pack in load_packs().packs.values() for name in described_probe_names(pack)}
+    for agent in list_agents(db):
+        names |= {str(probe.get("name")) for pack in agent.packs for probe in pack.get("probes", [])}
+    return names
+
+
+def described_probe_names(pack: Pack) -> list[str]:
+    """The names of ``pack``'s probes, from its saved description when it has one (no probe code
+    imported); none for a third-party pack whose code cannot load, or describe itself, here."""
+    try:
+        return [probe.name for probe in pack.descriptor().probes]
+    except (PackLoadError, ValidationError):
+        return []
 
 
 def key_list(data_dir: Path, as_json: bool) -> int:

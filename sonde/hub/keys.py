@@ -22,6 +22,7 @@ from sqlite_utils import Database
 
 from sonde.echo import SECRET_SHAPE, echoed, holds_secret
 from sonde.hub.db import query_one, write_transaction
+from sonde.name_rules import invalid_agent_name
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
 
@@ -288,7 +289,7 @@ def create_enrollment_token(
     if not MIN_TOKEN_TTL_S <= ttl_s <= MAX_TOKEN_TTL_S:
         raise ValueError(f"token lifetime must be between 60 s and 7 days, not {ttl_s} s")
     if name is not None and not _AGENT_NAME_RE.fullmatch(name):
-        raise ValueError(f"invalid agent name {name!r}")
+        raise ValueError(invalid_agent_name(name))
     # a fixed prefix: a token starting with '-' would read as an option on a command line
     secret = ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
     created_at = _now(now)

@@ -8,17 +8,33 @@ Admin keys ignore their policy.
 from __future__ import annotations
 
 import fnmatch
+import re
 import string
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from sonde.echo import echoed
 
 Role = Literal["admin", "member"]
 AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]._-]{1,64}"
 AGENT_PATTERN = rf"^(#[A-Za-z0-9][A-Za-z0-9._:-]{{0,63}}|{AGENT_NAME_GLOB})$"
 PROBE_PATTERN = r"^[a-z0-9_.*?\[\]]{1,100}$"
 NAME_CHARACTERS = string.ascii_letters + string.digits + "._-"  # of agent and probe names
+GLOB_RULES = {  # what a pattern may hold, for the message that refuses one
+    "agents": (
+        AGENT_PATTERN,
+        "is no agent glob or #tag: use 1 to 64 of A-Z a-z 0-9 . _ - and the wildcards * ? [ ], "
+        "e.g. 'web-*' or '#prod'",
+    ),
+    "probes": (
+        PROBE_PATTERN,
+        "is no probe glob: use 1 to 100 of a-z 0-9 . _ and the wildcards * ? [ ] "
+        "(probe names are lowercase, e.g. 'system.*')",
+    ),
+}
 
 
 def checked_glob(pattern: str) -> str:
@@ -70,6 +86,19 @@ class NewPolicy(Policy):
     """A policy given to a new key, by the CLI or REST alike: each glob must be able to match
     (`checked_glob`). A key stored before this check keeps loading as a `Policy`."""
 
+    @field_validator("agents", "probes", mode="before")
+    @classmethod
+    def _characters_said_plainly(cls, patterns: object, info: ValidationInfo) -> object:
+        """A pattern with a character no name has, refused saying which characters a pattern may
+        hold (the `Policy` field's own error is the bare regular expression)."""
+        allowed, rule = GLOB_RULES[str(info.field_name)]
+        for pattern in patterns if isinstance(patterns, list | tuple) else ():
+            if isinstance(pattern, str) and re.fullmatch(allowed, pattern) is None:
+                raise PydanticCustomError(
+                    "glob_characters", "{message}", {"message": f"{echoed(pattern)} {rule}"}
+                )
+        return patterns
+
     @field_validator("agents", "probes")
     @classmethod
     def _globs_can_match(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -79,6 +108,12 @@ class NewPolicy(Policy):
 
 
 UNRESTRICTED = Policy()
+
+
+def unmatched_probe_globs(globs: Iterable[str], probe_names: Iterable[str]) -> list[str]:
+    """The probe globs of ``globs`` that match none of ``probe_names``."""
+    names = list(probe_names)
+    return [glob for glob in globs if not any(fnmatch.fnmatchcase(name, glob) for name in names)]
 
 
 def normalize_tags(tags: Iterable[str]) -> list[str]:

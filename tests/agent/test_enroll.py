@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from sonde.agent.config import AgentConfig, load_config, save_config
-from sonde.agent.enroll import EnrollError, enroll
+from sonde.agent.enroll import EnrollError, clock_skew_warning, enroll
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.signing import (
     new_private_key,
@@ -35,6 +37,7 @@ class ScriptedHub:
     url: str = ""
     status: int = 201
     body: bytes = b""
+    date: str | None = None  # the Date header to send; None: the real time
     received: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
 
     def answer_json(self, status: int, data: Any) -> None:
@@ -66,6 +69,9 @@ def hub() -> Iterator[ScriptedHub]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            return scripted.date or super().date_time_string(timestamp)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
@@ -212,3 +218,83 @@ def test_broken_config_fails_before_the_token_is_spent(hub: ScriptedHub, tmp_pat
     assert caught.value.code == "bad_config"
     assert str(path) in caught.value.message
     assert hub.received == []
+
+
+# --- the MCP URL, a 404, and a clock the hub would refuse -----------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["/mcp", "/mcp/", "/"])
+def test_the_mcp_url_enrolls_with_the_hub_it_names(hub: ScriptedHub, tmp_path: Path, suffix: str) -> None:
+    """`make run` prints the MCP URL; login and mcp-bridge take it, and so does enroll."""
+    hub.answer_success()
+    config = enroll(
+        hub.url + suffix, TOKEN, "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests()
+    )
+    assert hub.received[0][0] == "/api/v1/agents/enroll"
+    assert config.hub_url == hub.url
+
+
+def test_a_404_says_the_url_is_no_hub_base_url(hub: ScriptedHub, tmp_path: Path) -> None:
+    """Quart's own 404 text ("If you entered the URL manually...") tells the operator nothing."""
+    hub.answer_error(404, "not_found", "The requested URL was not found on the server. If you entered...")
+    with pytest.raises(EnrollError) as caught:
+        enroll(
+            hub.url + "/api", TOKEN, "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests()
+        )
+    assert caught.value.code == "http_404"
+    assert caught.value.message.startswith(f"{hub.url}/api is not a Sonde hub's base URL: ")
+    assert "requested URL" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("offset_s", "said"),
+    [
+        # the Date header is to the second: each offset is half a minute off a round figure
+        (-86400 - 30, "1 day 0 h behind the hub's"),  # this machine a day behind
+        (40 * 86400 + 3600 + 30, "40 days 1 h ahead of the hub's"),
+        (-215, "3 min 3"),  # 3 min 34 or 35 s
+    ],
+)
+def test_a_clock_far_from_the_hubs_is_warned_of_and_enrollment_goes_on(
+    hub: ScriptedHub, tmp_path: Path, offset_s: int, said: str
+) -> None:
+    hub.answer_success()
+    hub.date = formatdate(time.time() - offset_s, usegmt=True)  # the hub's clock, seen from ours
+    warnings: list[str] = []
+    config = do_enroll(hub, tmp_path / "c.json", warn=warnings.append)
+    assert config.agent_id == "agent-42"
+    [warning] = warnings
+    assert said in warning
+    assert "±120 s" in warning
+    assert "NTP" in warning
+
+
+@pytest.mark.parametrize("date", [None, "garbage", "100 s ahead", "100 s behind"])
+def test_a_clock_within_the_window_or_no_readable_date_is_no_warning(
+    hub: ScriptedHub, tmp_path: Path, date: str | None
+) -> None:
+    hub.answer_success()
+    offsets = {"100 s ahead": -100, "100 s behind": 100}  # this machine's clock against the hub's
+    hub.date = formatdate(time.time() + offsets[date], usegmt=True) if date in offsets else date
+    warnings: list[str] = []
+    do_enroll(hub, tmp_path / "c.json", warn=warnings.append)
+    assert warnings == []
+
+
+def test_a_refusal_still_warns_of_the_clock(hub: ScriptedHub, tmp_path: Path) -> None:
+    hub.answer_error(401, "token_used", "this enrollment token was already used")
+    hub.date = formatdate(time.time() + 3630, usegmt=True)
+    warnings: list[str] = []
+    with pytest.raises(EnrollError, match="already used"):
+        do_enroll(hub, tmp_path / "c.json", warn=warnings.append)
+    assert ["1 h 0 min behind the hub's" in w for w in warnings] == [True]
+
+
+def test_clock_skew_words() -> None:
+    hub_now = 1_800_000_000.0
+    date = formatdate(hub_now, usegmt=True)
+    assert clock_skew_warning(date, hub_now + 120) is None
+    assert clock_skew_warning(date, hub_now - 120) is None
+    ahead = clock_skew_warning(date, hub_now + 121)
+    assert ahead is not None
+    assert ahead.startswith("this machine's clock is 2 min 1 s ahead of the hub's")

@@ -42,8 +42,8 @@ def test_a_bad_name_or_glob_is_a_message_and_exit_2(tmp_path: Path) -> None:
     make_store(tmp_path)
     for args, says in [
         (["key", "create", "--name", "!!bad"], "invalid API key name '!!bad'"),
-        (["key", "create", "--name", "ok", "--agents", ""], "agents.0: String should match pattern"),
-        (["token", "create", "--name", "a b"], "invalid agent name 'a b'"),
+        (["key", "create", "--name", "ok", "--agents", ""], "agents: '' is no agent glob or #tag: use"),
+        (["token", "create", "--name", "a b"], "invalid agent name 'a b': an agent name is 1 to 63"),
         (
             ["key", "create", "--name", "ok", "--role", "admin", "--agents", "web-*"],
             "whatever its policy says",
@@ -225,3 +225,10 @@ def test_a_token_is_revoked_by_its_own_text_and_the_log_names_only_its_id(tmp_pa
         (None, "not_found"),
     ]
     assert secret not in text
+
+
+def test_audit_verify_help_lists_every_exit_code() -> None:
+    done = run_ok([*SONDE, "hub", "audit", "verify", "--help"], env=base_env(Path("/nonexistent")))
+    text = " ".join(done.stdout.split())
+    assert "Exits 0 when it is intact, 1 when a row was edited or deleted, 2 for a usage error" in text
+    assert "3 when it could not be checked" in text

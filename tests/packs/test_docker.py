@@ -71,6 +71,7 @@ def test_rfc3339_with_nanoseconds_and_zero_time() -> None:
     assert rfc3339("2024-05-05T09:06:41.000000001Z") == "2024-05-05T09:06:41+00:00"
     assert rfc3339("2024-05-16T10:33:34.000000000+02:00") == "2024-05-16T08:33:34+00:00"
     assert rfc3339("0001-01-01T00:00:00Z") is None
+    assert rfc3339("9999-12-31T23:59:59-01:00") is None  # the year 10000 in UTC
 
 
 def test_inspect_summary_never_copies_environment_values() -> None:
@@ -86,6 +87,13 @@ def test_inspect_summary_never_copies_environment_values() -> None:
     assert (api.health, api.failing_streak, len(api.health_log)) == ("unhealthy", 4, 2)
     assert "Connection refused" in api.health_log[0].output
     assert details(INSPECT["worker"]).tty is True
+
+
+def test_a_creation_time_past_the_year_9999_is_null() -> None:
+    """An image's creation time is whatever its builder wrote: it must not fail the listing."""
+    far = 300_000_000_000
+    assert image({"Id": "sha256:" + "a" * 64, "Created": far}).created is None
+    assert container({"Id": "b" * 64, "Created": far}, None).created is None
 
 
 def test_images_and_daemon_info() -> None:

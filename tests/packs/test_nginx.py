@@ -83,6 +83,14 @@ def test_combined_access_log() -> None:
     assert no_bytes.bytes_sent == 0
 
 
+@pytest.mark.parametrize("stamp", ["31/Dec/9999:23:59:59 -0100", "01/Jan/0001:00:00:00 +0100"])
+def test_an_access_time_beyond_the_years_a_date_holds_is_null(stamp: str) -> None:
+    line = f'10.0.0.1 - - [{stamp}] "GET / HTTP/1.1" 200 5 "-" "curl/8"'
+    entry = parse_access_line(line)
+    assert entry is not None
+    assert (entry.time, entry.status) == (None, 200)
+
+
 def test_access_summary() -> None:
     summary = summarize_access(hand("nginx-access-combined.log").splitlines(), top=3)
     assert (summary.lines, summary.requests, summary.unparsed) == (10, 9, 1)

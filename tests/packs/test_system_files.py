@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,55 @@ async def test_files_list_marks_truncation(tree: Path) -> None:
     listing = await run(tree, "system.files.list", path=str(tree), limit=1)
     assert listing["truncated"] is True
     assert len(listing["entries"]) == 1
+
+
+FAR_FUTURE_S = 300_000_000_000  # the year 11476: tmpfs keeps it, ext4 clamps it to 2446
+
+
+def far_future_tree() -> Path:
+    """A directory on a tmpfs (which keeps any 64-bit time) holding a file and a directory whose
+    times are past the year 9999, beside ordinary ones."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm to keep a time past the year 9999")
+    root = Path(tempfile.mkdtemp(dir=shm))
+    (root / "far").write_text("f")
+    (root / "near").write_text("n")
+    (root / "far-dir").mkdir()
+    (root / "near-dir").mkdir()
+    for name in ("far", "far-dir"):
+        os.utime(root / name, (FAR_FUTURE_S, FAR_FUTURE_S))
+    assert (root / "far").stat().st_mtime == FAR_FUTURE_S
+    return root
+
+
+@pytest.fixture
+def far_future() -> Iterator[Path]:
+    root = far_future_tree()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize(
+    ("probe", "far", "near"),
+    [
+        ("system.files.list", "far", "near"),
+        ("system.files.directories", "far-dir", "near-dir"),
+    ],
+)
+@pytest.mark.parametrize("sort_by", ["name", "mtime", "size"])
+async def test_a_time_past_the_year_9999_is_null_and_the_rest_still_listed(
+    far_future: Path, probe: str, far: str, near: str, sort_by: str
+) -> None:
+    """One file anybody may touch must not blind the listing ("year 11476 is out of range")."""
+    listing = await run(far_future, probe, path=str(far_future), sort_by=sort_by, descending=True)
+    mtimes = {entry["name"]: entry["mtime"] for entry in listing["entries"]}
+    assert mtimes[far] is None
+    assert isinstance(mtimes[near], str)
+    if sort_by == "mtime":
+        assert [entry["name"] for entry in listing["entries"]] == [far, near]  # still the newest
 
 
 async def test_directories_by_size_sum_their_trees(tree: Path) -> None:

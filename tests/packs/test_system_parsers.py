@@ -80,6 +80,12 @@ def test_iso_utc() -> None:
     assert iso_utc(1_700_000_000.75) == "2023-11-14T22:13:20+00:00"
 
 
+@pytest.mark.parametrize("epoch_s", [300_000_000_000, -300_000_000_000, 1e300, float("nan"), float("inf")])
+def test_iso_utc_of_a_time_no_date_can_say_is_none(epoch_s: float) -> None:
+    """`touch -d @300000000000` sets a file's mtime in the year 11476: no exception, a None."""
+    assert iso_utc(epoch_s) is None
+
+
 # /proc/net
 
 

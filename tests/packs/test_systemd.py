@@ -6,11 +6,15 @@ pointed at a real directory."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 import sonde.packs.systemd as systemd_pack
 from sonde.packs.context import ProbeContext
@@ -102,6 +106,23 @@ def test_journal_json_entries() -> None:
     assert (kernel.priority, kernel.transport, kernel.unit) == ("crit", "kernel", None)
 
 
+def test_an_entry_stamped_past_the_year_9999_keeps_the_rest() -> None:
+    """journal-remote keeps the sender's clock: one far-off (or garbled) stamp is a null time."""
+    lines = [
+        json.dumps({"__REALTIME_TIMESTAMP": str(300_000_000_000 * 10**6), "MESSAGE": "far"}),
+        json.dumps({"__REALTIME_TIMESTAMP": "12x", "MESSAGE": "garbled"}),
+        json.dumps({"__REALTIME_TIMESTAMP": "9" * 5000, "MESSAGE": "endless"}),
+        json.dumps({"__REALTIME_TIMESTAMP": "1715000000000000", "MESSAGE": "near"}),
+    ]
+    entries, _ = parse_journal("\n".join(lines) + "\n", 10, "first")
+    assert [(e.message, e.time) for e in entries] == [
+        ("far", None),
+        ("garbled", None),
+        ("endless", None),
+        ("near", "2024-05-06T12:53:20+00:00"),
+    ]
+
+
 def test_journal_first_and_last_n() -> None:
     first, more = parse_journal(hand("journalctl-json.txt"), 2, "first")
     assert [e.pid for e in first] == [1, 812]
@@ -136,9 +157,77 @@ def test_journal_argv_keeps_every_value_in_one_argument() -> None:
     assert not any(arg.startswith("--lines") or arg == "--reverse" for arg in first)
 
 
-@pytest.mark.parametrize("since", ["2024-05-06", "2024-05-06 10:00", "today", "-1h", "2 days ago", "30min"])
+ACCEPTED_TIMES = [
+    "2024-05-06",
+    "2024-05-06 10:00",
+    "2024-05-06 10:00:05 UTC",
+    "2024-05-06 UTC",
+    "2024-02-31",  # strptime's day range, then rolled over: journalctl takes it
+    "1970-01-01 00:00 UTC",
+    "9999-12-30 23:59:59 UTC",
+    "today",
+    "yesterday",
+    "now",
+    "-1h",
+    "-5min",
+    "-5 min",
+    "-5 seconds",
+    "5min ago",
+    "2 days ago",
+    "1 weeks ago",
+    "-20000d",
+]
+REFUSED_TIMES = [
+    "5min",  # neither '-' nor 'ago'
+    "5 min",
+    "5 seconds",
+    "30min",
+    "-5min ago",  # both
+    "2026-13-45",
+    "2026-11-25 25:00",
+    "2024-05-06 10:60",
+    "2024-00-10",
+    "-21000d",  # before 1970
+    "-99999d",
+    "1969-12-31 23:59:59 UTC",
+    "9999-12-31 UTC",  # after journalctl's last time
+    "-1H",
+]
+
+
+@pytest.mark.parametrize("since", ACCEPTED_TIMES)
 def test_journal_time_specs_accepted(since: str) -> None:
     assert JournalParams(since=since).since == since
+
+
+@pytest.mark.parametrize("until", REFUSED_TIMES)
+def test_journal_time_specs_journalctl_refuses_are_refused_naming_the_param(until: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JournalParams(until=until)
+    [error] = caught.value.errors()
+    assert error["loc"] == ("until",)
+    assert "journalctl" in error["msg"]
+
+
+def test_a_refused_time_lists_the_forms() -> None:
+    with pytest.raises(ValidationError, match=r"'5min' is not a time journalctl takes: use 'YYYY-MM-DD"):
+        JournalParams(since="5min")
+
+
+@pytest.mark.skipif(shutil.which("journalctl") is None, reason="no journalctl here")
+@pytest.mark.parametrize("spec", ACCEPTED_TIMES + REFUSED_TIMES)
+def test_journal_times_are_taken_exactly_when_journalctl_takes_them(spec: str) -> None:
+    """The checks against journalctl itself (written for systemd 252); an empty journal will do."""
+    done = subprocess.run(
+        ["journalctl", "--no-pager", "-n0", f"--since={spec}"], capture_output=True, text=True, check=False
+    )
+    takes = "Failed to parse timestamp" not in done.stderr
+    try:
+        JournalParams(since=spec)
+    except ValidationError:
+        assert not takes, f"journalctl takes {spec!r}"
+    else:
+        assert takes, f"journalctl refuses {spec!r}: {done.stderr.strip()}"
 
 
 def test_detection_and_probes_say_not_available() -> None:

@@ -21,13 +21,16 @@ from sonde.hub.keys import parse_duration
 from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso
+from sonde.packs.systemd.timespec import LAST_TIME_S
 
 SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
-# At most 5 digits: journalctl's relative times (the systemd probe's `since`) take no more.
 SINCE_PATTERN = r"^(\d{1,5}[smhd]|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?Z?)$"
+# journalctl (the systemd source) refuses a time before 1970 (`sonde.packs.systemd.timespec`):
+# '-21000d' is refused today, so a duration stops well short of that, and an ISO time after it
+MAX_SINCE_DAYS = 10_000  # about 27 years
 SINCE_FORMS = (
-    "a duration of 1 to 5 digits with s, m, h or d ('90s', '15m', '2h', '1d'), "
-    "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z')"
+    f"a duration with s, m, h or d of at most 5 digits and {MAX_SINCE_DAYS}d ('90s', '15m', '2h', '1d'), "
+    "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z'), 1970 to 9999"
 )
 SOURCE_PACKS = {"systemd": "systemd", "docker": "docker", "nginx": "nginx", "system": "system"}
 FILTER_SOURCES = {  # each source-specific argument and the sources that use it
@@ -55,12 +58,12 @@ def is_since(text: str) -> bool:
     if re.fullmatch(SINCE_PATTERN, text) is None:
         return False
     if is_duration(text):
-        return True
+        return parse_duration(text) <= MAX_SINCE_DAYS * 86400
     try:
-        iso_epoch(text)
+        epoch = iso_epoch(text)
     except (ValueError, OverflowError, OSError):  # month 13, hour 99, a year out of the clock's reach
         return False
-    return True
+    return 0 <= epoch <= LAST_TIME_S
 
 
 def checked_since(since: str) -> str:

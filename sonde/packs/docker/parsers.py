@@ -39,18 +39,22 @@ class Container(Result):
     restart_count: int | None
     exit_code: int | None
     oom_killed: bool | None
-    created: str
+    created: str | None  # None for a time past the year 9999 (`iso_utc`): whatever the API says
     started_at: str | None
     finished_at: str | None
     ports: list[Port]
 
 
 def rfc3339(text: str | None) -> str | None:
-    """Docker's RFC 3339 time (nanoseconds, 'Z') as ISO 8601 UTC seconds; the zero time is None."""
+    """Docker's RFC 3339 time (nanoseconds, 'Z') as ISO 8601 UTC seconds; the zero time is None,
+    and so is one whose UTC time falls outside the years 1-9999."""
     if not text or text.startswith("0001-01-01"):
         return None
     main = re.sub(r"\.\d+", "", text).replace("Z", "+00:00")
-    return datetime.datetime.fromisoformat(main).astimezone(datetime.UTC).isoformat()
+    try:
+        return datetime.datetime.fromisoformat(main).astimezone(datetime.UTC).isoformat()
+    except OverflowError:
+        return None
 
 
 def health_from_status(status: str) -> str | None:
@@ -214,7 +218,7 @@ class Image(Result):
     id: str
     tags: list[str]
     size_bytes: int
-    created: str
+    created: str | None  # None for a time past the year 9999: an image's builder sets it
     containers: int | None
 
 

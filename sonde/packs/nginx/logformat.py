@@ -60,12 +60,13 @@ class AccessEntry:
 
 
 def parse_time_local(text: str) -> str | None:
-    """``06/May/2024:10:11:12 +0200`` as ISO 8601 UTC."""
+    """``06/May/2024:10:11:12 +0200`` as ISO 8601 UTC; None when it is not one, or its UTC time
+    falls outside the years 1-9999 (``31/Dec/9999:23:59:59 -0100``): one such line must not fail
+    the whole read."""
     try:
-        moment = datetime.datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z")
-    except ValueError:
+        return datetime.datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z").astimezone(datetime.UTC).isoformat()
+    except (ValueError, OverflowError):
         return None
-    return moment.astimezone(datetime.UTC).isoformat()
 
 
 def parse_access_line(line: str) -> AccessEntry | None:

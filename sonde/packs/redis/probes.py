@@ -153,7 +153,7 @@ class SlowlogParams(RedisParams):
 
 class SlowEntry(Result):
     id: int
-    time: str
+    time: str | None  # None for a time past the year 9999 (`iso_utc`)
     duration_us: int
     command: str
     client: str | None

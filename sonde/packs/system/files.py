@@ -68,7 +68,10 @@ class Entry(Result):
     size_complete: bool = Field(
         description="False when part of a directory's tree could not be counted: its size is a lower bound."
     )
-    mtime: str
+    mtime: str | None = Field(
+        description="ISO 8601 UTC; null for a time no date can say (past the year 9999, as "
+        "`touch -d @300000000000` sets)."
+    )
     mode: str
     uid: int
 
@@ -345,7 +348,7 @@ def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
 @PACK.probe(
     "system.files.list",
     """Regular files directly inside a directory (allowed paths only): name, size in bytes,
-    modification time (ISO 8601 UTC), mode and owner uid, sorted by name, size or mtime
+    modification time (ISO 8601 UTC; null past the year 9999), mode and owner uid, sorted by name, size or mtime
     (`descending` for largest/newest first) and cut to `limit`. At most 200,000 entries
     are looked at (past that `complete` is false). Use it to find big or recently changed
     files, e.g. in /var/log.""",

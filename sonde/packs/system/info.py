@@ -38,13 +38,18 @@ class SystemInfo(Result):
     kernel: str
     arch: str
     uptime_seconds: int
-    boot_time: str
+    boot_time: str | None  # None for a time no date can say (`iso_utc`)
     cpu_count: int | None
 
 
-def iso_utc(epoch_s: float) -> str:
-    """``epoch_s`` (seconds since the epoch) as an ISO 8601 UTC string, to the second."""
-    moment = datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC)
+def iso_utc(epoch_s: float) -> str | None:
+    """``epoch_s`` (seconds since the epoch) as an ISO 8601 UTC string, to the second; None
+    when it is no time a date can say (past year 9999, before year 1, NaN): a file's mtime is
+    whatever `touch -d` set, and one such file must not cost the whole listing."""
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
     return moment.replace(microsecond=0).isoformat()
 
 

@@ -58,7 +58,7 @@ class KernelMessage(Result):
     level: Level
     facility: str
     seconds_since_boot: float
-    time: str
+    time: str | None  # None for a time no date can say (`iso_utc`)
     message: str
 
 

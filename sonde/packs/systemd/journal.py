@@ -22,30 +22,31 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 from sonde.packs.base import Params, ProbeUnavailable, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.process import CommandOutput
 from sonde.packs.system.info import iso_utc
 from sonde.packs.systemd import PACK, require_systemd
+from sonde.packs.systemd.timespec import TIME_PATTERN, checked_time
 from sonde.packs.systemd.units import UnitName
 from sonde.packs.textpattern import PythonPattern
 
 Priority = Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
 PRIORITIES: tuple[Priority, ...] = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 Transport = Literal["audit", "driver", "syslog", "journal", "stdout", "kernel"]
-TIME_PATTERN = (
-    r"^(\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?( UTC)?)?|today|yesterday|now"
-    r"|-?\d{1,5} ?(s|sec|seconds?|min|minutes?|m|h|hours?|d|days?|w|weeks?)( ago)?)$"
+TIME_DESCRIPTION = (
+    "'2024-05-01 10:00' (the machine's time zone, or with ' UTC'), 'today', 'yesterday', 'now', "
+    "'-1h' or '2 days ago' (units s, min, h, d, w), from 1970 on."
 )
+# checked by journalctl's rules (`checked_time`), not by the pattern alone: '2026-13-45' and
+# '-21000d' (before 1970) fit any pattern short of a calendar
 TimeSpec = Annotated[
     str,
-    Field(
-        pattern=TIME_PATTERN,
-        strict=True,
-        description="'2024-05-01 10:00' (the machine's time zone, or with ' UTC'), 'today', '-1h', '2 days ago'.",
-    ),
+    Field(strict=True),
+    AfterValidator(checked_time),
+    WithJsonSchema({"type": "string", "pattern": TIME_PATTERN, "description": TIME_DESCRIPTION}),
 ]
 OUTPUT_FIELDS = "MESSAGE,PRIORITY,_SYSTEMD_UNIT,SYSLOG_IDENTIFIER,_PID,_COMM,_TRANSPORT,_AUDIT_TYPE_NAME"
 MESSAGE_MAX_CHARS = 2000
@@ -73,7 +74,7 @@ class JournalParams(Params):
 
 
 class JournalEntry(Result):
-    time: str
+    time: str | None  # None when __REALTIME_TIMESTAMP is no date (past the year 9999, or garbled)
     priority: Priority | None
     unit: str | None
     identifier: str | None
@@ -100,12 +101,19 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+def realtime(value: Any) -> str | None:
+    """An entry's ``__REALTIME_TIMESTAMP`` (microseconds since the epoch, as text) as ISO 8601 UTC;
+    None when it is not one or no date can say it (journal-remote keeps the sender's clock)."""
+    text = _text(value)
+    return iso_utc(int(text) / 1e6) if text and text.isdigit() and len(text) <= 20 else None
+
+
 def journal_entry(raw: dict[str, Any]) -> JournalEntry:
     priority = _text(raw.get("PRIORITY"))
     pid = _text(raw.get("_PID"))
     message = _text(raw.get("MESSAGE")) or ""
     return JournalEntry(
-        time=iso_utc(int(raw.get("__REALTIME_TIMESTAMP", "0")) / 1e6),
+        time=realtime(raw.get("__REALTIME_TIMESTAMP")),
         priority=PRIORITIES[int(priority)] if priority and priority.isdigit() and int(priority) < 8 else None,
         unit=_text(raw.get("_SYSTEMD_UNIT")),
         identifier=_text(raw.get("SYSLOG_IDENTIFIER")) or _text(raw.get("_COMM")),

@@ -1,0 +1,35 @@
+"""A hub's base URL as an operator gives it: the one rule every client (enroll, login, bridge) applies.
+
+Operators paste what they have at hand, most often the MCP URL the hub prints
+(``http://HOST:PORT/mcp``); every client reaches the hub by paths under its base
+URL, so a trailing ``/mcp`` (or ``/``) is dropped here rather than refused. Only
+the standard library, so that a client that needs nothing else starts fast.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+
+def check_hub_url(url: str) -> None:
+    """Raise `ValueError` (saying what is wrong) unless ``url`` is http(s) with a host and no
+    query or fragment."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"hub URL {url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"hub URL {url!r} has no host")
+    if parts.query or parts.fragment:
+        raise ValueError(f"hub URL {url!r} must not have a query or fragment")
+
+
+def normalize_hub_url(url: str) -> str:
+    """The hub's base URL: checked (`check_hub_url`), without surrounding blanks, a trailing
+    ``/`` or ``/mcp``."""
+    url = url.strip()
+    check_hub_url(url)
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if path.endswith("/mcp"):
+        path = path[: -len("/mcp")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
