@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx2
 
 from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config, save_config
-from sonde.bridge.settings import check_api_key, normalize_hub_url
+from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
+from sonde.hub_url import normalize_hub_url
 
 CHECK_TIMEOUT_S = 10.0
 

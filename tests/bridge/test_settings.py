@@ -11,7 +11,8 @@ import trio
 
 from sonde.agent.config import AgentConfig, load_config
 from sonde.bridge.login import login
-from sonde.bridge.settings import NotConfigured, normalize_hub_url, resolve_settings
+from sonde.bridge.settings import NotConfigured, resolve_settings
+from sonde.hub_url import normalize_hub_url
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from tests.bridge.fakehub import GOOD_KEY, fake_hub
 
