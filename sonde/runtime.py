@@ -9,7 +9,17 @@ cancelled, every pending request fails at once with `AgentUnavailable`, and
 the owner's ``async with open_link(...)`` body ends with it.
 
 Liveness: with ``liveness_timeout_s`` set, a peer that sends nothing for that
-long is treated as dead (the hub sets it to two heartbeat intervals).
+long is treated as dead (the hub sets it to two heartbeat intervals). Only a
+frame that was taken counts: one that fails its checks keeps nothing alive.
+
+Refused frames: a frame that fails its authentication (MAC, signature, replay)
+or its timestamp window ends the link at once (close code 1008, the reason
+naming the clocks for a timestamp): nothing legitimate sends one on an ordered,
+authenticated connection, and a link that keeps going past it would stay "up"
+while every probe times out. A stale but authentic ``probe.request`` is first
+answered with ``probe.error`` (``clock_skew``) so its caller hears why, which
+also shows the peer the same skew. A frame that does not even parse (a version
+mismatch of one message kind) is dropped, counted and logged; the link goes on.
 """
 
 from __future__ import annotations
@@ -18,22 +28,24 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import trio
 import trio_websocket
 
 from sonde.protocol.codec import FrameCodec
-from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProtocolError
+from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProtocolError, SignatureError
 from sonde.protocol.messages import (
     Envelope,
     Message,
     ProbeCancel,
     ProbeCancelPayload,
     ProbeError,
+    ProbeErrorPayload,
     ProbeRequest,
     ProbeResponse,
 )
+from sonde.protocol.signing import StaleFrame
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +57,31 @@ CLOSE_POLICY = 1008
 
 
 class LinkClosed(Exception):
-    """The transport under a link is gone."""
+    """The transport under a link is gone; ``code`` is the peer's close code when it sent one."""
+
+    def __init__(self, reason: str = "", code: int | None = None) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+class FrameRefused(LinkClosed):
+    """The peer sent a frame that failed its checks: the link ends with a policy-violation close."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, CLOSE_POLICY)
+
+
+def link_closed(exc: trio_websocket.ConnectionClosed) -> LinkClosed:
+    return LinkClosed(describe_close(exc.reason), exc.reason.code if exc.reason else None)
+
+
+def describe_close(reason: trio_websocket.CloseReason | None) -> str:
+    """A WebSocket close as a phrase: the peer's reason first, then the code."""
+    if reason is None:
+        return "connection closed"
+    if reason.reason:
+        return f"{reason.reason} (close code {reason.code})"
+    return f"connection closed ({reason.code} {reason.name})"
 
 
 class Transport(Protocol):
@@ -70,13 +106,13 @@ class WebSocketTransport:
         try:
             await self.ws.send_message(text)
         except trio_websocket.ConnectionClosed as exc:
-            raise LinkClosed(str(exc.reason)) from None
+            raise link_closed(exc) from None
 
     async def receive_text(self) -> str:
         try:
             message = await self.ws.get_message()
         except trio_websocket.ConnectionClosed as exc:
-            raise LinkClosed(str(exc.reason)) from None
+            raise link_closed(exc) from None
         if isinstance(message, bytes):
             raise LinkClosed("binary frames are not part of the protocol")
         return message
@@ -96,6 +132,7 @@ class LinkStatistics:
 
 MessageHandler = Callable[[Message], Awaitable[None]]
 HeartbeatFactory = Callable[[], Envelope]
+Outgoing = str | trio.Event  # a frame for the writer, or an event it sets once every frame before is sent
 
 
 class Link:
@@ -106,15 +143,18 @@ class Link:
         transport: Transport,
         codec: FrameCodec,
         on_message: MessageHandler,
-        send_channel: trio.MemorySendChannel[str],
+        send_channel: trio.MemorySendChannel[Outgoing],
+        peer: str = "the peer",
     ) -> None:
         self.transport = transport
         self.codec = codec
+        self.peer = peer  # for log lines: "agent web-1 (id)" at the hub, "the hub" at the agent
         self._on_message = on_message
         self._send_channel = send_channel
         self._pending: dict[str, trio.MemorySendChannel[Message | None]] = {}
         self._closed = trio.Event()
         self.close_reason = ""
+        self.close_code = CLOSE_NORMAL
         self._sent = 0
         self._received = 0
         self._late = 0
@@ -128,6 +168,11 @@ class Link:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    @property
+    def refused_frame(self) -> bool:
+        """True when the link ended because a frame failed its checks (on this side or the peer's)."""
+        return self.close_code == CLOSE_POLICY
+
     def close(self, reason: str) -> None:
         """End the link, telling the peer ``reason`` (the WebSocket close frame carries it)."""
         self._mark_closed(reason)
@@ -138,12 +183,12 @@ class Link:
     async def send(self, message: Envelope) -> None:
         """Queue one message for the writer; raises `AgentUnavailable` once closed."""
         if self.closed:
-            raise AgentUnavailable(f"agent disconnected ({self.close_reason})")
+            raise AgentUnavailable(f"agent disconnected: {self.close_reason}")
         text = self.codec.encode(message)
         try:
             await self._send_channel.send(text)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise AgentUnavailable(f"agent disconnected ({self.close_reason})") from None
+            raise AgentUnavailable(f"agent disconnected: {self.close_reason}") from None
 
     async def request(self, message: ProbeRequest) -> ProbeResponse:
         """Send a probe request and wait for its response.
@@ -156,7 +201,7 @@ class Link:
         if request_id in self._pending:
             raise ValueError(f"request id {request_id!r} is already in flight")
         if self.closed:
-            raise AgentUnavailable(f"agent disconnected ({self.close_reason})")
+            raise AgentUnavailable(f"agent disconnected: {self.close_reason}")
         reply_send, reply_receive = trio.open_memory_channel[Message | None](1)
         self._pending[request_id] = reply_send
         answered = False
@@ -181,7 +226,7 @@ class Link:
 
     def _unwrap(self, reply: Message | None) -> ProbeResponse:
         if reply is None:
-            raise AgentUnavailable(f"agent disconnected ({self.close_reason})")
+            raise AgentUnavailable(f"agent disconnected: {self.close_reason}")
         if isinstance(reply, ProbeError):
             raise ProbeFailed(reply.payload.code, reply.payload.message)
         assert isinstance(reply, ProbeResponse)
@@ -202,10 +247,11 @@ class Link:
             return
         waiter.send_nowait(message)
 
-    def _mark_closed(self, reason: str) -> None:
+    def _mark_closed(self, reason: str, code: int = CLOSE_NORMAL) -> None:
         if self.closed:
             return
         self.close_reason = reason
+        self.close_code = code
         self._closed.set()
         for waiter in self._pending.values():
             waiter.send_nowait(None)
@@ -214,9 +260,9 @@ class Link:
     async def _read_loop(self) -> None:
         while True:
             text = await self.transport.receive_text()
-            self._last_received = trio.current_time()
             self._received += 1
-            await self._dispatch(text)
+            if await self._dispatch(text):
+                self._last_received = trio.current_time()  # only a frame taken shows the peer alive
 
     async def _watch_liveness(self, timeout_s: float) -> None:
         """End the link when the peer sends nothing for ``timeout_s``.
@@ -229,22 +275,55 @@ class Link:
             if trio.current_time() >= self._last_received + timeout_s:
                 raise LinkClosed(f"peer silent for {timeout_s:g}s")
 
-    async def _dispatch(self, text: str) -> None:
+    async def _dispatch(self, text: str) -> bool:
+        """Decode and route one frame; False when it was dropped. Raises `FrameRefused`."""
         try:
             message = self.codec.decode(text)
+        except SignatureError as exc:
+            self._dropped += 1
+            await self._refuse(exc)
         except ProtocolError as exc:
             self._dropped += 1
-            log.warning("dropped a frame: %s", exc.message)
-            return
+            log.warning("dropped a frame from %s: %s", self.peer, exc.message)
+            return False
         if isinstance(message, ProbeResponse | ProbeError):
             self._route_reply(message)
         else:
             await self._on_message(message)
+        return True
 
-    async def _write_loop(self, receive_channel: trio.MemoryReceiveChannel[str]) -> None:
+    async def _refuse(self, exc: SignatureError) -> NoReturn:
+        """End the link over a frame that failed its checks, answering it first if it was a
+        stale probe request (authentic: the MAC was checked before the timestamp)."""
+        if isinstance(exc, StaleFrame):
+            reason = exc.message
+            if isinstance(exc.frame, ProbeRequest):
+                payload = ProbeErrorPayload(
+                    request_id=exc.frame.payload.request_id, code="clock_skew", message=reason
+                )
+                with trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
+                    await self.send(ProbeError(payload=payload))
+                    await self._flushed()
+        else:
+            reason = f"refused a frame from the {self.codec.peer or 'peer'}: {exc.message}"
+        raise FrameRefused(reason)
+
+    async def _flushed(self) -> None:
+        """Wait until the writer has sent every frame queued so far."""
+        done = trio.Event()
+        try:
+            await self._send_channel.send(done)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return
+        await done.wait()
+
+    async def _write_loop(self, receive_channel: trio.MemoryReceiveChannel[Outgoing]) -> None:
         async with receive_channel:
-            async for text in receive_channel:
-                await self.transport.send_text(text)
+            async for item in receive_channel:
+                if isinstance(item, trio.Event):
+                    item.set()
+                    continue
+                await self.transport.send_text(item)
                 self._sent += 1
 
     async def _heartbeat_loop(self, interval_s: float, make_heartbeat: HeartbeatFactory) -> None:
@@ -260,15 +339,17 @@ class Link:
     async def _supervise(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
         """Run one link task; whatever ends it ends the whole link."""
         reason = "closed by owner"  # kept when the task is cancelled from outside
+        code = CLOSE_NORMAL
         try:
             await job()
             reason = f"{name} ended"
-        except LinkClosed as exc:
+        except LinkClosed as exc:  # a peer's 1008 too: it refused one of our frames
             reason = str(exc) or "connection closed"
+            code = CLOSE_POLICY if exc.code == CLOSE_POLICY else CLOSE_NORMAL
         except AgentUnavailable:
             reason = self.close_reason or "connection closed"
         finally:
-            self._mark_closed(reason)
+            self._mark_closed(reason, code)
 
 
 @asynccontextmanager
@@ -280,15 +361,17 @@ async def open_link(
     heartbeat_interval_s: float | None = None,
     make_heartbeat: HeartbeatFactory | None = None,
     liveness_timeout_s: float | None = None,
+    peer: str = "the peer",
 ) -> AsyncIterator[Link]:
     """Run a link over ``transport`` for the duration of the block.
 
     The block is cancelled when the connection dies; afterwards every pending
     request has failed with `AgentUnavailable`. Leaving the block closes the
-    connection with a normal close code.
+    connection with a normal close code (1008 after a refused frame). ``peer``
+    names the other side in log lines.
     """
-    send_channel, receive_channel = trio.open_memory_channel[str](SEND_BUFFER_FRAMES)
-    link = Link(transport, codec, on_message, send_channel)
+    send_channel, receive_channel = trio.open_memory_channel[Outgoing](SEND_BUFFER_FRAMES)
+    link = Link(transport, codec, on_message, send_channel, peer)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(link._supervise, "reader", link._read_loop)
@@ -313,7 +396,7 @@ async def open_link(
         send_channel.close()
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
             try:
-                await transport.close(CLOSE_NORMAL, link.close_reason)
+                await transport.close(link.close_code, link.close_reason)
             except LinkClosed:
                 pass
 

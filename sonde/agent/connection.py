@@ -18,7 +18,7 @@ import trio_websocket
 
 from sonde.connect_failures import describe_tls_failure
 from sonde.protocol.messages import MAX_FRAME_BYTES
-from sonde.runtime import LinkClosed, Transport, WebSocketTransport
+from sonde.runtime import LinkClosed, Transport, WebSocketTransport, describe_close
 
 log = logging.getLogger(__name__)
 
@@ -159,5 +159,5 @@ def describe_transport_error(exc: BaseException) -> str:
     if isinstance(exc, trio_websocket.ConnectionTimeout):
         return f"no WebSocket handshake within {CONNECT_TIMEOUT_S:g}s"
     if isinstance(exc, trio_websocket.ConnectionClosed):
-        return f"connection closed ({exc.reason})"
+        return describe_close(exc.reason)
     return str(exc) or type(exc).__name__

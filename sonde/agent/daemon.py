@@ -5,8 +5,12 @@ signed ``agent.register`` as the first frame, wait up to `ACK_TIMEOUT_S` for
 the hub's first frame (verified with the pinned hub key). ``hub.ack`` completes
 the link-key exchange the register began (fresh keys for every connection;
 every later frame both ways carries their HMAC) and starts the link (probe
-runner + heartbeats at the interval the hub chose) until it dies. ``hub.reject`` with ``unknown_agent`` or ``revoked`` stops the agent
-(exit 3); any other reject, a transport error, a bad or missing ack, or a
+runner + heartbeats at the interval the hub chose) until it dies. ``hub.reject``
+with ``unknown_agent`` or ``revoked`` stops the agent (exit 3). A reject that
+echoes this register's ``nonce`` and ``agentId`` is bound to this attempt, so it
+is read even when its timestamp is outside the window (a skewed agent still
+learns it was removed); an unbound one (an older hub) with a bad timestamp is
+only logged. Any other reject, a transport error, a bad or missing ack, or a
 dropped link is retried after a full-jitter exponential backoff
 (`backoff_delay`), reset after a connection that stayed up
 `STABLE_CONNECTION_S`. SIGTERM/SIGINT close the socket with code 1000,
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shlex
 import signal
 import sys
 from dataclasses import dataclass
@@ -50,9 +55,10 @@ from sonde.protocol.messages import (
     HeartbeatPayload,
     HubAck,
     HubReject,
+    Message,
     RejectPayload,
 )
-from sonde.protocol.signing import private_key_from_text, public_key_from_text
+from sonde.protocol.signing import StaleFrame, private_key_from_text, public_key_from_text
 from sonde.runtime import CLOSE_NORMAL, Link, Transport, WebSocketTransport, open_link
 
 log = logging.getLogger(__name__)
@@ -67,7 +73,6 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
 STABLE_CONNECTION_S = 30.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
-REENROLL_HINT = "re-enroll with `sonde enroll --hub URL --token TOKEN`"
 
 EXIT_OK = 0
 EXIT_NOT_ENROLLED = 1
@@ -76,6 +81,28 @@ EXIT_REJECTED = 3
 EXIT_USAGE = 2
 NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL --token TOKEN` first"
 ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (or pass --allow-root)"
+
+
+def reenroll_command(config: AgentConfig) -> str:
+    """The command that enrolls this machine again under its old name (it is enrolled already,
+    so `sonde enroll` needs --replace; without --name it would take the hostname)."""
+    hub = shlex.quote(config.hub_url or "URL")
+    name = shlex.quote(config.name or default_agent_name())
+    return (
+        f"re-enroll with `sonde enroll --hub {hub} --token TOKEN --name {name} --replace` "
+        f"(TOKEN from `sonde hub token create --name {name}` on the hub)"
+    )
+
+
+def bound_to(answer: Message | None, register: AgentRegister) -> bool:
+    """True when ``answer`` is a reject that echoes ``register``'s nonce and agent id: the hub
+    made it for this very attempt, so it cannot be a replay, whatever its timestamp."""
+    return (
+        isinstance(answer, HubReject)
+        and answer.nonce == register.nonce
+        and answer.agent_id is not None
+        and answer.agent_id == register.agent_id
+    )
 
 
 def backoff_delay(attempt: int, rng: random.Random, *, max_s: float = BACKOFF_MAX_S) -> float:
@@ -110,7 +137,7 @@ class AgentDaemon:
         connect: Connector,
         rng: random.Random,
         max_delay_s: float,
-        reenroll_hint: str = REENROLL_HINT,
+        reenroll_hint: str | None = None,
     ) -> None:
         hub_url, private_key, hub_key = config.hub_url, config.private_key, config.hub_public_key
         if hub_url is None or private_key is None or hub_key is None or config.agent_id is None:
@@ -127,7 +154,7 @@ class AgentDaemon:
         self._connect = connect
         self._rng = rng
         self._max_delay_s = max_delay_s
-        self._reenroll_hint = reenroll_hint
+        self._reenroll_hint = reenroll_hint or reenroll_command(config)
         self._started = False
         self._stopping = False
         self._run_scope = trio.CancelScope()
@@ -170,7 +197,10 @@ class AgentDaemon:
         except TRANSPORT_ERRORS as exc:
             log.warning("connection to %s failed: %s", self.url, describe_transport_error(exc))
         except RemoteProtocolError as exc:
-            log.warning("the hub at %s answered badly: %s", self.url, exc.message)
+            if exc.code == "stale":
+                log.warning("cannot use the hub at %s: %s", self.url, exc.message)
+            else:
+                log.warning("the hub at %s answered badly: %s", self.url, exc.message)
         except trio.TooSlowError:
             log.warning("the hub at %s did not answer the register within %gs", self.url, ACK_TIMEOUT_S)
         return end
@@ -179,21 +209,20 @@ class AgentDaemon:
         self, transport: Transport, end: ConnectionEnd, task_status: trio.TaskStatus[AgentDaemon]
     ) -> None:
         codec = FrameCodec(
-            signing_key=self._private_key, peer_key=self._hub_key, agent_id=self.config.agent_id
+            signing_key=self._private_key, peer_key=self._hub_key, agent_id=self.config.agent_id, peer="hub"
         )
         exchange = LinkKeyExchange()  # fresh for every connection
-        register = self.register.model_copy(update={"link_key": exchange.public_text})
-        await transport.send_text(codec.encode(AgentRegister(payload=register)))
+        payload = self.register.model_copy(update={"link_key": exchange.public_text})
+        register = AgentRegister(payload=payload, agent_id=self.config.agent_id)
+        await transport.send_text(codec.encode(register))
         with trio.fail_after(ACK_TIMEOUT_S):
             text = await transport.receive_text()
-        try:
-            first = codec.decode(text)  # signed with the pinned hub key
-        except SignatureError as exc:
-            if exc.code not in ("bad_signature", "unsigned"):
-                raise  # stale or replayed: its own message says why
-            raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
+        first, skew = read_answer(codec, text, register)
         if isinstance(first, HubReject):
-            log.warning("the hub rejected the register: %s (%s)", first.payload.reason, first.payload.code)
+            also = f"; and by the answer's timestamp, {skew}" if skew else ""
+            log.warning(
+                "the hub rejected the register: %s (%s)%s", first.payload.reason, first.payload.code, also
+            )
             end.rejection = first.payload
             return
         if not isinstance(first, HubAck):
@@ -224,6 +253,7 @@ class AgentDaemon:
                 transport,
                 codec,
                 runner.on_message,
+                peer="the hub",
                 heartbeat_interval_s=ack.heartbeat_interval_s,
                 make_heartbeat=lambda: AgentHeartbeat(
                     payload=HeartbeatPayload(probes_in_flight=runner.probes_in_flight)
@@ -239,7 +269,9 @@ class AgentDaemon:
                     self._link = None
             probes.cancel_scope.cancel()  # the hub stopped waiting for these
         reason = link.close_reason or "closed"
-        if REPLACED_BY_NEWER_CONNECTION in reason:
+        if link.refused_frame:  # a frame failed its checks on one side: the clocks, most often
+            log.warning("disconnected from %s: %s", self.url, reason)
+        elif REPLACED_BY_NEWER_CONNECTION in reason:
             log.warning(
                 "disconnected from %s: %s: is another `sonde start` running with this identity "
                 "(agent %s, a copied config)?",
@@ -274,6 +306,35 @@ class AgentDaemon:
         self._run_scope.cancel()
 
 
+def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[Message, str | None]:
+    """The hub's answer to ``register``, verified with the pinned hub key, and what its
+    timestamp says of the clocks when that is outside the window.
+
+    A reject bound to this register (`bound_to`) is taken even when its timestamp is outside
+    the window. Raises `RemoteProtocolError`: ``stale`` for any other answer with a bad
+    timestamp (naming an unbound reject's reason, unheeded), ``not_our_hub`` for one signed
+    by another key.
+    """
+    try:
+        return codec.decode(text), None
+    except StaleFrame as stale:
+        if bound_to(stale.frame, register):
+            answer: Message = stale.frame
+            return answer, stale.message
+        if isinstance(stale.frame, HubReject):  # an older hub's: it could be a replay, so not obeyed
+            rejected = stale.frame.payload
+            raise RemoteProtocolError(
+                "stale",
+                f"{stale.message}; the hub's answer was a reject ({rejected.code}: {rejected.reason}), "
+                "not heeded: it is not bound to this register, so with the clocks apart it could be a replay",
+            ) from None
+        raise RemoteProtocolError("stale", stale.message) from None
+    except SignatureError as exc:
+        if exc.code not in ("bad_signature", "unsigned"):
+            raise  # replayed: its own message says why
+        raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
+
+
 async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[None]) -> None:
     """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`).
 
@@ -299,7 +360,7 @@ async def agent_main(
     rng: random.Random | None = None,
     max_delay_s: float = BACKOFF_MAX_S,
     handle_signals: bool = True,
-    reenroll_hint: str = REENROLL_HINT,
+    reenroll_hint: str | None = None,
     task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the agent until a signal (returns 0) or a fatal reject (returns 3).
@@ -307,8 +368,9 @@ async def agent_main(
     ``config`` must be enrolled (`ValueError` otherwise). ``task_status`` is
     reported, with the `AgentDaemon`, once the hub first acknowledges; its
     `AgentDaemon.stop` ends the agent gracefully (returns 0). ``reenroll_hint``
-    says what to do when the hub no longer knows this agent (for the agent inside
-    `sonde up`, restart that). ``connect``, ``rng`` and ``max_delay_s`` exist for tests.
+    says what to do when the hub no longer knows this agent (default: the `sonde enroll`
+    command that enrolls it again under its name; for the agent inside `sonde up`,
+    restart that). ``connect``, ``rng`` and ``max_delay_s`` exist for tests.
     """
     daemon = AgentDaemon(
         config,

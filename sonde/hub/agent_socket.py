@@ -59,6 +59,23 @@ class Refused(Exception):
         self.code = code
         self.reason = reason
         self.agent = agent  # the enrolled agent's name, once the refusal is about one
+        self.register: AgentRegister | None = None  # the register refused, once it parsed
+
+    def reject(self) -> HubReject:
+        """The ``hub.reject`` to send: bound to the register it answers when there is one.
+
+        It echoes that register's ``nonce`` and ``agentId``: an agent that sees them knows this
+        signed answer is fresh whatever its timestamp says, so a skewed agent still learns it was
+        revoked. Only existing envelope fields carry the binding: an older agent ignores it.
+        """
+        payload = RejectPayload(
+            code=self.code,
+            reason=self.reason,
+            supported_versions=VersionRange(min=SUPPORTED_VERSIONS[0], max=SUPPORTED_VERSIONS[1]),
+        )
+        if self.register is None:
+            return HubReject(payload=payload)
+        return HubReject(payload=payload, nonce=self.register.nonce, agent_id=self.register.agent_id)
 
 
 class AsgiWebSocketTransport:
@@ -121,30 +138,12 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     if hub.fleet.closing is not None:  # the hub is stopping: the agent retries later
         await transport.close(CLOSE_GOING_AWAY, hub.fleet.closing)
         return
-    codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes)
+    codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes, peer="agent")
     try:
         with trio.fail_after(REGISTER_TIMEOUT_S):
             admitted = await authenticate(hub, transport, codec)
     except Refused as refused:
-        who = f" (agent {refused.agent})" if refused.agent else ""
-        log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
-        await hub.audit(
-            "agent",
-            "agent.connect",
-            refused.agent,
-            "denied",
-            detail={"peer": peer, "reason": refused.reason},
-            unauthenticated=True,  # whoever opens a socket can cause it
-        )
-        reject = HubReject(
-            payload=RejectPayload(
-                code=refused.code,
-                reason=refused.reason,
-                supported_versions=VersionRange(min=SUPPORTED_VERSIONS[0], max=SUPPORTED_VERSIONS[1]),
-            )
-        )
-        await transport.send_text(codec.encode(reject))
-        await transport.close(CLOSE_POLICY, refused.code)
+        await refuse(hub, transport, codec, refused, peer)
         return
     except trio.TooSlowError:
         await transport.close(CLOSE_POLICY, "no register frame in time")
@@ -160,6 +159,24 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         await run_session(hub, transport, codec, admitted)
     except StoreCommitFailed as exc:
         await cannot_write(transport, admitted.register.payload.name, exc)
+
+
+async def refuse(hub: Hub, transport: Transport, codec: FrameCodec, refused: Refused, peer: str) -> None:
+    """Log, audit and remember one refused connection, then answer it with ``hub.reject`` and close."""
+    who = f" (agent {refused.agent})" if refused.agent else ""
+    log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
+    if refused.agent is not None and refused.register is not None and refused.register.agent_id:
+        hub.fleet.note_refusal(refused.register.agent_id, refused.reason, peer)
+    await hub.audit(
+        "agent",
+        "agent.connect",
+        refused.agent,
+        "denied",
+        detail={"peer": peer, "reason": refused.reason},
+        unauthenticated=True,  # whoever opens a socket can cause it
+    )
+    await transport.send_text(codec.encode(refused.reject()))
+    await transport.close(CLOSE_POLICY, refused.code)
 
 
 async def cannot_write(transport: Transport, agent: str, exc: StoreCommitFailed) -> None:
@@ -182,6 +199,7 @@ class Admitted:
 
 
 async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Admitted:
+    """Read and check the first frame; raises `Refused` (bound to the register once one parsed)."""
     text = await transport.receive_text()
     try:
         message, raw = parse_frame(text, hub.config.max_frame_bytes)
@@ -190,6 +208,16 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
         raise Refused(code, exc.message) from None
     if not isinstance(message, AgentRegister) or not message.agent_id:
         raise Refused("protocol_error", "the first frame must be agent.register carrying agentId")
+    try:
+        return await admit(hub, codec, message, raw)
+    except Refused as refused:
+        refused.register = message
+        raise
+
+
+async def admit(hub: Hub, codec: FrameCodec, message: AgentRegister, raw: dict[str, Any]) -> Admitted:
+    """Check a parsed register against the agent's record; raises `Refused`."""
+    assert message.agent_id is not None
     record = hub.fleet.records.get(message.agent_id)
     if record is None:
         revoked = await hub.store.read(revocation_reason, message.agent_id)
@@ -203,16 +231,22 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
     except SignatureError as exc:
         raise Refused("bad_signature", f"register frame rejected: {exc.message}", record.name) from None
     if message.payload.name != record.name:
-        raise Refused("protocol_error", f"agent is enrolled as {record.name!r}, not {message.payload.name!r}")
+        raise Refused(
+            "protocol_error",
+            f"agent is enrolled as {record.name!r}, not {message.payload.name!r}",
+            record.name,
+        )
     if message.payload.link_key is None:
         raise Refused(
-            "protocol_error", "the register carries no linkKey: upgrade this agent to the hub's version"
+            "protocol_error",
+            "the register carries no linkKey: upgrade this agent to the hub's version",
+            record.name,
         )
     exchange = LinkKeyExchange()
     try:
         link_keys = exchange.derive(message.payload.link_key, role="hub")
     except ValueError as exc:
-        raise Refused("protocol_error", f"the register's {exc}") from None
+        raise Refused("protocol_error", f"the register's {exc}", record.name) from None
     codec.peer_key = public_key_from_text(record.public_key)
     return Admitted(message, exchange.public_text, link_keys, await current_record(hub, record))
 
@@ -260,6 +294,7 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
         codec,
         hub.fleet.message_handler(session_ref),
         liveness_timeout_s=2 * interval + LIVENESS_GRACE_S,
+        peer=f"agent {register.payload.name} ({agent_id})",
     ) as link:
         session = AgentSession(agent_id, link, register.payload)
         session_ref.append(session)
@@ -271,6 +306,9 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
             finally:
                 with trio.CancelScope(shield=True):
                     await hub.fleet.detach(session)
-                log.info(
-                    "agent %s offline: %s", register.payload.name, link.close_reason or "connection closed"
+                log.log(
+                    logging.WARNING if link.refused_frame else logging.INFO,
+                    "agent %s offline: %s",
+                    register.payload.name,
+                    link.close_reason or "connection closed",
                 )

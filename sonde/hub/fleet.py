@@ -3,7 +3,10 @@
 `Fleet` keeps every enrolled agent's record in memory (the store is the
 source of truth, written through) and one `AgentSession` per connected agent.
 A probe goes out on that session's link; when the link dies its pending
-probes fail at once with `AgentUnavailable`.
+probes fail at once with `AgentUnavailable`. It also remembers, in memory
+only, each enrolled agent's last refused connection attempt since it was last
+accepted (`Refusal`: one per agent, dropped with the agent), so an agent the
+hub keeps refusing (its clock, its key) does not look like one that never tried.
 """
 
 from __future__ import annotations
@@ -52,6 +55,22 @@ class AgentSession:
         self.cancel_scope.cancel()
 
 
+REFUSAL_REASON_CHARS = 300  # a remembered refusal's reason is cut to this
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An enrolled agent's refused connection attempt: when (epoch seconds), why, from where."""
+
+    at: float
+    reason: str
+    peer: str
+
+
+def utc_text(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
 def degraded_reason(name: str) -> str:
     return (
         f"agent {name} is held as degraded: its attestation changed since it was accepted; "
@@ -69,7 +88,8 @@ class Fleet:
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         # hub-wide, not per connection: a register replayed on a new socket must be refused
-        self.register_replay_guard = ReplayGuard()
+        self.register_replay_guard = ReplayGuard(peer="agent")
+        self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
         self._changed = trio.Condition()
         self.closing: str | None = None  # why no agent is admitted any more (the hub is stopping)
 
@@ -95,6 +115,20 @@ class Fleet:
         record = self.records.get(agent_id)
         return record.last_seen if record else None
 
+    def last_refusal(self, agent_id: str) -> Refusal | None:
+        """The agent's last refused connection attempt since it was last accepted, if any."""
+        return self._refusals.get(agent_id)
+
+    def note_refusal(self, agent_id: str, reason: str, peer: str) -> None:
+        """Remember that a connection as ``agent_id`` was refused now (only for an enrolled agent).
+
+        Kept in memory only, one per agent, until it connects or is forgotten. Whoever opens a
+        socket can claim an agent's id, so ``peer`` says where the attempt came from.
+        """
+        if agent_id in self.records:
+            cut = reason if len(reason) <= REFUSAL_REASON_CHARS else reason[: REFUSAL_REASON_CHARS - 1] + "…"
+            self._refusals[agent_id] = Refusal(time.time(), cut, peer)
+
     # --- records ---------------------------------------------------------
 
     def remember(self, record: AgentRecord) -> None:
@@ -108,6 +142,7 @@ class Fleet:
     def forget(self, agent_id: str, reason: str) -> None:
         """Drop the agent and end its connection, telling it ``reason``."""
         record = self.records.pop(agent_id, None)
+        self._refusals.pop(agent_id, None)
         if record is not None and self._ids_by_name.get(record.name) == agent_id:
             del self._ids_by_name[record.name]
         session = self.sessions.get(agent_id)
@@ -146,6 +181,7 @@ class Fleet:
             log.info("agent %s reconnected; closing its previous connection", session.agent_id)
             old.end(f"{REPLACED_BY_NEWER_CONNECTION} (if this repeats, two agents run with one identity)")
         self.sessions[session.agent_id] = session
+        self._refusals.pop(session.agent_id, None)
         reg = session.register
         await self.update(
             session.agent_id,
@@ -222,7 +258,13 @@ class Fleet:
         if record is not None and record.status == "degraded":
             return degraded_reason(name)
         seen = self.last_seen(agent_id)
+        refusal = self._refusals.get(agent_id)
+        if refusal is not None and (seen is None or refusal.at >= seen):
+            offline = "is offline" if seen is None else f"is offline since {utc_text(seen)} (last seen)"
+            return (
+                f"agent {name} {offline}: its last connection attempt, at {utc_text(refusal.at)}, "
+                f"was refused: {refusal.reason}"
+            )
         if seen is None:
             return f"agent {name} is offline and has never connected"
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen))
-        return f"agent {name} is offline since {since} (last seen)"
+        return f"agent {name} is offline since {utc_text(seen)} (last seen)"

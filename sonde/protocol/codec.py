@@ -8,6 +8,7 @@ decodes; errors name what was wrong so a person can act on them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,8 @@ from sonde.protocol.signing import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
     ReplayGuard,
+    Side,
+    StaleFrame,
     mac_text,
     sign_frame,
     verify_frame,
@@ -110,15 +113,21 @@ class FrameCodec:
     not verified (only before the peer's identity is known). Once the register
     and ack have agreed ``link_keys`` (`sonde.protocol.linkkeys`), every frame
     both ways carries an HMAC by those keys instead. ``agent_id`` is stamped on
-    every frame we send.
+    every frame we send. ``peer`` (who sends what we decode) names the two clocks
+    when a frame's timestamp is refused; ``clock`` is this side's clock (tests step it).
     """
 
     signing_key: Ed25519PrivateKey
     peer_key: Ed25519PublicKey | None = None
     agent_id: str | None = None
     max_frame_bytes: int = MAX_FRAME_BYTES
-    replay_guard: ReplayGuard = field(default_factory=ReplayGuard)
     link_keys: LinkKeys | None = None
+    peer: Side | None = None
+    clock: Callable[[], datetime] = utc_now
+    replay_guard: ReplayGuard = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.replay_guard = ReplayGuard(peer=self.peer)
 
     def encode(self, message: Envelope) -> str:
         """Stamp, sign and dump ``message`` as one text frame."""
@@ -132,13 +141,19 @@ class FrameCodec:
         return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
     def decode(self, text: str) -> Message:
-        """Parse, validate and (once the peer key or the link keys are known) verify one frame."""
+        """Parse, validate and (once the peer key or the link keys are known) verify one frame.
+
+        Raises `RemoteProtocolError`; a `SignatureError` when the frame fails its signature,
+        MAC or replay check, a `StaleFrame` (carrying the authentic frame) when only its
+        timestamp is outside the window.
+        """
         message, raw = parse_frame(text, self.max_frame_bytes)
         if self.link_keys is not None:
             verify_mac_text(text, raw, self.link_keys.receive)
-            self.replay_guard.check(message.nonce, message.ts, utc_now())
+            self._check_fresh(message)
         elif self.peer_key is not None:
-            self.verify(message, raw, self.peer_key)
+            verify_frame(raw, self.peer_key)
+            self._check_fresh(message)
         return message
 
     def verify(
@@ -146,4 +161,11 @@ class FrameCodec:
     ) -> None:
         """Check signature, timestamp window and nonce; raises `SignatureError`."""
         verify_frame(raw, key)
-        self.replay_guard.check(message.nonce, message.ts, now or utc_now())
+        self.replay_guard.check(message.nonce, message.ts, now or self.clock())
+
+    def _check_fresh(self, message: Message) -> None:
+        try:
+            self.replay_guard.check(message.nonce, message.ts, self.clock())
+        except StaleFrame as stale:
+            stale.frame = message  # authentic (checked above): the caller may still answer it
+            raise

@@ -14,7 +14,7 @@ import hmac
 import json
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
@@ -24,6 +24,43 @@ from sonde.protocol.keytext import key_bytes
 
 TIMESTAMP_WINDOW_S = 120.0
 NONCE_CACHE_MAX = 200_000
+
+Side = Literal["agent", "hub"]  # who sent the frames a guard checks: names both clocks in its errors
+_CLOCKS: dict[Side | None, tuple[str, str]] = {
+    "agent": ("the agent's", "the hub's"),
+    "hub": ("the hub's", "the agent's"),
+    None: ("the peer's", "this machine's"),
+}
+
+
+def clock_skew_text(peer_ahead_s: float, window_s: float, peer: Side | None) -> str:
+    """Which clock is ahead and by how much, e.g. "the agent's clock is 300 s ahead of the hub's
+    (window ±120 s): clocks disagree (is NTP running on both?)".
+
+    ``peer_ahead_s`` is the frame's timestamp minus the receiver's clock: positive when the
+    sender's clock is ahead (its frames look early), negative when it is behind.
+    """
+    theirs, ours = _CLOCKS[peer]
+    direction = "ahead of" if peer_ahead_s > 0 else "behind"
+    return (
+        f"{theirs} clock is {abs(peer_ahead_s):.0f} s {direction} {ours} (window ±{window_s:.0f} s): "
+        "clocks disagree (is NTP running on both?)"
+    )
+
+
+class StaleFrame(SignatureError):
+    """A frame whose timestamp lies outside the window (code ``stale``): the clocks disagree.
+
+    The codec checks the signature or MAC first, so ``frame`` (set by the codec, the typed
+    message) is authentic, only early or late: the link can still answer it, and a reject
+    bound to this very connection attempt can still be read.
+    """
+
+    def __init__(self, peer_ahead_s: float, window_s: float, peer: Side | None) -> None:
+        super().__init__("stale", clock_skew_text(peer_ahead_s, window_s, peer))
+        self.peer_ahead_s = peer_ahead_s
+        self.window_s = window_s
+        self.frame: Any = None
 
 
 def canonical_bytes(frame: dict[str, Any]) -> bytes:
@@ -83,22 +120,27 @@ class ReplayGuard:
 
     Memory is bounded: nonces older than the window are forgotten, and past
     ``max_nonces`` live entries new frames are refused rather than remembered.
+    ``peer`` says who sends the frames checked, so a `StaleFrame` names whose clock is ahead.
     """
 
-    def __init__(self, window_s: float = TIMESTAMP_WINDOW_S, max_nonces: int = NONCE_CACHE_MAX) -> None:
+    def __init__(
+        self,
+        window_s: float = TIMESTAMP_WINDOW_S,
+        max_nonces: int = NONCE_CACHE_MAX,
+        *,
+        peer: Side | None = None,
+    ) -> None:
         self.window_s = window_s
         self.max_nonces = max_nonces
+        self.peer = peer
         self._seen: OrderedDict[str, float] = OrderedDict()
 
     def check(self, nonce: str, ts: datetime, now: datetime) -> None:
-        """Record ``nonce``; raise `SignatureError` for a stale, future or replayed frame."""
-        skew = (now - ts).total_seconds()
-        if abs(skew) > self.window_s:
-            raise SignatureError(
-                "stale",
-                f"frame timestamp is {skew:+.0f}s from now (window ±{self.window_s:.0f}s): "
-                "the agent's and the hub's clocks disagree (is NTP running on both?)",
-            )
+        """Record ``nonce``; raise `StaleFrame` for a frame too early or too late, `SignatureError`
+        for a replayed one (or too many inside the window)."""
+        peer_ahead_s = (ts - now).total_seconds()
+        if abs(peer_ahead_s) > self.window_s:
+            raise StaleFrame(peer_ahead_s, self.window_s, self.peer)
         now_s = now.timestamp()
         self._forget_older_than(now_s - self.window_s)
         if nonce in self._seen:

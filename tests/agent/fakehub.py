@@ -2,16 +2,20 @@
 
 Each connection follows the next step of the script: ``"refuse"`` (HTTP 503
 on the WebSocket handshake), ``"drop"`` (read the register, then close),
-``"reject:CODE"`` (answer `hub.reject`), ``"impostor"`` (an ack signed by
+``"reject:CODE"`` (answer `hub.reject`, as an older hub: not bound to the register),
+``"bound-reject:CODE"`` (a reject echoing the register's nonce and agentId, as the hub
+sends now), ``"impostor"`` (an ack signed by
 another key), ``"silent"`` (never answer), ``"ack"`` (answer `hub.ack` and run
 a hub-side link until the agent goes), ``"ack:SECONDS"`` (the same, but the
 hub closes the link after that many seconds). Past the script: ``"ack"``.
 It serves real sockets (`serve`) or any `Transport` (`serve_transport`).
+``reject_clock_offset_s`` moves the timestamp of its rejects (a hub whose clock is off).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import trio
 import trio_websocket
@@ -27,6 +31,7 @@ from sonde.protocol.messages import (
     HubReject,
     Message,
     RejectPayload,
+    utc_now,
 )
 from sonde.protocol.signing import Ed25519PrivateKey, new_private_key, private_key_to_text, public_key_to_text
 from sonde.runtime import Link, Transport, WebSocketTransport, open_link
@@ -48,6 +53,7 @@ def agent_config(hub_url: str, agent_key: Ed25519PrivateKey, hub_key: Ed25519Pri
 class FakeHub:
     script: list[str] = field(default_factory=list)
     heartbeat_interval_s: float = 1.0
+    reject_clock_offset_s: float = 0.0
     hub_key: Ed25519PrivateKey = field(default_factory=new_private_key)
     agent_key: Ed25519PrivateKey = field(default_factory=new_private_key)
     connections: list[float] = field(default_factory=list)
@@ -111,9 +117,12 @@ class FakeHub:
                 link_key=LinkKeyExchange().public_text,
             )
             await transport.send_text(impostor.encode(HubAck(payload=ack)))
-        elif step.startswith("reject:"):
-            reject = RejectPayload(code=step.split(":", 1)[1], reason="scripted reject")  # type: ignore[arg-type]
-            await transport.send_text(codec.encode(HubReject(payload=reject)))
+        elif step.startswith(("reject:", "bound-reject:")):
+            kind, _, code = step.partition(":")
+            reject = RejectPayload(code=code, reason="scripted reject")  # type: ignore[arg-type]
+            ts = utc_now() + timedelta(seconds=self.reject_clock_offset_s)
+            bound = {"nonce": register.nonce, "agent_id": register.agent_id} if kind == "bound-reject" else {}
+            await transport.send_text(codec.encode(HubReject(payload=reject, ts=ts, **bound)))
         else:
             _, _, hold = step.partition(":")
             await self._ack_and_link(transport, codec, register, float(hold) if hold else None)

@@ -2,8 +2,9 @@
 
 Every attack asserts the refusal and that nothing changed: ``alpha`` and
 ``beta`` stay online on their first connection and answer probes from their
-own processes, a pending probe gets its genuine answer and no other, and the
-audit log records each refused connection. (Token reuse and expiry, name
+own processes, a pending probe gets its genuine answer or an error, never a
+forged one, and the audit log records each refused connection. A frame that
+fails its MAC or replay check on an established link ends that link. (Token reuse and expiry, name
 takeover by enrollment, a register signed with another key, a replayed or
 stale register, a cross-origin socket and DNS rebinding on /mcp are in
 tests/e2e/test_hub_security.py.)
@@ -41,6 +42,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import new_private_key, sign_frame
 from tests.e2e.harness import agent_identity, agent_rows, agent_socket, eventually, register_frame, status_of
+from tests.e2e.mcpclient import call_error, mcp_client
 from tests.e2e.procs import RunningHub
 from tests.security.attack_fleet import (
     AttackFleet,
@@ -96,7 +98,18 @@ def probe_runs(fleet: AttackFleet, agent: str) -> list[dict[str, Any]]:
 
 def dropped(fleet: AttackFleet) -> int:
     """Frames the hub dropped on established links (it logs each one)."""
-    return fleet.hub_log_count("dropped a frame:")
+    return fleet.hub_log_count("dropped a frame from agent ")
+
+
+async def refused_on_link(agent: RawAgent, frame: str) -> tuple[int | None, str]:
+    """Send ``frame`` on an established link; the hub must close it: the close code and reason."""
+    with trio.fail_after(10):
+        await agent.ws.send_message(frame)
+        try:
+            while True:
+                await agent.ws.get_message()
+        except trio_websocket.ConnectionClosed as closed:
+            return close_code(closed), closed.reason.reason if closed.reason else ""
 
 
 def altered(text: str, change: Callable[[dict[str, Any]], None]) -> str:
@@ -286,62 +299,91 @@ async def round_trip(fleet: AttackFleet, agent: RawAgent, stand_in: Identity) ->
     return reading, reply
 
 
-async def test_a_frame_replayed_on_an_established_link_is_dropped(fleet: AttackFleet) -> None:
+async def test_a_frame_replayed_on_an_established_link_ends_it(fleet: AttackFleet) -> None:
+    """A replay on an ordered, authenticated connection means the link is compromised (or its
+    peer broken): the hub ends it rather than go on over a stream it cannot trust."""
     stand_in = enroll_identity(fleet.hub, unique_name("replayer"))
-    replay = "dropped a frame: frame nonce was already used (replay)"
-    replays_before, dropped_before = fleet.hub_log_count(replay), dropped(fleet)
+    replay = "refused a frame from the agent: frame nonce was already used (replay)"
     async with raw_agent(fleet.hub.url, stand_in) as agent:
         busy = await agent.send(AgentHeartbeat(payload=HeartbeatPayload(probes_in_flight=7)))
         await agent.send(AgentHeartbeat())
-        await agent.ws.send_message(busy)
-        await agent.ws.send_message(busy)
-        await eventually(lambda: fleet.hub_log_count(replay) == replays_before + 2)
+        assert await refused_on_link(agent, busy) == (1008, replay)
+    await eventually(lambda: status_of(fleet.hub, stand_in.name) == "offline")
+    assert fleet.hub_log_count(f"agent {stand_in.name} offline: {replay}") == 1
 
-        # the link is not confused: probes still round-trip, and a replayed answer is dropped too
+    # a replayed answer too: the probe had its one genuine answer, the replay ends the link
+    async with raw_agent(fleet.hub.url, stand_in) as agent:
         _, reply = await round_trip(fleet, agent, stand_in)
-        await agent.ws.send_message(reply)
-        await eventually(lambda: fleet.hub_log_count(replay) == replays_before + 3)
+        assert await refused_on_link(agent, reply) == (1008, replay)
+    # the identity itself is sound: on a new link it works
+    async with raw_agent(fleet.hub.url, stand_in) as agent:
         await round_trip(fleet, agent, stand_in)
         assert status_of(fleet.hub, stand_in.name) == "online"
-    assert dropped(fleet) == dropped_before + 3  # the originals were all taken
     await assert_fleet_serves(fleet)
 
 
-async def test_a_link_drops_unsigned_foreign_and_altered_frames(fleet: AttackFleet) -> None:
+Forger = Callable[[str, ProbeRequest], str]  # (the genuine answer, the request) -> a forged frame
+
+
+async def forged_on_a_pending_probe(
+    fleet: AttackFleet, stand_in: Identity, forge: Forger
+) -> tuple[int | None, str, str]:
+    """Hold a probe through MCP, send ``forge``'s frame instead of its answer: how the hub
+    closed the link (code, reason) and the error the probe's caller got."""
+    errors: list[str] = []
+    async with (
+        mcp_client(fleet.hub.url, fleet.hub.admin_key) as client,
+        raw_agent(fleet.hub.url, stand_in) as agent,
+    ):
+
+        async def probe() -> None:
+            errors.append(await call_error(client, "probe", agent=stand_in.name, probe=MEMORY))
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(probe)
+                request = await next_request(agent)
+                genuine = agent.codec.encode(answer(request, {"marker": "genuine, never sent"}))
+                code, reason = await refused_on_link(agent, forge(genuine, request))
+    (error,) = errors
+    return code, reason, error
+
+
+async def test_an_unsigned_foreign_or_altered_frame_ends_the_link_and_answers_nothing(
+    fleet: AttackFleet,
+) -> None:
+    """A frame failing its MAC on an ordered, authenticated connection: injected, or a broken
+    peer. Either way nothing later on that stream can be trusted to arrive: the hub ends the link,
+    the pending probe's caller is told why at once, and a reconnect starts over with fresh keys."""
     stand_in = enroll_identity(fleet.hub, unique_name("tampered"))
-    dropped_before = dropped(fleet)
-    marker = secrets.token_hex(8)
     foreign = FrameCodec(signing_key=new_private_key(), agent_id=stand_in.agent_id)
     other_link = stand_in.codec()
     other_link.link_keys = LinkKeyExchange().derive(LinkKeyExchange().public_text, role="agent")
+
+    def error_for(request: ProbeRequest) -> ProbeError:
+        payload = ProbeErrorPayload(request_id=request.payload.request_id, code="x", message="x")
+        return ProbeError(payload=payload)
+
+    forgers: list[Forger] = [
+        lambda genuine, _: unsigned(genuine),
+        lambda genuine, _: altered(genuine, lambda frame: frame["payload"].update(result={"forged": True})),
+        lambda _, request: foreign.encode(answer(request, {"forged": True})),
+        lambda _, request: foreign.encode(error_for(request)),
+        # signed with the agent's own Ed25519 key, not this link's key: the register is over
+        lambda _, request: stand_in.codec().encode(answer(request, {"forged": True})),
+        # the right agent, but the link key of another connection
+        lambda _, request: other_link.encode(answer(request, {"forged": True})),
+    ]
+    for forge in forgers:
+        code, reason, error = await forged_on_a_pending_probe(fleet, stand_in, forge)
+        assert code == 1008
+        assert reason in (
+            "refused a frame from the agent: frame is not signed",
+            "refused a frame from the agent: frame signature does not verify",
+        )
+        assert f"agent disconnected: {reason}" in error  # no forged answer, and no 30 s wait
     async with raw_agent(fleet.hub.url, stand_in) as agent:
-        async with pending_probe(fleet, stand_in.name, MEMORY) as reading:
-            request = await next_request(agent)
-            genuine = agent.codec.encode(answer(request, {"marker": marker}))
-            attempts = [
-                unsigned(genuine),
-                altered(genuine, lambda frame: frame["payload"].update(result={"forged": True})),
-                foreign.encode(answer(request, {"forged": True})),
-                foreign.encode(
-                    ProbeError(
-                        payload=ProbeErrorPayload(
-                            request_id=request.payload.request_id, code="x", message="x"
-                        )
-                    )
-                ),
-                unsigned(agent.codec.encode(AgentHeartbeat())),
-                # signed with the agent's own Ed25519 key, not this link's key: the register is over
-                stand_in.codec().encode(answer(request, {"forged": True})),
-                # the right agent, but the link key of another connection
-                other_link.encode(answer(request, {"forged": True})),
-            ]
-            for frame in attempts:
-                await agent.ws.send_message(frame)
-            await eventually(lambda: dropped(fleet) == dropped_before + len(attempts))
-            assert not reading, "a forged frame answered the pending probe"
-            await agent.ws.send_message(genuine)
-        assert reading["result"] == {"marker": marker}
-        assert status_of(fleet.hub, stand_in.name) == "online"
+        await round_trip(fleet, agent, stand_in)
     await assert_fleet_serves(fleet)
 
 

@@ -15,7 +15,15 @@ from sqlite_utils import Database
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
 from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
-from sonde.hub.tools.views import AgentSummary, iso, pack_labels, runnable_categories, summarize
+from sonde.hub.tools.views import (
+    AgentSummary,
+    LastRefusalField,
+    iso,
+    last_refusal,
+    pack_labels,
+    runnable_categories,
+    summarize,
+)
 
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
@@ -51,8 +59,9 @@ class ListAgentsOutput(ToolOutput):
 
 
 LIST_AGENTS = f"""List the agents (machines) you can reach: id, name, status (online / offline / degraded),
-last seen, OS, agent version, packs and tags, with counts by status. Use it to find agent names for
-probe, diagnose and agent_overview, or to see which machines are offline (status='offline'). On a large
+last seen, last refused connection attempt (why the hub turned it away, e.g. its clock is off), OS,
+agent version, packs and tags, with counts by status. Use it to find agent names for probe, diagnose
+and agent_overview, or to see which machines are offline (status='offline') and why. On a large
 fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name: narrow with name (a glob), status or tags."""
 
 
@@ -117,6 +126,7 @@ class AgentOverviewOutput(ToolOutput):
     agent_version: str | None
     enrolled_at: str | None
     last_seen: str | None
+    last_refusal: LastRefusalField
     connected_since: str | None
     uptime_s: float | None
     packs: list[str]
@@ -212,6 +222,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
         agent_version=record.agent_version,
         enrolled_at=iso(record.enrolled_at),
         last_seen=iso(hub.fleet.last_seen(record.id)),
+        last_refusal=last_refusal(hub, record.id),
         connected_since=iso(session.connected_at) if session else None,
         uptime_s=round(time.time() - boot, 1) if boot else None,
         packs=pack_labels(record),

@@ -3,17 +3,32 @@
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import runbooks_for
+from sonde.hub.fleet import utc_text
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
     from sonde.hub.core import Hub
+
+
+class LastRefusal(BaseModel):
+    at: str = Field(description="When the hub refused it (UTC)")
+    reason: str = Field(description="Why, as the hub told the agent (e.g. its clock is too far off)")
+    peer: str = Field(description="The address it came from (anyone can claim an agent's id)")
+
+
+LastRefusalField = Annotated[
+    LastRefusal | None,
+    Field(
+        description="The agent's last refused connection attempt since the hub last accepted it, or null; "
+        "kept in the hub's memory only (a restart forgets it)"
+    ),
+]
 
 
 class AgentSummary(BaseModel):
@@ -21,6 +36,7 @@ class AgentSummary(BaseModel):
     name: str
     status: str
     last_seen: str | None
+    last_refusal: LastRefusalField
     os: str | None
     agent_version: str | None
     packs: list[str]
@@ -28,12 +44,19 @@ class AgentSummary(BaseModel):
 
 
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return None if ts is None else utc_text(ts)
 
 
 def pack_labels(record: AgentRecord) -> list[str]:
     """The agent's packs as ``name@version``."""
     return [f"{p['name']}@{p['version']}" for p in record.packs]
+
+
+def last_refusal(hub: Hub, agent_id: str) -> LastRefusal | None:
+    refusal = hub.fleet.last_refusal(agent_id)
+    if refusal is None:
+        return None
+    return LastRefusal(at=iso(refusal.at) or "", reason=refusal.reason, peer=refusal.peer)
 
 
 def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
@@ -42,6 +65,7 @@ def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
         name=record.name,
         status=hub.fleet.status(record.id),
         last_seen=iso(hub.fleet.last_seen(record.id)),
+        last_refusal=last_refusal(hub, record.id),
         os=" ".join(p for p in (record.os, record.os_version) if p) or None,
         agent_version=record.agent_version,
         packs=pack_labels(record),
