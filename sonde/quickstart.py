@@ -157,13 +157,15 @@ def up(config: HubConfig, allow_root: bool) -> int:
     if os.geteuid() == 0 and not allow_root:
         print(f"sonde up: {ROOT_MESSAGE}", file=sys.stderr)
         return 2
+    from sonde.hub.data_dir import claim_data_dir
     from sonde.hub.logs import configure_logging
     from sonde.hub.run import stop_reason
 
     configure_logging(config.log_format, config.log_level)
     started = time.monotonic()
     try:
-        trio.run(run_up, config)
+        with claim_data_dir(config.data_dir):  # before the quick start's key is written there
+            trio.run(run_up, config)
     except Exception as exc:  # the process boundary
         reason = stop_reason(exc, config)
         print(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}", file=sys.stderr)

@@ -25,7 +25,7 @@ from sonde.hub.audit import (
     record_entry,
     verify_audit,
 )
-from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, prune_and_give_back
+from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, kept_back_text, prune_and_give_back, utc_text
 from sonde.hub.db import (
     SCHEMA_VERSION,
     DatabaseUnusable,
@@ -129,11 +129,6 @@ def record(db: Any, action: str, target: str | None, outcome: str = "ok", **deta
     """Put a CLI admin action on the audit chain (actor ``cli``); a secret in ``target`` (a key
     pasted where its id was due) is never recorded (`bounded_target`), as in the hub's rows."""
     record_entry(db, "cli", action, target, outcome, **detail)
-
-
-def utc_text(ts: float) -> str:
-    """``ts`` as people read it in a table: ``2025-01-31 09:15:00Z``."""
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
 def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], probes: Sequence[str]) -> int:
@@ -368,7 +363,7 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
         return 1
     finally:
         db.close()
-    err(_pruned_message(pruned, _utc(before), given_back))
+    err(_pruned_message(pruned, utc_text(before), given_back))
     return 0
 
 
@@ -386,10 +381,6 @@ class ProgressLine:
         err(f"audit prune: {doing}: {done} of {total} rows")
 
 
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
-
-
 def _pruned_message(pruned: AuditPruned, cutoff: str, given_back: int | None) -> str:
     """What a prune did, truthfully: it cuts only from the start of the log."""
     parts: list[str] = []
@@ -402,16 +393,7 @@ def _pruned_message(pruned: AuditPruned, cutoff: str, given_back: int | None) ->
     else:
         parts.append(f"no audit rows older than {cutoff}; nothing pruned")
     if pruned.older_kept:
-        made = _utc(pruned.newer_ts) if pruned.newer_ts is not None else "?"
-        kept = (
-            "1 row older than that was kept: it comes"
-            if pruned.older_kept == 1
-            else (f"{pruned.older_kept} rows older than that were kept: they come")
-        )
-        parts.append(
-            f"{kept} after row {pruned.newer_seq}, made at {made}, and a prune cuts only from the start "
-            "of the log (a wrong clock can put rows out of order)"
-        )
+        parts.append(kept_back_text(pruned))
     if pruned.finished:
         parts.append(f"deleted {pruned.finished} rows an interrupted prune had left")
     if pruned.rows:

@@ -108,6 +108,17 @@ def list_agents(db: Database) -> list[AgentRecord]:
     return [_from_row(row) for row in db.query(f"{_SELECT} ORDER BY name")]
 
 
+def mark_all_offline(db: Database) -> list[AgentRecord]:
+    """Record every agent stored ``online`` as ``offline`` (a hub starting: none is connected
+    yet), and one stored ``degraded`` with no claim waiting (an accept a hub missed) too;
+    returns every enrolled agent, as `list_agents` lists them."""
+    db.execute(
+        "UPDATE agents SET status = 'offline' "
+        "WHERE status = 'online' OR (status = 'degraded' AND pending_attestation IS NULL)"
+    )
+    return list_agents(db)
+
+
 def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord | None:
     """Change some fields of an agent; returns the updated record, or None if the id is unknown.
 
@@ -122,6 +133,12 @@ def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord |
         if current is None or not fields:
             return current
         updated = AgentRecord.model_validate({**current.model_dump(), **fields})
+        if updated.status == "degraded" and updated.pending_attestation is None:
+            # held means a claim waits for an admin. A hub that did not yet see an accept made
+            # from the CLI (in this file) may still write "degraded" as its agent disconnects:
+            # the accept stands, and the agent is offline.
+            fields = {**fields, "status": "offline"}
+            updated = updated.model_copy(update={"status": "offline"})
         if "name" in fields:
             _ensure_name_free(db, updated.name, agent_id)
         row = _to_row(updated)

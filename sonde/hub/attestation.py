@@ -14,19 +14,30 @@ connect the new one is compared:
   different claim is held and audited anew;
 - the first connect after enrollment sets the baseline (no false alarm even
   if the packs detected at start differ from those at enrollment).
+
+An admin accepts a held claim through the hub (REST, `accept_held`: the stored status
+becomes ``online`` or ``offline`` as the agent is connected or not) or from the CLI, in the
+database file (`accept_pending`, which cannot know and writes ``offline``): a running hub
+notices within `CHECK_ACCEPTED_EVERY_S` and records a connected agent ``online``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+import trio
 
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
 
+log = logging.getLogger(__name__)
+
 Verdict = Literal["same", "first", "upgraded", "unexplained"]
+CHECK_ACCEPTED_EVERY_S = 2.0  # how soon a hub hears of an accept made from the CLI
 
 
 @dataclass(frozen=True)
@@ -81,15 +92,21 @@ async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: 
     return updated or record
 
 
-def accept_pending(db: Any, agent_id: str) -> AgentRecord | None:
-    """Make the held attestation the new baseline (store op: runs in the writer or the CLI)."""
+def accept_pending(db: Any, agent_id: str, *, connected: bool = False) -> AgentRecord | None:
+    """Make the held attestation the new baseline (store op: runs in the writer or the CLI).
+
+    The agent is no longer held: its status becomes ``online`` if it is ``connected`` (only a
+    running hub knows), else ``offline``. The CLI cannot know, and says ``offline``: true when
+    no hub runs, and a running hub corrects it within seconds (`watch_accepted_agents`).
+    """
     record = get_agent(db, agent_id)
     if record is None:
         return None
     if record.pending_attestation is None:
         return record
+    status = "online" if connected else "offline"
     return update_agent(
-        db, agent_id, attestation=record.pending_attestation, pending_attestation=None, status="offline"
+        db, agent_id, attestation=record.pending_attestation, pending_attestation=None, status=status
     )
 
 
@@ -97,10 +114,52 @@ async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> AgentRecord 
     """Accept ``record``'s held attestation in a running hub (audited as ``actor``); None if the
     agent was removed meanwhile."""
     was_pending = record.pending_attestation
-    updated = await hub.store.write(accept_pending, record.id)
+    # a link that ends meanwhile queues its own status write after this one (`Fleet.detach`)
+    connected = record.id in hub.fleet.sessions
+    updated = await hub.store.write(accept_pending, record.id, connected=connected)
     if updated is None:
         return None
     hub.fleet.remember(updated)
     outcome = "ok" if was_pending is not None else "nothing_pending"
     await hub.audit(actor, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
     return updated
+
+
+def agents_by_id(db: Any, agent_ids: list[str]) -> list[AgentRecord]:
+    """The stored records of those of ``agent_ids`` still enrolled."""
+    return [record for agent_id in agent_ids if (record := get_agent(db, agent_id)) is not None]
+
+
+async def notice_accepted_agents(hub: Hub) -> list[str]:
+    """Make the hub's view and the stored status true after accepts made from the CLI (in the
+    file, writing ``offline``): re-read each agent the fleet holds as degraded and keep the
+    ones accepted meanwhile as stored; then record ``online`` each connected agent kept as
+    ``offline`` (so, or re-read by a view that lists agents, `sonde.hub.probing`). Returns
+    the names of the accepted agents noticed here."""
+    held = {agent_id: record for agent_id, record in hub.fleet.records.items() if record.status == "degraded"}
+    accepted = []
+    stored = await hub.store.read(agents_by_id, list(held)) if held else []
+    for fresh in stored:
+        # still held, or changed meanwhile (held anew on a reconnect, removed): left as it is
+        if fresh.status != "degraded" and hub.fleet.records.get(fresh.id) is held[fresh.id]:
+            hub.fleet.remember(fresh)
+            accepted.append(fresh.name)
+    for agent_id in list(hub.fleet.sessions):
+        record = hub.fleet.records.get(agent_id)
+        if record is not None and record.status == "offline" and agent_id in hub.fleet.sessions:
+            await hub.fleet.update(agent_id, status="online")
+    return accepted
+
+
+async def watch_accepted_agents(hub: Hub, every_s: float = CHECK_ACCEPTED_EVERY_S) -> None:
+    """Until cancelled, every ``every_s``: `notice_accepted_agents`.
+
+    The CLI's accept changes the file, not this process, and writes ``offline`` (it cannot
+    know the agent is connected): the hub makes the stored status true again.
+    """
+    while True:
+        await trio.sleep(every_s)
+        for name in await notice_accepted_agents(hub):
+            log.info(
+                "agent %s: its changed attestation was accepted (from the CLI); its probes run again", name
+            )

@@ -16,6 +16,7 @@ Every call a hub serves waits on its audit write, which gives up after the busy 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -53,6 +54,26 @@ class AuditPruned(BaseModel):
     older_kept: int = 0  # rows older than the cutoff kept: a newer row comes before them
     newer_seq: int | None = None  # that first row made at or after the cutoff
     newer_ts: float | None = None
+
+
+def utc_text(ts: float) -> str:
+    """``ts`` as people read it in a table or a message: ``2025-01-31 09:15:00Z``."""
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+
+
+def kept_back_text(pruned: AuditPruned) -> str:
+    """Why rows older than the cutoff were kept (``pruned.older_kept`` > 0): the row after which
+    they come, and that a prune cuts only from the start of the log."""
+    made = utc_text(pruned.newer_ts) if pruned.newer_ts is not None else "?"
+    kept = (
+        "1 row older than that was kept: it comes"
+        if pruned.older_kept == 1
+        else f"{pruned.older_kept} rows older than that were kept: they come"
+    )
+    return (
+        f"{kept} after row {pruned.newer_seq}, made at {made}, and a prune cuts only from the start "
+        "of the log (a wrong clock can put rows out of order)"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ prune as `sonde hub audit prune --older-than AGE`, at start and then every
 a read snapshot and rows are deleted in short writes, so calls are served meanwhile
 (`sonde.hub.audit_prune`). The prune is an entry on the chain (actor ``hub``), and
 the freed pages go back to the file system. A chain that does not verify is not
-pruned (that would erase the evidence): the hub says so in its log each time.
+pruned (that would erase the evidence): the hub says so in its log each time. A row made
+after the cutoff (its clock was wrong) stops the cut before older rows: the hub warns once
+per such row, with the explanation `sonde hub audit prune` gives.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from sonde.hub.audit_prune import AuditPruned, prune_and_give_back
+from sonde.hub.audit_prune import AuditPruned, kept_back_text, prune_and_give_back, utc_text
 from sonde.hub.db import open_database
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ def prune_older_than(db_path: Path, keep_s: float) -> tuple[AuditPruned, int | N
 
 async def keep_audit_for(db_path: Path, keep_s: float, every_s: float = CHECK_EVERY_S) -> None:
     """Until cancelled: prune the audit rows older than ``keep_s`` now, then every ``every_s``."""
+    held_back = HeldBack()
     while True:
         try:
             pruned, given_back = await trio.to_thread.run_sync(prune_older_than, db_path, keep_s)
@@ -48,16 +51,51 @@ async def keep_audit_for(db_path: Path, keep_s: float, every_s: float = CHECK_EV
         except sqlite3.Error as exc:  # locked for too long, the disk: the next round tries again
             log.warning("audit retention: could not prune this time (%s); trying again later", exc)
         else:
-            if pruned.rows or pruned.finished:
-                freed = f"{given_back / 2**20:.1f} MiB given back" if given_back is not None else "space kept"
-                log.info(
-                    "audit retention: pruned %d audit rows older than %s (through row %d; %s)",
-                    pruned.rows + pruned.finished,
-                    _days(keep_s),
-                    pruned.through_seq,
-                    freed,
-                )
+            report_pruned(pruned, given_back, keep_s)
+            held_back.report(pruned, keep_s)
         await trio.sleep(every_s)
+
+
+def report_pruned(pruned: AuditPruned, given_back: int | None, keep_s: float) -> None:
+    """Log what a round pruned, if anything."""
+    if pruned.rows or pruned.finished:
+        freed = f"{given_back / 2**20:.1f} MiB given back" if given_back is not None else "space kept"
+        log.info(
+            "audit retention: pruned %d audit rows older than %s (through row %d; %s)",
+            pruned.rows + pruned.finished,
+            _days(keep_s),
+            pruned.through_seq,
+            freed,
+        )
+
+
+class HeldBack:
+    """Says when a row made after the cutoff holds older rows back (a row written while the
+    clock was wrong: the log is cut only from its start): a warning once per such row, as
+    `sonde hub audit prune` explains it, then a debug line each round it still does.
+    """
+
+    def __init__(self) -> None:
+        self.warned_seq: int | None = None  # the row last warned about
+
+    def report(self, pruned: AuditPruned, keep_s: float) -> None:
+        if not pruned.older_kept or pruned.newer_seq is None:
+            self.warned_seq = None  # it was pruned at last: warn anew if it happens again
+            return
+        level = logging.DEBUG if pruned.newer_seq == self.warned_seq else logging.WARNING
+        self.warned_seq = pruned.newer_seq
+        log.log(level, "audit retention: %s", held_back_message(pruned, keep_s))
+
+
+def held_back_message(pruned: AuditPruned, keep_s: float) -> str:
+    """Why rows older than the cutoff were kept, in the words of `sonde hub audit prune`, and until when."""
+    cut = (
+        f"pruned through row {pruned.through_seq} only"
+        if pruned.rows
+        else f"no audit rows pruned: the log starts with a row made after the cutoff ({_days(keep_s)} ago)"
+    )
+    until = utc_text(pruned.newer_ts + keep_s) if pruned.newer_ts is not None else "?"
+    return f"{cut}; {kept_back_text(pruned)}; they stay until that row is {_days(keep_s)} old ({until})"
 
 
 def _days(seconds: float) -> str:

@@ -21,8 +21,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.agent_records import list_agents
+from sonde.hub.agent_records import mark_all_offline
 from sonde.hub.agent_removal import cut_off_removed_agents
+from sonde.hub.attestation import watch_accepted_agents
 from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.audit_retention import keep_audit_for
@@ -184,16 +185,15 @@ def announce_admin_key(secret: str, data_dir: Path) -> None:
 async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> AsyncIterator[Hub]:
     signing_key = load_or_create_hub_key(config)
     async with open_store(config.db_path) as store:
-        records = await store.read(list_agents)
+        # none is connected yet: "online" is what a hub that did not stop cleanly left behind
+        records = await store.write(mark_all_offline)
         fleet = Fleet(store, records, config.max_probes_in_flight_per_agent)
-        for record in records:
-            if record.status == "online":
-                fleet.remember(record.model_copy(update={"status": "offline"}))
         hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hub.audit_queue.run)
             nursery.start_soon(watch_free_space, config.db_path.parent)
             nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
+            nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
             if config.audit_keep_s is not None:
                 nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
             try:

@@ -318,10 +318,15 @@ def _connect(target: Path | str, *, uri: bool = False) -> Database:
     return Database(conn, execute_plugins=False)
 
 
+def ensure_private_dir(directory: Path) -> None:
+    """Create ``directory`` (mode 0700) if it is missing; an existing one keeps its mode."""
+    if not directory.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(DIR_MODE)  # mkdir's mode is filtered by the umask
+
+
 def _ensure_private_file(path: Path) -> None:
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(DIR_MODE)  # mkdir's mode is filtered by the umask
+    ensure_private_dir(path.parent)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
     except FileExistsError:

@@ -124,13 +124,15 @@ def innermost(exc: BaseException) -> BaseException:
 def run_hub(config: HubConfig) -> int:
     import mcp.server.lowlevel  # noqa: F401  (import first: the SDK may touch logging)
 
+    from sonde.hub.data_dir import claim_data_dir
     from sonde.hub.logs import configure_logging
     from sonde.hub.open_files import raise_open_file_limit
 
     configure_logging(config.log_format, config.log_level)
     raise_open_file_limit()
     try:
-        trio.run(run_until_signal, config)
+        with claim_data_dir(config.data_dir):  # one hub per data directory: before it is opened
+            trio.run(run_until_signal, config)
     except Exception as exc:  # the process boundary: say why, exit non-zero
         print(f"sonde hub: stopped: {stop_reason(exc, config)}", file=sys.stderr)
         return 1
@@ -146,10 +148,11 @@ BIND_PROBLEMS = {
 
 def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
+    from sonde.hub.data_dir import DataDirInUse
     from sonde.hub.db import DatabaseUnusable
 
     cause = innermost(exc)
-    if isinstance(cause, DatabaseUnusable):
+    if isinstance(cause, DatabaseUnusable | DataDirInUse):
         return str(cause)
     address = f"{config.host}:{config.port}"
     if isinstance(cause, socket.gaierror):  # from bind: the host is a name, and it does not resolve

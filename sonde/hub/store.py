@@ -9,6 +9,16 @@ function in a worker thread (at most READ_THREADS at once) on that thread's own 
 connection, inside one read transaction (a consistent snapshot); with WAL, readers and
 the writer never block each other.
 
+Waiting for the write lock. Another process (a backup, an ``sqlite3`` shell, an admin
+command) may hold the database's write lock; an op waits for it at most LOCK_WAIT_S from
+when it was queued, the hub's documented 5 s, however long the batches before it waited
+(one that used its time up in the queue still gets LOCK_WAIT_MIN_S): each batch's BEGIN
+waits only as long as its ops have left (SQLite's busy timeout, set per batch), and an op
+whose time is up fails (`StoreCommitFailed`, ``locked``) while the others in its batch
+wait on. A queued op nobody waits for (`submit`: a key's last-used
+time, an agent's status) failing so is logged as a warning at most every
+LOCKED_WARNING_EVERY_S, not as an error: there is nothing wrong with the hub.
+
 Ops run in a worker thread and must not open or end transactions themselves
 (``write_transaction`` / ``db.atomic()`` nest as savepoints and are fine); they should
 return plain values, not lazy iterators over the connection.
@@ -19,8 +29,10 @@ Memory bound: at most WRITE_QUEUE_SIZE queued ops plus one batch in flight.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -31,12 +43,18 @@ import outcome
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.db import is_read_only_error, open_database, open_read_database
+from sonde.hub.db import BUSY_TIMEOUT_MS, is_read_only_error, open_database, open_read_database
 
 WRITE_QUEUE_SIZE = 1024
 MAX_BATCH_OPS = 256
 READ_THREADS = 4
 LOCK_ERROR_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+LOCK_WAIT_S = BUSY_TIMEOUT_MS / 1000  # an op's wait for another process's write lock, from when it was queued
+LOCK_WAIT_SLACK_S = 0.01  # an op with less left than this has waited its time
+# even an op that used its time up in the queue waits this long (the hub's own audit prune
+# holds the lock for tens of milliseconds at a time), and no longer
+LOCK_WAIT_MIN_S = 0.1
+LOCKED_WARNING_EVERY_S = 60.0
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -78,6 +96,12 @@ class _Counters:
     batches: int = 0
     ops: int = 0
     failed_ops: int = 0
+    locked_warned_at: float | None = None  # time.monotonic() of the last warning of a lock
+    locked_unsaid: int = 0  # queued ops failed on a lock since that warning, logged at debug
+
+
+def _lock_deadline() -> float:
+    return time.monotonic() + LOCK_WAIT_S
 
 
 @dataclass(eq=False)
@@ -86,6 +110,7 @@ class _WriteOp:
     name: str
     done: trio.Event | None  # None for submit(): nobody waits, failures are logged
     result: outcome.Outcome[Any] | None = None
+    deadline: float = field(default_factory=_lock_deadline)  # time.monotonic(): the end of its lock wait
 
 
 @dataclass(eq=False)
@@ -290,17 +315,40 @@ def _take_batch(first: _WriteOp, receive: trio.MemoryReceiveChannel[_WriteOp]) -
 
 def _commit_batch(db: Database, batch: list[_WriteOp]) -> list[outcome.Outcome[Any]]:
     """Run one batch in one transaction (in a worker thread)."""
-    try:
-        db.conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        return [_commit_failed(exc) for _ in batch]
-    results = [_run_op(db, op) for op in batch]
-    try:
-        db.commit()
-    except sqlite3.Error as exc:
-        db.rollback()
-        return [_commit_failed(exc) for _ in batch]
-    return results
+    failed: dict[_WriteOp, outcome.Outcome[Any]] = {}
+    ready = _begin(db, batch, failed)
+    results = {op: _run_op(db, op) for op in ready}
+    if ready:
+        try:
+            db.commit()
+        except sqlite3.Error as exc:
+            db.rollback()
+            results = {op: _commit_failed(exc) for op in ready}
+    return [failed[op] if op in failed else results[op] for op in batch]
+
+
+def _begin(
+    db: Database, batch: list[_WriteOp], failed: dict[_WriteOp, outcome.Outcome[Any]]
+) -> list[_WriteOp]:
+    """BEGIN IMMEDIATE, waiting for another process's write lock only as long as the batch's ops
+    have left; an op whose time is up fails (into ``failed``), the others wait on. Returns the
+    ops to run in the transaction begun (none: no transaction)."""
+    waiting = batch
+    while waiting:
+        left_s = max(min(op.deadline for op in waiting) - time.monotonic(), LOCK_WAIT_MIN_S)
+        db.conn.execute(f"PRAGMA busy_timeout={math.ceil(left_s * 1000)}")
+        try:
+            db.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            locked = exc.sqlite_errorcode in LOCK_ERROR_CODES
+            now = time.monotonic()
+            for op in waiting:
+                if not locked or op.deadline - now < LOCK_WAIT_SLACK_S:
+                    failed[op] = _commit_failed(exc)
+            waiting = [op for op in waiting if op not in failed]
+        else:
+            return waiting
+    return []
 
 
 def _run_op(db: Database, op: _WriteOp) -> outcome.Outcome[Any]:
@@ -326,13 +374,37 @@ def _deliver(batch: list[_WriteOp], results: list[outcome.Outcome[Any]], counter
     for op, result in zip(batch, results, strict=True):
         if isinstance(result, outcome.Error):
             counters.failed_ops += 1
-            if op.done is None:  # nobody waits for it: say it here (a full disk is no bug: no traceback)
-                error = result.error
-                trace = None if isinstance(error, StoreCommitFailed) else error
-                logger.error("store op %s failed: %s", op.name, error, exc_info=trace)
+            if op.done is None:  # nobody waits for it: say it here
+                _log_failed(op, result.error, counters)
         if op.done is not None:
             op.result = result
             op.done.set()
+
+
+def _log_failed(op: _WriteOp, error: BaseException, counters: _Counters) -> None:
+    """A queued op nobody waits for failed: an error, with its traceback if it is a bug; one
+    that found the database locked by another process is no fault of the hub's, and is
+    warned about at most every LOCKED_WARNING_EVERY_S (the others at debug)."""
+    if not (isinstance(error, StoreCommitFailed) and error.locked):
+        trace = None if isinstance(error, StoreCommitFailed) else error  # a full disk is no bug
+        logger.error("store op %s failed: %s", op.name, error, exc_info=trace)
+        return
+    now = time.monotonic()
+    if counters.locked_warned_at is not None and now - counters.locked_warned_at < LOCKED_WARNING_EVERY_S:
+        counters.locked_unsaid += 1
+        logger.debug("store op %s not saved: %s", op.name, error.cause)
+        return
+    more = (
+        f" (and {counters.locked_unsaid} more since the last such warning)" if counters.locked_unsaid else ""
+    )
+    counters.locked_warned_at, counters.locked_unsaid = now, 0
+    logger.warning(
+        "store op %s not saved%s: another process held the database's write lock past the hub's %g s wait (%s)",
+        op.name,
+        more,
+        LOCK_WAIT_S,
+        error.cause,
+    )
 
 
 def _fail_leftovers(receive: trio.MemoryReceiveChannel[_WriteOp]) -> None:

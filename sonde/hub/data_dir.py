@@ -1,0 +1,129 @@
+"""A hub's claim on its data directory: one hub per directory, and a word when others may enter it.
+
+Two hubs serving one directory would append to one hash-chained audit log and accept the
+same agents. So a hub (`sonde hub`, `sonde up`) holds an exclusive ``flock`` on `LOCK_FILE`
+in its data directory from before it opens the database until it exits. The lock belongs to
+an open file descriptor, so the system lets it go when the process ends, however it ends:
+there is no stale lock to clean up. The holder writes its PID in the file, and a second hub
+refuses at start, naming it. The admin commands (`sonde hub key ...`) work beside a running
+hub by design and never take the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shlex
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sonde.hub.db import database_unusable, ensure_private_dir
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "hub.lock"
+LOCK_FILE_MODE = 0o600
+PID_TEXT_MAX_BYTES = 32
+# a file system that has no locks at all (some network mounts): serve anyway, and say so
+NO_LOCKS_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+class DataDirInUse(RuntimeError):
+    """Another hub holds this data directory; the message names it and what to do."""
+
+
+@contextmanager
+def claim_data_dir(data_dir: Path) -> Iterator[None]:
+    """Hold ``data_dir`` for this hub until the block exits; create it (mode 0700) if missing,
+    and warn when an existing one is open to others (`warn_if_open_to_others`).
+
+    Raises `DataDirInUse` when another hub holds it, and `DatabaseUnusable` when the
+    directory or its lock file cannot be made or opened (nothing is changed then).
+    """
+    fd, writable = _open_lock_file(data_dir)
+    try:
+        if _lock(fd, data_dir) and writable:
+            with contextlib.suppress(OSError):  # a full disk: the PID only helps a person
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        warn_if_open_to_others(data_dir)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def _open_lock_file(data_dir: Path) -> tuple[int, bool]:
+    """The lock file's descriptor, and whether it could be opened for writing (a lock needs
+    none: a read-only one is locked as well, and opening the database says what is wrong)."""
+    path = data_dir / LOCK_FILE
+    # not inherited by a child process, which would hold the directory after the hub exits
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        ensure_private_dir(data_dir)
+        try:
+            return os.open(path, flags | os.O_RDWR | os.O_CREAT, LOCK_FILE_MODE), True
+        except OSError as exc:
+            if exc.errno not in READ_ONLY_ERRNOS or not path.is_file():
+                raise
+            return os.open(path, flags | os.O_RDONLY), False
+    except OSError as exc:
+        problem = f"{(exc.strerror or str(exc)).lower()}: {exc.filename or path}"
+        raise database_unusable(data_dir / "sonde.db", problem) from exc
+
+
+def _lock(fd: int, data_dir: Path) -> bool:
+    """Take the lock without waiting; False when the file system has no locks (served unlocked)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise DataDirInUse(in_use_message(data_dir, holder_pid(fd))) from None
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS_ERRNOS:
+            raise
+        log.warning(
+            "cannot lock %s (%s): nothing stops a second hub from serving this data directory "
+            "at the same time; make sure only one does",
+            data_dir / LOCK_FILE,
+            exc.strerror,
+        )
+        return False
+    return True
+
+
+def holder_pid(fd: int) -> int | None:
+    """The PID the holder wrote in the lock file, if it did (it may be writing it right now)."""
+    text = os.pread(fd, PID_TEXT_MAX_BYTES, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def in_use_message(data_dir: Path, pid: int | None) -> str:
+    """Why a second hub does not start on ``data_dir``, and what to do."""
+    who = f"another hub (PID {pid})" if pid is not None else "another hub"
+    return (
+        f"{who} is serving the data directory {data_dir} (it holds {data_dir / LOCK_FILE}): two hubs "
+        "on one directory would write one audit log and accept the same agents. Stop that hub "
+        "first, or give this one another --data-dir (or SONDE_DATA_DIR); the admin commands "
+        "(`sonde hub key ...`, `sonde hub agent ...`) work beside a running hub"
+    )
+
+
+def warn_if_open_to_others(data_dir: Path) -> None:
+    """Log a warning when ``data_dir`` is group- or world-accessible: its mode is the operator's
+    (the hub makes a missing directory 0700, and changes no existing one), the fix is theirs."""
+    try:
+        mode = stat.S_IMODE(data_dir.stat().st_mode)
+    except OSError:
+        return  # opening the database says what is wrong with it
+    if mode & 0o077:
+        log.warning(
+            "data directory %s has mode %o; it holds the hub's database and signing key, run `chmod 700 %s`",
+            data_dir,
+            mode,
+            shlex.quote(str(data_dir)),
+        )

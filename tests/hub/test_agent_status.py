@@ -1,0 +1,77 @@
+"""The status stored for an agent stays true across an accept: an agent is held (``degraded``)
+only while a claim waits, whoever writes its status and however stale their view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from sonde.hub.agent_records import get_agent, insert_agent, list_agents, mark_all_offline, update_agent
+from sonde.hub.attestation import accept_pending
+from sonde.hub.config import HubConfig
+from sonde.hub.core import open_hub
+from sonde.hub.db import open_database
+from tests.hub.test_agent_records import T0, make_agent
+
+CLAIM = {"codeHash": "sha256:new", "packs": {"system": "0.1.0"}}
+
+
+def held(db: Database, name: str, status: str = "degraded") -> str:
+    record = make_agent(
+        name, attestation={"codeHash": "sha256:old"}, pending_attestation=CLAIM, status=status
+    )
+    insert_agent(db, record)
+    return record.id
+
+
+def test_an_accept_records_the_agent_as_connected_or_not(db: Database) -> None:
+    connected, away = held(db, "web-1"), held(db, "web-2")
+    accepted = accept_pending(db, connected, connected=True)
+    assert accepted is not None
+    assert (accepted.status, accepted.attestation, accepted.pending_attestation) == ("online", CLAIM, None)
+    assert get_agent(db, connected) == accepted
+    stored = accept_pending(db, away)  # the CLI's: it cannot know
+    assert stored is not None
+    assert stored.status == "offline"
+    assert get_agent(db, away) == stored
+
+
+def test_a_stale_degraded_after_an_accept_is_offline(db: Database) -> None:
+    # a hub that did not see the CLI's accept yet writes "degraded" as the agent disconnects
+    agent_id = held(db, "web-1")
+    accept_pending(db, agent_id)
+    updated = update_agent(db, agent_id, status="degraded", last_seen=T0 + 60)
+    assert updated is not None
+    assert updated.status == "offline"
+    assert get_agent(db, agent_id) == updated
+    # while a claim waits, "degraded" is what it is
+    other = held(db, "web-2", status="online")
+    stored = update_agent(db, other, status="degraded", last_seen=T0 + 60)
+    assert stored is not None
+    assert stored.status == "degraded"
+
+
+def test_a_starting_hub_records_no_agent_online(db: Database) -> None:
+    insert_agent(db, make_agent("left-online", status="online"))  # a hub that was killed
+    waiting = held(db, "still-held")
+    insert_agent(db, make_agent("accept-missed", status="degraded"))  # no claim waits
+    records = mark_all_offline(db)
+    assert records == list_agents(db)
+    assert {r.name: r.status for r in records} == {
+        "accept-missed": "offline",
+        "left-online": "offline",
+        "still-held": "degraded",
+    }
+    assert get_agent(db, waiting) is not None
+
+
+async def test_a_hub_opens_with_no_agent_stored_online(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "sonde.db")
+    try:
+        insert_agent(db, make_agent("left-online", status="online"))
+    finally:
+        db.close()
+    async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
+        assert [r.status for r in await hub.store.read(list_agents)] == ["offline"]
+        assert [hub.fleet.status(agent_id) for agent_id in hub.fleet.records] == ["offline"]
