@@ -40,8 +40,17 @@ def path_or_unset(type_: object, tokens: Sequence[Token]) -> Path | None:
     return Path(text) if text else None
 
 
-DataDir = Annotated[
+DataDir = Annotated[  # `hub` and `up` say what theirs holds in their docstrings
     Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR", converter=path_or_unset)
+]
+AdminDataDir = Annotated[  # the admin commands': the data directory of the hub they work on
+    Path | None,
+    Parameter(
+        name="--data-dir",
+        env_var="SONDE_DATA_DIR",
+        converter=path_or_unset,
+        help="The hub's data directory, where its sonde.db is (default ~/.local/share/sonde).",
+    ),
 ]
 # a duration: "-5m" is a value to refuse with a reason (parse_duration), not an unknown option
 Duration = Annotated[str, Parameter(allow_leading_hyphen=True)]
@@ -102,7 +111,9 @@ def hub(
     probe_timeout: Annotated[float, Parameter(env_var="SONDE_PROBE_TIMEOUT")] = 30.0,
     log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
     log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "INFO",
-    allowed_host: Annotated[tuple[str, ...], Parameter(env_var="SONDE_ALLOWED_HOSTS")] = (),
+    allowed_host: Annotated[
+        tuple[str, ...], Parameter(env_var="SONDE_ALLOWED_HOSTS", negative_iterable="")
+    ] = (),
     audit_keep: Annotated[
         str | None, Parameter(env_var="SONDE_AUDIT_KEEP", allow_leading_hyphen=True)
     ] = None,
@@ -159,9 +170,9 @@ def key_create(
     *,
     name: str,
     role: Literal["admin", "member"] = "member",
-    agents: Annotated[tuple[str, ...], Parameter(name="--agents")] = (),
-    probes: Annotated[tuple[str, ...], Parameter(name="--probes")] = (),
-    data_dir: DataDir = None,
+    agents: Annotated[tuple[str, ...], Parameter(name="--agents", negative_iterable="")] = (),
+    probes: Annotated[tuple[str, ...], Parameter(name="--probes", negative_iterable="")] = (),
+    data_dir: AdminDataDir = None,
 ) -> int:
     """Create an API key; the secret alone goes to stdout.
 
@@ -182,7 +193,7 @@ def key_create(
 
 
 @key_app.command(name="list")
-def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
+def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: AdminDataDir = None) -> int:
     """List API keys (never their secrets)."""
     from sonde.hub import admin
 
@@ -190,7 +201,7 @@ def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir:
 
 
 @key_app.command(name="revoke")
-def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
+def key_revoke(key_id: str, /, *, data_dir: AdminDataDir = None) -> int:
     """Revoke an API key, by its id or by the key itself (never shown or recorded)."""
     from sonde.hub import admin
 
@@ -198,7 +209,7 @@ def key_revoke(key_id: str, /, *, data_dir: DataDir = None) -> int:
 
 
 @token_app.command(name="create")
-def token_create(*, ttl: Duration = "15m", name: str | None = None, data_dir: DataDir = None) -> int:
+def token_create(*, ttl: Duration = "15m", name: str | None = None, data_dir: AdminDataDir = None) -> int:
     """Create a single-use enrollment token; the token alone goes to stdout.
 
     Parameters
@@ -218,7 +229,7 @@ def token_list(
     *,
     show_all: Annotated[bool, Parameter(name="--all", negative="")] = False,
     json: Annotated[bool, Parameter(negative="")] = False,
-    data_dir: DataDir = None,
+    data_dir: AdminDataDir = None,
 ) -> int:
     """List the enrollment tokens that can still enroll an agent (never their secrets).
 
@@ -235,7 +246,7 @@ def token_list(
 
 
 @token_app.command(name="revoke")
-def token_revoke(token: str, /, *, data_dir: DataDir = None) -> int:
+def token_revoke(token: str, /, *, data_dir: AdminDataDir = None) -> int:
     """Revoke an enrollment token, by its id or by the token itself, so it can no longer enroll an agent."""
     from sonde.hub import admin
 
@@ -243,7 +254,7 @@ def token_revoke(token: str, /, *, data_dir: DataDir = None) -> int:
 
 
 @agent_admin_app.command(name="accept")
-def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
+def agent_accept(name: str, /, *, data_dir: AdminDataDir = None) -> int:
     """Accept an agent's changed attestation (it is held as degraded until then)."""
     from sonde.hub import admin
 
@@ -251,7 +262,7 @@ def agent_accept(name: str, /, *, data_dir: DataDir = None) -> int:
 
 
 @agent_admin_app.command(name="remove")
-def agent_remove(name: str, /, *, data_dir: DataDir = None) -> int:
+def agent_remove(name: str, /, *, data_dir: AdminDataDir = None) -> int:
     """Remove an agent, by name or id: a running hub cuts it off within seconds and refuses it after."""
     from sonde.hub import admin
 
@@ -259,7 +270,9 @@ def agent_remove(name: str, /, *, data_dir: DataDir = None) -> int:
 
 
 @agent_admin_app.command(name="list")
-def agent_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: DataDir = None) -> int:
+def agent_list(
+    *, json: Annotated[bool, Parameter(negative="")] = False, data_dir: AdminDataDir = None
+) -> int:
     """List the agents enrolled with the hub (the status is the last one the hub recorded).
 
     Parameters
@@ -273,7 +286,7 @@ def agent_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_di
 
 
 @audit_app.command(name="verify")
-def audit_verify(*, data_dir: DataDir = None) -> int:
+def audit_verify(*, data_dir: AdminDataDir = None) -> int:
     """Check the audit log's hash chain, only reading the database (a read-only copy will do).
 
     Exits 0 when it is intact, 1 when a row was edited or deleted, 2 for a usage error (an
@@ -286,7 +299,7 @@ def audit_verify(*, data_dir: DataDir = None) -> int:
 
 
 @audit_app.command(name="prune")
-def audit_prune(*, older_than: Duration, data_dir: DataDir = None) -> int:
+def audit_prune(*, older_than: Duration, data_dir: AdminDataDir = None) -> int:
     """Delete the audit rows older than a given age from the start of the log; the rest still verifies.
 
     A running hub goes on serving meanwhile: rows are deleted in short batches.

@@ -85,8 +85,9 @@ def enroll(
         raise EnrollError(
             "already_enrolled",
             f"this machine is already enrolled as {existing.name} (agent id {existing.agent_id}) with "
-            f"{existing.hub_url}; enrolling again makes a new identity, and {existing.name} stays on that "
-            "hub until an admin removes it. Pass --replace to enroll anyway (the token was not used)",
+            f"{existing.hub_url}; enrolling again makes a new identity (unless the hub removed "
+            f"{existing.name}, the old one stays enrolled there until an admin removes it). Pass "
+            f"--replace to enroll anyway, and --name {existing.name} to keep its name (the token was not used)",
         )
     name = name or default_agent_name()
     check_can_save(config_path or config_path_default())

@@ -147,7 +147,7 @@ def test_an_enrolled_machine_enrolls_again_only_when_told_to(fleet: SharedFleet)
     done = sonde_enroll(hub.url, token, "again-2", first.env)
     assert done.returncode == 1
     assert "already enrolled as again" in done.stderr
-    assert "Pass --replace" in done.stderr
+    assert "Pass --replace to enroll anyway, and --name again to keep its name" in done.stderr
     assert config_file(first.home).read_text() == saved  # nothing written, and the token not spent
     replaced = subprocess.run(
         [*SONDE, "enroll", "--hub", hub.url, "--token", token, "--name", "again-2", "--replace"],

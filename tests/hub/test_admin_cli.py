@@ -232,3 +232,12 @@ def test_audit_verify_help_lists_every_exit_code() -> None:
     text = " ".join(done.stdout.split())
     assert "Exits 0 when it is intact, 1 when a row was edited or deleted, 2 for a usage error" in text
     assert "3 when it could not be checked" in text
+
+
+def test_help_offers_no_empty_list_flags_and_names_the_data_dir() -> None:
+    env = base_env(Path("/nonexistent"))
+    created = " ".join(run_ok([*SONDE, "hub", "key", "create", "--help"], env=env).stdout.split())
+    assert "--empty-" not in created  # cyclopts' negative flags for lists: nothing an operator needs
+    assert "The hub's data directory, where its sonde.db is" in created
+    served = " ".join(run_ok([*SONDE, "hub", "--help"], env=env).stdout.split())
+    assert "--empty-" not in served
