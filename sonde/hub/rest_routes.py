@@ -6,7 +6,7 @@ import functools
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from quart import request
 from quart_trio import QuartTrio
 
@@ -298,6 +298,9 @@ class AgentFilters(BaseModel):
     )
 
 
+LAST_UNIX_S = 253402300799  # 9999-12-31T23:59:59Z: a larger number is milliseconds, or no time
+
+
 class AuditFilters(BaseModel):
     """The query string of GET /api/v1/audit; any other parameter is refused (400 invalid_query)."""
 
@@ -309,6 +312,26 @@ class AuditFilters(BaseModel):
     action: str | None = Field(
         default=None, max_length=64, description="Only entries whose action starts with this"
     )
-    since: float | None = Field(default=None, ge=0, description="Only entries at or after (unix seconds)")
-    until: float | None = Field(default=None, ge=0, description="Only entries before (unix seconds)")
+    since: float | None = Field(
+        default=None,
+        ge=0,
+        le=LAST_UNIX_S,
+        allow_inf_nan=False,
+        description="Only entries at or after (unix seconds, not milliseconds)",
+    )
+    until: float | None = Field(
+        default=None,
+        ge=0,
+        le=LAST_UNIX_S,
+        allow_inf_nan=False,
+        description="Only entries before (unix seconds, not milliseconds)",
+    )
     limit: int = Field(default=100, ge=1, le=1000, description="At most this many, the newest")
+
+    @model_validator(mode="after")
+    def _since_before_until(self) -> AuditFilters:
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValueError(
+                f"since ({self.since:g}) must come before until ({self.until:g}): the range holds no time"
+            )
+        return self

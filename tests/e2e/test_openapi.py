@@ -181,10 +181,21 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
             taken = http.get("/api/v1/audit", params={name: samples[parameter["schema"]["type"]]})
             assert taken.status_code == 200, (name, taken.text)
             spec.check("get", "/api/v1/audit", taken)
-        for params in [{"limit": limit + 1}, {"limit": "many"}, {"since": -1}, {"nope": "1"}]:
+        for params in [
+            {"limit": limit + 1},
+            {"limit": "many"},
+            {"since": -1},
+            {"nope": "1"},
+            {"since": 1764000000000},  # milliseconds: no time before year 10000
+            {"until": "inf"},
+            {"since": "nan"},
+            {"since": 1764000000, "until": 1763000000},  # a range holding no time
+        ]:
             refused = http.get("/api/v1/audit", params=params)
             assert refused.status_code == 400, (params, refused.text)
             assert spec.check("get", "/api/v1/audit", refused)["error"]["code"] == "invalid_query"
+        inverted = http.get("/api/v1/audit", params={"since": 2, "until": 1}).json()["error"]["message"]
+        assert "since (2) must come before until (1)" in inverted
         assert http.get("/api/v1/audit", params={"limit": limit}).status_code == 200
         for blank in ["", "#", "  "]:  # a blank tag would match every agent: refused, as by the tools
             refused = http.get("/api/v1/agents", params={"tag": blank})
