@@ -7,12 +7,14 @@ the same programs when a command line comes joined into one string.
 In a list of strings, the item after a secret flag (``--password``,
 ``--requirepass``) is redacted, and so are the password arguments of known
 programs (`ProgramFlags`, `PROGRAM_FLAGS`), from the item naming the program
-on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered):
+on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered; sshpass's
+own options end at the program it runs, so ``sshpass -p X ssh -p 2222`` keeps the port):
 flags (mysql's, sshpass's, 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
 xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
-the ldap tools' ``-w``, ``docker login -p``, ``rdesktop``/``ncftp -p``, ``openssl -k``,
-the snmp tools' ``-A``/``-X``/``-c`` (the community, ``public`` too), ``zip``/``unzip``/
-``ipmitool``/``sqlcmd``/``bcp``, Sybase ``isql`` and the mosquitto clients' ``-P``, the
+the ldap tools' ``-w`` (ldappasswd's ``-a OLD`` and ``-s NEW`` too), ``docker login -p``,
+``rdesktop``/``ncftp -p``, ``openssl -k``, the snmp tools' ``-A``/``-X``/``-c`` (the
+community, ``public`` too), ``zip``/``unzip``/``ipmitool``/``sqlcmd``/``bcp``, Sybase
+``isql``, ``sqsh`` and the mosquitto clients' ``-P``, the
 password half of curl's and etcdctl's ``user:SECRET``, lftp's ``-u user,SECRET`` and the
 samba tools' (net's too) ``-U user%SECRET``); the password an item announces further on
 (``htpasswd -b file user SECRET``, ``isql DSN user SECRET``, redis-cli's ``AUTH [user]
@@ -20,7 +22,7 @@ SECRET`` (``MIGRATE ... AUTH SECRET KEYS k``, ``AUTH2 user SECRET``), ``CONFIG S
 requirepass SECRET`` and every ``>SECRET`` after ``ACL SETUSER``, ``rabbitmqctl add_user bob
 SECRET``, ``nmcli ... password SECRET``, ``aws configure set aws_secret_access_key SECRET``,
 ``mysqladmin password SECRET``, ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
-ALIAS KEY SECRET``, ``vault login TOKEN``); and the password of an Oracle logon (``sqlplus
+ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``); and the password of an Oracle logon (``sqlplus
 scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET catalog u/SECRET``; a path
 such as a script's argument ``reports/out.csv`` is not one). Such words are only words of their program:
 ``["user", "password", "host"]`` is left alone; nor is a value a flag takes a word
@@ -64,7 +66,7 @@ _VALUE = -1  # what a flag asks of the next item: it is the flag's value (-h aut
 _USER_PASSWORD_SEPARATORS = {_HIDE_AFTER_COLON: ":", _HIDE_AFTER_PERCENT: "%", _HIDE_AFTER_COMMA: ","}
 _NO_WORDS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 _NO_MARKS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
-_NO_ONLY_AFTER: Mapping[str, str] = MappingProxyType({})
+_NO_AFTER_WORD: Mapping[str, Mapping[str, tuple[int, ...]]] = MappingProxyType({})
 LOOK_AHEAD_ITEMS = 64  # how far a program's name or word looks for the password it announces
 
 
@@ -83,8 +85,9 @@ class ProgramFlags(NamedTuple):
     # reaches. rabbitmqctl add_user USER PW: (2,); redis-cli AUTH [USER] PW: (1, 2).
     words: Mapping[str, tuple[int, ...]] = _NO_WORDS
     stops: frozenset[str] = frozenset()  # a word ending a password's reach: MIGRATE ... AUTH PW KEYS k
-    # A word of `words` that counts only right after another: mc admin user add (not admin group add).
-    only_after: Mapping[str, str] = _NO_ONLY_AFTER
+    # Like `words`, for a word that counts only right after another, keyed by that one: mc admin
+    # user add ALIAS KEY PW: {"add": {"user": (3,)}} (not admin group add).
+    after_word: Mapping[str, Mapping[str, tuple[int, ...]]] = _NO_AFTER_WORD
     # A word after which each positional item starting with one of these prefixes holds a
     # password after it: redis-cli ACL SETUSER u >PW <PW: (">", "<"); "" is any item but a
     # NAME=VALUE pair: vault login TOKEN.
@@ -97,11 +100,16 @@ class ProgramFlags(NamedTuple):
     # (sqlplus u/PW @x.sql reports/out.csv), a userid=|target=|... item, or the item after a word
     # (rman target|catalog|auxiliary u/PW).
     logons: bool = False
+    # Its options end at its first positional item, the program it runs: sshpass -p PW ssh -p 2222
+    # (ssh's -p is a port), read from there as that program's (a known one's) or nobody's.
+    options_end: bool = False
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
 _MONGO = ProgramFlags(separate=frozenset({"-p"}))
 _LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",))
+# ldappasswd -w BINDPW -a OLDPW -s NEWPW (-A, -S, -W prompt; -t, -T name files)
+_LDAPPASSWD = ProgramFlags(separate=frozenset({"-w", "-a", "-s"}), attached=("-w", "-a", "-s"))
 _CAPITAL_P = ProgramFlags(separate=frozenset({"-P"}))  # zip -P PW; lowercase -p is something else
 _LOWER_P = ProgramFlags(separate=frozenset({"-p"}))  # rdesktop -p PW ("-p -": from stdin)
 _SAMBA = ProgramFlags(user_password=frozenset({"-U", "--user"}), user_password_action=_HIDE_AFTER_PERCENT)
@@ -129,7 +137,13 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         marks={"setuser": (">", "<")},  # ACL SETUSER u on >PW <PW (a #hash stays)
         valued=frozenset(REDIS_CLI_VALUED),
     ),
-    "sshpass": ProgramFlags(separate=frozenset({"-p"}), attached=("-p",)),
+    # sshpass [-f FILE|-d FD|-p PW|-e] [-P PROMPT] [-v] PROGRAM ARGS: its options end at PROGRAM
+    "sshpass": ProgramFlags(
+        separate=frozenset({"-p"}),
+        attached=("-p",),
+        valued=frozenset({"-f", "-d", "-P"}),
+        options_end=True,
+    ),
     **dict.fromkeys(
         (
             "mongo",
@@ -150,13 +164,13 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
             "ldapadd",
             "ldapdelete",
             "ldapwhoami",
-            "ldappasswd",
             "ldapcompare",
             "ldapmodrdn",
             "ldapexop",
         ),
         _LDAP,
     ),
+    "ldappasswd": _LDAPPASSWD,
     "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
     "etcdctl": ProgramFlags(user_password=frozenset({"--user"})),
     # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
@@ -185,18 +199,23 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
     **dict.fromkeys(("rdesktop", "ncftp", "ncftpget", "ncftpput", "ncftpls", "ncftpbatch"), _LOWER_P),
     "openssl": ProgramFlags(separate=frozenset({"-k", "-K"})),  # enc -k PW, -K HEXKEY (-kfile: a file)
     **dict.fromkeys(_SNMP_TOOLS, _SNMP),
-    # unixODBC: isql DSN [USER [PW]]; Sybase/SAP ASE: isql -U USER -P PW|-PPW -S SERVER
+    # unixODBC: isql DSN [USER [PW]]; Sybase/SAP ASE: isql -U USER -P PW|-PPW -S SERVER; sqsh
+    # likewise (a flag after -P: an empty password)
     **dict.fromkeys(
         ("isql", "iusql"),
         ProgramFlags(
             separate=frozenset({"-P"}), attached=("-P",), valued=frozenset(ISQL_VALUED), password_at=3
         ),
     ),
-    # mc alias set NAME URL ACCESSKEY SECRETKEY; mc admin user add ALIAS ACCESSKEY SECRETKEY
+    "sqsh": ProgramFlags(separate=frozenset({"-P"}), attached=("-P",)),
+    # mc alias set NAME URL ACCESSKEY SECRETKEY; mc admin user add ALIAS ACCESSKEY SECRETKEY; the
+    # older mc config host add ALIAS URL ACCESSKEY SECRETKEY [API]
     **dict.fromkeys(
         ("mc", "mcli"),
         ProgramFlags(
-            words={"alias": (5,), "add": (3,)}, only_after={"add": "user"}, valued=frozenset(MC_VALUED)
+            words={"alias": (5,)},
+            after_word={"add": {"user": (3,), "host": (4,)}},
+            valued=frozenset(MC_VALUED),
         ),
     ),
     # vault login [flags] TOKEN (NAME=VALUE pairs for other methods: the text rules read them)
@@ -314,24 +333,26 @@ def _program_argument(
         action = _HIDE_LOGON if logon and logon["key"] and _hides(item, _HIDE_LOGON) else KEEP
     if action != KEEP:
         return flags, action, (), marks
-    word = item.rsplit(".", 1)[-1].lower() if flags.words or flags.marks else ""
-    positions = flags.words.get(word)
-    if positions is not None and _after_its_word(items, index, flags.only_after.get(word)):
+    word = item.rsplit(".", 1)[-1].lower() if flags.words or flags.marks or flags.after_word else ""
+    positions = flags.words.get(word) or _after_its_word(items, index, flags.after_word.get(word))
+    if positions is not None:
         return flags, KEEP, _announced(items, index, flags, positions), marks
     if word in flags.marks:
         return flags, KEEP, (), flags.marks[word]
     program = PROGRAM_FLAGS.get(item.rsplit("/", 1)[-1])
     if program is not None:
         return program, KEEP, _named_program(items, index, program), ()
+    if flags.options_end:  # the program it runs, not a known one
+        return _NO_FLAGS, KEEP, (), ()
     return flags, KEEP, (), marks
 
 
-def _after_its_word(items: Sequence[Any], index: int, before: str | None) -> bool:
-    """Whether the word at ``index`` comes right after ``before`` (None: it counts anywhere)."""
-    if before is None:
-        return True
-    previous = items[index - 1] if index else None
-    return isinstance(previous, str) and previous.lower() == before
+def _after_its_word(
+    items: Sequence[Any], index: int, after: Mapping[str, tuple[int, ...]] | None
+) -> tuple[int, ...] | None:
+    """The positions of the word at ``index`` given the word before it (`ProgramFlags.after_word`)."""
+    previous = items[index - 1] if after and index else None
+    return after.get(previous.lower()) if after and isinstance(previous, str) else None
 
 
 def _positional_after(items: Sequence[Any], index: int, flags: ProgramFlags) -> Iterator[int]:

@@ -51,8 +51,19 @@ _PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):[^\s:\x00]{1,63}:[^\s:\x00]{1,63}:")
 _HTPASSWD_OPTS = r"(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3}(?=[ \t]))?){1,6}+"
 _HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Za-z]{0,7}"
 _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
-# After a program's name and a space, a later word on the line: "redis-cli -h db AUTH".
-_LATER = r"(?=[ \t])[^\r\n\x00]{0,200}?[ \t]"
+# A shell command separator standing alone as a word ("a && b", "a | b", "a ; b"): the command
+# before it ends there. One glued to a word ("x;", "?a=1&b=2" in a URL) is no separator here.
+_SEPARATOR = r"(?:&&|\|\||;|\|)"
+_SEPARATOR_WORD = _SEPARATOR + r"(?![^\s\x00])"
+# The separator words a program's reach stops at: not ";", which a joined argv holds inside
+# one item often enough (ps prints `mysql -e SELECT 1 ; SELECT 2 -pX` unquoted) for a
+# password after it to be missed; a port hidden after "a ; b" is the lesser harm.
+_REACH_SEPARATOR = r"(?:&&|\|\||\|)"
+# One character of a program's reach along its line (to a line end, a NUL or a separator
+# word): "docker login -p x && docker run -p 8080:80" is two commands, the port no password.
+_REACH = r"(?:[^\r\n\x00 \t]|[ \t](?!" + _REACH_SEPARATOR + r"[ \t]))"
+# After a program's name and a space, a later word of its command: "redis-cli -h db AUTH".
+_LATER = r"(?=[ \t])" + _REACH + r"{0,200}?[ \t]"
 # The flags of a program that take a value (the next item) and are not secrets: a word after
 # one is its value, not a word of the program ("redis-cli -h auth ping"). The argv form uses
 # them too (sonde.agent.scrubber).
@@ -63,7 +74,7 @@ REDIS_CLI_VALUED = (
     "--cluster",
 )  # fmt: skip
 RABBITMQCTL_VALUED = ("-n", "--node", "-t", "--timeout", "-p", "--vhost")
-MC_VALUED = ("--api", "--path", "--config-dir", "-C")
+MC_VALUED = ("--api", "--path", "--lookup", "--config-dir", "-C")
 # Sybase/SAP ASE isql's flags that take a value (-U sa, -S SERVER; -P PW is a password): not
 # unixODBC isql's -c and -w, which take none.
 ISQL_VALUED = (
@@ -82,8 +93,8 @@ def _flags_then(valued: tuple[str, ...]) -> str:
     return r"(?:[ \t]+(?:(?:" + names + r")[ \t]+[^\s\x00]{1,256}+|-[^\s\x00]{1,256}+))*+"
 
 
-# One positional item (not a flag) of a command line.
-_ITEM = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
+# One positional item (not a flag, nor a separator word) of a command line.
+_ITEM = r"[ \t]+(?!" + _SEPARATOR_WORD + r")[^\s\x00-][^\s\x00]{0,4095}+"
 _PATH = r"(?:[^\s\x00/]{0,255}+/){0,32}+"  # a program's directory: /usr/bin/
 # Programs that run the command after them: "sudo -u app isql ..." is isql's line, as the argv
 # form reads it.
@@ -91,16 +102,65 @@ _WRAPPERS = (
     "sudo", "doas", "env", "nice", "ionice", "nohup", "timeout", "time", "stdbuf", "chrt", "taskset",
     "setsid", "runuser", "chroot", "exec", "docker", "podman", "nerdctl", "kubectl",
 )  # fmt: skip
-# The start of a command line (not prose), maybe a wrapper and up to 8 of its items first, then
-# the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
+# The columns ps prints before a command (a line of `ps -ef`, `ps aux`, `ps -o pid,args` or
+# `pgrep -a`), each column's own shape: a user, numbers, a start time (10:00, Jan01, 2023), a
+# terminal (?, pts/0, tty1), a state (Ssl+), a CPU time ([DD-]HH:MM:SS, MMM:SS); then a tree
+# branch ("\_ ") of `ps -ef --forest` or `ps auxf`. A lone PID is right-aligned by ps (blanks
+# first) or, from pgrep, at least 3 digits: "3 isql sessions ..." at a line's start is prose.
+_PS_USER = r"[\w.+$-]{1,32}+"
+_PS_START = r"[ \t]+[\w:]{1,10}+"
+_PS_TTY = r"[ \t]+(?:\?{1,2}|[A-Za-z][\w/.-]{0,31}+)"
+_PS_TIME = r"[ \t]+(?:\d{1,6}-)?\d{1,6}:\d\d(?::\d\d)?"
+_PS_COLUMNS = (
+    r"(?:[ \t]{0,16}+(?:"
+    # ps -ef: UID PID PPID C STIME TTY TIME
+    + _PS_USER
+    + r"[ \t]+\d{1,10}[ \t]+\d{1,10}[ \t]+\d{1,3}"
+    + _PS_START
+    + _PS_TTY
+    + _PS_TIME
+    # ps aux: USER PID %CPU %MEM VSZ RSS TTY STAT START TIME
+    + r"|"
+    + _PS_USER
+    + r"[ \t]+\d{1,10}[ \t]+\d{1,4}\.\d[ \t]+\d{1,3}\.\d[ \t]+\d{1,12}[ \t]+\d{1,12}"
+    + _PS_TTY
+    + r"[ \t]+[A-Za-z<+]{1,8}"
+    + _PS_START
+    + _PS_TIME
+    + r")|[ \t]{1,16}+\d{1,10}|\d{3,10})"
+    + r"[ \t]{1,64}+(?:[ \t|]{0,256}+\\_[ \t]{1,16}+)?"
+)
+# The start of a command (not prose): a line's start (maybe after ps's columns) or a separator
+# word's end ("cd /x && isql ..."); maybe a wrapper and up to 8 of its items, then the
+# program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
 _COMMAND_START = (
-    r"(?<![^\n\x00])(?:"
+    r"(?:(?<![^\n\x00])(?:"
+    + _PS_COLUMNS
+    + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+)(?:"
     + _PATH
     + "(?:"
     + "|".join(_WRAPPERS)
     + r")(?:[ \t]+[^\s\x00]{1,256}+){0,8}?[ \t]+)?"
     + _PATH
 )
+
+
+# sshpass's own options before the -p that a match ends with: its options end at the program it
+# runs ("sshpass -p PW ssh -p 2222 host": ssh's -p is a port). -f FILE, -d FD, -P PROMPT and an
+# earlier -p PW (hidden in a pass before) take a value; a flag is never read as one.
+_SSHPASS_OPTIONS = (
+    r"(?:[ \t]+(?:-[fdPp][ \t]*+[^\s\x00-][^\s\x00]{0,4095}+|-[^\s\x00fdPp][^\s\x00]{0,255}+)){0,16}?"
+)
+# vault login's items before its token, at the start of a command: flags (a valued one with its
+# value), NAME=VALUE pairs and items hidden in a pass before. As the argv form reads it, every
+# item after them is a token too: "vault login TOKEN extra".
+_VAULT_BEFORE_TOKEN = (
+    r"(?:[ \t]+(?:(?:"
+    + "|".join(re.escape(name) for name in sorted(VAULT_VALUED, key=len, reverse=True))
+    + r")[ \t]+[^\s\x00]{1,4096}+|-[^\s\x00]{0,4096}+|[^\s\x00=\[]{0,4096}+[=\[][^\s\x00]{0,4096}+))*+"
+)
+# A token (not a NAME=VALUE pair, not hidden in part already: hvs.[REDACTED]).
+_VAULT_TOKEN = r"[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+(?![^\s\x00])"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -353,51 +413,57 @@ SHAPE_RULES = (
         _contains_folded("login"),
     ),
     # The password flags of known programs on a command line (within 200 characters of the
-    # program's name): redis-cli -a, sshpass -p, the mongo tools' -p, the ldap tools' -w,
+    # program's name, before a separator word: "a && b"): redis-cli -a, sshpass's own -p (before
+    # the program it runs), the mongo tools' -p, the ldap tools' -w (ldappasswd's -a OLD, -s NEW),
     # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
     # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
     # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
     # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K, Sybase
-    # isql's -P SECRET|-PSECRET; every one of them on the line. The argv form: sonde.agent.scrub_argv.
+    # isql's and sqsh's -P SECRET|-PSECRET; every one of them on the line. The argv form:
+    # sonde.agent.scrub_argv.
     ShapeRule(
         "program_password_flag",
         re.compile(
             r"(?<![\w.-])(?:"
-            r"redis-cli[^\r\n\x00]{0,200}?[ \t]-a[ \t]+"
-            r"|sshpass[^\r\n\x00]{0,200}?[ \t]-p[ \t]*"
-            r"|mongo(?:sh|dump|restore|export|import|stat|top)?[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
-            r"|ldap[a-z]{3,8}[^\r\n\x00]{0,200}?[ \t]-w[ \t]*"
-            r"|(?:curl[^\r\n\x00]{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
-            r"|etcdctl[^\r\n\x00]{0,200}?[ \t]--user(?:[ \t]+|=))"
+            r"redis-cli" + _REACH + r"{0,200}?[ \t]-a[ \t]+"
+            r"|sshpass" + _SSHPASS_OPTIONS + r"[ \t]+-p[ \t]*"
+            r"|mongo(?:sh|dump|restore|export|import|stat|top)?" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"|ldap(?:passwd(?![a-z])" + _REACH + r"{0,200}?[ \t]-[asw]"
+            r"|(?!passwd(?![a-z]))[a-z]{3,8}" + _REACH + r"{0,200}?[ \t]-w)[ \t]*"
+            r"|(?:curl" + _REACH + r"{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"|etcdctl" + _REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=))"
             r"[\"']?[^\s\x00:\"']{1,256}:"
             r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
-            r"login[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
-            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))[^\r\n\x00]{0,200}?[ \t]"
+            r"login" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))" + _REACH + r"{0,200}?[ \t]"
             r"(?:-U[ \t]*|--user(?:[ \t]+|=))[\"']?[^\s\x00%\"']{1,256}%"
-            r"|lftp[^\r\n\x00]{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
-            r"|(?:zip|unzip|ipmitool|sqlcmd|bcp|mosquitto_(?:pub|sub|rr))[^\r\n\x00]{0,200}?[ \t]-P[ \t]+"
-            r"|7z[arz]?[^\r\n\x00]{0,200}?[ \t]-p"
-            r"|(?:rar|unrar)(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-h?p"
-            r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?[^\r\n\x00]{0,200}?[ \t]/g?p:"
-            r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-p[ \t]+"
-            r"|openssl[^\r\n\x00]{0,200}?[ \t]-[kK][ \t]+"
-            r"|iu?sql(?=[ \t])[^\r\n\x00]{0,200}?[ \t]-P[ \t]*"
+            r"|lftp" + _REACH + r"{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
+            r"|(?:zip|unzip|ipmitool|sqlcmd|bcp|mosquitto_(?:pub|sub|rr))" + _REACH + r"{0,200}?[ \t]-P[ \t]+"
+            r"|7z[arz]?" + _REACH + r"{0,200}?[ \t]-p"
+            r"|(?:rar|unrar)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-h?p"
+            r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?" + _REACH + r"{0,200}?[ \t]/g?p:"
+            r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"|openssl" + _REACH + r"{0,200}?[ \t]-[kK][ \t]+"
+            r"|(?:iu?sql|sqsh)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-P[ \t]*"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
         _contains(*_FLAG_PROGRAMS),
         again=True,
     ),
     # The password a known program's word announces on a command line (within 200 characters
-    # of the program's name, followed by a space: "mysqladmin: [Warning] Using a password on"
-    # is a message; not the value of a flag: "redis-cli -h auth ping"): redis-cli AUTH [user]
-    # SECRET (HELLO 3 AUTH user SECRET; MIGRATE ... AUTH SECRET KEYS k | AUTH2 user SECRET) and
-    # CONFIG SET requirepass|masterauth SECRET, rabbitmqctl add_user|change_password [flags]
-    # USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws configure set
-    # [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc alias set
-    # NAME URL ACCESSKEY SECRET and mc admin user add ALIAS ACCESSKEY SECRET, vault login [flags]
-    # TOKEN [flags] (the last item but flags), and unixODBC's isql DSN USER SECRET (at the start
-    # of a command line, maybe after sudo, timeout N ...: "the isql client" is prose). Every one
-    # of a program's words on the line.
+    # of the program's name, before a separator word, followed by a space: "mysqladmin:
+    # [Warning] Using a password on" is a message; not the value of a flag: "redis-cli -h auth
+    # ping"): redis-cli AUTH [user] SECRET (HELLO 3 AUTH user SECRET; MIGRATE ... AUTH SECRET
+    # KEYS k | AUTH2 user SECRET) and CONFIG SET requirepass|masterauth SECRET, rabbitmqctl
+    # add_user|change_password [flags] USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws
+    # configure set [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc
+    # alias set NAME URL ACCESSKEY SECRET, mc admin user add ALIAS ACCESSKEY SECRET and mc config
+    # host add ALIAS URL ACCESSKEY SECRET, vault login [flags] TOKEN [flags] (the last item of its
+    # command but flags; at the start of a command every item but flags and NAME=VALUE pairs, as
+    # the argv form reads it: vault login TOKEN extra), and unixODBC's isql DSN USER SECRET (at
+    # the start of a command: a line's start, maybe after ps's columns, or after a separator
+    # word; maybe after sudo, timeout N ...: "the isql client" is prose). Every one of a
+    # program's words on the line.
     ShapeRule(
         "program_password_word",
         re.compile(
@@ -425,32 +491,44 @@ SHAPE_RULES = (
             + r"|user[ \t]+add"
             + (_flags_then(MC_VALUED) + _ITEM) * 2
             + _flags_then(MC_VALUED)
+            + r"|host[ \t]+add"
+            + (_flags_then(MC_VALUED) + _ITEM) * 3
+            + _flags_then(MC_VALUED)
             + r")|vault[ \t]+login"
             + _flags_then(VAULT_VALUED)
-            # a token already hidden in part (hvs.[REDACTED]) is done
-            + r"(?=[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+"
+            # the token is the last item of its command but flags
+            + r"(?="
+            + _VAULT_TOKEN
             + _flags_then(VAULT_VALUED)
-            + r"[ \t]*(?:\r?\n|\x00|\Z))|"
+            + r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+"
+            + _SEPARATOR_WORD
+            + r"))|"
             + _COMMAND_START
-            + r"iu?sql(?=[ \t])"
+            + r"(?:vault[ \t]+login"
+            + _VAULT_BEFORE_TOKEN
+            + r"(?="
+            + _VAULT_TOKEN
+            + r")|iu?sql(?=[ \t])"
             + (_flags_then(ISQL_VALUED) + _ITEM) * 2
             + _flags_then(ISQL_VALUED)
-            + r")[ \t]+"
+            + r"))[ \t]+"
             + FRESH
-            + r"(?P<value>"
+            + r"(?!"
+            + _SEPARATOR_WORD
+            + r")(?P<value>"
             + QUOTED
             + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
         ),
         _contains(*_WORD_PROGRAMS),
         again=True,
     ),
-    # The snmp tools' -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (all of them on the line; the
+    # The snmp tools' -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (all of them in its command; the
     # default community "public" too: a community is a password). snmpd's -c is its config file.
     ShapeRule(
         "snmp_secrets",
         re.compile(
             r"snmp(?<![\w.-]snmp)(?:get(?:next)?|bulk(?:get|walk)|walk|set|trap|inform|table|delta|df|status"
-            r"|test|netstat|usm|vacm)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"
+            r"|test|netstat|usm|vacm)(?P<value>[ \t]" + _REACH + r"{1,8192}+)"
         ),
         _contains("snmp"),
         inner=re.compile(
@@ -462,23 +540,30 @@ SHAPE_RULES = (
         ),
     ),
     # redis-cli ACL SETUSER user [rules]: every >SECRET (a password added) and <SECRET (one
-    # removed); a #hash stays.
+    # removed) in its command; a #hash stays.
     ShapeRule(
         "redis_acl_passwords",
         re.compile(
             r"redis-cli(?<![\w.-]redis-cli)"
             + _LATER
-            + r"(?i:acl)[ \t]+(?i:setuser)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"
+            + r"(?i:acl)[ \t]+(?i:setuser)(?P<value>[ \t]"
+            + _REACH
+            + r"{1,8192}+)"
         ),
         _contains_folded("setuser"),
         inner=re.compile(r"(?<![^ \t])[<>]" + FRESH + r"(?P<value>[^\s\x00]{1,4096}+)"),
     ),
-    # mysql -pSECRET on a command line (within 200 characters, before any other mysql); each of them.
+    # mysql -pSECRET on a command line (within 200 characters, before any other mysql or a separator
+    # word); each of them.
     ShapeRule(
         "mysql_p",
         re.compile(
             r"(?:mysql(?<![\w-]mysql)|mariadb(?<![\w-]mariadb))[\w-]*+"
-            r"(?:[^\r\n\x00m]|m(?!ysql|ariadb)){0,200}?[ \t]-p" + FRESH + r"(?P<value>[^\s\x00\"']+)"
+            r"(?:[^\r\n\x00 \tm]|m(?!ysql|ariadb)|[ \t](?!"
+            + _REACH_SEPARATOR
+            + r"[ \t])){0,200}?[ \t]-p"
+            + FRESH
+            + r"(?P<value>[^\s\x00\"']+)"
         ),
         _contains("mysql", "mariadb"),
         again=True,
@@ -523,10 +608,10 @@ SHAPE_RULES = (
         ),
         _contains_folded("sqlplus", "oracle:", "sqlldr", "expdp", "impdp", "rman", "dgmgrl"),
     ),
-    # rman's other logons on its line: target|catalog|auxiliary USER/SECRET[@db] (or =USER/...).
+    # rman's other logons in its command: target|catalog|auxiliary USER/SECRET[@db] (or =USER/...).
     ShapeRule(
         "rman_logons",
-        re.compile(r"rman(?<![\w.-]rman)(?P<value>[ \t][^\r\n\x00]{1,8192}+)"),
+        re.compile(r"rman(?<![\w.-]rman)(?P<value>[ \t]" + _REACH + r"{1,8192}+)"),
         _contains("rman"),
         inner=re.compile(
             r"(?<![\w.-])(?i:target|catalog|auxiliary)(?:[ \t]+|=)[^\s\x00/@\"'():=]{1,128}+/"

@@ -826,6 +826,141 @@ SECRETS: tuple[SecretCase, ...] = (
         "hunter2_vlp",
         "vault login -method=userpass username=bob password=[REDACTED]",
     ),
+    # the older MinIO client: mc config host add ALIAS URL ACCESSKEY SECRETKEY [API]
+    SecretCase(
+        "mc_config_host_add",
+        "mc config host add myminio http://minio:9000 AKEXAMPLE hunter2_mch --api S3v4",
+        "hunter2_mch",
+        "mc config host add myminio http://minio:9000 AKEXAMPLE [REDACTED] --api S3v4",
+    ),
+    SecretCase(
+        "mcli_config_host_add",
+        "/usr/local/bin/mcli config host add myminio https://s3.example.com AKEXAMPLE hunter2_mci S3v4",
+        "hunter2_mci",
+        "/usr/local/bin/mcli config host add myminio https://s3.example.com AKEXAMPLE [REDACTED] S3v4",
+    ),
+    # ldappasswd -w BINDPW -a OLDPW -s NEWPW
+    SecretCase(
+        "ldappasswd_old_and_new",
+        "ldappasswd -x -D cn=admin,dc=ex -w hunter2_lpw -a hunter2_lpa -s hunter2_lps uid=bob,dc=ex",
+        "hunter2_lp",
+        "ldappasswd -x -D cn=admin,dc=ex -w [REDACTED] -a [REDACTED] -s [REDACTED] uid=bob,dc=ex",
+        redactions=3,
+    ),
+    SecretCase(
+        "ldappasswd_attached",
+        "ldappasswd -x -ahunter2_lpb -shunter2_lpc uid=bob,dc=ex",
+        "hunter2_lp",
+        "ldappasswd -x -a[REDACTED] -s[REDACTED] uid=bob,dc=ex",
+        redactions=2,
+    ),
+    # sqsh -U USER -P PW|-PPW -S SERVER (the server stays)
+    SecretCase(
+        "sqsh_p", "sqsh -U sa -P hunter2_sqs -S SYBASE", "hunter2_sqs", "sqsh -U sa -P [REDACTED] -S SYBASE"
+    ),
+    SecretCase(
+        "sqsh_p_attached",
+        "sqsh -Usa -Phunter2_sqt -SSYBASE",
+        "hunter2_sqt",
+        "sqsh -Usa -P[REDACTED] -SSYBASE",
+    ),
+    # vault login TOKEN with more after it: every item but flags and NAME=VALUE at the start of a
+    # command, as the argv form reads it; the token ends its command before a separator word
+    SecretCase(
+        "vault_login_token_extra_arg",
+        "vault login hunter2_vl4 extra-arg",
+        "hunter2_vl4",
+        "vault login [REDACTED] [REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "vault_login_token_then_separator",
+        "vault login hunter2_vl5 && vault status",
+        "hunter2_vl5",
+        "vault login [REDACTED] && vault status",
+    ),
+    # a command line after the columns ps prints (ps -ef, ps aux, ps -o pid,args, pgrep -a, a tree)
+    SecretCase(
+        "isql_ps_ef",
+        "root      1234     1  0 10:00 ?        00:00:00 isql MyDSN bob hunter2_pse",
+        "hunter2_pse",
+        "root      1234     1  0 10:00 ?        00:00:00 isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_ps_aux",
+        "root      1234  0.0  0.1  12345  6789 pts/0    S+   10:00   0:00 isql MyDSN bob hunter2_psa",
+        "hunter2_psa",
+        "root      1234  0.0  0.1  12345  6789 pts/0    S+   10:00   0:00 isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_ps_pid_args",
+        "    PID COMMAND\n      1 /sbin/init\n   1234 /usr/bin/isql -v MyDSN bob hunter2_psp",
+        "hunter2_psp",
+        "    PID COMMAND\n      1 /sbin/init\n   1234 /usr/bin/isql -v MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_pgrep", "48213 isql MyDSN bob hunter2_pgr", "hunter2_pgr", "48213 isql MyDSN bob [REDACTED]"
+    ),
+    SecretCase(
+        "isql_ps_forest_sudo",
+        "app       1235  1234  0 Jan01 pts/0    00:00:00  |   \\_ sudo -u app isql MyDSN bob hunter2_psf",
+        "hunter2_psf",
+        "app       1235  1234  0 Jan01 pts/0    00:00:00  |   \\_ sudo -u app isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "vault_ps_ef_extra_arg",
+        "bob  4321  4300  0 09:12 pts/1  00:00:00 vault login hunter2_vl6 -no-print extra",
+        "hunter2_vl6",
+        "bob  4321  4300  0 09:12 pts/1  00:00:00 vault login [REDACTED] -no-print [REDACTED]",
+        redactions=2,
+    ),
+    # ... or after a shell separator word (a history line, sudo's log)
+    SecretCase(
+        "isql_after_separator",
+        "cd /srv/reports && isql MyDSN bob hunter2_sep | tee out.txt",
+        "hunter2_sep",
+        "cd /srv/reports && isql MyDSN bob [REDACTED] | tee out.txt",
+    ),
+    SecretCase(
+        "isql_sudo_log",
+        "sudo:  bob : TTY=pts/0 ; PWD=/home/bob ; USER=root ; COMMAND=/usr/bin/isql MyDSN bob hunter2_sul",
+        "hunter2_sul",
+        "sudo:  bob : TTY=pts/0 ; PWD=/home/bob ; USER=root ; COMMAND=/usr/bin/isql MyDSN bob [REDACTED]",
+    ),
+    # a program's reach ends at its command: sshpass's options at the program it runs, any
+    # program's at a separator word; not at a "&" inside a URL
+    SecretCase(
+        "sshpass_then_ssh_port",
+        "sshpass -p hunter2_ssp ssh -p 2222 deploy@web-1 uptime",
+        "hunter2_ssp",
+        "sshpass -p [REDACTED] ssh -p 2222 deploy@web-1 uptime",
+    ),
+    SecretCase(
+        "sshpass_prompt_then_ssh_port",
+        "sshpass -P assword: -phunter2_ssq ssh -p 2222 deploy@web-1",
+        "hunter2_ssq",
+        "sshpass -P assword: -p[REDACTED] ssh -p 2222 deploy@web-1",
+    ),
+    SecretCase(
+        "docker_login_then_run",
+        "docker login -u bob -p hunter2_dlr registry.example.com && docker run -p 8080:80 nginx",
+        "hunter2_dlr",
+        "docker login -u bob -p [REDACTED] registry.example.com && docker run -p 8080:80 nginx",
+    ),
+    SecretCase(
+        "curl_users_around_a_quoted_url",
+        'curl -u a:hunter2_cq1 "https://x/?a=1&b=2" -U p:hunter2_cq2',
+        "hunter2_cq",
+        'curl -u a:[REDACTED] "https://x/?a=1&b=2" -U p:[REDACTED]',
+        redactions=2,
+    ),
+    SecretCase(
+        "curl_users_around_a_bare_url",
+        "curl -u a:hunter2_cb1 https://x/?a=1&b=2 -U p:hunter2_cb2",
+        "hunter2_cb",
+        "curl -u a:[REDACTED] https://x/?a=1&b=2 -U p:[REDACTED]",
+        redactions=2,
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -984,6 +1119,35 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("sudo_isql_no_password", "sudo isql -v MyDSN bob", "no password: the DSN's"),
     LookAlike("vault_login_github", "vault login -method=github", "vault prompts"),
     LookAlike("vault_login_stdin_flags", "vault login - -no-print", "the token comes on stdin"),
+    LookAlike("mc_config_host_list", "mc config host list myminio", "no keys"),
+    LookAlike("mc_config_host_remove", "mc config host remove myminio", "no keys"),
+    LookAlike(
+        "ldappasswd_prompts", "ldappasswd -x -D cn=admin,dc=ex -W -A -S uid=bob,dc=ex", "-W -A -S prompt"
+    ),
+    LookAlike("ldapsearch_scope_deref", "ldapsearch -x -s sub -a always -b dc=ex", "scope and deref"),
+    LookAlike("sqsh_prompt", "sqsh -U sa -S SYBASE -D master", "no -P: sqsh prompts"),
+    LookAlike("sqsh_empty_password", "sqsh -U sa -P -S SYBASE", "-P then a flag: an empty password"),
+    LookAlike(
+        "vault_login_in_a_log", "2024-05-01 deploy: vault login failed: permission denied", "not a command"
+    ),
+    LookAlike("vault_login_then_command", "vault login -method=oidc && vault status", "no token"),
+    # a number, a user or a time before a program's name at a line's start is no ps line
+    LookAlike("isql_after_a_small_number", "3 isql sessions were open today", "a count, not a PID"),
+    LookAlike("isql_after_words", "Found 12 isql DSN entries in odbc.ini today", "prose"),
+    LookAlike("isql_after_user_and_number", "root 42 isql ran with user bob", "not ps's columns"),
+    LookAlike("isql_after_a_time", "10:00 isql sessions peaked at noon today", "a time, not a PID"),
+    LookAlike("isql_after_glued_semicolon", "notes; isql is the unixODBC client for DSNs", "prose"),
+    LookAlike(
+        "ps_ef_without_password", "root  1234  1  0 10:00 ?  00:00:00 isql -v MyDSN bob", "no password"
+    ),
+    LookAlike("sshpass_file_ssh_port", "sshpass -f /run/pw ssh -p 2222 host", "ssh's -p is a port"),
+    LookAlike("sshpass_env_ssh_port", "sshpass -e ssh -p 2222 host", "ssh's -p is a port"),
+    LookAlike("docker_login_prompt_then_run", "docker login ghcr.io && docker run -p 8080:80 img", "a port"),
+    LookAlike("docker_login_prompt_then_pipe", "docker login ghcr.io | docker run -p 8080:80 img", "a port"),
+    LookAlike("docker_login_prompt_or_run", "docker login ghcr.io || docker run -p 8080:80 img", "a port"),
+    LookAlike("mysql_then_ls", "mysql -h db shop && ls -plh /var/lib/mysql", "ls's flags"),
+    LookAlike("snmpwalk_then_grep", "snmpwalk -v3 -l noAuthNoPriv -u bob h | grep -c ifDescr", "grep's -c"),
+    LookAlike("redis_cli_then_auth_word", "redis-cli -h cache ping && echo auth ok", "echo's words"),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -1041,4 +1205,11 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike("isql_help", ("isql", "--help"), "no password"),
     ArgvLookAlike("isql_sybase_prompt", ("isql", "-U", "sa", "-S", "SYBASE", "-D", "master"), "prompts"),
     ArgvLookAlike("vault_login_github", ("vault", "login", "-method=github"), "vault prompts"),
+    ArgvLookAlike("mc_config_host_remove", ("mc", "config", "host", "remove", "myminio"), "no keys"),
+    ArgvLookAlike("ldappasswd_prompts", ("ldappasswd", "-x", "-W", "-A", "-S", "uid=bob"), "-W -A -S prompt"),
+    ArgvLookAlike("ldapsearch_scope_deref", ("ldapsearch", "-s", "sub", "-a", "always"), "scope, deref"),
+    ArgvLookAlike("sqsh_prompt", ("sqsh", "-U", "sa", "-S", "SYBASE"), "no -P: sqsh prompts"),
+    ArgvLookAlike("sqsh_empty_password", ("sqsh", "-U", "sa", "-P", "-S", "SYBASE"), "an empty password"),
+    ArgvLookAlike("sshpass_file_ssh_port", ("sshpass", "-f", "/run/pw", "ssh", "-p", "2222", "h"), "a port"),
+    ArgvLookAlike("sshpass_env_ssh_port", ("sshpass", "-e", "ssh", "-p", "2222", "h"), "a port"),
 )

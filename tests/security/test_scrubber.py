@@ -562,6 +562,53 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
             ["vault", "login", "-method=userpass", "username=bob", "password=" + REDACTED],
             1,
         ),
+        # mc config host add ALIAS URL ACCESSKEY SECRETKEY [API] (the older MinIO client)
+        (
+            ["mc", "config", "host", "add", "m", "http://minio:9000", "AKEXAMPLE", "pw97"],
+            ["mc", "config", "host", "add", "m", "http://minio:9000", "AKEXAMPLE", REDACTED],
+            1,
+        ),
+        (
+            ["mcli", "config", "host", "add", "--api", "S3v4", "m", "https://s3", "AK", "pw98", "S3v4"],
+            ["mcli", "config", "host", "add", "--api", "S3v4", "m", "https://s3", "AK", REDACTED, "S3v4"],
+            1,
+        ),
+        # ldappasswd -w BINDPW -a OLDPW -s NEWPW, separate or attached
+        (
+            ["ldappasswd", "-x", "-w", "pw99", "-a", "pw100", "-s", "pw101", "uid=bob"],
+            ["ldappasswd", "-x", "-w", REDACTED, "-a", REDACTED, "-s", REDACTED, "uid=bob"],
+            3,
+        ),
+        (
+            ["ldappasswd", "-apw102", "-spw103", "uid=bob"],
+            ["ldappasswd", "-a" + REDACTED, "-s" + REDACTED, "uid=bob"],
+            2,
+        ),
+        # sqsh -U USER -P PW|-PPW -S SERVER
+        (
+            ["sqsh", "-U", "sa", "-P", "pw104", "-S", "SYBASE"],
+            ["sqsh", "-U", "sa", "-P", REDACTED, "-S", "SYBASE"],
+            1,
+        ),
+        (["sqsh", "-Usa", "-Ppw105", "-SSYBASE"], ["sqsh", "-Usa", "-P" + REDACTED, "-SSYBASE"], 1),
+        # vault login TOKEN extra: every item but flags and NAME=VALUE
+        (["vault", "login", "pw106", "extra"], ["vault", "login", REDACTED, REDACTED], 2),
+        # sshpass's options end at the program it runs: ssh's -p is a port
+        (
+            ["sshpass", "-p", "pw107", "ssh", "-p", "2222", "host"],
+            ["sshpass", "-p", REDACTED, "ssh", "-p", "2222", "host"],
+            1,
+        ),
+        (
+            ["sshpass", "-P", "assword:", "-ppw108", "ssh", "-p", "2222", "h"],
+            ["sshpass", "-P", "assword:", "-p" + REDACTED, "ssh", "-p", "2222", "h"],
+            1,
+        ),
+        (
+            ["sshpass", "-p", "pw109", "ssh", "h", "mysql", "-ppw110"],
+            ["sshpass", "-p", REDACTED, "ssh", "h", "mysql", "-p" + REDACTED],
+            2,
+        ),
         (
             ["rman", "target", "sys/pw85@p", "auxiliary", "sys/pw86@a", "catalog", "rcat/pw87@c"],
             [
@@ -647,6 +694,14 @@ def test_argv_look_alike_survives(scrubber: Scrubber, case: ArgvLookAlike) -> No
         ["nice", "-n", "5", "isql", "MyDSN", "bob", "Xy7qLm9z"],
         ["vault", "login", "Xy7qLm9z", "-no-print"],
         ["vault", "login", "-method=userpass", "username=u", "password=Xy7qLm9z"],
+        ["mc", "config", "host", "add", "m", "http://minio:9000", "AK", "Xy7qLm9z"],
+        ["mcli", "config", "host", "add", "m", "http://minio:9000", "AK", "Xy7qLm9z", "S3v4"],
+        ["ldappasswd", "-x", "-a", "Xy7qLm9z", "uid=bob"],
+        ["ldappasswd", "-x", "-sXy7qLm9z", "uid=bob"],
+        ["sqsh", "-U", "sa", "-P", "Xy7qLm9z", "-S", "SYBASE"],
+        ["sqsh", "-Usa", "-PXy7qLm9z"],
+        ["vault", "login", "Xy7qLm9z", "extra-arg"],
+        ["sshpass", "-p", "Xy7qLm9z", "ssh", "-p", "2222", "h"],
     ],
 )
 def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
@@ -689,12 +744,102 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["vault", "login", "-method=userpass", "username=u", "password=pw1"],
         ["vault", "login", "-method=github"],
         ["curl", "-u", "alice", "https://x"],
+        ["mc", "config", "host", "add", "myminio", "http://minio:9000", "AKEXAMPLE", "pw1"],
+        ["mcli", "config", "host", "add", "m", "https://s3", "AK", "pw1", "S3v4"],
+        ["mc", "config", "host", "add", "myminio", "http://minio:9000", "AKEXAMPLE"],
+        ["mc", "config", "host", "remove", "myminio"],
+        ["ldappasswd", "-x", "-D", "cn=admin", "-w", "pw1", "-a", "pw2", "-s", "pw3", "uid=bob"],
+        ["ldappasswd", "-x", "-wpw1", "-apw2", "-spw3", "uid=bob"],
+        ["ldappasswd", "-x", "-W", "-A", "-S", "uid=bob"],
+        ["ldapsearch", "-x", "-s", "sub", "-a", "always", "-b", "dc=ex"],
+        ["sqsh", "-U", "sa", "-P", "pw1", "-S", "SERVER"],
+        ["sqsh", "-Usa", "-Ppw1", "-SSERVER"],
+        ["sqsh", "-U", "sa", "-P", "-S", "SERVER"],
+        ["vault", "login", "pw1", "extra-arg"],
+        ["vault", "login", "-no-print", "pw1", "extra", "-address", "https://v:8200"],
+        ["sshpass", "-p", "pw1", "ssh", "-p", "2222", "host"],
+        ["sshpass", "-ppw1", "ssh", "-p", "2222", "host"],
+        ["sshpass", "-v", "-P", "assword:", "-p", "pw1", "ssh", "-p", "2222", "h"],
+        ["sshpass", "-f", "/run/pw", "ssh", "-p", "2222", "host"],
+        ["sshpass", "-d", "3", "ssh", "-p", "2222", "host"],
+        ["sshpass", "-e", "ssh", "-p", "2222", "host"],
+        ["sshpass", "-p", "pw1", "ssh", "h", "mysql", "-ppw2"],
     ],
 )
 def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
     # the same command as a list (psutil's cmdline) and joined (system.processes.top)
     hidden, count = scrubber.scrub(argv)
     assert scrubber.scrub_text(" ".join(argv)) == (" ".join(hidden), count)
+
+
+# The columns ps (or pgrep) prints before a command line: a line of ps's output starts a command.
+PS_PREFIXES = [
+    "root      1234     1  0 10:00 ?        00:00:00 ",  # ps -ef
+    "1000      1234     1  0 Jan01 ?        1-02:03:04 ",  # ps -ef, a numeric UID, a day's CPU
+    "app       1235  1234  0 2023 pts/0    00:00:00  \\_ ",  # ps -ef --forest
+    "systemd+  1234  0.0  0.1  12345  6789 ?        Ssl  10:00   0:00 ",  # ps aux
+    "root      1234 12.5  0.1 123456 67890 pts/0    S+   Jan01 123:45 ",  # ps aux
+    "root      1234  0.0  0.0   2384   900 pts/1    S+   10:00   0:00  |   \\_ ",  # ps auxf
+    "   1234 ",  # ps -o pid,args
+    "      1 ",  # ps -o pid,args, PID 1
+    "48213 ",  # pgrep -a
+]
+START_OF_COMMAND_LINES = [
+    "isql MyDSN bob pw1",
+    "/usr/bin/isql -v MyDSN bob pw1 -b",
+    "sudo -u app timeout 30 isql MyDSN bob pw1",
+    "vault login pw1 extra",
+    "vault login -no-print pw1",
+]
+
+
+@pytest.mark.parametrize("prefix", PS_PREFIXES)
+@pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
+def test_a_command_line_after_ps_columns_hides_what_it_hides_alone(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert count >= 1
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    assert scrubber.scrub_text("header\n" + prefix + line) == ("header\n" + prefix + hidden, count)
+
+
+@pytest.mark.parametrize("separator", ["&&", "||", "|"])
+def test_a_standalone_separator_word_ends_a_programs_reach(scrubber: Scrubber, separator: str) -> None:
+    # the first command's password goes; the second command's flags and words are its own
+    line = f"docker login -p pw1 {separator} docker run -p 8080:80 img"
+    assert scrubber.scrub_text(line) == (
+        f"docker login -p {REDACTED} {separator} docker run -p 8080:80 img",
+        1,
+    )
+    line = f"redis-cli -h c ping {separator} echo auth ok"
+    assert scrubber.scrub_text(line) == (line, 0)
+    line = f"mysql -h db shop {separator} ls -plh"
+    assert scrubber.scrub_text(line) == (line, 0)
+
+
+@pytest.mark.parametrize("separator", ["&&", "||", ";", "|"])
+def test_a_standalone_separator_word_starts_a_command(scrubber: Scrubber, separator: str) -> None:
+    line = f"cd /srv {separator} isql MyDSN bob pw1"
+    assert scrubber.scrub_text(line) == (f"cd /srv {separator} isql MyDSN bob {REDACTED}", 1)
+    line = f"vault login pw1 {separator} vault status"
+    assert scrubber.scrub_text(line) == (f"vault login {REDACTED} {separator} vault status", 1)
+
+
+def test_a_semicolon_word_does_not_end_a_programs_reach(scrubber: Scrubber) -> None:
+    # ps prints a joined argv unquoted: the ";" is inside mysql's -e statement
+    line = "mysql -e SELECT 1 ; SELECT 2 -pS3cretPw"
+    assert scrubber.scrub_text(line) == (f"mysql -e SELECT 1 ; SELECT 2 -p{REDACTED}", 1)
+    line = "curl -d a ; b -u bob:S3cretPw https://x"
+    assert scrubber.scrub_text(line) == (f"curl -d a ; b -u bob:{REDACTED} https://x", 1)
+
+
+@pytest.mark.parametrize(
+    "url", ['"https://x/?a=1&b=2"', "https://x/?a=1&b=2", "'https://x/?a=1&&b=2;c=3|d'", "https://x/?a=1&&b"]
+)
+def test_a_separator_glued_in_a_word_does_not_end_a_programs_reach(scrubber: Scrubber, url: str) -> None:
+    line = f"curl -u a:pw1 {url} -U p:pw2"
+    assert scrubber.scrub_text(line) == (f"curl -u a:{REDACTED} {url} -U p:{REDACTED}", 2)
 
 
 # --- operator patterns and config -------------------------------------------------------
@@ -885,6 +1030,28 @@ HOSTILE_TEXTS = {
     "mc_user_adds": "mc user add" + " a" * (HOSTILE_SIZE // 2),
     "mc_heads": "mc " * (HOSTILE_SIZE // 3),
     "vault_token_flags": "vault login x" + " -address y" * (HOSTILE_SIZE // 11) + " z",
+    # ps's columns before a command, commands after separator words, a program's reach to one
+    "ps_ef_lines": "root 1234 1 0 10:00 ? 00:00:00 x\n" * (HOSTILE_SIZE // 33),
+    "ps_aux_lines": "root 1234 0.0 0.1 12345 6789 pts/0 S+ 10:00 0:00 x\n" * (HOSTILE_SIZE // 51),
+    "ps_forest_bars": ("  1234 " + " |" * 200 + " \\_ x\n") * (HOSTILE_SIZE // 410),
+    "ps_pid_blanks": ("\n" + " " * 15 + "1" + " " * 63) * (HOSTILE_SIZE // 80),
+    "ps_long_users": ("\n" + "a" * 40 + " 1 1 1 a ? 1:11") * (HOSTILE_SIZE // 55),
+    "pid_isqls": "\n1234 isql" * (HOSTILE_SIZE // 10),
+    "separator_isqls": " && isql" * (HOSTILE_SIZE // 8),
+    "separator_vaults": " ; vault login" * (HOSTILE_SIZE // 14),
+    "vault_command_pairs": "vault login" + " a=b" * (HOSTILE_SIZE // 4),
+    "vault_command_hidden": "vault login" + " [REDACTED]" * (HOSTILE_SIZE // 11) + " x",
+    "vault_command_flags": "\nvault login" + " -address x" * (HOSTILE_SIZE // 11),
+    "sshpass_flags": "sshpass" + " -v" * (HOSTILE_SIZE // 3),
+    "sshpass_bare_ps": "sshpass" + " -p" * (HOSTILE_SIZE // 3),
+    "sshpass_values": "sshpass" + " -p x" * (HOSTILE_SIZE // 5),
+    "sshpass_heads": "sshpass -P x " * (HOSTILE_SIZE // 13),
+    "separator_reach": "redis-cli" + " && -a" * (HOSTILE_SIZE // 6),
+    "reach_blanks": "curl" + " " * HOSTILE_SIZE + "-u a:b",
+    "ldappasswd_words": "ldappasswd -a " * (HOSTILE_SIZE // 14),
+    "sqsh_words": "sqsh -P " * (HOSTILE_SIZE // 8),
+    "mc_host_adds": "mc config host add" + " a" * (HOSTILE_SIZE // 2),
+    "mc_host_heads": "mc host add " * (HOSTILE_SIZE // 12),
 }
 
 
@@ -899,6 +1066,8 @@ HOSTILE_ARGVS = {
     "acl_marks": ["redis-cli", "acl", "setuser"] + [">x"] * HOSTILE_SIZE_ITEMS,
     "vault_logins": ["vault"] + ["login"] * HOSTILE_SIZE_ITEMS,
     "mc_user_adds": ["mc"] + ["user", "add"] * HOSTILE_SIZE_ITEMS,
+    "mc_host_adds": ["mc"] + ["host", "add"] * HOSTILE_SIZE_ITEMS,
+    "sshpass_programs": ["sshpass", "-p", "x"] + ["ssh", "sshpass"] * HOSTILE_SIZE_ITEMS,
 }
 
 
