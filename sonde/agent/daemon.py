@@ -43,6 +43,7 @@ from sonde.agent.connection import (
 from sonde.agent.identity import active_packs, default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
 from sonde.agent.scrubber import Scrubber
+from sonde.log_levels import TextFormatter
 from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import FrameCodec
@@ -392,11 +393,9 @@ async def agent_main(
 
 def configure_logging(level: str | int = "INFO") -> None:
     """Log to stderr at ``level`` (a name like "DEBUG" or a number)."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=level.upper() if isinstance(level, str) else level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper() if isinstance(level, str) else level, handlers=[handler])
 
 
 def run_agent(

@@ -11,6 +11,8 @@ import logging
 import sys
 import time
 
+from sonde.log_levels import TextFormatter
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -31,7 +33,7 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for noisy in ("hypercorn.access", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
