@@ -29,9 +29,11 @@ from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, kept_back_text, 
 from sonde.hub.db import (
     SCHEMA_VERSION,
     DatabaseUnusable,
+    database_error,
     database_unusable,
     open_database,
     open_database_read_only,
+    refuse_lost_database,
     schema_version,
     write_transaction,
 )
@@ -67,9 +69,10 @@ class NoHubDatabase(Exception):
 def existing_database(data_dir: Path) -> Path:
     """The hub's database file, for any action: a typo in --data-dir, or a hub started with one
     and a command run without, must not answer from (or leave a key or token in) a database
-    made up on the spot, which no hub reads. Raises `NoHubDatabase`, or `DatabaseUnusable`
-    when the directory cannot be read."""
+    made up on the spot, which no hub reads. Raises `NoHubDatabase`; `DatabaseLost` when it is
+    missing where a hub's database existed; `DatabaseUnusable` when the directory cannot be read."""
     path = data_dir / "sonde.db"
+    refuse_lost_database(path)
     try:
         found = path.is_file()
     except OSError as exc:  # a directory this user may not enter
@@ -114,8 +117,8 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
     except (NoHubDatabase, DatabaseUnusable) as exc:  # which file, and what to do
         err(f"sonde hub: {exc}")
         return 1
-    except sqlite3.Error as exc:  # a full disk, a locked or unreadable file: nothing was changed
-        err(f"sonde hub: cannot use the hub's database {data_dir / 'sonde.db'}: {exc}; nothing was changed")
+    except sqlite3.Error as exc:  # a full disk, a locked or damaged file: nothing was changed
+        err(f"sonde hub: {worded(exc, data_dir)}")
         return 1
     except ValidationError as exc:  # a bad --agents or --probes glob
         err(f"sonde hub: {describe_params_error(exc)}")
@@ -123,6 +126,16 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
     except ValueError as exc:  # a bad name or role, said by the check that refused it
         err(f"sonde hub: {exc}")
         return 2
+
+
+def worded(error: sqlite3.Error, data_dir: Path) -> str:
+    """What went wrong with the hub's database in ``data_dir``, naming the file and what to do
+    (restore a damaged file from a backup, free space on a full disk) where SQLite's words do not."""
+    path = data_dir / "sonde.db"
+    explained = database_error(path, error)
+    if explained is not error:
+        return f"{explained}"
+    return f"cannot use the hub's database {path}: {error}; nothing was changed"
 
 
 def record(db: Any, action: str, target: str | None, outcome: str = "ok", **detail: Any) -> None:
@@ -309,8 +322,12 @@ def audit_verify(data_dir: Path) -> int:
             report = verify_audit(db)
         finally:
             db.close()
-    except (NoHubDatabase, DatabaseUnusable, sqlite3.Error) as exc:
+    except (NoHubDatabase, DatabaseUnusable) as exc:
         err(f"sonde hub: the audit chain was not checked: {exc}")
+        return VERIFY_UNCHECKED
+    except sqlite3.Error as exc:  # found reading it: a damaged file is said as the open says it
+        explained = database_error(data_dir / "sonde.db", exc)
+        err(f"sonde hub: the audit chain was not checked: {explained}")
         return VERIFY_UNCHECKED
     if version < SCHEMA_VERSION:
         err(

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sonde.hub.db import database_unusable, ensure_private_dir
+from sonde.hub.db import ensure_private_dir, file_error
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,8 @@ def _open_lock_file(data_dir: Path) -> tuple[int, bool]:
             if exc.errno not in READ_ONLY_ERRNOS or not path.is_file():
                 raise
             return os.open(path, flags | os.O_RDONLY), False
-    except OSError as exc:
-        problem = f"{(exc.strerror or str(exc)).lower()}: {exc.filename or path}"
-        raise database_unusable(data_dir / "sonde.db", problem) from exc
+    except OSError as exc:  # a full file system is said as such (`DatabaseFull`)
+        raise file_error(data_dir / "sonde.db", exc, where=path) from exc
 
 
 def _lock(fd: int, data_dir: Path) -> bool:

@@ -8,23 +8,38 @@ needs several statements to be atomic wraps them in :func:`write_transaction`: i
 command, queue on ``busy_timeout`` instead of failing on a lock upgrade) or, when a
 transaction is already open (the store's group commit), a nested SAVEPOINT.
 
+Durability: every connection that writes runs with ``synchronous=FULL``: a commit returns
+once the ``-wal`` file holding it is on disk (fsync), and a power loss or a kernel crash keeps
+every commit (NORMAL synced only at checkpoints: a revoked key could work again). The hub's
+writes are batched (the store's group commit, the audit queue's linger), so that is one fsync
+per batch, not one per call.
+
 The schema is versioned by ``PRAGMA user_version``: ``MIGRATIONS[i]`` brings the database
 to version ``i + 1``, each in its own transaction.
+
+Before any open, the files around the database are looked at (`sonde.hub.db_files`): an
+empty or missing file where a hub's database existed is refused, not made a new hub's.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlite_utils import Database
 
+from sonde.hub.db_files import file_system_full, lost_database_problem, restore_advice, start_over_advice
+
 BUSY_TIMEOUT_MS = 5000
+# every commit is on disk when it returns (the -wal file is synced), not only at checkpoints
+SYNCHRONOUS = "FULL"
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -124,6 +139,22 @@ class DatabaseTooNew(DatabaseUnusable, RuntimeError):
     """The database was written by a newer Sonde (its schema version is past `SCHEMA_VERSION`)."""
 
 
+class DatabaseLost(DatabaseUnusable):
+    """The hub's database is missing or empty, but the data directory shows one existed
+    (`sonde.hub.db_files.lost_database_problem`); nothing was opened or created."""
+
+
+class DatabaseFull(DatabaseUnusable):
+    """The hub's database cannot grow: the file system holding it is full."""
+
+    def __init__(self, path: Path, cause: BaseException | str) -> None:
+        super().__init__(
+            f"cannot use the hub's database {path}: the file system holding {path.parent} is full "
+            f"({cause}); nothing was changed. Free space on that file system (`df -h {path.parent}` "
+            "shows it), or move the data directory to a larger one, then try again"
+        )
+
+
 class DatabaseNotWritable(DatabaseUnusable, sqlite3.OperationalError):
     """The hub's database can be opened but not written (the file, its -wal and -shm files or
     their directory are read-only to the hub's user, or the file system is mounted read-only)."""
@@ -138,9 +169,11 @@ class DatabaseNotWritable(DatabaseUnusable, sqlite3.OperationalError):
 
 def is_read_only_error(error: BaseException | None) -> bool:
     """SQLite said SQLITE_READONLY (or one of its kinds), here or in ``error``'s causes."""
-    while error is not None:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # a cause chain may loop back
         if getattr(error, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
             return True
+        seen.add(id(error))
         error = error.__cause__
     return False
 
@@ -152,29 +185,31 @@ def open_database(path: Path, *, check_writable: bool = False, existing: bool = 
     missing; with ``existing`` nothing is created: the file must hold a hub database
     already (an admin command must not make one no hub reads). The connection may be
     used from any thread, one thread at a time.
-    Raises `NotAHubDatabase`, before anything is changed, for a file that holds another
-    program's tables (or, with ``existing``, no hub database); `DatabaseUnusable` for a
-    file or directory that cannot be created or opened, or a file that is not SQLite;
+    Raises, before anything is changed, `DatabaseLost` for a missing or empty file where a
+    hub's database existed, and `NotAHubDatabase` for a file that holds another program's
+    tables (or, with ``existing``, no hub database); `DatabaseFull` when the file system
+    is full; `DatabaseUnusable` for a file or directory that cannot be created or opened,
+    or a file that is not SQLite or is damaged;
     `DatabaseTooNew` (a RuntimeError) if the file was written by a newer Sonde; and
     `DatabaseNotWritable` if it cannot be written: SQLite opens a file it may not write
     read-only without a word, so ``check_writable`` also makes one write (rolled back).
     """
     path = Path(path)
+    refuse_lost_database(path)
     try:
         if not existing:
             _ensure_private_file(path)
         db = _connect(path.resolve().as_uri() + "?mode=rw", uri=True) if existing else _connect(path)
     except OSError as exc:
-        problem = f"{(exc.strerror or str(exc)).lower()}: {exc.filename or path}"
-        raise database_unusable(path, problem) from exc
+        raise file_error(path, exc) from exc
     except sqlite3.Error as exc:
-        raise _open_error(path, exc) from exc
+        raise_worded(path, exc)
     try:
         _refuse_other_files(db, path, existing=existing)  # before WAL: a file not ours stays as it was
         if schema_version(db) == 0:  # a new file: pages freed later (an audit prune) can be given back
             db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes before WAL and the first table
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")  # a setting of this connection, not of the file
         migrate(db, path)
         if check_writable:
             db.conn.execute("BEGIN IMMEDIATE")
@@ -184,10 +219,7 @@ def open_database(path: Path, *, check_writable: bool = False, existing: bool = 
                 db.conn.execute("ROLLBACK")
     except sqlite3.Error as exc:
         db.close()
-        error = _open_error(path, exc)
-        if error is exc:
-            raise
-        raise error from exc
+        raise_worded(path, exc)
     except BaseException:
         db.close()
         raise
@@ -214,22 +246,50 @@ def _refuse_other_files(db: Database, path: Path, *, existing: bool) -> None:
         )
 
 
-def _open_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
-    """What opening ``path`` failed of, for a person: the file and what to do; else ``error`` itself."""
+def refuse_lost_database(path: Path) -> None:
+    """Raise `DatabaseLost` if ``path`` is missing or empty where a hub's database existed
+    (`sonde.hub.db_files`); call it before SQLite opens the file, which would delete its -wal."""
+    problem = lost_database_problem(Path(path))
+    if problem is not None:
+        raise DatabaseLost(problem)
+
+
+def database_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
+    """What using ``path`` failed of, for a person: a `DatabaseUnusable` naming the file and what
+    to do (a read-only, full, damaged or unopenable file); else ``error`` itself."""
     if isinstance(error, DatabaseUnusable):
         return error
     if is_read_only_error(error):
         return DatabaseNotWritable(path, error)
     name = getattr(error, "sqlite_errorname", "")
+    if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and file_system_full(path)):
+        return DatabaseFull(path, error)  # a -shm file that cannot grow is only an I/O error
     if name == "SQLITE_CANTOPEN":
         return database_unusable(path, str(error))
-    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+    if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return DatabaseUnusable(
             f"the hub's database {path} is not a SQLite database, or it is damaged ({error}): point "
-            "--data-dir at the hub's data directory, or restore the file from a backup (with the file "
-            "moved away, the hub starts over with an empty store)"
+            f"--data-dir at the hub's data directory, or {restore_advice(path)}; "
+            f"{start_over_advice(path)}"
         )
     return error
+
+
+def raise_worded(path: Path, error: sqlite3.Error) -> NoReturn:
+    """Raise `database_error` of ``error``, caused by it (or ``error`` itself, not its own cause)."""
+    worded = database_error(path, error)
+    if worded is error:
+        raise error
+    raise worded from error
+
+
+def file_error(path: Path, error: OSError, *, where: Path | None = None) -> DatabaseUnusable:
+    """`DatabaseUnusable` for an OSError making or opening ``path``, its directory or the file
+    ``where`` in it: `DatabaseFull` for a full file system, else `database_unusable`'s advice."""
+    problem = f"{(error.strerror or str(error)).lower()}: {error.filename or where or path}"
+    if error.errno in NO_SPACE_ERRNOS:
+        return DatabaseFull(path, problem)
+    return database_unusable(path, problem)
 
 
 def give_back_free_pages(db: Database, chunk_pages: int = 1024) -> int | None:
@@ -260,15 +320,16 @@ def open_database_read_only(path: Path) -> Database:
 
     A WAL database whose directory cannot be written (no ``-shm`` can be made) is read as an
     immutable file, unless a ``-wal`` file next to it holds changes that would then be missed.
-    Raises `NotAHubDatabase`, `DatabaseUnusable`, `DatabaseTooNew`.
+    Raises `DatabaseLost`, `NotAHubDatabase`, `DatabaseUnusable`, `DatabaseTooNew`.
     """
     path = Path(path)
+    refuse_lost_database(path)
     uri = path.resolve().as_uri() + "?mode=ro"
     try:
         db = _read_connection(uri)
     except sqlite3.Error as exc:
         if not _no_shm_can_be_made(exc) or not path.is_file():
-            raise _open_error(path, exc) from exc
+            raise_worded(path, exc)
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
             raise database_unusable(
@@ -277,7 +338,7 @@ def open_database_read_only(path: Path) -> Database:
         try:
             db = _read_connection(uri + "&immutable=1")  # nothing can write there either
         except sqlite3.Error as again:
-            raise _open_error(path, again) from again
+            raise_worded(path, again)
     try:
         _refuse_other_files(db, path, existing=True)
         refuse_too_new(db, path)

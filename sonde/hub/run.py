@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import signal
 import socket
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -149,11 +150,18 @@ BIND_PROBLEMS = {
 def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
     from sonde.hub.data_dir import DataDirInUse
-    from sonde.hub.db import DatabaseUnusable
+    from sonde.hub.db import NO_SPACE_ERRNOS, DatabaseUnusable
 
     cause = innermost(exc)
     if isinstance(cause, DatabaseUnusable | DataDirInUse):
         return str(cause)
+    if (said := database_reason(cause, config.db_path)) is not None:
+        return said
+    if isinstance(cause, OSError) and cause.filename is not None and cause.errno in NO_SPACE_ERRNOS:
+        return (
+            f"cannot write {cause.filename}: the file system holding it is full ({cause.strerror}); "
+            "free space on it, then start the hub again"
+        )
     address = f"{config.host}:{config.port}"
     if isinstance(cause, socket.gaierror):  # from bind: the host is a name, and it does not resolve
         return (
@@ -167,3 +175,24 @@ def stop_reason(exc: BaseException, config: HubConfig) -> str:
             f"cannot listen on {address}: {BIND_PROBLEMS[cause.errno]}; choose another with --bind HOST:PORT"
         )
     return f"{type(cause).__name__}: {cause}"
+
+
+def database_reason(cause: BaseException, path: Path) -> str | None:
+    """A write or read of the hub's database that failed (at start: the first writes), for a
+    person: the file and what to do; None for another error."""
+    from sonde.hub.db import database_error
+    from sonde.hub.store import LOCK_WAIT_S, StoreCommitFailed
+
+    error = cause.__cause__ if isinstance(cause, StoreCommitFailed) else cause
+    if not isinstance(error, sqlite3.Error):
+        return None
+    explained = database_error(path, error)
+    if explained is not error:
+        return str(explained)
+    if isinstance(cause, StoreCommitFailed) and cause.locked:
+        return (
+            f"cannot write the hub's database {path}: another process held its write lock past the "
+            f"hub's {LOCK_WAIT_S:g} s wait ({error}; a backup, an `sqlite3` shell in a transaction); "
+            "nothing was changed. Start the hub again once it is released"
+        )
+    return f"cannot use the hub's database {path}: {error}"

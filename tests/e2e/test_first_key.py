@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from sonde.hub.db import open_database
 from tests.e2e.procs import KEY_LINE, SONDE, URL_LINE, base_env, first_admin_key, running_hub, spawn
 
 
@@ -87,9 +88,12 @@ def test_on_a_terminal_the_key_is_printed_once_and_no_file_is_written(tmp_path: 
 
 
 def test_an_earlier_key_file_is_rewritten_private(tmp_path: Path) -> None:
-    """A file of that name left with a wider mode (a restore, a copy) does not keep it."""
+    """A file of that name left with a wider mode (a restore, a copy) does not keep it. Beside an
+    empty store (a first start that stopped before it listened): beside no database at all the
+    file shows a hub's database was lost there, and the hub refuses to start (test_db_damage.py)."""
     data_dir = tmp_path / "data"
     data_dir.mkdir(mode=0o700)
+    open_database(data_dir / "sonde.db").close()
     stale = data_dir / "first-admin-key"
     stale.write_text("old\n")
     stale.chmod(0o644)

@@ -22,9 +22,12 @@ def sonde_hub(
         if file_size_limit is not None:  # past it every write fails, as on a full disk
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
+    env = base_env(tmp_path / "home")
+    if file_size_limit is not None:  # else a module compiled meanwhile is cached cut at the limit
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return subprocess.run(
         [*SONDE, "hub", *args, "--data-dir", str(tmp_path / "data")],
-        env=base_env(tmp_path / "home"),
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,

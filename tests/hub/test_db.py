@@ -47,7 +47,7 @@ def test_pragmas(tmp_path: Path) -> None:
     db = open_database(tmp_path / "hub.db")
     try:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: every commit is on disk
         assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
         assert db.conn.isolation_level is None
