@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
+from sonde.hub.audit import audit_entry
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -78,17 +79,22 @@ async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, An
         if record.status == "degraded" and record.pending_attestation == claimed:
             return record  # held for this very claim already: audited once, when first made
         return await hold(hub, record, claimed, result.changes)
-    fields = {"attestation": claimed, "pending_attestation": None}
-    updated = await hub.store.write(update_agent, record.id, **fields)
-    await hub.audit(
+    entry = audit_entry(
         "hub", f"attestation.{result.verdict}", record.name, "ok", detail={"changes": result.changes}
+    )
+    updated = await hub.write_audited(
+        lambda db: update_agent(db, record.id, attestation=claimed, pending_attestation=None),
+        lambda _: entry,
     )
     return updated or record
 
 
 async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: list[str]) -> AgentRecord:
-    updated = await hub.store.write(update_agent, record.id, status="degraded", pending_attestation=claimed)
-    await hub.audit("hub", "attestation.held", record.name, "degraded", detail={"changes": changes})
+    entry = audit_entry("hub", "attestation.held", record.name, "degraded", detail={"changes": changes})
+    updated = await hub.write_audited(
+        lambda db: update_agent(db, record.id, status="degraded", pending_attestation=claimed),
+        lambda _: entry,
+    )
     return updated or record
 
 
@@ -116,12 +122,15 @@ async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> AgentRecord 
     was_pending = record.pending_attestation
     # a link that ends meanwhile queues its own status write after this one (`Fleet.detach`)
     connected = record.id in hub.fleet.sessions
-    updated = await hub.store.write(accept_pending, record.id, connected=connected)
+    outcome = "ok" if was_pending is not None else "nothing_pending"
+    entry = audit_entry(actor, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
+    updated = await hub.write_audited(
+        lambda db: accept_pending(db, record.id, connected=connected),
+        lambda updated: None if updated is None else entry,
+    )
     if updated is None:
         return None
     hub.fleet.remember(updated)
-    outcome = "ok" if was_pending is not None else "nothing_pending"
-    await hub.audit(actor, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
     return updated
 
 

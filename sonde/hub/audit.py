@@ -94,6 +94,28 @@ class AuditEntry(BaseModel):
     ts: float = Field(default_factory=time.time)
 
 
+def audit_entry(
+    actor: str,
+    action: str,
+    target: str | None,
+    outcome: str,
+    *,
+    duration_ms: float | None = None,
+    detail: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """An entry made now, its target and detail cut to the bounds the hub keeps (`bounded_target`,
+    `bounded_detail`): they may hold what a caller sent."""
+    return AuditEntry(
+        actor=actor,
+        action=action,
+        target=bounded_target(target),
+        outcome=outcome,
+        duration_ms=duration_ms,
+        detail=bounded_detail(detail) if detail else {},
+        ts=time.time(),
+    )
+
+
 class AuditVerification(BaseModel):
     """The result of checking the chain; ``problem`` is empty when ``ok``."""
 
@@ -175,15 +197,7 @@ def record_entry(
 ) -> int:
     """Put one action on the chain now (in the caller's transaction, if one is open), its target
     and detail cut to the bounds the hub keeps: they may hold what was typed."""
-    entry = AuditEntry(
-        actor=actor,
-        action=action,
-        target=bounded_target(target),
-        outcome=outcome,
-        detail=bounded_detail(detail),
-        ts=time.time(),
-    )
-    return append_audit(db, entry)
+    return append_audit(db, audit_entry(actor, action, target, outcome, detail=detail))
 
 
 def verify_audit(db: Database) -> AuditVerification:

@@ -10,6 +10,11 @@ had been appended one by one. The linger is what batches sequential calls too:
 without it every probe paid a worker-thread hop and a transaction of its own
 (measured: a quarter of the hub's CPU per sequential probe).
 
+A change made through the hub (an API key created, an agent removed) must not be parted
+from its entry by a crash, as it could be while the entry waited here: `write_with` runs the
+change's store op and appends its entry in the same transaction, after the entries waiting
+(taken into that write, so the chain keeps the order and the times of the entries).
+
 Nothing waits for the commit (group commit), except when more than
 `MAX_PENDING` entries are waiting: then the caller waits for a write
 (back-pressure, so the list stays bounded). Readers of the audit trail call
@@ -37,15 +42,22 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
+import outcome
 import trio
 from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, append_audit, append_many
 from sonde.hub.audit_budget import UnauthenticatedBudget
+from sonde.hub.db import write_transaction
+from sonde.hub.errors import is_damaged_database
 from sonde.hub.store import Store, StoreCommitFailed
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_PENDING = 10_000
 LINGER_S = 0.05
 RETRY_S = 1.0
@@ -74,6 +86,7 @@ class AuditQueue:
         self._wanted = trio.Event()  # set by entries waiting for the flusher
         self.failure: str | None = None  # why the last write failed; None while writes work
         self._failure_locked = False  # that was another process holding the database's write lock
+        self._failure_damaged = False  # that was SQLite finding the database file damaged
         self._failing_since = 0.0
         self._dropped = 0  # entries not kept while failing, past the bound
         self._dropping_since = 0.0
@@ -102,7 +115,12 @@ class AuditQueue:
         """What a caller is told while the audit log cannot be written; None while it can."""
         if self.failure is None:
             return None
-        if self._failure_locked:
+        if self._failure_damaged:
+            fix = (
+                "The database file is damaged: an operator must stop the hub, restore sonde.db from a backup "
+                "and run `sonde hub audit verify`."
+            )
+        elif self._failure_locked:
             fix = (
                 "Another process holds the write lock of the hub's sonde.db (a backup, an sqlite3 shell "
                 "in a transaction): calls are served again by themselves once it lets go."
@@ -141,24 +159,58 @@ class AuditQueue:
                 except AuditUnavailable:
                     log.error("%d audit entries were not written before the hub stopped", len(self._pending))
 
+    async def write_with(
+        self, change: Callable[[Database], T], entry_for: Callable[[T], AuditEntry | None]
+    ) -> T:
+        """Run the store op ``change`` and append ``entry_for(its result)`` in the same transaction,
+        after every entry appended before it: the change and its entry commit together or not at all.
+
+        The entry is timed when its write begins (its ``ts`` is replaced), so the chain stays in
+        the order of time. Returns what ``change`` returns, or raises what it raises (neither it
+        nor its entry is then written; the entries before it are). Raises `StoreCommitFailed` if
+        the database did not take the write (locked, full, damaged): nothing was written, and the
+        entries before it are the flusher's again. Cancelled, it waits for the outcome (shielded).
+        """
+        async with self._writing:
+            taken = self._take(final=False)
+            begun = time.time()
+            try:
+                with trio.CancelScope(shield=True):  # the outcome must be known: keep the entries or not
+                    done = await self._store.write(
+                        _append_with_change, taken.entries, change, entry_for, begun
+                    )
+            except (StoreCommitFailed, sqlite3.Error):
+                self._pending[:0] = taken.pending
+                self._wanted.set()  # the flusher tries them again, and says so if it cannot
+                raise
+            self._taken_written(taken)
+        return done.unwrap()
+
     async def _write_pending(self, final: bool = False) -> None:
         async with self._writing:
-            entries, self._pending = self._pending, []
-            gap = self._gap_entry() if self._dropped else None
-            summary = self._budget.summary(final)
-            extra = [e for e in (gap, summary) if e is not None]  # made afresh if this write fails
-            if not entries and not extra:
+            taken = self._take(final)
+            if not taken.entries:
                 return
             try:
                 with trio.CancelScope(shield=True):  # the outcome must be known: keep the entries or not
-                    await self._store.write(_append_entries, entries + extra)
+                    await self._store.write(_append_entries, taken.entries)
             except (StoreCommitFailed, sqlite3.Error) as exc:
-                self._pending[:0] = entries
+                self._pending[:0] = taken.pending
                 self._failed(exc)
                 raise AuditUnavailable(self.failure) from exc
-            if summary is not None:
-                self._budget.written()
-            self._written(len(entries) + (gap is not None))
+            self._taken_written(taken)
+
+    def _take(self, final: bool) -> _Taken:
+        """The entries of the next write (under ``_writing``): the pending ones, then a gap and a
+        summary if due (made afresh if this write fails)."""
+        pending, self._pending = self._pending, []
+        gap = self._gap_entry() if self._dropped else None
+        return _Taken(pending, gap, self._budget.summary(final))
+
+    def _taken_written(self, taken: _Taken) -> None:
+        if taken.summary is not None:
+            self._budget.written()
+        self._written(len(taken.pending) + (taken.gap is not None))
 
     def _gap_entry(self) -> AuditEntry:
         return AuditEntry(
@@ -182,6 +234,7 @@ class AuditQueue:
             )
         self.failure = str(cause)
         self._failure_locked = isinstance(exc, StoreCommitFailed) and exc.locked
+        self._failure_damaged = is_damaged_database(cause)
 
     def _written(self, count: int) -> None:
         if self.failure is None:
@@ -194,6 +247,88 @@ class AuditQueue:
         )
         self.failure = None
         self._dropped = 0
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """What one write of the queue's takes: the pending entries, and a gap and a summary if due."""
+
+    pending: list[AuditEntry]
+    gap: AuditEntry | None
+    summary: AuditEntry | None
+
+    @property
+    def entries(self) -> list[AuditEntry]:
+        return self.pending + [e for e in (self.gap, self.summary) if e is not None]
+
+
+class UnwritableEntry(RuntimeError):
+    """The entry of a change cannot be encoded (a NaN in its detail): a bug; the change is not made."""
+
+
+def _append_with_change(
+    db: Database,
+    entries: list[AuditEntry],
+    change: Callable[[Database], T],
+    entry_for: Callable[[T], AuditEntry | None],
+    ts: float,
+) -> outcome.Outcome[T]:
+    """In the writer thread: append ``entries``, then run ``change`` and append its entry, in a
+    savepoint of their own: a change that raises loses only itself (its outcome is returned).
+
+    Raises `StoreCommitFailed` when the database failed the write (a full disk, an I/O error, a
+    damaged file), whichever statement it failed: nothing of this write then stays."""
+    try:
+        if entries:
+            _append_entries(db, entries)
+    except sqlite3.Error as exc:
+        raise _write_failed(exc) from exc
+    result = outcome.capture(_change_and_entry, db, change, entry_for, ts)
+    if isinstance(result, outcome.Error) and isinstance(result.error, sqlite3.Error):
+        if not db.conn.in_transaction or _database_failed(result.error):  # not the change's own refusal
+            raise _write_failed(result.error) from result.error
+    return result
+
+
+# SQLite's primary result codes for a database that did not take a write, whatever was written
+DATABASE_FAILED_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+
+
+def _database_failed(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in DATABASE_FAILED_CODES
+
+
+def _write_failed(exc: sqlite3.Error) -> StoreCommitFailed:
+    """The error of a write the database failed midway, as the store says it of a failed commit."""
+    error = StoreCommitFailed(f"the write transaction failed: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _change_and_entry(
+    db: Database, change: Callable[[Database], T], entry_for: Callable[[T], AuditEntry | None], ts: float
+) -> T:
+    with write_transaction(db):  # nested: a savepoint, rolled back if anything here raises
+        result = change(db)
+        entry = entry_for(result)
+        if entry is not None:
+            try:
+                append_audit(db, entry.model_copy(update={"ts": ts}))
+            except ValueError as exc:
+                raise UnwritableEntry(f"audit entry {entry.actor} {entry.action} not written: {exc}") from exc
+    return result
 
 
 def _append_entries(db: Database, entries: list[AuditEntry]) -> None:

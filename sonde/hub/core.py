@@ -24,7 +24,7 @@ from sqlite_utils import Database
 from sonde.hub.agent_records import mark_all_offline
 from sonde.hub.agent_removal import cut_off_removed_agents
 from sonde.hub.attestation import watch_accepted_agents
-from sonde.hub.audit import AuditEntry, bounded_detail, bounded_target, record_entry
+from sonde.hub.audit import AuditEntry, audit_entry, record_entry
 from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.audit_retention import keep_audit_for
 from sonde.hub.auth import KeyRing
@@ -74,7 +74,8 @@ class Hub:
         detail: dict[str, Any] | None = None,
         unauthenticated: bool = False,
     ) -> None:
-        """Append to the audit chain without waiting for the commit (batched: `AuditQueue`).
+        """Append to the audit chain without waiting for the commit (batched: `AuditQueue`): for
+        what changes nothing (a call, a refusal); a change is recorded with `write_audited`.
 
         The target and each detail value are cut to a bounded size (`bounded_target`,
         `bounded_detail`): they may hold what a caller sent, a pasted secret even (never
@@ -82,19 +83,24 @@ class Hub:
         entry (one no credential vouches for: a caller can cause it at will) draws on
         the hub-wide budget of `sonde.hub.audit_budget`.
         """
-        entry = AuditEntry(
-            actor=actor,
-            action=action,
-            target=bounded_target(target),
-            outcome=outcome,
-            duration_ms=duration_ms,
-            detail=bounded_detail(detail) if detail else {},
-            ts=time.time(),
-        )
+        entry = audit_entry(actor, action, target, outcome, duration_ms=duration_ms, detail=detail)
         if unauthenticated:
             await self.audit_queue.append_unauthenticated(entry)
         else:
             await self.audit_queue.append(entry)
+
+    async def write_audited(
+        self, change: Callable[[Database], T], entry_for: Callable[[T], AuditEntry | None]
+    ) -> T:
+        """Make a change and put it on the audit chain in one transaction: after a crash, both
+        are in the database or neither is (a change an admin makes must never be unrecorded).
+
+        ``change`` is a store op; ``entry_for`` builds the entry from its result (`audit_entry`;
+        None: nothing to record), in the writer thread. Returns what ``change`` returns. Raises
+        what it raises (nothing of it is written), `StoreCommitFailed` when the database did not
+        take the write (nothing was written). `AuditQueue.write_with`.
+        """
+        return await self.audit_queue.write_with(change, entry_for)
 
     async def stop_when(self, shutdown: trio.Event, *then: Callable[[], None]) -> None:
         """The server's shutdown trigger: once ``shutdown`` is set, end every agent's connection

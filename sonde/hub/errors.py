@@ -8,6 +8,7 @@ what the audit row of that refusal records (REST writes it; see `sonde.hub.rest`
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 
 from pydantic import JsonValue
@@ -72,3 +73,33 @@ def database_unavailable(locked: bool, cause: str) -> HubError:
             "try again once an operator has fixed that (often: free disk space where sonde.db is)"
         )
     return HubError(message, "database_unavailable", 503, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})
+
+
+# SQLite's primary result codes for a file whose pages are not what SQLite wrote
+# (``database disk image is malformed``, ``file is not a database``).
+DAMAGED_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+DAMAGED_WORDS = ("malformed", "file is not a database")
+
+
+def is_damaged_database(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying the database file is damaged (not locked, full or read-only)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in DAMAGED_CODES  # an extended code keeps the primary one in its low byte
+    return any(words in str(exc) for words in DAMAGED_WORDS)
+
+
+def database_damaged(cause: str) -> HubError:
+    """The refusal of anything that reached a damaged part of the hub's database file (503).
+
+    Waiting does not mend it: there is no Retry-After, and the message says what an
+    operator must do.
+    """
+    message = (
+        f"the hub's database file (sonde.db in its data directory) is damaged: SQLite says {cause!r}. "
+        "An operator must stop the hub, restore sonde.db from a backup, and run `sonde hub audit verify` "
+        "before starting the hub again"
+    )
+    return HubError(message, "database_unavailable", 503)

@@ -16,6 +16,7 @@ import importlib.resources
 import json
 import logging
 import re
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,9 +27,17 @@ from quart import Response, g, jsonify, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from sonde.hub.audit import audit_entry
 from sonde.hub.auth import BEARER_CHALLENGE, Caller
 from sonde.hub.enrollment import enroll_agent
-from sonde.hub.errors import Denial, HubError, database_unavailable, forbidden
+from sonde.hub.errors import (
+    Denial,
+    HubError,
+    database_damaged,
+    database_unavailable,
+    forbidden,
+    is_damaged_database,
+)
 from sonde.hub.keys import EnrollmentRefused
 from sonde.hub.store import StoreCommitFailed
 from sonde.packs.executor import describe_params_error
@@ -170,15 +179,32 @@ def install_error_handlers(app: QuartTrio, hub: Hub) -> None:
 
     @app.errorhandler(StoreCommitFailed)
     async def database_error(exc: StoreCommitFailed) -> Response:
+        if exc.__cause__ is not None and is_damaged_database(exc.__cause__):
+            return await damaged_database(exc.__cause__)
         # the database refused the write (locked by another process, a full disk): no bug here
         log.warning(
             "%s %s: not written: %s (%s)", request.method, request.path, exc.cause, hub.config.db_path
         )
         return await api_error(database_unavailable(exc.locked, exc.cause))
 
+    @app.errorhandler(sqlite3.DatabaseError)
+    async def damaged_database(exc: BaseException) -> Response:
+        if not is_damaged_database(exc):  # any other SQLite error a handler did not expect: a bug
+            return await internal_error(exc)
+        # no bug of the hub's either, and no traceback: the file changed under SQLite
+        log.error(
+            "%s %s: the database file %s is damaged (%s): stop the hub, restore it from a backup "
+            "and run `sonde hub audit verify`",
+            request.method,
+            request.path,
+            hub.config.db_path,
+            exc,
+        )
+        return await api_error(database_damaged(str(exc)))
+
     @app.errorhandler(Exception)
-    async def internal_error(exc: Exception) -> Response:  # the REST supervision boundary
-        log.exception("REST handler failed")
+    async def internal_error(exc: BaseException) -> Response:  # the REST supervision boundary
+        log.exception("REST handler failed", exc_info=exc)
         return error_response(500, "internal", "internal error; the hub logged it")
 
 
@@ -227,7 +253,12 @@ Handler = Callable[..., Awaitable[Any]]
 async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
     body = await parse_body(EnrollRequest)
     try:
-        record = await hub.store.write(enroll_agent, body, time.time())
+        record = await hub.write_audited(
+            lambda db: enroll_agent(db, body, time.time()),
+            lambda made: audit_entry(
+                "enrollment", "agent.enroll", made.name, "ok", detail={"agentId": made.id}
+            ),
+        )
     except EnrollmentRefused as exc:
         status = 409 if exc.code == "name_taken" else 400 if exc.code == "invalid_public_key" else 401
         await hub.audit(
@@ -235,7 +266,6 @@ async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
         )
         raise ApiError(status, exc.code, exc.message) from None
     hub.fleet.remember(record)
-    await hub.audit("enrollment", "agent.enroll", record.name, "ok", detail={"agentId": record.id})
     from sonde.protocol.signing import public_key_to_text
 
     answer = EnrollResponse(

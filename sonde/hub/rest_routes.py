@@ -12,9 +12,9 @@ from quart_trio import QuartTrio
 
 from sonde import __version__
 from sonde.hub import agent_removal
-from sonde.hub.agent_records import delete_agent, set_tags
+from sonde.hub.agent_records import AgentRecord, delete_agent, set_tags
 from sonde.hub.attestation import accept_held
-from sonde.hub.audit import query_audit_page, verify_audit
+from sonde.hub.audit import AuditEntry, audit_entry, query_audit_page, verify_audit
 from sonde.hub.keys import (
     LastAdminKey,
     TokenNotRevocable,
@@ -108,12 +108,16 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, admin=True, action="rest.api_key.create")
         body = await parse_body(NewApiKey)
         policy = body.policy.model_dump(mode="json") if body.policy else None
+        detail = {"name": body.name, "role": body.role, "policy": policy}
         try:
-            record, secret = await hub.store.write(create_api_key, body.name, body.role, policy)
+            record, secret = await hub.write_audited(
+                lambda db: create_api_key(db, body.name, body.role, policy),
+                lambda made: audit_entry(
+                    caller.key_id, "rest.api_key.create", made[0].id, "ok", detail=detail
+                ),
+            )
         except ValueError as exc:  # a name of spaces only, a policy on an admin key
             raise ApiError(400, "invalid_body", str(exc)) from None
-        detail = {"name": body.name, "role": body.role, "policy": policy}
-        await hub.audit(caller.key_id, "rest.api_key.create", record.id, "ok", detail=detail)
         return {"key": record.model_dump(mode="json"), "secret": secret}, 201
 
     @app.get("/api/v1/api-keys")
@@ -128,13 +132,15 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
         if len(key_id) > MAX_ID_SHOWN:  # ids are 32 characters, secrets 49: a longer one names no key
             raise ApiError(404, "not_found", f"no API key has an id that long ({len(key_id)} characters)")
         try:  # by id, or by the key's secret (never shown, never recorded: the row names the id)
-            done = await hub.store.write(revoke_api_key_named, key_id, time.time())
+            done = await hub.write_audited(
+                lambda db: revoke_api_key_named(db, key_id, time.time()),
+                lambda done: audit_entry(
+                    caller.key_id, "rest.api_key.revoke", done.target, "ok" if done.revoked else "not_found"
+                ),
+            )
         except LastAdminKey as exc:
             await hub.audit(caller.key_id, "rest.api_key.revoke", exc.key_id, "refused")
             raise ApiError(409, "last_admin_key", str(exc)) from None
-        await hub.audit(
-            caller.key_id, "rest.api_key.revoke", done.target, "ok" if done.revoked else "not_found"
-        )
         if not done.revoked:
             raise ApiError(404, "not_found", f"{done.message}; GET /api/v1/api-keys lists them")
         hub.keys.forget()
@@ -144,9 +150,11 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     async def new_token() -> tuple[dict[str, Any], int]:
         caller = await require_caller(hub, admin=True, action="rest.token.create")
         body = await parse_body(NewEnrollmentToken)
-        record, secret = await hub.store.write(create_enrollment_token, body.ttl_s, body.name)
         detail = {"name": body.name, "ttl_s": body.ttl_s}
-        await hub.audit(caller.key_id, "rest.token.create", record.id, "ok", detail=detail)
+        record, secret = await hub.write_audited(
+            lambda db: create_enrollment_token(db, body.ttl_s, body.name),
+            lambda made: audit_entry(caller.key_id, "rest.token.create", made[0].id, "ok", detail=detail),
+        )
         return {"token": record.model_dump(mode="json"), "secret": secret}, 201
 
     @app.get("/api/v1/enrollment-tokens")
@@ -163,7 +171,12 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
                 404, "not_found", f"no enrollment token has an id that long ({len(token_id)} characters)"
             )
         try:
-            token = await hub.store.write(revoke_enrollment_token, token_id, time.time())
+            token = await hub.write_audited(
+                lambda db: revoke_enrollment_token(db, token_id, time.time()),
+                lambda token: audit_entry(
+                    caller.key_id, "rest.token.revoke", token.id, "ok", detail={"name": token.name}
+                ),
+            )
         except TokenNotRevocable as exc:
             await hub.audit(
                 caller.key_id, "rest.token.revoke", exc.token_id, "not_found", detail={"state": exc.state}
@@ -171,7 +184,6 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
             raise ApiError(
                 404, "not_found", f"{exc.message}; GET /api/v1/enrollment-tokens lists them"
             ) from None
-        await hub.audit(caller.key_id, "rest.token.revoke", token.id, "ok", detail={"name": token.name})
         return {"revoked": token.id}
 
 
@@ -198,10 +210,10 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def remove_agent(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True, action="rest.agent.remove")
         record = resolve_agent(hub, caller, agent)
-        await hub.store.write(delete_agent, record.id, time.time())
-        hub.fleet.forget(record.id, agent_removal.REMOVED_BY_ADMIN)
         target, detail = agent_removal.removal_audit(record)
-        await hub.audit(caller.key_id, "rest.agent.remove", target, "ok", detail=detail)
+        entry = audit_entry(caller.key_id, "rest.agent.remove", target, "ok", detail=detail)
+        await hub.write_audited(lambda db: delete_agent(db, record.id, time.time()), lambda _: entry)
+        hub.fleet.forget(record.id, agent_removal.REMOVED_BY_ADMIN)
         return {"removed": record.id, "name": record.name}
 
     @app.put("/api/v1/agents/<agent>/tags")
@@ -209,14 +221,21 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, admin=True, action="rest.agent.tags")
         record = resolve_agent(hub, caller, agent)
         body = await parse_body(TagsBody)
+
+        def tags_entry(updated: AgentRecord | None) -> AuditEntry | None:
+            if updated is None:  # removed meanwhile: nothing changed
+                return None
+            return audit_entry(
+                caller.key_id, "rest.agent.tags", record.name, "ok", detail={"tags": updated.tags}
+            )
+
         try:
-            updated = await hub.store.write(set_tags, record.id, body.tags)
+            updated = await hub.write_audited(lambda db: set_tags(db, record.id, body.tags), tags_entry)
         except ValueError as exc:
             raise ApiError(400, "invalid_body", str(exc)) from None
         if updated is None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
         hub.fleet.remember(updated)
-        await hub.audit(caller.key_id, "rest.agent.tags", record.name, "ok", detail={"tags": updated.tags})
         return {"agent": record.name, "tags": updated.tags}
 
     @app.post("/api/v1/agents/<agent>/attestation/accept")
