@@ -318,6 +318,7 @@ class AgentFilters(BaseModel):
 
 
 LAST_UNIX_S = 253402300799  # 9999-12-31T23:59:59Z: a larger number is milliseconds, or no time
+UnixSeconds = Annotated[float | None, Field(ge=0, le=LAST_UNIX_S, allow_inf_nan=False)]
 
 
 class AuditFilters(BaseModel):
@@ -331,19 +332,11 @@ class AuditFilters(BaseModel):
     action: str | None = Field(
         default=None, max_length=64, description="Only entries whose action starts with this"
     )
-    since: float | None = Field(
-        default=None,
-        ge=0,
-        le=LAST_UNIX_S,
-        allow_inf_nan=False,
-        description="Only entries at or after (unix seconds, not milliseconds)",
+    since: UnixSeconds = Field(
+        default=None, description="Only entries at or after (unix seconds, not milliseconds)"
     )
-    until: float | None = Field(
-        default=None,
-        ge=0,
-        le=LAST_UNIX_S,
-        allow_inf_nan=False,
-        description="Only entries before (unix seconds, not milliseconds)",
+    until: UnixSeconds = Field(
+        default=None, description="Only entries before (unix seconds, not milliseconds)"
     )
     limit: int = Field(default=100, ge=1, le=1000, description="At most this many, the newest")
 

@@ -156,13 +156,6 @@ class FrameCodec:
             self._check_fresh(message)
         return message
 
-    def verify(
-        self, message: Envelope, raw: dict[str, Any], key: Ed25519PublicKey, now: datetime | None = None
-    ) -> None:
-        """Check signature, timestamp window and nonce; raises `SignatureError`."""
-        verify_frame(raw, key)
-        self.replay_guard.check(message.nonce, message.ts, now or self.clock())
-
     def _check_fresh(self, message: Message) -> None:
         try:
             self.replay_guard.check(message.nonce, message.ts, self.clock())
