@@ -11,7 +11,8 @@ on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered; sshpass
 own options end at the program it runs, so ``sshpass -p X ssh -p 2222`` keeps the port):
 flags (mysql's, sshpass's, 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
 xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
-the ldap tools' ``-w`` (ldappasswd's ``-a OLD`` and ``-s NEW`` too), ``docker login -p``,
+the ldap tools' ``-w`` (ldappasswd's ``-a OLD`` and ``-s NEW`` too; after switches clustered
+with it, ``-xw``, ``-ZZxwPW``), ``docker login -p``,
 ``rdesktop``/``ncftp -p``, ``openssl -k``, the snmp tools' ``-A``/``-X``/``-c`` (the
 community, ``public`` too), ``zip``/``unzip``/``ipmitool``/``sqlcmd``/``bcp``, Sybase
 ``isql``, ``sqsh`` and the mosquitto clients' ``-P``, the
@@ -41,6 +42,8 @@ from typing import Any, NamedTuple
 from sonde.agent.scrub_rules import SWITCHES
 from sonde.agent.scrub_shapes import (
     ISQL_VALUED,
+    LDAP_SWITCHES,
+    LDAPPASSWD_SWITCHES,
     MC_VALUED,
     RABBITMQCTL_VALUED,
     REDIS_CLI_VALUED,
@@ -103,13 +106,18 @@ class ProgramFlags(NamedTuple):
     # Its options end at its first positional item, the program it runs: sshpass -p PW ssh -p 2222
     # (ssh's -p is a port), read from there as that program's (a known one's) or nobody's.
     options_end: bool = False
+    # The letters of its flags taking no value that may come clustered before a password flag in
+    # one item, read as that flag: ldapsearch -xw PW is -w PW, -ZZxwPW is -wPW (-xy FILE stays).
+    switches: str = ""
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
 _MONGO = ProgramFlags(separate=frozenset({"-p"}))
-_LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",))
+_LDAP = ProgramFlags(separate=frozenset({"-w"}), attached=("-w",), switches=LDAP_SWITCHES)
 # ldappasswd -w BINDPW -a OLDPW -s NEWPW (-A, -S, -W prompt; -t, -T name files)
-_LDAPPASSWD = ProgramFlags(separate=frozenset({"-w", "-a", "-s"}), attached=("-w", "-a", "-s"))
+_LDAPPASSWD = ProgramFlags(
+    separate=frozenset({"-w", "-a", "-s"}), attached=("-w", "-a", "-s"), switches=LDAPPASSWD_SWITCHES
+)
 _CAPITAL_P = ProgramFlags(separate=frozenset({"-P"}))  # zip -P PW; lowercase -p is something else
 _LOWER_P = ProgramFlags(separate=frozenset({"-p"}))  # rdesktop -p PW ("-p -": from stdin)
 _SAMBA = ProgramFlags(user_password=frozenset({"-U", "--user"}), user_password_action=_HIDE_AFTER_PERCENT)
@@ -269,8 +277,11 @@ def argv_plan(items: Sequence[Any]) -> list[int] | None:
         action = KEEP
         ahead: Sequence[int] = ()  # the indexes of the passwords further on that this item announces
         if item[:1] == "-":
-            action = _attached_value(item, flags)
-            pending = _flag_asks(item, flags) if action == KEEP else KEEP
+            flag, clustered = _unclustered(item, flags)
+            action = _attached_value(flag, flags)
+            if action >= _HIDE_AFTER_PREFIX:
+                action += clustered  # the password starts that much further in the item itself
+            pending = _flag_asks(flag, flags) if action == KEEP else KEEP
             if flags.last_with and action == KEEP and _is_short_flag_with(item, flags.last_with):
                 ahead = (len(items) - 1,)
         elif pending != KEEP:
@@ -407,6 +418,19 @@ def _marked(item: str, marks: tuple[str, ...]) -> int:
 def _is_short_flag_with(item: str, letter: str) -> bool:
     """Whether ``item`` is a short flag, or a run of them, holding ``letter`` (htpasswd's -b, -nbB)."""
     return letter in item and item[1:].isalpha()
+
+
+def _unclustered(item: str, flags: ProgramFlags) -> tuple[str, int]:
+    """``item`` without the switches clustered before a password flag (``-ZZxw`` -> ``-w``,
+    ``-xwPW`` -> ``-wPW``; `ProgramFlags.switches`), and how many letters went; ``item`` itself
+    (and 0) when it is no such cluster."""
+    if not flags.switches or item[:2] == "--":
+        return item, 0
+    rest = item[1:].lstrip(flags.switches)
+    flag = "-" + rest
+    if len(rest) == len(item) - 1 or not (flag[:2] in flags.separate or flag.startswith(flags.attached)):
+        return item, 0
+    return flag, len(item) - len(flag)
 
 
 def _flag_asks(flag: str, flags: ProgramFlags) -> int:

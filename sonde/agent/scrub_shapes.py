@@ -55,6 +55,11 @@ _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
 # before it ends there. One glued to a word ("x;", "?a=1&b=2" in a URL) is no separator here.
 _SEPARATOR = r"(?:&&|\|\||;|\|)"
 _SEPARATOR_WORD = _SEPARATOR + r"(?![^\s\x00])"
+# A separator glued to the end of a word ("PW;", "PW&&", "PW|"): a shell ends the command there,
+# so that word is its command's last. (Only looked at where a secret's place depends on it; a
+# password hidden with its glued ";" is over-redaction, not a leak.)
+_GLUED_SEPARATOR = r"(?:(?<=;)|(?<=&&)|(?<=\|))"
+_NOT_GLUED_SEPARATOR = r"(?<!;)(?<!&&)(?<!\|)"
 # The separator words a program's reach stops at: not ";", which a joined argv holds inside
 # one item often enough (ps prints `mysql -e SELECT 1 ; SELECT 2 -pX` unquoted) for a
 # password after it to be missed; a port hidden after "a ; b" is the lesser harm.
@@ -81,6 +86,15 @@ ISQL_VALUED = (
     "-P", "-U", "-S", "-D", "-H", "-I", "-i", "-o", "-E", "-J", "-R", "-s", "-t", "-A", "-a", "-l", "-m",
     "-y", "-z", "-Z", "-K",
 )  # fmt: skip
+# The OpenLDAP clients' switches (flags taking no value) that getopt lets come clustered before
+# the password flag in one item: "ldapsearch -xw PW", "ldapmodify -ZZxwPW" are -x -w PW. A letter
+# that is a switch in one client but takes a value in another counts as a switch: misread, it
+# hides a filter, not less. -y FILE (a file holding the password) stays.
+LDAP_SWITCHES = "ACILMNQVWZacnrtuvxz"
+# ldappasswd's, where -a OLD, -s NEW and -t/-T FILE take a value and -A, -S prompt.
+LDAPPASSWD_SWITCHES = "ACINQSVWZnvx"
+_LDAP_PASSWORD_FLAG = r"-[" + LDAP_SWITCHES + r"]{0,16}+w"  # -w, -xw, -ZZxw
+_LDAPPASSWD_PASSWORD_FLAG = r"-[" + LDAPPASSWD_SWITCHES + r"]{0,16}+[asw]"  # and -a OLD, -s NEW
 VAULT_VALUED = (
     "-method", "-path", "-address", "-namespace", "-ns", "-field", "-format", "-ca-cert", "-ca-path",
     "-client-cert", "-client-key", "-tls-server-name", "-wrap-ttl", "-mfa", "-header", "-agent-address",
@@ -130,12 +144,17 @@ _PS_COLUMNS = (
     + r")|[ \t]{1,16}+\d{1,10}|\d{3,10})"
     + r"[ \t]{1,64}+(?:[ \t|]{0,256}+\\_[ \t]{1,16}+)?"
 )
-# The start of a command (not prose): a line's start (maybe after ps's columns) or a separator
-# word's end ("cd /x && isql ..."); maybe a wrapper and up to 8 of its items, then the
-# program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
+# What a shell's xtrace (set -x) prints before each command it runs: "+ ", one "+" more per
+# level of nesting ("++ " in a command substitution).
+_XTRACE = r"\+{1,32}+ "
+# The start of a command (not prose): a line's start (maybe after ps's columns or xtrace's
+# "+ ") or a separator word's end ("cd /x && isql ..."); maybe a wrapper and up to 8 of its
+# items, then the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
 _COMMAND_START = (
     r"(?:(?<![^\n\x00])(?:"
     + _PS_COLUMNS
+    + "|"
+    + _XTRACE
     + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+)(?:"
     + _PATH
     + "(?:"
@@ -159,8 +178,20 @@ _VAULT_BEFORE_TOKEN = (
     + "|".join(re.escape(name) for name in sorted(VAULT_VALUED, key=len, reverse=True))
     + r")[ \t]+[^\s\x00]{1,4096}+|-[^\s\x00]{0,4096}+|[^\s\x00=\[]{0,4096}+[=\[][^\s\x00]{0,4096}+))*+"
 )
-# A token (not a NAME=VALUE pair, not hidden in part already: hvs.[REDACTED]).
-_VAULT_TOKEN = r"[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+(?![^\s\x00])"
+# A token (not a NAME=VALUE pair, not hidden in part already: hvs.[REDACTED]); a word ending
+# with ":" or "," is prose ("vault login failed: permission denied").
+_VAULT_TOKEN = r"[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+(?<![:,])(?![^\s\x00])"
+# A token by its shape (hvs., hvb., hvr.; before Vault 1.10 s., b., r.; before 1.0 a UUID), maybe
+# with a separator glued to it: a token wherever it is, more words after it or not.
+_VAULT_TOKEN_SHAPE = (
+    r"[ \t]+(?:(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{16,4096}+(?:\.[A-Za-z0-9]{1,64}+)?"
+    r"|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})(?:;|&&|\|\|?)?(?![^\s\x00])"
+)
+# A token whose command ends at a separator glued to it, whatever follows ("TOKEN;vault status").
+_VAULT_TOKEN_GLUED = r"[ \t]+[^\s\x00\"'=\[;&|-][^\s\x00\"'=\[;&|]{0,4095}+(?:;|&&|\|)"
+# The end of a command after its last item: the text's or a line's end, a separator word, or a
+# separator glued to that item ("vault login TOKEN; vault status").
+_COMMAND_END = r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+" + _SEPARATOR_WORD + "|" + _GLUED_SEPARATOR + ")"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -414,7 +445,8 @@ SHAPE_RULES = (
     ),
     # The password flags of known programs on a command line (within 200 characters of the
     # program's name, before a separator word: "a && b"): redis-cli -a, sshpass's own -p (before
-    # the program it runs), the mongo tools' -p, the ldap tools' -w (ldappasswd's -a OLD, -s NEW),
+    # the program it runs), the mongo tools' -p, the ldap tools' -w (ldappasswd's -a OLD, -s NEW;
+    # maybe after switches clustered with it: -xw PW, -ZZxwPW),
     # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
     # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
     # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
@@ -428,8 +460,15 @@ SHAPE_RULES = (
             r"redis-cli" + _REACH + r"{0,200}?[ \t]-a[ \t]+"
             r"|sshpass" + _SSHPASS_OPTIONS + r"[ \t]+-p[ \t]*"
             r"|mongo(?:sh|dump|restore|export|import|stat|top)?" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
-            r"|ldap(?:passwd(?![a-z])" + _REACH + r"{0,200}?[ \t]-[asw]"
-            r"|(?!passwd(?![a-z]))[a-z]{3,8}" + _REACH + r"{0,200}?[ \t]-w)[ \t]*"
+            r"|ldap(?:passwd(?![a-z])"
+            + _REACH
+            + r"{0,200}?[ \t]"
+            + _LDAPPASSWD_PASSWORD_FLAG
+            + r"|(?!passwd(?![a-z]))[a-z]{3,8}"
+            + _REACH
+            + r"{0,200}?[ \t]"
+            + _LDAP_PASSWORD_FLAG
+            + r")[ \t]*"
             r"|(?:curl" + _REACH + r"{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
             r"|etcdctl" + _REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=))"
             r"[\"']?[^\s\x00:\"']{1,256}:"
@@ -459,17 +498,23 @@ SHAPE_RULES = (
     # configure set [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc
     # alias set NAME URL ACCESSKEY SECRET, mc admin user add ALIAS ACCESSKEY SECRET and mc config
     # host add ALIAS URL ACCESSKEY SECRET, vault login [flags] TOKEN [flags] (the last item of its
-    # command but flags; at the start of a command every item but flags and NAME=VALUE pairs, as
-    # the argv form reads it: vault login TOKEN extra), and unixODBC's isql DSN USER SECRET (at
-    # the start of a command: a line's start, maybe after ps's columns, or after a separator
-    # word; maybe after sudo, timeout N ...: "the isql client" is prose). Every one of a
-    # program's words on the line.
+    # command but flags, or one with a token's shape: "ran: vault login s.X -no-print now"; at the
+    # start of a command every item but flags and NAME=VALUE pairs, as the argv form reads it:
+    # vault login TOKEN extra; never a word ending with ":": "vault login failed: ..."), and
+    # unixODBC's isql DSN USER SECRET (at the start of a command: a line's start, maybe after ps's
+    # columns or xtrace's "+ ", or after a separator word; maybe after sudo, timeout N ...: "the
+    # isql client" is prose). Every one of a program's words on the line.
     ShapeRule(
         "program_password_word",
         re.compile(
             r"(?<![\w.-])(?:"
             r"redis-cli" + _LATER + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
-            r"|(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+(?=[ \t]+(?!(?i:keys)(?![^\s\x00]))[^\s\x00-]))?+"
+            # a user before the password, unless a separator glued to it ends the command there
+            # ("AUTH PW; echo ok": a pass after reads "AUTH [REDACTED] echo" as user and password,
+            # hiding "echo" too: over-redaction, not a leak)
+            r"|(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+"
+            + _NOT_GLUED_SEPARATOR
+            + r"(?=[ \t]+(?!(?i:keys)(?![^\s\x00]))[^\s\x00-]))?+"
             r"|(?i:requirepass|masterauth))"
             r"|rabbitmqctl"
             + _LATER
@@ -496,13 +541,16 @@ SHAPE_RULES = (
             + _flags_then(MC_VALUED)
             + r")|vault[ \t]+login"
             + _flags_then(VAULT_VALUED)
-            # the token is the last item of its command but flags
+            # the token has a token's shape, or is the last item of its command but flags
             + r"(?="
+            + _VAULT_TOKEN_SHAPE
+            + "|"
+            + _VAULT_TOKEN_GLUED
+            + "|"
             + _VAULT_TOKEN
             + _flags_then(VAULT_VALUED)
-            + r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+"
-            + _SEPARATOR_WORD
-            + r"))|"
+            + _COMMAND_END
+            + r")|"
             + _COMMAND_START
             + r"(?:vault[ \t]+login"
             + _VAULT_BEFORE_TOKEN

@@ -17,7 +17,9 @@ secret when
 
 unless its LAST part describes the secret instead of holding it
 (`DESCRIPTOR_WORDS`: ``password_policy``, ``token_count``, ``private_key_path``,
-``auth_method``, ``secret_name``) or it is the shell's ``PWD``/``OLDPWD``.
+``auth_method``, ``secret_name``) or it is the shell's ``PWD``/``OLDPWD``. A few
+environment variables whose one word the rules above cannot read are named
+outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``).
 A bare ``key`` is never secret (``Key_reads``, ``primary_key``,
 ``keyspace_hits``, ``evicted_keys``), and parts are whole words, so
 ``monkey``, ``author``, ``authority``, ``passed_tests``, ``tokenizer_version``,
@@ -67,6 +69,10 @@ DESCRIPTOR_WORDS = frozenset(
 )  # fmt: skip
 # The shell's working-directory variables (case-sensitive), not passwords.
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# Variables holding a password under one word the rules cannot split (case-sensitive: the
+# package "sshpass:amd64" in dpkg's log is no secret): sshpass -e reads SSHPASS. MYSQL_PWD,
+# PGPASSWORD and REDISCLI_AUTH are secret by the rules already.
+SECRET_ENV_NAMES = frozenset({"SSHPASS"})
 
 _WORD_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
@@ -81,6 +87,8 @@ def is_secret_name(name: str) -> bool:
     """True when a field called ``name`` holds a secret (see the module docstring)."""
     if name in NOT_SECRET_NAMES:
         return False
+    if name in SECRET_ENV_NAMES:
+        return True
     parts = name_parts(name)
     if not parts or parts[-1] in DESCRIPTOR_WORDS:
         return False

@@ -961,6 +961,134 @@ SECRETS: tuple[SecretCase, ...] = (
         "curl -u a:[REDACTED] https://x/?a=1&b=2 -U p:[REDACTED]",
         redactions=2,
     ),
+    # a shell's xtrace (set -x) line: "+ " (one "+" more per nesting level) before the command,
+    # which is then read as it is without it
+    SecretCase(
+        "xtrace_isql",
+        "+ isql MYDSN alice hunter2_xti",
+        "hunter2_xti",
+        "+ isql MYDSN alice [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_nested_sudo_isql",
+        "deploy.sh:\n+ cd /srv\n++ sudo -u app isql MYDSN alice hunter2_xts\nok",
+        "hunter2_xts",
+        "deploy.sh:\n+ cd /srv\n++ sudo -u app isql MYDSN alice [REDACTED]\nok",
+    ),
+    SecretCase(
+        "xtrace_mysql",
+        "++ mysql -u root -phunter2_xtm -h db",
+        "hunter2_xtm",
+        "++ mysql -u root -p[REDACTED] -h db",
+    ),
+    SecretCase(
+        "xtrace_sshpass",
+        "+ sshpass -p hunter2_xtp ssh host",
+        "hunter2_xtp",
+        "+ sshpass -p [REDACTED] ssh host",
+    ),
+    SecretCase(
+        "xtrace_vault_login_extra",
+        "+++ vault login hunter2_xtv extra",
+        "hunter2_xtv",
+        "+++ vault login [REDACTED] [REDACTED]",
+        redactions=2,
+    ),
+    # the ldap tools' short flags clustered: a run of switches ending in -w (ldappasswd: -a, -s)
+    SecretCase(
+        "ldapsearch_clustered_xw",
+        "ldapsearch -xw hunter2_lcx -D cn=admin,dc=x -b dc=x",
+        "hunter2_lcx",
+        "ldapsearch -xw [REDACTED] -D cn=admin,dc=x -b dc=x",
+    ),
+    SecretCase(
+        "ldapmodify_clustered_zzxw",
+        "ldapmodify -ZZxw hunter2_lcz -D cn=admin,dc=x -f change.ldif",
+        "hunter2_lcz",
+        "ldapmodify -ZZxw [REDACTED] -D cn=admin,dc=x -f change.ldif",
+    ),
+    SecretCase(
+        "ldapwhoami_x_w", "ldapwhoami -x -w hunter2_lcw", "hunter2_lcw", "ldapwhoami -x -w [REDACTED]"
+    ),
+    SecretCase(
+        "ldapdelete_clustered_attached",
+        "ldapdelete -xwhunter2_lca cn=old,dc=x",
+        "hunter2_lca",
+        "ldapdelete -xw[REDACTED] cn=old,dc=x",
+    ),
+    SecretCase(
+        "ldappasswd_clustered",
+        "ldappasswd -ZZxw hunter2_lpx -D cn=admin,dc=x -xs hunter2_lpy uid=bob,dc=x",
+        "hunter2_lp",
+        "ldappasswd -ZZxw [REDACTED] -D cn=admin,dc=x -xs [REDACTED] uid=bob,dc=x",
+        redactions=2,
+    ),
+    # sshpass -e reads the password from the SSHPASS variable
+    SecretCase(
+        "sshpass_env_var",
+        "SSHPASS=hunter2_spe sshpass -e ssh deploy@web-1 uptime",
+        "hunter2_spe",
+        "SSHPASS=[REDACTED] sshpass -e ssh deploy@web-1 uptime",
+    ),
+    SecretCase(
+        "env_sshpass_env_var",
+        "env SSHPASS=hunter2_spf sshpass -e scp a web-1:",
+        "hunter2_spf",
+        "env SSHPASS=[REDACTED] sshpass -e scp a web-1:",
+    ),
+    SecretCase("export_sshpass", "export SSHPASS=hunter2_spg", "hunter2_spg", "export SSHPASS=[REDACTED]"),
+    # vault login TOKEN in the middle of a line with more words after it: a token's shape
+    SecretCase(
+        "vault_login_legacy_token_mid_line",
+        "2026-11-20T10:00:00Z ran: vault login s.AbCdEf1234567890xyz -method=token now",
+        "s.AbCdEf1234567890xyz",
+        "2026-11-20T10:00:00Z ran: vault login [REDACTED] -method=token now",
+    ),
+    SecretCase(
+        "vault_login_hvs_token_mid_line",
+        f"deploy: vault login {VAULT} extra words",
+        VAULT[4:],
+        "deploy: vault login hvs.[REDACTED] extra words",
+    ),
+    SecretCase(
+        "vault_login_uuid_token_mid_line",
+        "ci: vault login 3f2b8c1e-9d4a-4e6b-8a7c-1d2e3f4a5b6c -no-print then terraform apply",
+        "3f2b8c1e-9d4a-4e6b-8a7c-1d2e3f4a5b6c",
+        "ci: vault login [REDACTED] -no-print then terraform apply",
+    ),
+    SecretCase(
+        "vault_login_token_pair",
+        "vault login token=hunter2_vtp",
+        "hunter2_vtp",
+        "vault login token=[REDACTED]",
+    ),
+    SecretCase(
+        "vault_login_legacy_token",
+        "vault login s.Qf1s5zigZ4yX6akYjyp2Afsr",
+        "s.Qf1s5zigZ4yX6akYjyp2Afsr",
+        "vault login [REDACTED]",
+    ),
+    # a separator glued to a secret ends its command: the secret is the last item, not a user
+    # before a password ("AUTH PW; echo" is no "AUTH USER PW"); the glued ";" may go with it
+    SecretCase(
+        "redis_cli_auth_glued_semicolon",
+        "redis-cli -h cache AUTH hunter2_rcs; echo done",
+        "hunter2_rcs",
+        "redis-cli -h cache AUTH [REDACTED] [REDACTED] done",  # "echo" read as a password after
+        redactions=2,
+    ),
+    SecretCase(
+        "vault_login_glued_semicolon_mid_line",
+        "ran: vault login hunter2_vl7; vault status",
+        "hunter2_vl7",
+        "ran: vault login [REDACTED] vault status",
+    ),
+    SecretCase(
+        "vault_login_glued_and_mid_line",
+        "ran: vault login hunter2_vl8&& vault status",
+        "hunter2_vl8",
+        "ran: vault login [REDACTED] vault status",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -1148,6 +1276,30 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("mysql_then_ls", "mysql -h db shop && ls -plh /var/lib/mysql", "ls's flags"),
     LookAlike("snmpwalk_then_grep", "snmpwalk -v3 -l noAuthNoPriv -u bob h | grep -c ifDescr", "grep's -c"),
     LookAlike("redis_cli_then_auth_word", "redis-cli -h cache ping && echo auth ok", "echo's words"),
+    LookAlike(
+        "ldapsearch_password_file_clustered",
+        "ldapsearch -xy /etc/ldap.secret -D cn=admin,dc=x -b dc=x",
+        "-y names a file holding the password",
+    ),
+    LookAlike(
+        "ldapsearch_prompt_clustered", "ldapsearch -ZZxW -D cn=admin,dc=x -b dc=x uid=bob", "-W prompts"
+    ),
+    LookAlike(
+        "ldapsearch_then_grep_w",
+        "ldapsearch -xLLL -b dc=x uid | grep -iw uid",
+        "grep's -w: clusters are read for the ldap tools only, in their command",
+    ),
+    LookAlike("dpkg_sshpass", "2024-05-01 10:00:00 status installed sshpass:amd64 1.09-1", "the package"),
+    LookAlike(
+        "vault_login_failed_at_line_start",
+        "vault login failed: permission denied for user bob",
+        "a log message: 'failed:' is no token",
+    ),
+    LookAlike(
+        "vault_login_succeeded_mid_line",
+        "2024-05-01 deploy: vault login succeeded for role web",
+        "prose: no token's shape before more words",
+    ),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -1212,4 +1364,15 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike("sqsh_empty_password", ("sqsh", "-U", "sa", "-P", "-S", "SYBASE"), "an empty password"),
     ArgvLookAlike("sshpass_file_ssh_port", ("sshpass", "-f", "/run/pw", "ssh", "-p", "2222", "h"), "a port"),
     ArgvLookAlike("sshpass_env_ssh_port", ("sshpass", "-e", "ssh", "-p", "2222", "h"), "a port"),
+    ArgvLookAlike(
+        "ldapsearch_password_file_clustered",
+        ("ldapsearch", "-xy", "/etc/ldap.secret", "-b", "dc=x"),
+        "a file",
+    ),
+    ArgvLookAlike(
+        "ldapsearch_prompt_clustered", ("ldapsearch", "-ZZxW", "-D", "cn=admin", "uid=bob"), "prompts"
+    ),
+    ArgvLookAlike(
+        "grep_cluster_w", ("grep", "-rw", "needle", "/srv"), "clusters are read for ldap tools only"
+    ),
 )

@@ -107,7 +107,7 @@ SECRET_NAMES = [
     "private_key", "privateKey", "private_key_id", "secret_key", "auth_key", "AccountKey",
     "SharedAccessKey", "session_key", "credentials", "creds", "auth", "basic_auth",
     "authorization", "Proxy-Authorization", "cookie", "Set-Cookie", "session_cookie", "jwt",
-    "requirepass", "masterauth", "storepass", "spring.datasource.password",
+    "requirepass", "masterauth", "storepass", "spring.datasource.password", "SSHPASS",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "keyspace_hits", "keyspace_misses", "evicted_keys", "expired_keys", "Key_reads",
@@ -117,6 +117,7 @@ ORDINARY_NAMES = [
     "password_file", "secret_name", "secretName", "private_key_path", "auth_method",
     "auth_plugin", "passed_tests", "pass_rate", "bypass", "author", "authority", "oauth",
     "authorized_keys", "cookie_domain", "session", "PWD", "OLDPWD", "message", "name", "value",
+    "sshpass",
 ]  # fmt: skip
 
 
@@ -622,6 +623,31 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
             ],
             3,
         ),
+        # the ldap tools' switches clustered before -w (ldappasswd's -a, -s): -xw PW, -ZZxwPW
+        (
+            ["ldapsearch", "-xw", "pw111", "-b", "dc=x"],
+            ["ldapsearch", "-xw", REDACTED, "-b", "dc=x"],
+            1,
+        ),
+        (
+            ["ldapmodify", "-ZZxw", "pw112", "-f", "c.ldif"],
+            ["ldapmodify", "-ZZxw", REDACTED, "-f", "c.ldif"],
+            1,
+        ),
+        (["ldapdelete", "-xwpw113", "cn=x"], ["ldapdelete", "-xw" + REDACTED, "cn=x"], 1),
+        (
+            ["ldappasswd", "-ZZxw", "pw114", "-xs", "pw115", "uid=bob"],
+            ["ldappasswd", "-ZZxw", REDACTED, "-xs", REDACTED, "uid=bob"],
+            2,
+        ),
+        # a cluster read as a password flag only: another flag is read as it was
+        (["ldapsearch", "-xtoken", "pw117"], ["ldapsearch", "-xtoken", REDACTED], 1),
+        # sshpass -e: the password in the SSHPASS variable
+        (
+            ["env", "SSHPASS=pw116", "sshpass", "-e", "ssh", "h"],
+            ["env", "SSHPASS=" + REDACTED, "sshpass", "-e", "ssh", "h"],
+            1,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -764,6 +790,14 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["sshpass", "-d", "3", "ssh", "-p", "2222", "host"],
         ["sshpass", "-e", "ssh", "-p", "2222", "host"],
         ["sshpass", "-p", "pw1", "ssh", "h", "mysql", "-ppw2"],
+        ["ldapsearch", "-xw", "pw1", "-D", "cn=admin,dc=x", "-b", "dc=x"],
+        ["ldapmodify", "-ZZxw", "pw1", "-f", "c.ldif"],
+        ["ldapwhoami", "-x", "-w", "pw1"],
+        ["ldapdelete", "-xwpw1", "cn=x"],
+        ["ldappasswd", "-ZZxw", "pw1", "-xa", "pw2", "-xs", "pw3", "uid=bob"],
+        ["ldapsearch", "-xy", "/etc/ldap.secret", "-b", "dc=x"],
+        ["ldapsearch", "-ZZxW", "-b", "dc=x"],
+        ["env", "SSHPASS=pw1", "sshpass", "-e", "ssh", "h"],
     ],
 )
 def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
@@ -804,6 +838,22 @@ def test_a_command_line_after_ps_columns_hides_what_it_hides_alone(
     assert scrubber.scrub_text("header\n" + prefix + line) == ("header\n" + prefix + hidden, count)
 
 
+# What a shell's xtrace (set -x) prints before a command: one "+" per nesting level and a space.
+XTRACE_PREFIXES = ["+ ", "++ ", "+++ "]
+XTRACE_LINES = [*START_OF_COMMAND_LINES, "mysql -u root -ppw1 -h db", "sshpass -p pw1 ssh host"]
+
+
+@pytest.mark.parametrize("prefix", XTRACE_PREFIXES)
+@pytest.mark.parametrize("line", XTRACE_LINES)
+def test_a_command_line_after_xtrace_plus_signs_hides_what_it_hides_alone(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert count >= 1
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    assert scrubber.scrub_text("+ cd /srv\n" + prefix + line) == ("+ cd /srv\n" + prefix + hidden, count)
+
+
 @pytest.mark.parametrize("separator", ["&&", "||", "|"])
 def test_a_standalone_separator_word_ends_a_programs_reach(scrubber: Scrubber, separator: str) -> None:
     # the first command's password goes; the second command's flags and words are its own
@@ -832,6 +882,49 @@ def test_a_semicolon_word_does_not_end_a_programs_reach(scrubber: Scrubber) -> N
     assert scrubber.scrub_text(line) == (f"mysql -e SELECT 1 ; SELECT 2 -p{REDACTED}", 1)
     line = "curl -d a ; b -u bob:S3cretPw https://x"
     assert scrubber.scrub_text(line) == (f"curl -d a ; b -u bob:{REDACTED} https://x", 1)
+
+
+GLUED_SECRET = "Zq9sEcr3t"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "mysql -uroot -pZq9sEcr3t;",
+        "mysql -uroot -pZq9sEcr3t; echo done",
+        "export PGPASSWORD=Zq9sEcr3t;",
+        "PGPASSWORD='Zq9sEcr3t'; export PGPASSWORD",
+        "export SSHPASS=Zq9sEcr3t; sshpass -e ssh host",
+        "curl -u bob:Zq9sEcr3t; echo done",
+        "redis-cli -a Zq9sEcr3t; echo done",
+        "redis-cli AUTH Zq9sEcr3t; echo done",
+        "redis-cli AUTH Zq9sEcr3t&& echo done",
+        "redis-cli AUTH default Zq9sEcr3t;",
+        "sshpass -p Zq9sEcr3t; ssh host",
+        "ldapsearch -xw Zq9sEcr3t; echo done",
+        "isql MyDSN bob Zq9sEcr3t; echo done",
+        "+ isql MyDSN bob Zq9sEcr3t; echo done",
+        "vault login Zq9sEcr3t; vault status",
+        "ran: vault login Zq9sEcr3t; vault status",
+        "ran: vault login -no-print Zq9sEcr3t; vault status",
+        "ran: vault login Zq9sEcr3t -no-print; vault status",
+        "ran: vault login Zq9sEcr3t|| exit 1",
+        "ran: vault login Zq9sEcr3t;vault status",
+        "sqlplus scott/Zq9sEcr3t; exit",
+        "docker login -u bob -p Zq9sEcr3t; docker ps",
+        "zip -P Zq9sEcr3t; ls",
+        "rabbitmqctl add_user bob Zq9sEcr3t; ls",
+        "htpasswd -nb bob Zq9sEcr3t;",
+        "postgres://app:Zq9sEcr3t@db;",
+    ],
+)
+def test_a_separator_glued_to_a_secret_does_not_show_it(scrubber: Scrubber, line: str) -> None:
+    # a shell ends the command at a ";" (or "&&", "||", "|") glued to a word: no piece of the
+    # secret may stay (the separator may be hidden with it)
+    scrubbed, count = scrubber.scrub_text(line)
+    assert count >= 1
+    pieces = {GLUED_SECRET[start : start + 4] for start in range(len(GLUED_SECRET) - 3)}
+    assert [piece for piece in pieces if piece in scrubbed] == [], scrubbed
 
 
 @pytest.mark.parametrize(
@@ -1052,6 +1145,15 @@ HOSTILE_TEXTS = {
     "sqsh_words": "sqsh -P " * (HOSTILE_SIZE // 8),
     "mc_host_adds": "mc config host add" + " a" * (HOSTILE_SIZE // 2),
     "mc_host_heads": "mc host add " * (HOSTILE_SIZE // 12),
+    # xtrace's "+ " before a command, the ldap tools' clustered switches, vault tokens' shapes
+    "xtrace_isqls": "\n+++ sudo a b c isql" * (HOSTILE_SIZE // 21),
+    "xtrace_pluses": "\n" + "+" * HOSTILE_SIZE + " isql",
+    "ldap_clusters": "ldapsearch" + " -xZZLLL" * (HOSTILE_SIZE // 8),
+    "ldappasswd_clusters": "ldappasswd" + " -xZZS" * (HOSTILE_SIZE // 6),
+    "vault_token_shapes": "vault login s." + "a" * HOSTILE_SIZE + ".",
+    "vault_shape_heads": "vault login hvs." * (HOSTILE_SIZE // 16),
+    "vault_glued_flags": "vault login x" + " -no-print;" * (HOSTILE_SIZE // 11) + " y",
+    "redis_auth_glued": "redis-cli auth" + " x;" * (HOSTILE_SIZE // 3),
 }
 
 
