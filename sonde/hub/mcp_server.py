@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from pydantic import ValidationError
 from sonde import __version__
 from sonde.echo import echoed
 from sonde.hub.auth import Caller
-from sonde.hub.errors import database_unavailable
+from sonde.hub.errors import database_damaged, database_unavailable, is_damaged_database
 from sonde.hub.mcp_answers import SessionManager
 from sonde.hub.mcp_events import EventLog
 from sonde.hub.probing import capitalized
@@ -195,8 +196,15 @@ async def call_tool(
         return tool_error(str(exc))
     except StoreCommitFailed as exc:  # the database refused a write: say why, as REST does
         outcome = "database_unavailable"
+        if exc.__cause__ is not None and is_damaged_database(exc.__cause__):
+            return damaged_database(hub, spec, exc.__cause__)
         log.warning("tool %s: not written: %s (%s)", spec.name, exc.cause, hub.config.db_path)
         return tool_error(capitalized(database_unavailable(exc.locked, exc.cause).message) + ".")
+    except sqlite3.DatabaseError as exc:
+        if not is_damaged_database(exc):  # any other SQLite error a tool did not expect: a bug
+            return internal_error(spec)
+        outcome = "database_unavailable"
+        return damaged_database(hub, spec, exc)
     except trio.Cancelled:
         outcome = "cancelled"
         raise
@@ -236,6 +244,21 @@ def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
     )
+
+
+def damaged_database(hub: Hub, spec: ToolSpec[Any, Any], exc: BaseException) -> types.CallToolResult:
+    """What a caller gets when a tool reached a damaged page of sonde.db: what an operator must do.
+
+    No traceback: the file changed under SQLite, no bug of the hub's (as REST's 503).
+    """
+    log.error(
+        "tool %s: the database file %s is damaged (%s): stop the hub, restore it from a backup "
+        "and run `sonde hub audit verify`",
+        spec.name,
+        hub.config.db_path,
+        exc,
+    )
+    return tool_error(capitalized(database_damaged(str(exc)).message) + ".")
 
 
 def internal_error(spec: ToolSpec[Any, Any]) -> types.CallToolResult:

@@ -9,8 +9,9 @@ answers (the handlers dump WireModels by alias, and the other models have no ali
 
 The refusals that every route of a kind shares are not listed per route. They follow
 from how the route is called: a key (401, and 429 with Retry-After), an admin key (403), a
-JSON body (400, 413), a write (503 while the audit log cannot be written), and any route
-(500). Every refusal has the shape of `ErrorResponse`.
+JSON body (400, 413), a key, a token or a write (503 while the database cannot be read or
+written, and for a write while the audit log cannot be written), and any route (500). Every
+refusal has the shape of `ErrorResponse`.
 """
 
 from __future__ import annotations
@@ -318,8 +319,10 @@ def refusals(route: Route, takes_body: bool) -> set[int]:
         found.add(403)
     if takes_body:
         found |= {400, 413}
-    if route.method != "get":
-        found.add(503)  # `refuse_while_unaudited`
+    if route.who != "anyone" or route.method != "get":
+        # a key or token is looked up in the database, which can be locked past the wait, full or
+        # damaged (`database_unavailable`); a write is also refused while unaudited
+        found.add(503)
     return found - set(route.ok)
 
 

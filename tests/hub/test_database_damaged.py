@@ -13,6 +13,7 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,15 +22,19 @@ from quart_trio import QuartTrio
 from sonde.hub import audit_queue
 from sonde.hub.audit import AuditEntry, append_many
 from sonde.hub.audit_queue import AuditQueue
+from sonde.hub.auth import caller_for
 from sonde.hub.config import HubConfig
-from sonde.hub.core import open_hub
+from sonde.hub.core import Hub, open_hub
 from sonde.hub.db import open_database
 from sonde.hub.errors import is_damaged_database
-from sonde.hub.keys import create_api_key
+from sonde.hub.keys import ApiKeyRecord, create_api_key
+from sonde.hub.mcp_server import SondeUser, call_tool
 from sonde.hub.rest import create_rest_app
 from sonde.hub.store import StoreCommitFailed, open_store
+from sonde.hub.tools import all_tools
 
 ROWS = 3000
+ADMIN = caller_for(ApiKeyRecord(id="k-admin", name="admin", prefix="sonde_x", role="admin", created_at=0.0))
 PAGE_BYTES = 4096
 
 
@@ -43,8 +48,8 @@ def damage(path: Path, marker: bytes) -> None:
 
 
 @pytest.fixture
-async def damaged(tmp_path: Path) -> AsyncIterator[tuple[QuartTrio, dict[str, str]]]:
-    """A hub on a database whose audit table has a damaged page in its middle, and an admin's headers."""
+async def damaged_hub(tmp_path: Path) -> AsyncIterator[tuple[Hub, str]]:
+    """A hub on a database whose audit table has a damaged page in its middle, and an admin key's secret."""
     db = open_database(tmp_path / "sonde.db")
     try:
         _, secret = create_api_key(db, "admin", role="admin")
@@ -60,7 +65,14 @@ async def damaged(tmp_path: Path) -> AsyncIterator[tuple[QuartTrio, dict[str, st
         db.close()
     damage(tmp_path / "sonde.db", f"row-{ROWS // 2:05d}".encode())
     async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
-        yield create_rest_app(hub), {"Authorization": f"Bearer {secret}"}
+        yield hub, secret
+
+
+@pytest.fixture
+def damaged(damaged_hub: tuple[Hub, str]) -> tuple[QuartTrio, dict[str, str]]:
+    """The REST app of that hub, and an admin's headers."""
+    hub, secret = damaged_hub
+    return create_rest_app(hub), {"Authorization": f"Bearer {secret}"}
 
 
 async def test_verify_on_a_damaged_file_says_to_restore_it_from_a_backup(
@@ -89,6 +101,25 @@ async def test_other_routes_keep_answering_what_the_damage_does_not_reach(
     client = app.test_client()
     assert (await client.get("/api/v1/agents", headers=headers)).status_code == 200
     assert (await client.get("/api/v1/audit?limit=10", headers=headers)).status_code == 200  # the newest rows
+
+
+async def test_an_mcp_tool_reaching_the_damage_says_to_restore_from_a_backup(
+    damaged_hub: tuple[Hub, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    hub, _ = damaged_hub
+    (query_logs,) = [spec for spec in all_tools() if spec.name == "query_logs"]
+    ctx: Any = SimpleNamespace(request=SimpleNamespace(scope={"user": SondeUser(ADMIN)}))
+    # a grep no row matches reads the whole trail, the damaged page too
+    result = await call_tool(hub, query_logs, ctx, {"source": "audit", "grep": "no-such-text", "lines": 10})
+    assert result.is_error
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "is damaged" in text
+    assert "database disk image is malformed" in text
+    assert "restore sonde.db from a backup" in text
+    assert "Internal error" not in text
+    logged = [r for r in caplog.records if r.name == "sonde.hub.mcp_server"]
+    assert any(r.levelno == logging.ERROR and "is damaged" in r.getMessage() for r in logged)
+    assert not any(r.exc_info for r in logged)  # no traceback: no bug of the hub's
 
 
 def sqlite_error(kind: type[sqlite3.Error], message: str, code: int | None) -> sqlite3.Error:

@@ -64,3 +64,12 @@ async def test_health_declares_its_problem_a_string_it_never_sends_null(app: Qua
         problem = schema["properties"]["problem"]
         assert problem["type"] == "string", problem
         assert "problem" not in schema.get("required", []), schema
+
+
+async def test_every_route_that_reads_a_key_declares_the_database_refusal(app: QuartTrio) -> None:
+    # the key is looked up in sonde.db: a damaged, full or locked file answers 503 on any such route,
+    # a GET as much as a write (`GET /api/v1/audit/verify` on a damaged page, say)
+    for path, operations in (await served_document(app))["paths"].items():
+        for method, operation in operations.items():
+            if operation["security"]:
+                assert "503" in operation["responses"], (method, path)
