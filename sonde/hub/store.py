@@ -317,7 +317,15 @@ def _commit_batch(db: Database, batch: list[_WriteOp]) -> list[outcome.Outcome[A
     """Run one batch in one transaction (in a worker thread)."""
     failed: dict[_WriteOp, outcome.Outcome[Any]] = {}
     ready = _begin(db, batch, failed)
-    results = {op: _run_op(db, op) for op in ready}
+    results: dict[_WriteOp, outcome.Outcome[Any]] = {}
+    for op in ready:
+        results[op] = _run_op(db, op)
+        if not db.conn.in_transaction:
+            # SQLite rolled the whole transaction back (a full disk or an I/O error can): the ops
+            # run so far are undone too, and the rest would run outside any transaction. None of
+            # the batch was written, so each is told so.
+            cause = _transaction_lost(results[op])
+            return [failed[each] if each in failed else _commit_failed(cause) for each in batch]
     if ready:
         try:
             db.commit()
@@ -360,6 +368,16 @@ def _run_op(db: Database, op: _WriteOp) -> outcome.Outcome[Any]:
     if db.conn.in_transaction:
         db.conn.execute("RELEASE store_op")
     return result
+
+
+def _transaction_lost(result: outcome.Outcome[Any]) -> sqlite3.Error:
+    """The error that ended a batch's transaction: the op's own, when SQLite's (or it said
+    SQLite's, as `StoreCommitFailed` from an op that writes its own way)."""
+    error = result.error if isinstance(result, outcome.Error) else None
+    for said in (error, error.__cause__ if error is not None else None):
+        if isinstance(said, sqlite3.Error):
+            return said
+    return sqlite3.OperationalError("SQLite rolled back the transaction")
 
 
 def _commit_failed(exc: sqlite3.Error) -> outcome.Error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -15,7 +16,15 @@ from sqlite_utils import Database
 
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.keys import create_api_key, find_api_key
-from sonde.hub.store import StoreClosed, _commit_batch, _ReadConnections, _WriteOp, _Writer, open_store
+from sonde.hub.store import (
+    StoreClosed,
+    StoreCommitFailed,
+    _commit_batch,
+    _ReadConnections,
+    _WriteOp,
+    _Writer,
+    open_store,
+)
 
 
 def count_meta(db: Database) -> int:
@@ -77,6 +86,48 @@ async def test_failing_op_raises_and_keeps_its_batch_mates(tmp_path: Path) -> No
         assert await store.read(get_meta, "before") == "ok"
         assert await store.read(get_meta, "after") == "ok"
         assert await store.read(get_meta, "bad") is None
+
+
+def fill_the_file(db: Database, key: str) -> None:
+    """Let the file grow no more, then write past it: SQLite rolls back the whole transaction."""
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages}")
+    for i in range(1000):
+        set_meta(db, f"{key}-{i}", os.urandom(200).hex())
+
+
+async def test_a_transaction_sqlite_rolled_back_fails_the_whole_batch(tmp_path: Path) -> None:
+    # Before, the ops run before the failing one were answered as written, though SQLite had
+    # undone them with the whole transaction, and the ops after it ran outside any transaction.
+    gate = threading.Event()
+    results: dict[str, object] = {}
+
+    def hold(db: Database) -> None:
+        assert gate.wait(timeout=10)
+
+    async def write(key: str, fn: object) -> None:
+        try:
+            results[key] = await store.write(fn, key)  # type: ignore[arg-type]
+        except StoreCommitFailed as exc:
+            results[key] = exc
+
+    async with open_store(tmp_path / "hub.db") as store:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.write, hold)
+            await trio.testing.wait_all_tasks_blocked()  # the writer is stuck in `hold`
+            nursery.start_soon(write, "before", lambda db, key: set_meta(db, key, "ok"))
+            nursery.start_soon(write, "full", fill_the_file)
+            nursery.start_soon(write, "after", lambda db, key: set_meta(db, key, "ok"))
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+        for key in ("before", "full", "after"):
+            failed = results[key]
+            assert isinstance(failed, StoreCommitFailed), (key, failed)
+            assert "database or disk is full" in str(failed)
+            assert isinstance(failed.__cause__, sqlite3.OperationalError)
+            assert await store.read(get_meta, key) is None
+        assert await store.read(count_meta) == 0
+        assert store.statistics().failed_ops == 3
 
 
 async def test_submit_then_exit_drains(tmp_path: Path) -> None:
