@@ -20,7 +20,7 @@ import trio
 from sonde import __version__
 from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
 from sonde.hub.attestation import check_attestation
-from sonde.hub.fleet import AgentSession
+from sonde.hub.fleet import AgentSession, booted_at
 from sonde.hub.store import StoreCommitFailed
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
@@ -296,7 +296,7 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
         liveness_timeout_s=2 * interval + LIVENESS_GRACE_S,
         peer=f"agent {register.payload.name} ({agent_id})",
     ) as link:
-        session = AgentSession(agent_id, link, register.payload)
+        session = AgentSession(agent_id, link, register.payload, booted_mono=booted_at(register))
         session_ref.append(session)
         with session.cancel_scope:
             await hub.fleet.attach(session)

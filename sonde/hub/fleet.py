@@ -25,6 +25,7 @@ from sonde.hub.store import Store
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
+    AgentRegister,
     Message,
     ProbeRequest,
     ProbeRequestPayload,
@@ -45,14 +46,32 @@ class AgentSession:
     link: Link
     register: RegisterPayload
     connected_at: float = field(default_factory=time.time)
+    # when the agent's machine booted, on the hub's monotonic clock (`booted_at`); None: it did not say
+    booted_mono: float | None = None
     last_seen: float = field(default_factory=time.time)
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    def uptime_s(self) -> float | None:
+        """The agent machine's uptime now, on the hub's monotonic clock."""
+        return None if self.booted_mono is None else time.monotonic() - self.booted_mono
 
     def end(self, reason: str) -> None:
         """Close the connection from the hub's side, saying why to the agent and in the log."""
         self.link.close(reason)
         self.cancel_scope.cancel()
+
+
+def booted_at(register: AgentRegister) -> float | None:
+    """When the agent's machine booted, on this hub's monotonic clock.
+
+    The register's timestamp less the boot time it carries is the machine's uptime then
+    (both read off the agent's wall clock at once), so however far that clock is off, or was
+    stepped before, it cancels out; from there the hub's monotonic clock counts on, which no
+    step of either wall clock bends.
+    """
+    boot = register.payload.boot_time
+    return None if boot is None else time.monotonic() - (register.ts.timestamp() - boot)
 
 
 REFUSAL_REASON_CHARS = 300  # a remembered refusal's reason is cut to this

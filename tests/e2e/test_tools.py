@@ -214,7 +214,7 @@ async def test_probe_overview_and_audit_logs(fleet: tuple[RunningHub, dict[str, 
         overview = await call(client, "agent_overview", agent="beta")
         assert overview["name"] == "beta"
         assert overview["status"] == "online"
-        assert overview["uptime_s"] > 0
+        assert abs(overview["uptime_s"] - info["result"]["uptime_seconds"]) < 5  # one machine here
         assert overview["attestation"]["code_hash"].startswith("sha256:")
         assert overview["attestation"]["pending_change"] is False
         assert "system" in overview["categories"]

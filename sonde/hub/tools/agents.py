@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -192,7 +191,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
     hub, caller = call.hub, call.caller
     record, _ = await current_status(hub, resolve_agent(hub, caller, args.agent))
     session = hub.fleet.sessions.get(record.id)
-    boot = session.register.boot_time if session else None
+    uptime = session.uptime_s() if session else None
     own_only = None if caller.is_admin else caller.key_id  # as query_logs' audit source shows a member
     rows = (
         await hub.read_audit(recent_probe_rows, record.name, own_only, caller.allows_probe, args.recent)
@@ -224,7 +223,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
         last_seen=iso(hub.fleet.last_seen(record.id)),
         last_refusal=last_refusal(hub, record.id),
         connected_since=iso(session.connected_at) if session else None,
-        uptime_s=round(time.time() - boot, 1) if boot else None,
+        uptime_s=round(uptime, 1) if uptime is not None else None,
         packs=pack_labels(record),
         categories=runnable_categories(hub, caller, record),
         tags=list(record.tags),
