@@ -39,6 +39,7 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("scale", "idle_cpu_extrapolated_10k_30s_percent", "value", "4. idle CPU at 10k agents / 30 s, %"),
     ("scale", "last_seen_staleness_s", "p50/p99", "4. last_seen staleness, s"),
     ("scale", "probe_rtt_under_load_ms", "p50/p99", "4. probe round trip with the fleet held, ms"),
+    ("scale", "hub_stop_s", "value", "4. hub SIGTERM to exit with the fleet connected, s"),
     ("local", "serve_start_to_ready_s", "median", "5. serve --json start to ready, s"),
     ("local", "serve_memory_usage_call_ms", "median", "5. serve system.memory.usage call, ms"),
     ("local", "bridge_start_to_first_answer_s", "value", "5. mcp-bridge start to first answer, s"),

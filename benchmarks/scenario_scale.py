@@ -19,6 +19,10 @@ with 4,096 now, and the limit is kept so that runs compare).
   reports whole seconds). ``late_agents`` counts those over interval + 1.5 s.
 - probe under load: sequential `probe` calls to random agents in the second
   half of the hold.
+- stop: SIGTERM to the hub with every agent still connected, seconds until it
+  exited (``hub_stop_s``) and its CPU meanwhile (``hub_stop_cpu_s``). The
+  simulated agents answer the hub's close frames on this same machine, so the
+  wall time includes their CPU; the hub's CPU is what its own share costs.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from __future__ import annotations
 import calendar
 import math
 import random
+import signal
 import time
 
+import psutil
 import trio
 
 from benchmarks.common import Bench, ScenarioResult
@@ -36,7 +42,7 @@ from benchmarks.hub import HubData, RunningHub, agent_statuses, count_online, ru
 from benchmarks.mcp_calls import ErrorLog, ToolFailed, timed_call
 from benchmarks.mcp_calls import mcp_client as open_mcp
 from benchmarks.pack import ECHO_PROBE
-from benchmarks.procs import CpuWindow, sample_rss
+from benchmarks.procs import CpuWindow, ProcessMeter, sample_rss
 from benchmarks.stats import distribution, scalar
 
 TITLE = "4. Scale: agents held by one hub"
@@ -46,6 +52,7 @@ REFERENCE_AGENTS, REFERENCE_INTERVAL_S = 10_000, 30.0  # the issue's target: 10,
 SETTLE_S = 1.0
 LATE_MARGIN_S = 1.5
 ONLINE_TIMEOUT_S = 120.0  # after every worker reported its acks
+STOP_TIMEOUT_S = 120.0  # SIGTERM to exit, with every agent connected; then it is killed
 
 
 async def run(bench: Bench) -> ScenarioResult:
@@ -84,8 +91,14 @@ async def hold_agents(
     figures = result.figures
     rss: list[float] = []
     workers = max(1, math.ceil(count / AGENTS_PER_WORKER))
+    sampling = trio.CancelScope()
+
+    async def sample() -> None:
+        with sampling:
+            await sample_rss(meter, rss)
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_rss, meter, rss)
+        nursery.start_soon(sample)
         started = trio.current_time()
         async with running_agents(
             bench.workspace,
@@ -106,7 +119,8 @@ async def hold_agents(
             probes, errors = await probe_for(hub, fleet.names(count), hold_s / 2)
             snapshot_at, agents_now = time.time(), await list_agents(hub)
             worker_rss = sum(worker.meter().rss_bytes() for worker in agents.workers)
-        nursery.cancel_scope.cancel()
+            sampling.cancel()  # the RSS samples end here: the hub stops next
+            stop_s, stop_cpu_s = await stop_timed(hub)
     staleness = [snapshot_at - seen for seen in last_seen_times(agents_now)]
     online = sum(1 for agent in agents_now if agent["status"] == "online")
     degraded = sum(1 for agent in agents_now if agent["status"] == "degraded")
@@ -134,6 +148,10 @@ async def hold_agents(
     figures["all_online" + at] = scalar(1.0 if online == count else 0.0, "bool")
     figures["probe_rtt_under_load_ms" + at] = distribution(probes, "ms")
     figures["worker_rss_per_agent_kib" + at] = scalar(worker_rss / 1024 / count, "KiB")
+    figures["hub_stop_s" + at] = scalar(stop_s, "s")
+    figures["hub_stop_cpu_s" + at] = scalar(stop_cpu_s, "s")
+    if stop_s is None:
+        result.notes.append(f"{count} agents: the hub did not exit within {STOP_TIMEOUT_S:g} s of SIGTERM")
     if errors.count:
         result.notes.append(f"{count} agents: {errors.count} probe errors; first: {' | '.join(errors.first)}")
     if agents.errors:
@@ -147,8 +165,37 @@ async def hold_agents(
         )
     bench.say(
         f"{reached}/{count} agents online in {online_s:.1f} s; "
-        f"{(online_rss - baseline) / 1024 / count:.0f} KiB/agent; idle CPU {idle_percent:.1f} %"
+        f"{(online_rss - baseline) / 1024 / count:.0f} KiB/agent; idle CPU {idle_percent:.1f} %; "
+        f"stopped in {'-' if stop_s is None else f'{stop_s:.1f}'} s"
     )
+
+
+async def stop_timed(hub: RunningHub) -> tuple[float | None, float]:
+    """SIGTERM the hub with its agents connected: seconds until it exited (None: it had not
+    after `STOP_TIMEOUT_S`; leaving `running_hub` kills it) and its CPU seconds meanwhile,
+    to the last sample before it exited."""
+    meter = hub.meter()
+    cpu = [meter.cpu_s()]
+    first = cpu[0]
+    started = trio.current_time()
+    hub.child.process.send_signal(signal.SIGTERM)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_cpu, meter, cpu)
+        with trio.move_on_after(STOP_TIMEOUT_S):
+            await hub.child.process.wait()
+        nursery.cancel_scope.cancel()
+    took = trio.current_time() - started
+    return (took if hub.child.process.returncode is not None else None), cpu[0] - first
+
+
+async def sample_cpu(meter: ProcessMeter, last: list[float], interval_s: float = 0.1) -> None:
+    """Keep ``last[0]`` at the process's CPU seconds so far, until it is gone or cancelled."""
+    while True:
+        try:
+            last[0] = meter.cpu_s()
+        except psutil.NoSuchProcess:
+            return
+        await trio.sleep(interval_s)
 
 
 async def list_agents(hub: RunningHub) -> list[dict[str, object]]:

@@ -11,7 +11,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,6 +117,19 @@ def mark_all_offline(db: Database) -> list[AgentRecord]:
         "WHERE status = 'online' OR (status = 'degraded' AND pending_attestation IS NULL)"
     )
     return list_agents(db)
+
+
+def record_departures(db: Database, last_seen: Mapping[str, float]) -> None:
+    """Record each agent in ``last_seen`` (id: when it was last heard from) as gone, in one
+    transaction: ``offline``, or still ``degraded`` while a claim waits for an admin (as
+    `update_agent` decides for one)."""
+    with write_transaction(db):
+        db.conn.executemany(
+            "UPDATE agents SET last_seen = ?, status = CASE "
+            "WHEN status = 'degraded' AND pending_attestation IS NOT NULL THEN 'degraded' "
+            "ELSE 'offline' END WHERE id = ?",
+            [(seen, agent_id) for agent_id, seen in last_seen.items()],
+        )
 
 
 def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord | None:

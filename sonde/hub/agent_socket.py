@@ -306,8 +306,11 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
             finally:
                 with trio.CancelScope(shield=True):
                     await hub.fleet.detach(session)
+                level = logging.WARNING if link.refused_frame else logging.INFO
+                if hub.fleet.closing is not None and not link.refused_frame:
+                    level = logging.DEBUG  # the hub is stopping: one line says how many
                 log.log(
-                    logging.WARNING if link.refused_frame else logging.INFO,
+                    level,
                     "agent %s offline: %s",
                     register.payload.name,
                     link.close_reason or "connection closed",

@@ -195,14 +195,18 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
         records = await store.write(mark_all_offline)
         fleet = Fleet(store, records, config.max_probes_in_flight_per_agent)
         hub = Hub(config, store, fleet, KeyRing(store), signing_key, packs or load_packs())
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(hub.audit_queue.run)
-            nursery.start_soon(watch_free_space, config.db_path.parent)
-            nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
-            nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
-            if config.audit_keep_s is not None:
-                nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
-            try:
-                yield hub
-            finally:
-                nursery.cancel_scope.cancel()  # the flusher queues what is left; the store commits it
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(hub.audit_queue.run)
+                nursery.start_soon(watch_free_space, config.db_path.parent)
+                nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
+                nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
+                if config.audit_keep_s is not None:
+                    nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
+                try:
+                    yield hub
+                finally:
+                    nursery.cancel_scope.cancel()  # the flusher queues what is left; the store commits it
+        finally:
+            with trio.CancelScope(shield=True):
+                await fleet.record_departures()  # the agents the shutdown closed; the store commits it

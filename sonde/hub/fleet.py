@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from sonde.hub.agent_records import AgentRecord, update_agent
+from sonde.hub.agent_records import AgentRecord, record_departures, update_agent
 from sonde.hub.store import Store
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
@@ -111,6 +111,8 @@ class Fleet:
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
         self._changed = trio.Condition()
         self.closing: str | None = None  # why no agent is admitted any more (the hub is stopping)
+        # agent id: last seen, of each connection ended once `closing` was set (`record_departures`)
+        self._departed: dict[str, float] = {}
 
     # --- lookup ----------------------------------------------------------
 
@@ -220,10 +222,29 @@ class Fleet:
         if self.sessions.get(session.agent_id) is not session:
             return  # already replaced by a newer connection
         del self.sessions[session.agent_id]
-        if session.agent_id in self.records:
+        record = self.records.get(session.agent_id)
+        if record is not None:
             status = "degraded" if self.status(session.agent_id) == "degraded" else "offline"
-            await self.update(session.agent_id, status=status, last_seen=session.last_seen)
+            if self.closing is None:
+                await self.update(session.agent_id, status=status, last_seen=session.last_seen)
+            else:  # the hub is stopping: one write for them all, as they may be thousands
+                self.records[session.agent_id] = record.model_copy(
+                    update={"status": status, "last_seen": session.last_seen}
+                )
+                self._departed[session.agent_id] = session.last_seen
         await self._notify()
+
+    async def record_departures(self) -> None:
+        """Store what `detach` kept back while the hub stopped: every agent it closed, in one op.
+
+        One `update_agent` per agent took the store's writer about a millisecond each and held
+        up the hub's exit with thousands connected (10,000 agents: 45 s from SIGTERM to exit).
+        """
+        if not self._departed:
+            return
+        log.info("shutting down: %d agent connection(s) closed", len(self._departed))
+        await self.store.submit(record_departures, dict(self._departed))
+        self._departed.clear()
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import signal
 import socket
 import sqlite3
@@ -134,6 +135,9 @@ def run_hub(config: HubConfig) -> int:
     try:
         with claim_data_dir(config.data_dir):  # one hub per data directory: before it is opened
             trio.run(run_until_signal, config)
+        # Stopped, with everything written and closed: keep the interpreter's last collection
+        # from walking every object a large fleet left behind (5 s of a 5,000-agent hub's exit).
+        gc.freeze()
     except Exception as exc:  # the process boundary: say why, exit non-zero
         print(f"sonde hub: stopped: {stop_reason(exc, config)}", file=sys.stderr)
         return 1

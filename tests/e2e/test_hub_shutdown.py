@@ -96,5 +96,16 @@ async def test_an_idle_hub_with_agents_connected_stops_promptly(tmp_path: Path) 
             assert code == 0, hub.proc.output
             assert took < PROMPT_EXIT_S, f"the hub took {took:.1f}s to exit"
             assert "shutting down" in hub.proc.output
+            # one line for all the connections the shutdown closed, not one per agent
+            assert "shutting down: 1 agent connection(s) closed" in hub.proc.output
+            assert "agent idler offline" not in hub.proc.output
         finally:
             agent.stop()
+    # and one write recorded them offline, with when they were last heard from
+    db = open_database(hub.data_dir / "sonde.db")
+    try:
+        [stored] = list(db.query("SELECT status, last_seen FROM agents WHERE name = 'idler'"))
+    finally:
+        db.close()
+    assert stored["status"] == "offline"
+    assert time.time() - 60 < stored["last_seen"] <= time.time()

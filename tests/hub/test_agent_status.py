@@ -7,7 +7,14 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from sonde.hub.agent_records import get_agent, insert_agent, list_agents, mark_all_offline, update_agent
+from sonde.hub.agent_records import (
+    get_agent,
+    insert_agent,
+    list_agents,
+    mark_all_offline,
+    record_departures,
+    update_agent,
+)
 from sonde.hub.attestation import accept_pending
 from sonde.hub.config import HubConfig
 from sonde.hub.core import open_hub
@@ -64,6 +71,24 @@ def test_a_starting_hub_records_no_agent_online(db: Database) -> None:
         "still-held": "degraded",
     }
     assert get_agent(db, waiting) is not None
+
+
+def test_agents_a_stopping_hub_closed_are_recorded_in_one_write(db: Database) -> None:
+    online = make_agent("online", status="online")
+    insert_agent(db, online)
+    waiting = held(db, "still-held")
+    accept_missed = make_agent("accept-missed", status="degraded")  # no claim waits
+    insert_agent(db, accept_missed)
+    untouched = make_agent("not-connected", status="offline", last_seen=T0)
+    insert_agent(db, untouched)
+    record_departures(db, {online.id: T0 + 10, waiting: T0 + 20, accept_missed.id: T0 + 30})
+    stored = {r.name: (r.status, r.last_seen) for r in list_agents(db)}
+    assert stored == {
+        "online": ("offline", T0 + 10),
+        "still-held": ("degraded", T0 + 20),  # as `update_agent` decides for one
+        "accept-missed": ("offline", T0 + 30),
+        "not-connected": ("offline", T0),
+    }
 
 
 async def test_a_hub_opens_with_no_agent_stored_online(tmp_path: Path) -> None:
