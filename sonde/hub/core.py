@@ -141,8 +141,9 @@ def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
         db.close()
 
 
-def bootstrap_admin_key(db: Database) -> str | None:
-    """Create the first admin key on an empty store, on the audit chain; returns its secret once, else None.
+def bootstrap_admin_key(db: Database) -> tuple[str, str] | None:
+    """Create the first admin key on an empty store, on the audit chain; returns its id and its
+    secret once, else None.
 
     A store op, run once the hub listens: a first start that fails before then (a
     TLS key that does not match its certificate, a port in use) must not leave an
@@ -153,10 +154,14 @@ def bootstrap_admin_key(db: Database) -> str | None:
         key, secret = create_api_key(db, "admin", role="admin")
         record_entry(db, "hub", "hub.api_key.create", key.id, name=key.name, role=key.role, why="first start")
         set_meta(db, "bootstrapped", str(time.time()))
-    return secret
+    return key.id, secret
 
 
-def announce_admin_key(secret: str, data_dir: Path) -> None:
+class FirstKeyNotShown(Exception):
+    """The first admin key was made, but its file could not be written: nobody will ever see it."""
+
+
+def announce_admin_key(secret: str, data_dir: Path, key_id: str) -> None:
     """Show the first admin key on a terminal, and never put it in a log.
 
     With stderr a terminal the key is printed there. Otherwise stderr is a log (the
@@ -174,10 +179,22 @@ def announce_admin_key(secret: str, data_dir: Path) -> None:
         )
         return
     path = data_dir / FIRST_KEY_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        os.fchmod(handle.fileno(), 0o600)  # an old file of this name keeps its mode through O_TRUNC
-        handle.write(secret + "\n")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # an old file of this name keeps its mode through O_TRUNC
+            handle.write(secret + "\n")
+    except OSError as exc:
+        # The key is in the database and marked made: the next start makes none. Say so, and how
+        # to get one; and leave no half-written file that looks like a key.
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+        raise FirstKeyNotShown(
+            f"created the first admin API key (id {key_id}), but could not write it to {path} "
+            f"({exc.strerror or exc}), so it cannot be shown. Fix that (often: free disk space there), "
+            f"then make an admin key with `sonde hub key create --name admin --role admin{where}` and "
+            f"revoke the unshown one with `sonde hub key revoke {key_id}{where}`"
+        ) from exc
     print(
         f"\n  First start: created an admin API key. stderr is not a terminal, so it is not printed\n"
         f"  here (logs are read by others): it is in {path}, readable by this user only.\n"

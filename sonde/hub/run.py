@@ -153,11 +153,12 @@ BIND_PROBLEMS = {
 
 def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
+    from sonde.hub.core import FirstKeyNotShown
     from sonde.hub.data_dir import DataDirInUse
     from sonde.hub.db import NO_SPACE_ERRNOS, DatabaseUnusable
 
     cause = innermost(exc)
-    if isinstance(cause, DatabaseUnusable | DataDirInUse):
+    if isinstance(cause, DatabaseUnusable | DataDirInUse | FirstKeyNotShown):
         return str(cause)
     if (said := database_reason(cause, config.db_path)) is not None:
         return said

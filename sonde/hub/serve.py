@@ -85,9 +85,10 @@ async def serve_hub(
             url = bound_url(config, binds)
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             manager.security_settings = transport_security(hub, port)
-            admin_secret = await hub.store.write(bootstrap_admin_key)
-            if admin_secret:
-                announce_admin_key(admin_secret, config.data_dir)
+            first_key = await hub.store.write(bootstrap_admin_key)
+            if first_key is not None:
+                key_id, secret = first_key
+                announce_admin_key(secret, config.data_dir, key_id)
             print(f"sonde hub listening on {url}  (MCP: {url}/mcp)", file=sys.stderr, flush=True)
             if hub_ready is not None:
                 await hub_ready.send(hub)

@@ -103,3 +103,52 @@ def test_an_earlier_key_file_is_rewritten_private(tmp_path: Path) -> None:
         assert key.startswith("sonde_")
     finally:
         proc.stop()
+
+
+def test_a_first_key_whose_file_cannot_be_written_is_named_with_the_way_out(tmp_path: Path) -> None:
+    # Before, the hub stopped on the OSError with no word of the key it had made and marked made:
+    # every later start made none, and nobody had ever seen this one.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "first-admin-key").symlink_to(tmp_path / "elsewhere")  # refused: O_NOFOLLOW
+    env = base_env(tmp_path / "home")
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)], env)
+    assert proc.popen.wait(30) == 1
+    said = "\n".join(proc.lines)
+    [(key_id,)] = sqlite3.connect(data_dir / "sonde.db").execute("SELECT id FROM api_keys").fetchall()
+    assert f"created the first admin API key (id {key_id}), but could not write it to" in said
+    assert f"sonde hub key revoke {key_id} --data-dir {data_dir}" in said
+    assert "sonde hub key create --name admin --role admin" in said
+    assert "Traceback" not in said
+    assert not (tmp_path / "elsewhere").exists()  # the link was not followed
+
+    # the way out the message gives works
+    (data_dir / "first-admin-key").unlink()
+    made = subprocess.run(
+        [*SONDE, "hub", "key", "create", "--name", "admin", "--role", "admin", "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    revoked = subprocess.run(
+        [*SONDE, "hub", "key", "revoke", key_id, "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert revoked.returncode == 0, revoked.stderr
+    proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)], env)
+    try:
+        url = proc.wait_for(URL_LINE, timeout=30).group(1)
+        assert not any("First start" in line for line in proc.lines)  # made once, as before
+        answer = httpx.get(
+            f"{url}/api/v1/api-keys", headers={"Authorization": f"Bearer {made.stdout.strip()}"}, timeout=10
+        )
+    finally:
+        proc.stop()
+    assert answer.status_code == 200, answer.text
+    keys = answer.json()["keys"]
+    assert {(k["id"] == key_id, k["revoked_at"] is not None) for k in keys} == {(True, True), (False, False)}
