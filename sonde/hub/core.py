@@ -40,6 +40,7 @@ from sonde.protocol.signing import (
     new_private_key,
     private_key_from_text,
     private_key_to_text,
+    public_key_to_text,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 HUB_KEY_META = "hub_private_key"
 FIRST_KEY_FILE = "first-admin-key"  # the first admin key, when the hub's stderr is not a terminal
+HUB_MARK_FILE = "hub-key.pub"  # the hub's public key, written once its database holds it
 SHUTTING_DOWN = "the hub is shutting down"
 
 
@@ -135,10 +137,28 @@ def load_or_create_hub_key(config: HubConfig) -> Ed25519PrivateKey:
         if text is None:
             key = new_private_key()
             set_meta(db, HUB_KEY_META, private_key_to_text(key))
-            return key
-        return private_key_from_text(text)
+        else:
+            key = private_key_from_text(text)
     finally:
         db.close()
+    mark_hub_ran(config.data_dir, key)
+    return key
+
+
+def mark_hub_ran(data_dir: Path, key: Ed25519PrivateKey) -> None:
+    """Write `HUB_MARK_FILE` (the hub's public key) once its database holds that key, if missing.
+
+    The sign that a hub's database existed here which an operator never deletes: with it,
+    a ``sonde.db`` lost after a clean stop (no ``-wal`` left, ``first-admin-key`` deleted
+    as advised) is refused as lost, not taken for a first start (`sonde.hub.db_files`).
+    """
+    path = data_dir / HUB_MARK_FILE
+    if path.exists() or path.is_symlink():
+        return
+    text = f"{public_key_to_text(key.public_key())}\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 def bootstrap_admin_key(db: Database) -> tuple[str, str] | None:

@@ -23,9 +23,11 @@ from pathlib import Path
 
 WAL_SUFFIX = "-wal"
 SHM_SUFFIX = "-shm"
-# Written only after a hub's database committed its first rows: `sonde.hub.core.FIRST_KEY_FILE`
-# (the first admin key) and `sonde.quickstart.STATE_FILE` (`sonde up`'s key); each with what it is.
+# Written only after a hub's database committed its first rows: `sonde.hub.core.HUB_MARK_FILE`
+# (the hub's public key), `sonde.hub.core.FIRST_KEY_FILE` (the first admin key) and
+# `sonde.quickstart.STATE_FILE` (`sonde up`'s key); each with what it is.
 HUB_RAN_FILES = {
+    "hub-key.pub": "the public key of the hub whose database was here",
     "first-admin-key": "the first admin key a hub made here",
     "quickstart.json": "the API key `sonde up` made here",
 }

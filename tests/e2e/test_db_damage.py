@@ -90,7 +90,8 @@ def test_a_database_lost_beside_its_wal_is_refused_and_nothing_is_changed(tmp_pa
         in stderr
     )
     leftovers = ", ".join(
-        str(hub.data_dir / name) for name in ("sonde.db-wal", "sonde.db-shm", "first-admin-key")
+        str(hub.data_dir / name)
+        for name in ("sonde.db-wal", "sonde.db-shm", "hub-key.pub", "first-admin-key")
     )
     assert (
         f"or, to start a new hub here on purpose, remove {leftovers} (or pass another --data-dir)" in stderr
@@ -108,24 +109,38 @@ def test_a_database_lost_beside_its_wal_is_refused_and_nothing_is_changed(tmp_pa
     assert files(hub.data_dir) == before
 
 
-def test_an_emptied_database_of_a_hub_stopped_cleanly_is_refused_by_its_first_admin_key(
-    tmp_path: Path,
-) -> None:
+@pytest.mark.parametrize("first_key", ["kept", "deleted as advised"])
+def test_an_emptied_database_of_a_hub_stopped_cleanly_is_refused(tmp_path: Path, first_key: str) -> None:
+    # Before hub-key.pub, a hub stopped cleanly (no -wal left) whose first-admin-key had been
+    # deleted, as the hub advises, left no sign: an emptied sonde.db started a new hub.
     with running_hub(tmp_path) as hub:
         assert hub.proc.stop() == 0
-    assert sorted(files(hub.data_dir)) == ["first-admin-key", "sonde.db"]  # no -wal after a clean stop
+    # no -wal after a clean stop; the hub's public key beside its database
+    assert sorted(files(hub.data_dir)) == ["first-admin-key", "hub-key.pub", "sonde.db"]
+    public_key = (hub.data_dir / "hub-key.pub").read_text()
+    if first_key != "kept":
+        (hub.data_dir / "first-admin-key").unlink()
     (hub.data_dir / "sonde.db").write_bytes(b"")
     code, stderr = start_hub(hub.data_dir, hub.env)
     assert code == 1, stderr
-    assert f"is empty, {LOST} {hub.data_dir}: first-admin-key is there" in stderr
-    assert f"remove {hub.data_dir / 'first-admin-key'} (or pass another --data-dir)" in stderr
-    assert (hub.data_dir / "first-admin-key").read_text().strip() == hub.admin_key
+    assert (
+        f"is empty, {LOST} {hub.data_dir}: hub-key.pub is there (the public key of the hub whose "
+        "database was here)"
+    ) in stderr
+    named = [
+        hub.data_dir / "hub-key.pub",
+        *([hub.data_dir / "first-admin-key"] if first_key == "kept" else []),
+    ]
+    assert f"remove {', '.join(map(str, named))} (or pass another --data-dir)" in stderr
+    assert (hub.data_dir / "hub-key.pub").read_text() == public_key
+    if first_key == "kept":
+        assert (hub.data_dir / "first-admin-key").read_text().strip() == hub.admin_key
 
 
 def test_a_new_hub_starts_once_the_named_files_are_removed(tmp_path: Path) -> None:
     hub = killed_hub(tmp_path)
     (hub.data_dir / "sonde.db").write_bytes(b"")
-    for name in ("sonde.db-wal", "sonde.db-shm", "first-admin-key"):
+    for name in ("sonde.db-wal", "sonde.db-shm", "hub-key.pub", "first-admin-key"):
         (hub.data_dir / name).unlink()
     again = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sonde.hub.admin import existing_database
-from sonde.hub.core import FIRST_KEY_FILE
+from sonde.hub.core import FIRST_KEY_FILE, HUB_MARK_FILE
 from sonde.hub.db import DatabaseLost, open_database, open_database_read_only, schema_version
 from sonde.hub.db_files import HUB_RAN_FILES
 from sonde.quickstart import STATE_FILE
@@ -59,7 +59,7 @@ def test_a_file_only_a_hub_with_a_database_writes_is_a_sign(tmp_path: Path, name
 
 
 def test_the_signs_are_the_files_the_hub_writes() -> None:
-    assert set(HUB_RAN_FILES) == {FIRST_KEY_FILE, STATE_FILE}
+    assert set(HUB_RAN_FILES) == {HUB_MARK_FILE, FIRST_KEY_FILE, STATE_FILE}
 
 
 @pytest.mark.parametrize("leftover", ["nothing", "empty file", "hub.lock", "empty -wal"])
