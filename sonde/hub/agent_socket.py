@@ -265,6 +265,8 @@ async def current_record(hub: Hub, record: AgentRecord) -> AgentRecord:
         reason = await hub.store.read(revocation_reason, record.id) or "this agent was removed by an admin"
         hub.fleet.forget(record.id, reason)
         raise Refused("revoked", reason, record.name)
+    if fresh == record:  # the common case: keep the record in memory, not a second copy of it
+        return record
     hub.fleet.remember(fresh)
     return fresh
 
