@@ -47,10 +47,13 @@ _HEADER = re.compile(
     + FRESH
     + r"(?P<value>[^\s\x00\"'](?:[^\r\n\x00\"']*[^\s\x00\"'])?)"
 )
+# A password hash behind its {SCHEME} (slapd's olcRootPW, an LDIF's userPassword): to its end,
+# commas too ({ARGON2}$argon2id$v=19$m=65536,t=2,p=1$SALT$HASH).
+_HASHED = r"\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
 _ASSIGN = re.compile(
     r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?![/:]))[ \t]*)"
     r"(?!(?:\\?[\"'])?(?:" + SCHEME + r")?\[REDACTED\])(?![|>][-+]?[ \t]*(?:\r?\n|\x00|$))(?!-----BEGIN)"
-    r"(?P<value>" + QUOTED + "|(?:" + SCHEME + ")?" + BARE + ")"
+    r"(?P<value>" + QUOTED + "|" + _HASHED + "|(?:" + SCHEME + ")?" + BARE + ")"
 )
 _FLAG = re.compile(
     r"(?<![\w.-])(?P<name>--[A-Za-z][\w-]{0,80}+|-[A-Za-z][A-Za-z0-9_]{0,80}+)[ \t]+" + FRESH

@@ -144,18 +144,35 @@ _PS_COLUMNS = (
     + r")|[ \t]{1,16}+\d{1,10}|\d{3,10})"
     + r"[ \t]{1,64}+(?:[ \t|]{0,256}+\\_[ \t]{1,16}+)?"
 )
-# What a shell's xtrace (set -x) prints before each command it runs: "+ ", one "+" more per
-# level of nesting ("++ " in a command substitution).
-_XTRACE = r"\+{1,32}+ "
+# An ISO 8601 time a CI log puts before each line: GitHub Actions' 2024-05-01T10:00:00.1234567Z,
+# Jenkins' timestamper's [2024-05-01T10:00:00.123Z].
+_ISO_TIME = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9}+)?(?:Z|[+-]\d\d(?::?\d\d)?)?"
+_LOG_TIME = r"(?:" + _ISO_TIME + r"|\[" + _ISO_TIME + r"\])[ \t]{1,16}+"
+# What a shell's xtrace (set -x) prints before each command it runs, maybe after a CI log's
+# time: bash's "+ ", one "+" more per level of nesting ("++ " in a command substitution);
+# zsh's PS4 '+%N:%i> ', the script or function and the line ("+deploy.sh:12> ").
+_XTRACE = r"(?:" + _LOG_TIME + r")?(?:\+{1,32}+ |\+[^\s\x00:>]{1,256}+:\d{1,9}+> )"
+# A command run before another, a ";" glued to its last word ("cd /srv; isql ...", "cd
+# /srv;isql ..."): cd or pushd DIR, or a builtin whose first item has a command's shape
+# (export A=1, set -e, source ~/.env, . ./env.sh, umask 077, sleep 5). A word before a glued
+# ";" is no command start: "notes; isql is ...", "open source tools; isql is ..." are prose.
+_SETUP_COMMAND = (
+    r"(?<![^\s\x00\"'(])(?:cd|pushd|(?:export|set|source|\.|umask|ulimit|sleep)"
+    r"(?=[ \t]+[^\s\x00;=/~$.0-9+-]{0,256}+[=/~$.0-9+-]))"
+    r"(?:[ \t]+[^\s\x00;]{1,4096}+){1,16}+;[ \t]{0,16}+"
+)
 # The start of a command (not prose): a line's start (maybe after ps's columns or xtrace's
-# "+ ") or a separator word's end ("cd /x && isql ..."); maybe a wrapper and up to 8 of its
-# items, then the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30 isql".
+# "+ "), a separator word's end ("cd /x && isql ...") or a known command's glued ";"; maybe a
+# wrapper and up to 8 of its items, then the program's directory: "isql", "sudo -u app
+# /usr/bin/isql", "timeout 30 isql".
 _COMMAND_START = (
     r"(?:(?<![^\n\x00])(?:"
     + _PS_COLUMNS
     + "|"
     + _XTRACE
-    + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+)(?:"
+    + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+|"
+    + _SETUP_COMMAND
+    + r")(?:"
     + _PATH
     + "(?:"
     + "|".join(_WRAPPERS)
@@ -192,6 +209,8 @@ _VAULT_TOKEN_GLUED = r"[ \t]+[^\s\x00\"'=\[;&|-][^\s\x00\"'=\[;&|]{0,4095}+(?:;|
 # The end of a command after its last item: the text's or a line's end, a separator word, or a
 # separator glued to that item ("vault login TOKEN; vault status").
 _COMMAND_END = r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+" + _SEPARATOR_WORD + "|" + _GLUED_SEPARATOR + ")"
+# The flags before a kickstart file's rootpw password (--iscrypted, --plaintext, --allow-ssh).
+_DIRECTIVE_FLAGS = r"(?:[ \t]+--[a-z][a-z-]{0,31}+(?![^\s\x00]))*+"
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -279,7 +298,7 @@ def _long_with(char: str, min_chars: int = 15) -> Callable[[str, str], bool]:
 # mosquitto clients (one needle, not six); "net " for samba's net.
 _FLAG_PROGRAMS = (
     "redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ", "lftp", "etcdctl",
-    "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl",
+    "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl", "ETCDCTL_USER",
 )  # fmt: skip
 # The gate of program_password_word: "alias" and "mc " for mc, "aws_se" for aws.
 _WORD_PROGRAMS = (
@@ -425,17 +444,25 @@ SHAPE_RULES = (
         _contains_folded("basic"),
         _basic_credentials,
     ),
-    # Config directives without a separator, at the start of a line: redis.conf's requirepass, masterauth.
+    # Config directives without a separator, at the start of a line (maybe indented): redis.conf's
+    # requirepass, masterauth (one word, maybe quoted); and, lowercase as their files write them,
+    # nslcd.conf's bindpw and rootpwmodpw, pam_ldap.conf's (libnss-ldap's) bindpw, slapd.conf's
+    # rootpw (a {SSHA} hash too: it can be cracked) and a kickstart file's rootpw [--iscrypted]
+    # PW: the rest of the line, as nslcd and pam_ldap read it ("rootpw --lock" gives none).
     ShapeRule(
         "config_directive",
         re.compile(
-            r"(?<![^\n\x00])[ \t]*(?i:requirepass|masterauth)[ \t]+"
+            r"(?<![^\n\x00])[ \t]*(?:(?i:requirepass|masterauth)[ \t]+"
             + FRESH
             + r"(?P<value>"
             + QUOTED
-            + r"|[^\s\x00\"']+)"
+            + r"|[^\s\x00\"']+)|(?:bindpw|rootpw(?:modpw)?)"
+            + _DIRECTIVE_FLAGS
+            + r"[ \t]+"
+            + FRESH
+            + r"(?P<v2>(?!--)[^\s\x00](?:[^\r\n\x00]{0,4094}[^\s\x00])?))"
         ),
-        _contains_folded("requirepass", "masterauth"),
+        _contains_folded("requirepass", "masterauth", "bindpw", "rootpw"),
     ),
     # ~/.netrc: machine HOST login USER password SECRET
     ShapeRule(
@@ -447,7 +474,8 @@ SHAPE_RULES = (
     # program's name, before a separator word: "a && b"): redis-cli -a, sshpass's own -p (before
     # the program it runs), the mongo tools' -p, the ldap tools' -w (ldappasswd's -a OLD, -s NEW;
     # maybe after switches clustered with it: -xw PW, -ZZxwPW),
-    # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET, docker/podman login
+    # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET (its ETCDCTL_USER=
+    # user:SECRET too: "user" describes a name, so the name rules keep it), docker/podman login
     # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
     # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
     # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K, Sybase
@@ -470,7 +498,8 @@ SHAPE_RULES = (
             + _LDAP_PASSWORD_FLAG
             + r")[ \t]*"
             r"|(?:curl" + _REACH + r"{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
-            r"|etcdctl" + _REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=))"
+            r"|etcdctl" + _REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=)"
+            r"|ETCDCTL_USER=)"
             r"[\"']?[^\s\x00:\"']{1,256}:"
             r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
             r"login" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
@@ -502,8 +531,9 @@ SHAPE_RULES = (
     # start of a command every item but flags and NAME=VALUE pairs, as the argv form reads it:
     # vault login TOKEN extra; never a word ending with ":": "vault login failed: ..."), and
     # unixODBC's isql DSN USER SECRET (at the start of a command: a line's start, maybe after ps's
-    # columns or xtrace's "+ ", or after a separator word; maybe after sudo, timeout N ...: "the
-    # isql client" is prose). Every one of a program's words on the line.
+    # columns or xtrace's "+ " (zsh's "+NAME:LINE> ", maybe after a CI log's time), after a
+    # separator word or a known command's glued ";" (cd /srv; isql ...); maybe after sudo,
+    # timeout N ...: "the isql client" is prose). Every one of a program's words on the line.
     ShapeRule(
         "program_password_word",
         re.compile(

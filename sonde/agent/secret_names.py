@@ -6,7 +6,8 @@ camelCase (``dbPassword`` -> ``db password``, ``APIKey`` -> ``api key``). It is
 secret when
 
 - a part is a secret word (``password``, ``passwd``, ``passphrase``, ``secret``,
-  ``token``, ``credentials``, ``authorization``, ``apikey`` ...), or
+  ``token``, ``credentials``, ``authorization``, ``apikey``, the LDAP directives
+  ``bindpw`` and ``rootpw`` ...), or
 - the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie`` or ``jwt``
   (``db_pass``, ``mysql_pwd``, ``basic_auth``, ``Set-Cookie``) or ends with
   ``password passwd passphrase secret token`` (``PGPASSWORD``,
@@ -39,7 +40,7 @@ SECRET_WORDS = frozenset(
         "credential", "credentials", "creds", "authorization", "apikey", "accesskey",
         "privatekey", "secretkey", "authkey", "sessionkey", "clientsecret", "requirepass",
         "masterauth", "storepass", "keypass", "srcstorepass", "deststorepass", "srckeypass",
-        "destkeypass", "sessionid", "phpsessid", "jsessionid",
+        "destkeypass", "sessionid", "phpsessid", "jsessionid", "bindpw", "rootpw", "rootpwmodpw",
     }
 )  # fmt: skip
 # Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie;
@@ -71,7 +72,8 @@ DESCRIPTOR_WORDS = frozenset(
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # Variables holding a password under one word the rules cannot split (case-sensitive: the
 # package "sshpass:amd64" in dpkg's log is no secret): sshpass -e reads SSHPASS. MYSQL_PWD,
-# PGPASSWORD and REDISCLI_AUTH are secret by the rules already.
+# PGPASSWORD and REDISCLI_AUTH are secret by the rules already. (etcdctl's ETCDCTL_USER holds
+# user:PW: its password half is hidden by scrub_shapes' program_password_flag, the user kept.)
 SECRET_ENV_NAMES = frozenset({"SSHPASS"})
 
 _WORD_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")

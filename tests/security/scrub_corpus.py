@@ -1089,6 +1089,190 @@ SECRETS: tuple[SecretCase, ...] = (
         "hunter2_vl8",
         "ran: vault login [REDACTED] vault status",
     ),
+    # LDAP client and server config directives, a blank between name and value (nslcd.conf,
+    # pam_ldap.conf / libnss-ldap.conf, slapd.conf): nslcd and pam_ldap read the rest of the line
+    SecretCase(
+        "nslcd_conf_bindpw",
+        "uri ldap://ldap.example.com/\nbase dc=example,dc=com\nbinddn cn=nslcd,dc=example,dc=com\n"
+        "bindpw hunter2_nsb\n",
+        "hunter2_nsb",
+        "uri ldap://ldap.example.com/\nbase dc=example,dc=com\nbinddn cn=nslcd,dc=example,dc=com\n"
+        "bindpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "nslcd_conf_rootpwmodpw",
+        "rootpwmoddn cn=admin,dc=example,dc=com\nrootpwmodpw hunter2_nsr\n",
+        "hunter2_nsr",
+        "rootpwmoddn cn=admin,dc=example,dc=com\nrootpwmodpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "nslcd_conf_bindpw_with_blanks",
+        "bindpw hunter2 nsw words  \nbase dc=x",
+        "hunter2 nsw words",
+        "bindpw [REDACTED]  \nbase dc=x",
+    ),
+    SecretCase(
+        "pam_ldap_conf_bindpw_tab",
+        "host ldap.example.com\nbinddn cn=proxy,dc=example,dc=com\nbindpw\thunter2_plb\npam_password exop\n",
+        "hunter2_plb",
+        "host ldap.example.com\nbinddn cn=proxy,dc=example,dc=com\nbindpw\t[REDACTED]\npam_password exop\n",
+    ),
+    SecretCase(
+        "slapd_conf_rootpw",
+        'database mdb\nsuffix "dc=example,dc=com"\nrootdn "cn=admin,dc=example,dc=com"\nrootpw hunter2_slr\n',
+        "hunter2_slr",
+        'database mdb\nsuffix "dc=example,dc=com"\nrootdn "cn=admin,dc=example,dc=com"\nrootpw [REDACTED]\n',
+    ),
+    # a hash is hidden too: it can be cracked offline
+    SecretCase(
+        "slapd_conf_rootpw_ssha",
+        "rootdn cn=admin,dc=x\nrootpw {SSHA}hunter2Q7ZxSshaHashAb12Cd34=\ndirectory /var/lib/ldap",
+        "{SSHA}hunter2Q7ZxSshaHashAb12Cd34=",
+        "rootdn cn=admin,dc=x\nrootpw [REDACTED]\ndirectory /var/lib/ldap",
+    ),
+    SecretCase(
+        "slapd_conf_rootpw_indented_tab",
+        "database\tmdb\n\trootpw\t{SSHA}hunter2Q7ZxIndentedHash99=\n",
+        "hunter2Q7ZxIndentedHash99=",
+        "database\tmdb\n\trootpw\t[REDACTED]\n",
+    ),
+    SecretCase(
+        "nslcd_conf_bindpw_indented",
+        "  bindpw   hunter2_nsi\n",
+        "hunter2_nsi",
+        "  bindpw   [REDACTED]\n",
+    ),
+    SecretCase(
+        "slapd_conf_rootpw_quoted",
+        'rootpw "hunter2 slq"\n',
+        "hunter2 slq",
+        'rootpw "[REDACTED]"\n',
+    ),
+    # a kickstart file (anaconda-ks.cfg): rootpw [--iscrypted|--plaintext] PASSWORD
+    SecretCase(
+        "kickstart_rootpw_iscrypted",
+        "lang en_US.UTF-8\nrootpw --iscrypted $6$hunter2salt$Q7ZxKickstartHashValue0\ntimezone UTC",
+        "$6$hunter2salt$Q7ZxKickstartHashValue0",
+        "lang en_US.UTF-8\nrootpw --iscrypted [REDACTED]\ntimezone UTC",
+    ),
+    # slapd's cn=config (olcRootPW) and an LDIF's userPassword: a {SCHEME} hash, commas and all
+    SecretCase(
+        "ldif_olcrootpw_ssha",
+        "dn: olcDatabase={1}mdb,cn=config\nolcRootPW: {SSHA}hunter2Q7ZxOlcHash55=\nolcSuffix: dc=x\n",
+        "hunter2Q7ZxOlcHash55=",
+        "dn: olcDatabase={1}mdb,cn=config\nolcRootPW: [REDACTED]\nolcSuffix: dc=x\n",
+    ),
+    SecretCase(
+        "ldif_userpassword_argon2",
+        "dn: uid=bob,dc=x\nuserPassword: {ARGON2}$argon2id$v=19$m=65536,t=2,p=1$c2FsdA$hunter2Q7ZxArgon\n",
+        "hunter2Q7ZxArgon",
+        "dn: uid=bob,dc=x\nuserPassword: [REDACTED]\n",
+    ),
+    # the same names with "=" or ":" (Salt/hiera/Ansible variables): secret words, like requirepass
+    SecretCase("yaml_bindpw", "nslcd:\n  binddn: cn=x\n  bindpw: hunter2_ymb\n", "hunter2_ymb"),
+    SecretCase(
+        "ansible_nslcd_bindpw", "nslcd_bindpw: 'hunter2_anb'", "hunter2_anb", "nslcd_bindpw: '[REDACTED]'"
+    ),
+    # etcdctl reads user:password from ETCDCTL_USER, as from --user: the user stays
+    SecretCase(
+        "etcdctl_user_env",
+        "ETCDCTL_USER=root:hunter2_ecu etcdctl get /k",
+        "hunter2_ecu",
+        "ETCDCTL_USER=root:[REDACTED] etcdctl get /k",
+    ),
+    SecretCase(
+        "export_etcdctl_user",
+        "export ETCDCTL_USER=root:hunter2_ece",
+        "hunter2_ece",
+        "export ETCDCTL_USER=root:[REDACTED]",
+    ),
+    SecretCase(
+        "export_etcdctl_user_quoted",
+        'export ETCDCTL_USER="root:hunter2_ecq"',
+        "hunter2_ecq",
+        'export ETCDCTL_USER="root:[REDACTED]"',
+    ),
+    # xtrace after a CI log's timestamp (GitHub Actions, Jenkins' timestamper) and zsh's xtrace
+    # (PS4 '+%N:%i> ': the script or function and the line number)
+    SecretCase(
+        "xtrace_after_iso_timestamp_isql",
+        "2024-05-01T10:00:00.123Z + isql MyDSN bob hunter2_xiz",
+        "hunter2_xiz",
+        "2024-05-01T10:00:00.123Z + isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_github_actions_isql",
+        "2024-05-01T10:00:00.1234567Z ++ isql MyDSN bob hunter2_xga",
+        "hunter2_xga",
+        "2024-05-01T10:00:00.1234567Z ++ isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_github_actions_mysql",
+        "2024-05-01T10:00:00.1234567Z ++ mysql -u root -phunter2_xgm",
+        "hunter2_xgm",
+        "2024-05-01T10:00:00.1234567Z ++ mysql -u root -p[REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_jenkins_timestamp_isql",
+        "[2024-05-01T10:00:00.123Z] + isql MyDSN bob hunter2_xjt",
+        "hunter2_xjt",
+        "[2024-05-01T10:00:00.123Z] + isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_zsh_isql",
+        "+zsh:3> isql MyDSN bob hunter2_xzs",
+        "hunter2_xzs",
+        "+zsh:3> isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_zsh_script_isql",
+        "+/path/script.sh:12> isql MyDSN bob hunter2_xzp",
+        "hunter2_xzp",
+        "+/path/script.sh:12> isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "xtrace_zsh_function_sudo_isql",
+        "+deploy:7> sudo -u app isql MyDSN bob hunter2_xzf",
+        "hunter2_xzf",
+        "+deploy:7> sudo -u app isql MyDSN bob [REDACTED]",
+    ),
+    # a command before a ";" glued to its last word: a known one (cd DIR, export NAME=VALUE ...)
+    SecretCase(
+        "isql_after_cd_semicolon",
+        "cd /srv; isql MyDSN bob hunter2_cds",
+        "hunter2_cds",
+        "cd /srv; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_cd_glued_semicolon",
+        "cd /srv;isql MyDSN bob hunter2_cdg",
+        "hunter2_cdg",
+        "cd /srv;isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_export_semicolon",
+        "export ODBCINI=/etc/odbc.ini; isql MyDSN bob hunter2_exs",
+        "hunter2_exs",
+        "export ODBCINI=/etc/odbc.ini; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_crontab_cd_semicolon",
+        "*/5 * * * * cd /srv/reports; isql MyDSN bob hunter2_crn < q.sql",
+        "hunter2_crn",
+        "*/5 * * * * cd /srv/reports; isql MyDSN bob [REDACTED] < q.sql",
+    ),
+    SecretCase(
+        "isql_ps_sh_c_cd_semicolon",
+        "root      1234     1  0 10:00 ?        00:00:00 sh -c cd /srv; isql MyDSN bob hunter2_shc",
+        "hunter2_shc",
+        "root      1234     1  0 10:00 ?        00:00:00 sh -c cd /srv; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_dot_profile_semicolon",
+        ". /etc/profile; sudo -u app isql MyDSN bob hunter2_dot",
+        "hunter2_dot",
+        ". /etc/profile; sudo -u app isql MyDSN bob [REDACTED]",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -1300,6 +1484,22 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "2024-05-01 deploy: vault login succeeded for role web",
         "prose: no token's shape before more words",
     ),
+    LookAlike("bindpw_in_prose", "the bindpw option sets the password nslcd binds with", "not a directive"),
+    LookAlike("rootpw_in_prose", "set rootpw in slapd.conf to a hash", "not at a line's start"),
+    LookAlike("nslcd_rootpwmoddn", "rootpwmoddn cn=admin,dc=example,dc=com", "a DN, not a password"),
+    LookAlike("kickstart_rootpw_lock", "rootpw --lock", "root's password locked: none given"),
+    LookAlike("password_format_field", "password={password} user={user}", "a template's placeholder"),
+    LookAlike("etcdctl_user_env_prompt", "ETCDCTL_USER=root etcdctl get /k", "no :PW: etcdctl prompts"),
+    LookAlike("timestamp_then_count", "2024-05-01T10:00:00Z +3 isql sessions since noon", "no xtrace prefix"),
+    LookAlike(
+        "timestamp_xtrace_count", "2024-05-01T10:00:00Z + 3 isql sessions were open", "a count, not a command"
+    ),
+    LookAlike(
+        "source_in_prose_semicolon", "open source tools; isql is the unixODBC client for DSNs", "prose"
+    ),
+    LookAlike("set_in_prose_semicolon", "a set of tools; isql is the unixODBC client for DSNs", "prose"),
+    LookAlike("export_in_prose_semicolon", "we export data; isql is the unixODBC client for DSNs", "prose"),
+    LookAlike("cd_without_dir_semicolon", "burn a cd; isql is the unixODBC client for DSNs", "prose"),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (

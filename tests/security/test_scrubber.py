@@ -108,6 +108,7 @@ SECRET_NAMES = [
     "SharedAccessKey", "session_key", "credentials", "creds", "auth", "basic_auth",
     "authorization", "Proxy-Authorization", "cookie", "Set-Cookie", "session_cookie", "jwt",
     "requirepass", "masterauth", "storepass", "spring.datasource.password", "SSHPASS",
+    "bindpw", "rootpw", "rootpwmodpw", "nslcd_bindpw",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "keyspace_hits", "keyspace_misses", "evicted_keys", "expired_keys", "Key_reads",
@@ -117,7 +118,7 @@ ORDINARY_NAMES = [
     "password_file", "secret_name", "secretName", "private_key_path", "auth_method",
     "auth_plugin", "passed_tests", "pass_rate", "bypass", "author", "authority", "oauth",
     "authorized_keys", "cookie_domain", "session", "PWD", "OLDPWD", "message", "name", "value",
-    "sshpass",
+    "sshpass", "binddn", "rootpwmoddn", "bindpw_file", "ETCDCTL_USER",
 ]  # fmt: skip
 
 
@@ -648,6 +649,12 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
             ["env", "SSHPASS=" + REDACTED, "sshpass", "-e", "ssh", "h"],
             1,
         ),
+        # etcdctl reads user:password from ETCDCTL_USER: the user stays, as with --user
+        (
+            ["env", "ETCDCTL_USER=root:pw118", "etcdctl", "get", "/k"],
+            ["env", "ETCDCTL_USER=root:" + REDACTED, "etcdctl", "get", "/k"],
+            1,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -798,6 +805,8 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["ldapsearch", "-xy", "/etc/ldap.secret", "-b", "dc=x"],
         ["ldapsearch", "-ZZxW", "-b", "dc=x"],
         ["env", "SSHPASS=pw1", "sshpass", "-e", "ssh", "h"],
+        ["env", "ETCDCTL_USER=root:pw1", "etcdctl", "get", "/k"],
+        ["env", "ETCDCTL_USER=root", "etcdctl", "get", "/k"],
     ],
 )
 def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
@@ -838,8 +847,20 @@ def test_a_command_line_after_ps_columns_hides_what_it_hides_alone(
     assert scrubber.scrub_text("header\n" + prefix + line) == ("header\n" + prefix + hidden, count)
 
 
-# What a shell's xtrace (set -x) prints before a command: one "+" per nesting level and a space.
-XTRACE_PREFIXES = ["+ ", "++ ", "+++ "]
+# What a shell's xtrace (set -x) prints before a command: one "+" per nesting level and a space
+# (maybe after a CI log's timestamp: GitHub Actions, Jenkins' timestamper); zsh's '+%N:%i> '.
+XTRACE_PREFIXES = [
+    "+ ",
+    "++ ",
+    "+++ ",
+    "2024-05-01T10:00:00.123Z + ",
+    "2024-05-01T10:00:00.1234567Z ++ ",
+    "2024-05-01T10:00:00+02:00 + ",
+    "[2024-05-01T10:00:00.123Z] + ",
+    "+zsh:3> ",
+    "+/path/script.sh:12> ",
+    "+(eval):1> ",
+]
 XTRACE_LINES = [*START_OF_COMMAND_LINES, "mysql -u root -ppw1 -h db", "sshpass -p pw1 ssh host"]
 
 
@@ -876,6 +897,53 @@ def test_a_standalone_separator_word_starts_a_command(scrubber: Scrubber, separa
     assert scrubber.scrub_text(line) == (f"vault login {REDACTED} {separator} vault status", 1)
 
 
+# A known command before a ";" glued to its last word: "cd /srv; isql ...", "cd /srv;isql ...".
+SETUP_COMMANDS = [
+    "cd /srv; ",
+    "cd /srv;",
+    "cd -P ../reports; ",
+    "pushd /srv >/dev/null; ",
+    "export ODBCINI=/etc/odbc.ini; ",
+    "export A=1 B=2;",
+    "set -e; ",
+    "set -o pipefail; ",
+    "source ~/.profile; ",
+    ". ./env.sh; ",
+    "sleep 5; ",
+    "umask 077; ",
+    "ulimit -n 4096; ",
+    "sh -c cd /srv; ",
+    "bash -c 'cd /srv; ",
+]
+
+
+@pytest.mark.parametrize("prefix", SETUP_COMMANDS)
+@pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
+def test_a_known_command_glued_to_a_semicolon_starts_a_command(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    assert scrubber.scrub_text("+ " + prefix + line) == ("+ " + prefix + hidden, count)
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "notes; ",
+        "open source tools; ",
+        "a set of tools; ",
+        "we export data; ",
+        "burn a cd; ",
+        "let it sleep; ",
+        "see the umask; ",
+    ],
+)
+def test_prose_before_a_glued_semicolon_starts_no_command(scrubber: Scrubber, prose: str) -> None:
+    line = prose + "isql is the unixODBC client for DSNs"
+    assert scrubber.scrub_text(line) == (line, 0)
+
+
 def test_a_semicolon_word_does_not_end_a_programs_reach(scrubber: Scrubber) -> None:
     # ps prints a joined argv unquoted: the ";" is inside mysql's -e statement
     line = "mysql -e SELECT 1 ; SELECT 2 -pS3cretPw"
@@ -903,6 +971,8 @@ GLUED_SECRET = "Zq9sEcr3t"
         "sshpass -p Zq9sEcr3t; ssh host",
         "ldapsearch -xw Zq9sEcr3t; echo done",
         "isql MyDSN bob Zq9sEcr3t; echo done",
+        "cd /srv;isql MyDSN bob Zq9sEcr3t;",
+        "ETCDCTL_USER=root:Zq9sEcr3t; etcdctl get /k",
         "+ isql MyDSN bob Zq9sEcr3t; echo done",
         "vault login Zq9sEcr3t; vault status",
         "ran: vault login Zq9sEcr3t; vault status",
@@ -1154,6 +1224,29 @@ HOSTILE_TEXTS = {
     "vault_shape_heads": "vault login hvs." * (HOSTILE_SIZE // 16),
     "vault_glued_flags": "vault login x" + " -no-print;" * (HOSTILE_SIZE // 11) + " y",
     "redis_auth_glued": "redis-cli auth" + " x;" * (HOSTILE_SIZE // 3),
+    # LDAP directives: line starts, flags before a value, blanks after one
+    "ldap_directive_lines": "\n\tbindpw\t--x" * (HOSTILE_SIZE // 13),
+    "ldap_directive_flags": "rootpw" + " --iscrypted" * (HOSTILE_SIZE // 12),
+    "ldap_directive_blanks": "\nbindpw x" + " " * HOSTILE_SIZE + "y",
+    "ldap_directive_blank_lines": ("bindpw x" + " " * 4200 + "\n") * (HOSTILE_SIZE // 4209),
+    "ldap_directive_indents": "\n" + " " * HOSTILE_SIZE + "rootpw",
+    "hash_scheme_heads": "password: {SSHA}" * (HOSTILE_SIZE // 16),
+    "hash_scheme_unclosed": "password: {" + "a" * HOSTILE_SIZE,
+    "hash_scheme_long": "password: {a}" + "b" * HOSTILE_SIZE,
+    "etcdctl_user_envs": "ETCDCTL_USER=" * (HOSTILE_SIZE // 13),
+    "etcdctl_user_values": "ETCDCTL_USER=" + "a" * HOSTILE_SIZE + ":",
+    # xtrace after a timestamp, zsh's xtrace
+    "timestamp_lines": "\n2024-05-01T10:00:00.1234567Z +++ x" * (HOSTILE_SIZE // 36),
+    "timestamp_blanks": "\n[2024-05-01T10:00:00.123Z]" + " " * HOSTILE_SIZE + "+ isql",
+    "timestamp_heads": "\n2024-05-01T10:00:00" * (HOSTILE_SIZE // 20),
+    "zsh_xtrace_names": "\n+" + "a" * HOSTILE_SIZE + ":1> isql",
+    "zsh_xtrace_heads": "\n+a:1" * (HOSTILE_SIZE // 5),
+    # known commands before a glued ";"
+    "setup_command_words": "cd " * (HOSTILE_SIZE // 3) + "; isql",
+    "setup_command_items": "export a=1" + " b" * (HOSTILE_SIZE // 2) + "; isql",
+    "setup_command_chains": "cd /x; " * (HOSTILE_SIZE // 7) + "isql",
+    "setup_command_exports": "export " * (HOSTILE_SIZE // 7) + "=; isql",
+    "setup_command_long_items": ("cd " + "x" * 4200 + " ") * (HOSTILE_SIZE // 4204) + ";isql",
 }
 
 
