@@ -17,6 +17,7 @@ from sqlite_utils import Database
 from sonde.hub.db import get_meta, open_database, set_meta
 from sonde.hub.keys import create_api_key, find_api_key
 from sonde.hub.store import (
+    Store,
     StoreClosed,
     StoreCommitFailed,
     _commit_batch,
@@ -55,30 +56,38 @@ async def test_write_returns_the_result(tmp_path: Path) -> None:
         assert await store.read(find_api_key, secret) == record
 
 
-async def test_failing_op_raises_and_keeps_its_batch_mates(tmp_path: Path) -> None:
+async def in_one_batch(store: Store, ops: dict[str, Callable[[Database, str], object]]) -> dict[str, object]:
+    """Run each ``op(db, key)`` in one batch of the store's writer; what each returned or raised."""
     gate = threading.Event()
     results: dict[str, object] = {}
 
     def hold(db: Database) -> None:
         assert gate.wait(timeout=10)
-        set_meta(db, "first", "x")
 
-    async def write(key: str, fn: object) -> None:
+    async def write(key: str, fn: Callable[[Database, str], object]) -> None:
         try:
-            results[key] = await store.write(fn, key)  # type: ignore[arg-type]
-        except ValueError as exc:
+            results[key] = await store.write(fn, key)
+        except Exception as exc:
             results[key] = exc
 
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.write, hold)
+        await trio.testing.wait_all_tasks_blocked()  # the writer is stuck in `hold`
+        for key, fn in ops.items():
+            nursery.start_soon(write, key, fn)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.statistics().queued_ops == len(ops)
+        gate.set()
+    return results
+
+
+def set_ok(db: Database, key: str) -> None:
+    set_meta(db, key, "ok")
+
+
+async def test_failing_op_raises_and_keeps_its_batch_mates(tmp_path: Path) -> None:
     async with open_store(tmp_path / "hub.db") as store:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.write, hold)
-            await trio.testing.wait_all_tasks_blocked()  # the writer is stuck in `hold`
-            nursery.start_soon(write, "before", lambda db, key: set_meta(db, key, "ok"))
-            nursery.start_soon(write, "bad", set_then_fail)
-            nursery.start_soon(write, "after", lambda db, key: set_meta(db, key, "ok"))
-            await trio.testing.wait_all_tasks_blocked()
-            assert store.statistics().queued_ops == 3
-            gate.set()
+        results = await in_one_batch(store, {"before": set_ok, "bad": set_then_fail, "after": set_ok})
         stats = store.statistics()
         assert (stats.batches, stats.ops, stats.failed_ops) == (2, 4, 1)
         assert isinstance(results["bad"], ValueError)
@@ -99,27 +108,8 @@ def fill_the_file(db: Database, key: str) -> None:
 async def test_a_transaction_sqlite_rolled_back_fails_the_whole_batch(tmp_path: Path) -> None:
     # Before, the ops run before the failing one were answered as written, though SQLite had
     # undone them with the whole transaction, and the ops after it ran outside any transaction.
-    gate = threading.Event()
-    results: dict[str, object] = {}
-
-    def hold(db: Database) -> None:
-        assert gate.wait(timeout=10)
-
-    async def write(key: str, fn: object) -> None:
-        try:
-            results[key] = await store.write(fn, key)  # type: ignore[arg-type]
-        except StoreCommitFailed as exc:
-            results[key] = exc
-
     async with open_store(tmp_path / "hub.db") as store:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.write, hold)
-            await trio.testing.wait_all_tasks_blocked()  # the writer is stuck in `hold`
-            nursery.start_soon(write, "before", lambda db, key: set_meta(db, key, "ok"))
-            nursery.start_soon(write, "full", fill_the_file)
-            nursery.start_soon(write, "after", lambda db, key: set_meta(db, key, "ok"))
-            await trio.testing.wait_all_tasks_blocked()
-            gate.set()
+        results = await in_one_batch(store, {"before": set_ok, "full": fill_the_file, "after": set_ok})
         for key in ("before", "full", "after"):
             failed = results[key]
             assert isinstance(failed, StoreCommitFailed), (key, failed)
