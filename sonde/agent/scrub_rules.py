@@ -6,8 +6,8 @@ literal or a rare character (``-----BEGIN``, ``://``, ``eyJ``, the ``_`` of
 ``ghp_``, the ``[?&;]`` before ``sig=``), so the regex engine skips from one
 candidate to the next without trying every position. The rules keyed by a
 field name (``password=x``, ``"apiKey": "x"``, ``--token x``,
-``<secret>x</secret>``, ``Authorization: ...``) start from the places where a
-secret-word stem (``pass``, ``token``, ``key`` ...) occurs in the lowercased
+``<secret>x</secret>``, ``Authorization: ...``, LDIF's ``userPassword:: BASE64``)
+start from the places where a secret-word stem (``pass``, ``token``, ``key`` ...) occurs in the lowercased
 string and match anchored at the start of that word; `is_secret_name` then
 decides whether the name is secret (a flag that takes no value, `SWITCHES`,
 hides nothing after it). The rules keyed by a shape (tokens, key
@@ -48,8 +48,12 @@ _HEADER = re.compile(
     + r"(?P<value>[^\s\x00\"'](?:[^\r\n\x00\"']*[^\s\x00\"'])?)"
 )
 # A password hash behind its {SCHEME} (slapd's olcRootPW, an LDIF's userPassword): to its end,
-# commas too ({ARGON2}$argon2id$v=19$m=65536,t=2,p=1$SALT$HASH).
-_HASHED = r"\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
+# commas too ({ARGON2}$argon2id$v=19$m=65536,t=2,p=1$SALT$HASH), and on the lines ldapsearch
+# folds it onto at 76 columns (each starts with one blank; a YAML sibling holds a ": ").
+_HASHED = (
+    r"\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
+    r"(?:\r?\n [^\s\x00\"'<>]{1,4096}+(?=\r?\n|\x00|\Z)){0,64}+"
+)
 _ASSIGN = re.compile(
     r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?![/:]))[ \t]*)"
     r"(?!(?:\\?[\"'])?(?:" + SCHEME + r")?\[REDACTED\])(?![|>][-+]?[ \t]*(?:\r?\n|\x00|$))(?!-----BEGIN)"
@@ -62,6 +66,19 @@ _FLAG = re.compile(
 _XML = re.compile(
     r"<(?P<name>[A-Za-z_][\w:.-]{0,80}+)>" + FRESH + r"(?P<value>[^<\x00]{1,4096}+)"
     r"(?:</(?P=name)>|(?=<[^<>\x00]{0,80}+(?:\x00|\Z))|" + CUT + ")"  # or cut before (or in) its end tag
+)
+# An LDIF value in base64 after "::" (ldapsearch and slapcat print userPassword so, and any value
+# starting with "{" or not ASCII: "userPassword:: e1NTSEF9..."): the value whole, with the lines
+# it is folded onto (indented: the LDIF may sit in a YAML block). At least one blank after "::",
+# as LDIF tools print it: "Auth::Token" in code is a scope, not a value. A line a probe cut ends
+# with its "…".
+_BASE64_LINE = r"[A-Za-z0-9+/]{1,4096}+={0,2}+…?"
+_LDIF_BASE64 = re.compile(
+    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80}+)::[ ]{1,16}+(?P<value>"
+    + _BASE64_LINE
+    + r"(?:[ \t]{0,16}+\r?\n[ \t]{1,64}+"
+    + _BASE64_LINE
+    + r"(?=[ \t]{0,16}+(?:\r?\n|\x00|\Z))){0,256}+)(?![^\s\x00])"
 )
 # A YAML block scalar (password: |, key: >-): the lines indented under it.
 _YAML_BLOCK = re.compile(
@@ -80,7 +97,8 @@ def lowercase(text: str) -> str:
 
 
 def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
-    """The header, assignment, flag or XML element whose name starts at ``start``, if any."""
+    """The header, assignment, flag, XML element, YAML block or LDIF base64 value whose name
+    starts at ``start``, if any."""
     if start > 0 and text[start - 1] == "<":
         element = _XML.match(text, start - 1)
         if element is not None:
@@ -94,6 +112,8 @@ def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
         match = _FLAG.match(text, start)
     if match is None:
         match = _YAML_BLOCK.match(text, start)
+    if match is None:
+        match = _LDIF_BASE64.match(text, start)
     return match
 
 

@@ -152,6 +152,12 @@ _LOG_TIME = r"(?:" + _ISO_TIME + r"|\[" + _ISO_TIME + r"\])[ \t]{1,16}+"
 # time: bash's "+ ", one "+" more per level of nesting ("++ " in a command substitution);
 # zsh's PS4 '+%N:%i> ', the script or function and the line ("+deploy.sh:12> ").
 _XTRACE = r"(?:" + _LOG_TIME + r")?(?:\+{1,32}+ |\+[^\s\x00:>]{1,256}+:\d{1,9}+> )"
+# What `history` prints before a command: bash's "%5d%c %s%s" (the number right-aligned in five
+# columns, "*" after an entry edited since, then HISTTIMEFORMAT's time when set: "%F %T ",
+# "%d/%m/%y %T ", maybe bracketed), zsh's alike (history -i: "2024-05-01 10:00  "). The
+# number's exact columns: "3 isql sessions ..." at a line's start is prose.
+_HISTORY_TIME = r"\[?(?:\d{4}-\d\d-\d\d|\d{1,2}[/.]\d{1,2}[/.]\d{2,4})[ T]\d\d:\d\d(?::\d\d)?\]?[ \t]{1,16}+"
+_HISTORY = r"(?: {4}\d| {3}\d\d| {2}\d{3}| \d{4}|\d{5,10}+)[ *] (?:" + _HISTORY_TIME + ")?"
 # A command run before another, a ";" glued to its last word ("cd /srv; isql ...", "cd
 # /srv;isql ..."): cd or pushd DIR, or a builtin whose first item has a command's shape
 # (export A=1, set -e, source ~/.env, . ./env.sh, umask 077, sleep 5). A word before a glued
@@ -161,18 +167,33 @@ _SETUP_COMMAND = (
     r"(?=[ \t]+[^\s\x00;=/~$.0-9+-]{0,256}+[=/~$.0-9+-]))"
     r"(?:[ \t]+[^\s\x00;]{1,4096}+){1,16}+;[ \t]{0,16}+"
 )
-# The start of a command (not prose): a line's start (maybe after ps's columns or xtrace's
-# "+ "), a separator word's end ("cd /x && isql ...") or a known command's glued ";"; maybe a
-# wrapper and up to 8 of its items, then the program's directory: "isql", "sudo -u app
-# /usr/bin/isql", "timeout 30 isql".
+# A piece of a word of a command line: a character or a quoted string ('a; b' holds no separator).
+_SHELL_PIECE = r"(?:[^\s\x00;\"']|\"[^\"\r\n\x00]{0,256}+\"|'[^'\r\n\x00]{0,256}+')"
+# Commands at a command's start before a ";" glued to their last word ("date; isql ...", "cd /srv;
+# ls; isql ..."): one that takes no argument but flags or paths (date +%F, ls -l /srv), or echo
+# and its words. Only there: "set the date; isql is ..." and "we echo start; ..." are prose.
+_LEADING_COMMANDS = (
+    r"(?:(?:(?:date|ls|pwd|true|false|clear|whoami|hostname|uptime)"
+    r"(?:[ \t]{1,16}+[-+/~.$]" + _SHELL_PIECE + r"{0,256}+){0,16}+"
+    r"|echo(?:[ \t]{1,16}+" + _SHELL_PIECE + r"{1,256}+){0,16}+);[ \t]{0,16}+){0,8}+"
+)
+# The start of a command (not prose): a line's start (maybe after ps's columns, xtrace's "+ "
+# or history's number), a separator word's end ("cd /x && isql ...") or a known command's glued
+# ";"; maybe commands without arguments glued to a ";" ("date; "), then maybe a wrapper and up to
+# 8 of its items, then the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30
+# isql".
 _COMMAND_START = (
     r"(?:(?<![^\n\x00])(?:"
     + _PS_COLUMNS
     + "|"
     + _XTRACE
+    + "|"
+    + _HISTORY
     + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+|"
     + _SETUP_COMMAND
-    + r")(?:"
+    + r")"
+    + _LEADING_COMMANDS
+    + r"(?:"
     + _PATH
     + "(?:"
     + "|".join(_WRAPPERS)
@@ -444,11 +465,15 @@ SHAPE_RULES = (
         _contains_folded("basic"),
         _basic_credentials,
     ),
-    # Config directives without a separator, at the start of a line (maybe indented): redis.conf's
-    # requirepass, masterauth (one word, maybe quoted); and, lowercase as their files write them,
-    # nslcd.conf's bindpw and rootpwmodpw, pam_ldap.conf's (libnss-ldap's) bindpw, slapd.conf's
-    # rootpw (a {SSHA} hash too: it can be cracked) and a kickstart file's rootpw [--iscrypted]
-    # PW: the rest of the line, as nslcd and pam_ldap read it ("rootpw --lock" gives none).
+    # Config directives without a separator, at the start of a line (maybe indented, maybe
+    # commented out with "#" or "# ": a directive put aside still holds a password): redis.conf's
+    # requirepass, masterauth (one word, maybe quoted; commented out, the line's only word:
+    # "# requirepass is not set by default" is prose); nslcd.conf's bindpw and rootpwmodpw (in
+    # any case, as nslcd reads its keywords), nss-ldapd's rootbindpw, pam_ldap.conf's
+    # (libnss-ldap's) bindpw, slapd.conf's rootpw (a {SSHA} hash too: it can be cracked) and a
+    # kickstart file's rootpw [--iscrypted] PW: the rest of the line, as nslcd and pam_ldap read
+    # it ("rootpw --lock" gives none), so prose after such a word at a line's start, commented
+    # out or not, is hidden too.
     ShapeRule(
         "config_directive",
         re.compile(
@@ -456,7 +481,12 @@ SHAPE_RULES = (
             + FRESH
             + r"(?P<value>"
             + QUOTED
-            + r"|[^\s\x00\"']+)|(?:bindpw|rootpw(?:modpw)?)"
+            + r"|[^\s\x00\"']+)|#[ \t]?(?i:requirepass|masterauth)[ \t]+"
+            + FRESH
+            + r"(?P<v3>"
+            + QUOTED
+            + r"|[^\s\x00\"']{1,4096}+)(?=[ \t]*+(?:\r?\n|\x00|\Z))"
+            + r"|(?:#[ \t]?)?(?i:bindpw|rootpw(?:modpw)?|rootbindpw)"
             + _DIRECTIVE_FLAGS
             + r"[ \t]+"
             + FRESH
@@ -531,9 +561,10 @@ SHAPE_RULES = (
     # start of a command every item but flags and NAME=VALUE pairs, as the argv form reads it:
     # vault login TOKEN extra; never a word ending with ":": "vault login failed: ..."), and
     # unixODBC's isql DSN USER SECRET (at the start of a command: a line's start, maybe after ps's
-    # columns or xtrace's "+ " (zsh's "+NAME:LINE> ", maybe after a CI log's time), after a
-    # separator word or a known command's glued ";" (cd /srv; isql ...); maybe after sudo,
-    # timeout N ...: "the isql client" is prose). Every one of a program's words on the line.
+    # columns, xtrace's "+ " (zsh's "+NAME:LINE> ", maybe after a CI log's time) or history's
+    # number and time, after a separator word or a known command's glued ";" (cd /srv; isql ...),
+    # maybe after commands without arguments glued to a ";" (date; ls; isql ...); maybe after
+    # sudo, timeout N ...: "the isql client" is prose). Every one of a program's words on the line.
     ShapeRule(
         "program_password_word",
         re.compile(

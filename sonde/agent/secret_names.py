@@ -7,9 +7,10 @@ secret when
 
 - a part is a secret word (``password``, ``passwd``, ``passphrase``, ``secret``,
   ``token``, ``credentials``, ``authorization``, ``apikey``, the LDAP directives
-  ``bindpw`` and ``rootpw`` ...), or
-- the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie`` or ``jwt``
-  (``db_pass``, ``mysql_pwd``, ``basic_auth``, ``Set-Cookie``) or ends with
+  ``bindpw``, ``rootpw`` and ``rootbindpw`` ...), or
+- the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie``, ``jwt`` or ``authtok``
+  (``db_pass``, ``mysql_pwd``, ``basic_auth``, ``Set-Cookie``, sssd's
+  ``ldap_default_authtok``; not ``ldap_default_authtok_type``) or ends with
   ``password passwd passphrase secret token`` (``PGPASSWORD``,
   ``clientsecret``, ``authtoken``), or
 - two adjacent parts are ``<qualifier> key`` for a qualifier in
@@ -41,11 +42,13 @@ SECRET_WORDS = frozenset(
         "privatekey", "secretkey", "authkey", "sessionkey", "clientsecret", "requirepass",
         "masterauth", "storepass", "keypass", "srcstorepass", "deststorepass", "srckeypass",
         "destkeypass", "sessionid", "phpsessid", "jsessionid", "bindpw", "rootpw", "rootpwmodpw",
+        "rootbindpw",
     }
 )  # fmt: skip
-# Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie;
-# elsewhere they are too common (pass_rate, gcloud-auth-plugin, cookie_domain, jwt_issuer).
-SECRET_LAST_WORDS = frozenset({"pass", "pw", "pwd", "auth", "cookie", "cookies", "jwt"})
+# Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie, sssd's
+# ldap_default_authtok; elsewhere they are too common (pass_rate, gcloud-auth-plugin,
+# cookie_domain, jwt_issuer).
+SECRET_LAST_WORDS = frozenset({"pass", "pw", "pwd", "auth", "cookie", "cookies", "jwt", "authtok"})
 # A LAST part ending with one of these is secret too: PGPASSWORD, dbpassword, clientsecret, authtoken.
 SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token")
 # "<qualifier> key" is secret: api_key, AccessKey, x-api-key, private_key, AccountKey.

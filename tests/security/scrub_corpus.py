@@ -1273,6 +1273,175 @@ SECRETS: tuple[SecretCase, ...] = (
         "hunter2_dot",
         ". /etc/profile; sudo -u app isql MyDSN bob [REDACTED]",
     ),
+    # an LDIF value in base64 after "::" (ldapsearch and slapcat print userPassword so, and any
+    # value starting with "{" or not ASCII): hidden whole, with the lines it is folded onto
+    SecretCase(
+        "ldif_userpassword_base64",
+        "dn: uid=bob,dc=example,dc=com\nuserPassword:: e1NTSEF9aHVudGVyMlE3WnhMZGlmQjY0PQ==\nmail: bob@x\n",
+        "e1NTSEF9aHVudGVyMlE3WnhMZGlmQjY0PQ==",
+        "dn: uid=bob,dc=example,dc=com\nuserPassword:: [REDACTED]\nmail: bob@x\n",
+    ),
+    SecretCase(
+        "ldif_olcrootpw_base64",
+        "dn: olcDatabase={1}mdb,cn=config\nolcRootPW:: e1NTSEF9aHVudGVyMlE3WnhPbGNCNjRSb290PQ==\n",
+        "e1NTSEF9aHVudGVyMlE3WnhPbGNCNjRSb290PQ==",
+        "dn: olcDatabase={1}mdb,cn=config\nolcRootPW:: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_sambantpassword_base64",
+        "sambaSID: S-1-5-21-1-2-3-1104\nsambaNTPassword:: ODg0NkY3RUFFRThGQjExN0FEMDZCREQ4MzBCNzU4NkM=\n",
+        "ODg0NkY3RUFFRThGQjExN0FEMDZCREQ4MzBCNzU4NkM=",
+        "sambaSID: S-1-5-21-1-2-3-1104\nsambaNTPassword:: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_userpassword_base64_folded",
+        "dn: uid=amy,dc=x\n"
+        "userPassword:: e1NTSEE1MTJ9aHVudGVyMlE3WnhGb2xkZWRTc2hhNTEyTGRpZlZhbHVlVGhhd\n"
+        " ElzTG9uZ0Vub3VnaFRvV3JhcEF0NzZDb2x1bW5zPT0=\n"
+        "uid: amy\n",
+        "ElzTG9uZ0Vub3VnaFRvV3JhcEF0NzZDb2x1bW5zPT0=",
+        "dn: uid=amy,dc=x\nuserPassword:: [REDACTED]\nuid: amy\n",
+    ),
+    SecretCase(
+        "ldif_in_yaml_block_base64",
+        "data:\n  users.ldif: |\n    dn: uid=bob,dc=x\n"
+        "    userPassword:: e1NTSEF9aHVudGVyMlE3WnhMZGlmQjY0PQ==\n",
+        "e1NTSEF9aHVudGVyMlE3WnhMZGlmQjY0PQ==",
+        "data:\n  users.ldif: |\n    dn: uid=bob,dc=x\n    userPassword:: [REDACTED]\n",
+    ),
+    # a {SCHEME} hash ldapsearch folds at 76 columns: the line it goes on to starts with a blank
+    SecretCase(
+        "ldif_olcrootpw_argon2_folded",
+        "olcRootPW: {ARGON2}$argon2id$v=19$m=65536,t=2,p=1$c2FsdHNhbHQ$hunter2Q7ZxF\n"
+        " oldedArgonHashTail\nolcSuffix: dc=x\n",
+        "oldedArgonHashTail",
+        "olcRootPW: [REDACTED]\nolcSuffix: dc=x\n",
+    ),
+    # sssd.conf's ldap_default_authtok (its _type stays: a kind of token, not one)
+    SecretCase(
+        "sssd_conf_ldap_default_authtok",
+        "[domain/example.com]\nid_provider = ldap\nldap_default_bind_dn = cn=sssd,dc=example,dc=com\n"
+        "ldap_default_authtok_type = password\nldap_default_authtok = hunter2_sss\n",
+        "hunter2_sss",
+        "[domain/example.com]\nid_provider = ldap\nldap_default_bind_dn = cn=sssd,dc=example,dc=com\n"
+        "ldap_default_authtok_type = password\nldap_default_authtok = [REDACTED]\n",
+    ),
+    SecretCase(
+        "sssd_conf_obfuscated_authtok",
+        "ldap_default_authtok_type = obfuscated_password\n"
+        "ldap_default_authtok = AAAQAHunter2Q7ZxObfuscated\n",
+        "AAAQAHunter2Q7ZxObfuscated",
+        "ldap_default_authtok_type = obfuscated_password\nldap_default_authtok = [REDACTED]\n",
+    ),
+    # a directive commented out still holds a password: "#bindpw PW", "# rootpw PW"
+    SecretCase(
+        "nslcd_conf_commented_bindpw",
+        "# The credentials to bind with.\n# Optional: default is no credentials.\n#bindpw hunter2_ncb\n",
+        "hunter2_ncb",
+        "# The credentials to bind with.\n# Optional: default is no credentials.\n#bindpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "slapd_conf_commented_rootpw",
+        'rootdn "cn=admin,dc=x"\n# rootpw hunter2_scr\n',
+        "hunter2_scr",
+        'rootdn "cn=admin,dc=x"\n# rootpw [REDACTED]\n',
+    ),
+    SecretCase(
+        "redis_conf_commented_requirepass",
+        "# requirepass foobared\n#requirepass hunter2_rcq\n",
+        "hunter2_rcq",
+        "# requirepass [REDACTED]\n#requirepass [REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "redis_conf_commented_masterauth",
+        "# masterauth hunter2_rcm\n",
+        "hunter2_rcm",
+        "# masterauth [REDACTED]\n",
+    ),
+    # nslcd reads its keywords in any case; nss-ldapd (nslcd's first name) read rootbindpw too
+    SecretCase("nslcd_conf_bindpw_upper", "BINDPW hunter2_nbu\n", "hunter2_nbu", "BINDPW [REDACTED]\n"),
+    SecretCase(
+        "nslcd_conf_bindpw_mixed_case",
+        "BindDN cn=nslcd,dc=x\nBindPW hunter2_nbm\n",
+        "hunter2_nbm",
+        "BindDN cn=nslcd,dc=x\nBindPW [REDACTED]\n",
+    ),
+    SecretCase(
+        "nslcd_conf_rootpwmodpw_upper",
+        "ROOTPWMODPW hunter2_nru\n",
+        "hunter2_nru",
+        "ROOTPWMODPW [REDACTED]\n",
+    ),
+    SecretCase(
+        "nss_ldapd_rootbindpw",
+        "rootbinddn cn=admin,dc=x\nrootbindpw hunter2_nrb\n",
+        "hunter2_nrb",
+        "rootbinddn cn=admin,dc=x\nrootbindpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "nss_ldapd_rootbindpw_assigned",
+        "ldap_rootbindpw = hunter2_nra",
+        "hunter2_nra",
+        "ldap_rootbindpw = [REDACTED]",
+    ),
+    # a line of `history` ("%5d%c %s%s": the number in five columns, "*" after a modified entry,
+    # then HISTTIMEFORMAT's time when set); zsh's history -i likewise
+    SecretCase(
+        "history_timestamp_isql",
+        "  501  2024-05-01 10:00:00 isql MyDSN bob hunter2_hts",
+        "hunter2_hts",
+        "  501  2024-05-01 10:00:00 isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "history_plain_isql",
+        "  500  cd /srv\n  501  isql MyDSN bob hunter2_hpl\n",
+        "hunter2_hpl",
+        "  500  cd /srv\n  501  isql MyDSN bob [REDACTED]\n",
+    ),
+    SecretCase(
+        "history_modified_isql",
+        "  501* isql MyDSN bob hunter2_hmo",
+        "hunter2_hmo",
+        "  501* isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "history_day_month_timestamp_isql",
+        " 1032  03/03/19 01:06:00 sudo -u app isql MyDSN bob hunter2_hdm",
+        "hunter2_hdm",
+        " 1032  03/03/19 01:06:00 sudo -u app isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "zsh_history_i_isql",
+        "  501  2024-05-01 10:00  isql MyDSN bob hunter2_hzi",
+        "hunter2_hzi",
+        "  501  2024-05-01 10:00  isql MyDSN bob [REDACTED]",
+    ),
+    # a command without arguments (or echo's words) before a ";" glued to it, at a command's start
+    SecretCase(
+        "isql_after_date_semicolon",
+        "date; isql MyDSN bob hunter2_dts",
+        "hunter2_dts",
+        "date; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_echo_semicolon",
+        "echo start; isql MyDSN bob hunter2_ech",
+        "hunter2_ech",
+        "echo start; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_cd_ls_semicolons",
+        "cd /srv; ls; isql MyDSN bob hunter2_cls",
+        "hunter2_cls",
+        "cd /srv; ls; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_xtrace_after_echo_quoted_semicolon",
+        "+ echo 'starting report; step 1'; isql MyDSN bob hunter2_eqs",
+        "hunter2_eqs",
+        "+ echo 'starting report; step 1'; isql MyDSN bob [REDACTED]",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -1500,6 +1669,49 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("set_in_prose_semicolon", "a set of tools; isql is the unixODBC client for DSNs", "prose"),
     LookAlike("export_in_prose_semicolon", "we export data; isql is the unixODBC client for DSNs", "prose"),
     LookAlike("cd_without_dir_semicolon", "burn a cd; isql is the unixODBC client for DSNs", "prose"),
+    # LDIF values in base64 whose attribute is no secret; "::" in code
+    LookAlike("ldif_dn_base64", "dn:: Y249Ym9iLGRjPWV4YW1wbGUsZGM9Y29t\nobjectClass: person\n", "a DN"),
+    LookAlike("ldif_description_base64", "description:: w6l0w6kgw6AgUGFyaXM=\n", "not ASCII, no secret"),
+    LookAlike(
+        "ldif_base64_then_folded_attribute",
+        "cn:: w6l0w6k=\n w6A=\ndescription: x\n",
+        "a folded value of an attribute that is no secret",
+    ),
+    LookAlike("ruby_constant_auth", "uninitialized constant Auth::Token (NameError)", "a scope, no value"),
+    LookAlike("cpp_scope_password", "at Password::validate(const std::string&) line 42", "a scope"),
+    # sssd and PAM: a kind of token, a module option without a value, sssd's debug lines
+    LookAlike("sssd_authtok_type", "ldap_default_authtok_type = obfuscated_password", "a kind of token"),
+    LookAlike(
+        "pam_sss_use_authtok",
+        "password sufficient pam_sss.so use_authtok\nauth sufficient pam_unix.so nullok try_first_pass",
+        "a module option, no value",
+    ),
+    LookAlike(
+        "sssd_debug_authtok_type",
+        "(2024-05-01 10:00:00): [pam] [pam_print_data] (0x0100): authtok type: 1 (Password)",
+        "sssd's debug line: the kind of token",
+    ),
+    # commented-out lines of the default nslcd.conf, pam_ldap.conf and redis.conf
+    LookAlike("nslcd_conf_commented_rootpwmoddn", "#rootpwmoddn cn=admin,dc=example,dc=com", "a DN"),
+    LookAlike("pam_ldap_conf_commented_rootbinddn", "#rootbinddn cn=manager,dc=padl,dc=com", "a DN"),
+    LookAlike(
+        "nslcd_conf_bindpw_note",
+        "# Note that if you set a bindpw you should check the permissions of this file.",
+        "bindpw mid-comment: prose",
+    ),
+    LookAlike(
+        "redis_conf_requirepass_note",
+        "# The requirepass is not compatible with aclfile option and the ACL LOAD",
+        "requirepass mid-comment: prose",
+    ),
+    LookAlike("kickstart_commented_rootpw_lock", "#rootpw --lock", "no password given"),
+    # a count and a time are no history line; a command word mid-sentence starts no command
+    LookAlike(
+        "count_then_time_isql", "3 2024-05-01 10:00:00 isql sessions were open", "not history's columns"
+    ),
+    LookAlike("echo_in_prose_semicolon", "we echo start; isql is the unixODBC client for DSNs", "prose"),
+    LookAlike("date_in_prose_semicolon", "set the date; isql is the unixODBC client for DSNs", "prose"),
+    LookAlike("ls_in_prose_semicolon", "run ls; isql is the unixODBC client for DSNs", "prose"),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (

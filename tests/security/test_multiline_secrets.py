@@ -115,6 +115,32 @@ def test_docker_log_lines_hide_a_key_body() -> None:
     assert leaks([line.text for line in log_lines(cut, multiplexed=False, redact=SCRUBBER.redacted)]) == []
 
 
+# ldapsearch's output: a userPassword in base64 ("::"), folded at 76 columns onto a line that
+# starts with a blank; each line is its own string in a line-based probe's answer.
+LDIF_HEAD = "userPassword:: e1NTSEE1MTJ9aHVudGVyMlE3WnhGb2xkZWRTc2hhNTEyTGRpZlZhbHVlVGhhd"
+LDIF_FOLD = " ElzTG9uZ0Vub3VnaFRvV3JhcEF0NzZDb2x1bW5zPT0="
+LDIF = [
+    "# bob, people, example.com",
+    "dn: uid=bob,ou=people,dc=example,dc=com",
+    LDIF_HEAD,
+    LDIF_FOLD,
+    "uid: bob",
+]
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+@pytest.mark.parametrize("count", [4, 5, 13, 14, 30])
+async def test_a_folded_ldif_password_is_hidden_on_each_of_its_lines(
+    tmp_path: Path, probe_name: str, count: int
+) -> None:
+    """Windows that start or end on either line of the value, or hold both."""
+    text = ORDINARY[:10] + LDIF + ORDINARY[10:12]
+    path = write(tmp_path, text)
+    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    assert [line for line in lines if LDIF_HEAD[16:40] in line or LDIF_FOLD[5:30] in line] == []
+    assert len(lines) == min(count, len(text))
+
+
 def test_redact_lines_keeps_the_count_and_is_idempotent() -> None:
     sent = redact_lines(LOG, SCRUBBER.redacted)
     assert len(sent) == len(LOG)

@@ -108,7 +108,8 @@ SECRET_NAMES = [
     "SharedAccessKey", "session_key", "credentials", "creds", "auth", "basic_auth",
     "authorization", "Proxy-Authorization", "cookie", "Set-Cookie", "session_cookie", "jwt",
     "requirepass", "masterauth", "storepass", "spring.datasource.password", "SSHPASS",
-    "bindpw", "rootpw", "rootpwmodpw", "nslcd_bindpw",
+    "bindpw", "rootpw", "rootpwmodpw", "nslcd_bindpw", "rootbindpw", "ldap_rootbindpw", "BINDPW",
+    "ldap_default_authtok", "authtok", "olcRootPW", "userPassword", "sambaNTPassword",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "keyspace_hits", "keyspace_misses", "evicted_keys", "expired_keys", "Key_reads",
@@ -118,7 +119,8 @@ ORDINARY_NAMES = [
     "password_file", "secret_name", "secretName", "private_key_path", "auth_method",
     "auth_plugin", "passed_tests", "pass_rate", "bypass", "author", "authority", "oauth",
     "authorized_keys", "cookie_domain", "session", "PWD", "OLDPWD", "message", "name", "value",
-    "sshpass", "binddn", "rootpwmoddn", "bindpw_file", "ETCDCTL_USER",
+    "sshpass", "binddn", "rootpwmoddn", "bindpw_file", "ETCDCTL_USER", "ldap_default_authtok_type",
+    "authtok_type", "rootbinddn", "newauthtok", "dn", "description",
 ]  # fmt: skip
 
 
@@ -875,6 +877,33 @@ def test_a_command_line_after_xtrace_plus_signs_hides_what_it_hides_alone(
     assert scrubber.scrub_text("+ cd /srv\n" + prefix + line) == ("+ cd /srv\n" + prefix + hidden, count)
 
 
+# What `history` prints before a command (bash: "%5d%c %s%s", the number in five columns, "*"
+# after a modified entry, HISTTIMEFORMAT's time when set: "%F %T ", "%d/%m/%y %T "; zsh's
+# history -i: "yyyy-mm-dd hh:mm  ").
+HISTORY_PREFIXES = [
+    "  501  ",
+    "    7  ",
+    "10501  ",
+    "  501* ",
+    "  501  2024-05-01 10:00:00 ",
+    " 1032  03/03/19 01:06:00 ",
+    "  501* 2024-05-01 10:00:00 ",
+    "  501  [2024-05-01 10:00:00] ",
+    "  501  2024-05-01 10:00  ",
+]
+
+
+@pytest.mark.parametrize("prefix", HISTORY_PREFIXES)
+@pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
+def test_a_command_line_after_a_history_number_hides_what_it_hides_alone(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert count >= 1
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    assert scrubber.scrub_text("  500  ls\n" + prefix + line) == ("  500  ls\n" + prefix + hidden, count)
+
+
 @pytest.mark.parametrize("separator", ["&&", "||", "|"])
 def test_a_standalone_separator_word_ends_a_programs_reach(scrubber: Scrubber, separator: str) -> None:
     # the first command's password goes; the second command's flags and words are its own
@@ -927,6 +956,37 @@ def test_a_known_command_glued_to_a_semicolon_starts_a_command(
     assert scrubber.scrub_text("+ " + prefix + line) == ("+ " + prefix + hidden, count)
 
 
+# A command without arguments but flags or paths (date, ls -l) or echo's words, before a ";"
+# glued to it, at a command's start (a line's, after a separator word or a known command's ";").
+LEADING_COMMANDS = [
+    "date; ",
+    "date +%F;",
+    "ls; ",
+    "ls -l /srv; ",
+    "pwd; ",
+    "true; ",
+    "clear; ",
+    "whoami; ",
+    "echo start; ",
+    "echo 'starting report; step 1'; ",
+    'echo "$(date) start"; ',
+    "cd /srv; ls; ",
+    "date; ls; pwd; ",
+    "cd /srv && date; ",
+]
+
+
+@pytest.mark.parametrize("prefix", LEADING_COMMANDS)
+@pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
+def test_a_command_without_arguments_glued_to_a_semicolon_starts_a_command(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    assert scrubber.scrub_text("+ " + prefix + line) == ("+ " + prefix + hidden, count)
+    assert scrubber.scrub_text("  501  " + prefix + line) == ("  501  " + prefix + hidden, count)
+
+
 @pytest.mark.parametrize(
     "prose",
     [
@@ -937,11 +997,50 @@ def test_a_known_command_glued_to_a_semicolon_starts_a_command(
         "burn a cd; ",
         "let it sleep; ",
         "see the umask; ",
+        "we echo start; ",
+        "set the date; ",
+        "run ls; ",
+        "print the pwd; ",
+        "it is true; ",
+        "the sky is clear; ",
     ],
 )
 def test_prose_before_a_glued_semicolon_starts_no_command(scrubber: Scrubber, prose: str) -> None:
     line = prose + "isql is the unixODBC client for DSNs"
     assert scrubber.scrub_text(line) == (line, 0)
+
+
+# Directive lines as nslcd.conf, pam_ldap.conf, slapd.conf and redis.conf write them: commented
+# out ("#" or "# ") they read as they do uncommented (prose after a directive's name at a line's
+# start is hidden too: nslcd reads the rest of the line as the password). A commented-out
+# requirepass or masterauth is its line's only word ("# requirepass is not set by default" stays).
+DIRECTIVE_LINES = [
+    "bindpw s3cret",
+    "bindpw\ts3cret words",
+    "rootpw {SSHA}s3cretHash=",
+    "rootpwmodpw s3cret",
+    "rootbindpw s3cret",
+    "BINDPW s3cret",
+    "requirepass s3cret",
+    "masterauth s3cret",
+    "rootpw --iscrypted $6$salt$s3cret",
+    "bindpw is the password nslcd binds with",
+    "rootpwmoddn cn=admin,dc=x",
+    "rootpw --lock",
+]
+
+
+@pytest.mark.parametrize("comment", ["#", "# ", "  #", "#\t"])
+@pytest.mark.parametrize("line", DIRECTIVE_LINES)
+def test_a_commented_out_directive_reads_as_the_directive(
+    scrubber: Scrubber, comment: str, line: str
+) -> None:
+    hidden, count = scrubber.scrub_text(line)
+    assert scrubber.scrub_text(comment + line) == (comment + hidden, count)
+    assert scrubber.scrub_text("uid nslcd\n" + comment + line + "\n") == (
+        "uid nslcd\n" + comment + hidden + "\n",
+        count,
+    )
 
 
 def test_a_semicolon_word_does_not_end_a_programs_reach(scrubber: Scrubber) -> None:
@@ -1247,6 +1346,29 @@ HOSTILE_TEXTS = {
     "setup_command_chains": "cd /x; " * (HOSTILE_SIZE // 7) + "isql",
     "setup_command_exports": "export " * (HOSTILE_SIZE // 7) + "=; isql",
     "setup_command_long_items": ("cd " + "x" * 4200 + " ") * (HOSTILE_SIZE // 4204) + ";isql",
+    # LDIF base64 values: "::" heads, long values, folded lines, names that are no secret
+    "ldif_base64_heads": "userPassword:: " * (HOSTILE_SIZE // 15),
+    "ldif_base64_long": "userPassword:: " + "A" * HOSTILE_SIZE + "(",
+    "ldif_base64_folds": "userPassword:: A" + "\n A" * (HOSTILE_SIZE // 3) + "\n(",
+    "ldif_base64_fold_blanks": "userPassword:: A\n" + " " * HOSTILE_SIZE + "A",
+    "ldif_base64_colons": "pw" + ":" * HOSTILE_SIZE + " A",
+    "ldif_hash_folds": "olcRootPW: {A}a" + "\n a" * (HOSTILE_SIZE // 3),
+    # commented-out directives, any case
+    "directive_comments": "\n#bindpw" * (HOSTILE_SIZE // 8),
+    "directive_comment_blanks": "\n#" + " " * HOSTILE_SIZE + "bindpw x",
+    "directive_upper_heads": "\n# BINDPW --x" * (HOSTILE_SIZE // 13),
+    # history lines, commands before a glued ";" at a command's start
+    "history_numbers": "\n  501  " * (HOSTILE_SIZE // 8),
+    "history_times": "\n  501  2024-05-01 10:00:00 x" * (HOSTILE_SIZE // 30),
+    "history_time_blanks": "\n  501  2024-05-01 10:00:00" + " " * HOSTILE_SIZE + "isql",
+    "history_long_numbers": "\n" + "1" * HOSTILE_SIZE + "  isql",
+    "leading_command_chains": "\ndate; " * (HOSTILE_SIZE // 7) + "isql",
+    "leading_echo_words": "\necho" + " a" * (HOSTILE_SIZE // 2) + "; isql",
+    "leading_echo_lines": ("\necho" + " a" * 40 + " isql") * (HOSTILE_SIZE // 87),
+    "leading_echo_quotes": "\necho " + "'a;b' " * (HOSTILE_SIZE // 6) + "; isql",
+    "leading_echo_unclosed": "\necho " + '"' * HOSTILE_SIZE + "; isql",
+    "leading_ls_flags": "\nls" + " -l" * (HOSTILE_SIZE // 3) + "; isql",
+    "separator_leading_commands": " && date;" * (HOSTILE_SIZE // 9) + " isql",
 }
 
 
