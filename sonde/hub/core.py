@@ -151,11 +151,25 @@ def mark_hub_ran(data_dir: Path, key: Ed25519PrivateKey) -> None:
     The sign that a hub's database existed here which an operator never deletes: with it,
     a ``sonde.db`` lost after a clean stop (no ``-wal`` left, ``first-admin-key`` deleted
     as advised) is refused as lost, not taken for a first start (`sonde.hub.db_files`).
+    One that names another key means ``sonde.db`` is another hub's: said, not refused.
     """
     path = data_dir / HUB_MARK_FILE
-    if path.exists() or path.is_symlink():
-        return
     text = f"{public_key_to_text(key.public_key())}\n"
+    if path.exists() or path.is_symlink():
+        try:
+            marked = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            return
+        if marked.strip() != text.strip():
+            log.warning(
+                "%s holds the signing key of another hub than %s names: it is another hub's "
+                "database (a backup of another hub?), and the agents enrolled with this directory's "
+                "hub will refuse this one. If that is meant, delete %s",
+                data_dir / "sonde.db",
+                path,
+                path,
+            )
+        return
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)

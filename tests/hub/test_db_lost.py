@@ -5,6 +5,7 @@ not, still starts cleanly. The end-to-end cases are in tests/e2e/test_db_damage.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 
 from sonde.hub.admin import existing_database
-from sonde.hub.core import FIRST_KEY_FILE, HUB_MARK_FILE
+from sonde.hub.config import HubConfig
+from sonde.hub.core import FIRST_KEY_FILE, HUB_MARK_FILE, open_hub
 from sonde.hub.db import DatabaseLost, open_database, open_database_read_only, schema_version
 from sonde.hub.db_files import HUB_RAN_FILES
+from sonde.protocol.signing import new_private_key, public_key_to_text
 from sonde.quickstart import STATE_FILE
 
 WAL_BYTES = b"\x37\x7f\x06\x82" + bytes(4124)  # a -wal file's magic and a frame's worth
@@ -86,3 +89,23 @@ def test_a_database_that_holds_something_is_opened_as_ever(tmp_path: Path) -> No
     (tmp_path / FIRST_KEY_FILE).write_text("sonde_...\n")
     db = open_database(path)
     db.close()
+
+
+async def test_a_database_of_another_hub_is_said_to_be_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_hub(HubConfig(data_dir=tmp_path)):
+        pass
+    mark = tmp_path / HUB_MARK_FILE
+    ours = mark.read_text()
+    async with open_hub(HubConfig(data_dir=tmp_path)):
+        pass
+    assert not [r for r in caplog.records if "another hub" in r.getMessage()]
+    other = public_key_to_text(new_private_key().public_key()) + "\n"
+    mark.write_text(other)  # as if sonde.db came from another hub's directory
+    async with open_hub(HubConfig(data_dir=tmp_path)):
+        pass
+    [warned] = [r for r in caplog.records if "another hub" in r.getMessage()]
+    assert warned.levelno == logging.WARNING
+    assert f"delete {mark}" in warned.getMessage()
+    assert mark.read_text() == other != ours  # left for the operator to judge
