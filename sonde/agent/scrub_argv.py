@@ -39,8 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from sonde.agent.scrub_rules import SWITCHES
-from sonde.agent.scrub_shapes import (
+from sonde.agent.scrub_commands import (
     ISQL_VALUED,
     LDAP_SWITCHES,
     LDAPPASSWD_SWITCHES,
@@ -49,6 +48,7 @@ from sonde.agent.scrub_shapes import (
     REDIS_CLI_VALUED,
     VAULT_VALUED,
 )
+from sonde.agent.scrub_rules import SWITCHES
 from sonde.agent.secret_names import is_secret_name
 from sonde.protocol.names import REDACTED
 

@@ -1,4 +1,4 @@
-"""The scrubber's secrets recognised by their shape, and the regex fragments the rules share.
+"""The scrubber's secrets recognised by their shape.
 
 Each `ShapeRule` is a pattern for one kind of secret (a private key block, a
 vendor token, a URL password, a program's password flag ...) behind a cheap
@@ -8,7 +8,8 @@ when it has none), or, for a rule with an ``inner`` pattern, each of its values
 inside that group (every ``>PW`` after ``ACL SETUSER``, every logon on an
 ``rman`` line). Every pattern starts with a literal or a rare character
 so the regex engine skips from one candidate to the next, and every
-repetition is bounded: hostile text scrubs in linear time.
+repetition is bounded: hostile text scrubs in linear time. The program rules are written
+in the command-line grammar of `sonde.agent.scrub_commands`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,28 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from sonde.agent.scrub_commands import (
+    COMMAND_END,
+    COMMAND_START,
+    ISQL_VALUED,
+    ITEM,
+    LATER,
+    LDAP_PASSWORD_FLAG,
+    LDAPPASSWD_PASSWORD_FLAG,
+    MC_VALUED,
+    NOT_GLUED_SEPARATOR,
+    RABBITMQCTL_VALUED,
+    REACH,
+    REACH_SEPARATOR,
+    SEPARATOR_WORD,
+    SSHPASS_OPTIONS,
+    VAULT_BEFORE_TOKEN,
+    VAULT_TOKEN,
+    VAULT_TOKEN_GLUED,
+    VAULT_TOKEN_SHAPE,
+    VAULT_VALUED,
+    flags_then,
+)
 from sonde.agent.secret_names import is_secret_name
 
 FRESH = r"(?!(?:\\?[\"'])?\[REDACTED\])"  # the value (maybe quoted) is not already redacted
@@ -51,185 +74,6 @@ _PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):[^\s:\x00]{1,63}:[^\s:\x00]{1,63}:")
 _HTPASSWD_OPTS = r"(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3}(?=[ \t]))?){1,6}+"
 _HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Za-z]{0,7}"
 _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
-# A shell command separator standing alone as a word ("a && b", "a | b", "a ; b"): the command
-# before it ends there. One glued to a word ("x;", "?a=1&b=2" in a URL) is no separator here.
-_SEPARATOR = r"(?:&&|\|\||;|\|)"
-_SEPARATOR_WORD = _SEPARATOR + r"(?![^\s\x00])"
-# A separator glued to the end of a word ("PW;", "PW&&", "PW|"): a shell ends the command there,
-# so that word is its command's last. (Only looked at where a secret's place depends on it; a
-# password hidden with its glued ";" is over-redaction, not a leak.)
-_GLUED_SEPARATOR = r"(?:(?<=;)|(?<=&&)|(?<=\|))"
-_NOT_GLUED_SEPARATOR = r"(?<!;)(?<!&&)(?<!\|)"
-# The separator words a program's reach stops at: not ";", which a joined argv holds inside
-# one item often enough (ps prints `mysql -e SELECT 1 ; SELECT 2 -pX` unquoted) for a
-# password after it to be missed; a port hidden after "a ; b" is the lesser harm.
-_REACH_SEPARATOR = r"(?:&&|\|\||\|)"
-# One character of a program's reach along its line (to a line end, a NUL or a separator
-# word): "docker login -p x && docker run -p 8080:80" is two commands, the port no password.
-_REACH = r"(?:[^\r\n\x00 \t]|[ \t](?!" + _REACH_SEPARATOR + r"[ \t]))"
-# After a program's name and a space, a later word of its command: "redis-cli -h db AUTH".
-_LATER = r"(?=[ \t])" + _REACH + r"{0,200}?[ \t]"
-# The flags of a program that take a value (the next item) and are not secrets: a word after
-# one is its value, not a word of the program ("redis-cli -h auth ping"). The argv form uses
-# them too (sonde.agent.scrubber).
-REDIS_CLI_VALUED = (
-    "-h", "-p", "-s", "-u", "-r", "-i", "-n", "-d", "-D", "-t", "--user", "--cacert", "--cacertdir",
-    "--cert", "--sni", "--tls-ciphers", "--tls-ciphersuites", "--rdb", "--functions-rdb",
-    "--pipe-timeout", "--memkeys-samples", "--eval", "--pattern", "--quoted-pattern", "--count",
-    "--cluster",
-)  # fmt: skip
-RABBITMQCTL_VALUED = ("-n", "--node", "-t", "--timeout", "-p", "--vhost")
-MC_VALUED = ("--api", "--path", "--lookup", "--config-dir", "-C")
-# Sybase/SAP ASE isql's flags that take a value (-U sa, -S SERVER; -P PW is a password): not
-# unixODBC isql's -c and -w, which take none.
-ISQL_VALUED = (
-    "-P", "-U", "-S", "-D", "-H", "-I", "-i", "-o", "-E", "-J", "-R", "-s", "-t", "-A", "-a", "-l", "-m",
-    "-y", "-z", "-Z", "-K",
-)  # fmt: skip
-# The OpenLDAP clients' switches (flags taking no value) that getopt lets come clustered before
-# the password flag in one item: "ldapsearch -xw PW", "ldapmodify -ZZxwPW" are -x -w PW. A letter
-# that is a switch in one client but takes a value in another counts as a switch: misread, it
-# hides a filter, not less. -y FILE (a file holding the password) stays.
-LDAP_SWITCHES = "ACILMNQVWZacnrtuvxz"
-# ldappasswd's, where -a OLD, -s NEW and -t/-T FILE take a value and -A, -S prompt.
-LDAPPASSWD_SWITCHES = "ACINQSVWZnvx"
-_LDAP_PASSWORD_FLAG = r"-[" + LDAP_SWITCHES + r"]{0,16}+w"  # -w, -xw, -ZZxw
-_LDAPPASSWD_PASSWORD_FLAG = r"-[" + LDAPPASSWD_SWITCHES + r"]{0,16}+[asw]"  # and -a OLD, -s NEW
-VAULT_VALUED = (
-    "-method", "-path", "-address", "-namespace", "-ns", "-field", "-format", "-ca-cert", "-ca-path",
-    "-client-cert", "-client-key", "-tls-server-name", "-wrap-ttl", "-mfa", "-header", "-agent-address",
-)  # fmt: skip
-
-
-def _flags_then(valued: tuple[str, ...]) -> str:
-    """Any flags (a valued one with its value) before the next item: "-v", "-n rabbit@h"."""
-    names = "|".join(re.escape(name) for name in sorted(valued, key=len, reverse=True))
-    return r"(?:[ \t]+(?:(?:" + names + r")[ \t]+[^\s\x00]{1,256}+|-[^\s\x00]{1,256}+))*+"
-
-
-# One positional item (not a flag, nor a separator word) of a command line.
-_ITEM = r"[ \t]+(?!" + _SEPARATOR_WORD + r")[^\s\x00-][^\s\x00]{0,4095}+"
-_PATH = r"(?:[^\s\x00/]{0,255}+/){0,32}+"  # a program's directory: /usr/bin/
-# Programs that run the command after them: "sudo -u app isql ..." is isql's line, as the argv
-# form reads it.
-_WRAPPERS = (
-    "sudo", "doas", "env", "nice", "ionice", "nohup", "timeout", "time", "stdbuf", "chrt", "taskset",
-    "setsid", "runuser", "chroot", "exec", "docker", "podman", "nerdctl", "kubectl",
-)  # fmt: skip
-# The columns ps prints before a command (a line of `ps -ef`, `ps aux`, `ps -o pid,args` or
-# `pgrep -a`), each column's own shape: a user, numbers, a start time (10:00, Jan01, 2023), a
-# terminal (?, pts/0, tty1), a state (Ssl+), a CPU time ([DD-]HH:MM:SS, MMM:SS); then a tree
-# branch ("\_ ") of `ps -ef --forest` or `ps auxf`. A lone PID is right-aligned by ps (blanks
-# first) or, from pgrep, at least 3 digits: "3 isql sessions ..." at a line's start is prose.
-_PS_USER = r"[\w.+$-]{1,32}+"
-_PS_START = r"[ \t]+[\w:]{1,10}+"
-_PS_TTY = r"[ \t]+(?:\?{1,2}|[A-Za-z][\w/.-]{0,31}+)"
-_PS_TIME = r"[ \t]+(?:\d{1,6}-)?\d{1,6}:\d\d(?::\d\d)?"
-_PS_COLUMNS = (
-    r"(?:[ \t]{0,16}+(?:"
-    # ps -ef: UID PID PPID C STIME TTY TIME
-    + _PS_USER
-    + r"[ \t]+\d{1,10}[ \t]+\d{1,10}[ \t]+\d{1,3}"
-    + _PS_START
-    + _PS_TTY
-    + _PS_TIME
-    # ps aux: USER PID %CPU %MEM VSZ RSS TTY STAT START TIME
-    + r"|"
-    + _PS_USER
-    + r"[ \t]+\d{1,10}[ \t]+\d{1,4}\.\d[ \t]+\d{1,3}\.\d[ \t]+\d{1,12}[ \t]+\d{1,12}"
-    + _PS_TTY
-    + r"[ \t]+[A-Za-z<+]{1,8}"
-    + _PS_START
-    + _PS_TIME
-    + r")|[ \t]{1,16}+\d{1,10}|\d{3,10})"
-    + r"[ \t]{1,64}+(?:[ \t|]{0,256}+\\_[ \t]{1,16}+)?"
-)
-# An ISO 8601 time a CI log puts before each line: GitHub Actions' 2024-05-01T10:00:00.1234567Z,
-# Jenkins' timestamper's [2024-05-01T10:00:00.123Z].
-_ISO_TIME = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9}+)?(?:Z|[+-]\d\d(?::?\d\d)?)?"
-_LOG_TIME = r"(?:" + _ISO_TIME + r"|\[" + _ISO_TIME + r"\])[ \t]{1,16}+"
-# What a shell's xtrace (set -x) prints before each command it runs, maybe after a CI log's
-# time: bash's "+ ", one "+" more per level of nesting ("++ " in a command substitution);
-# zsh's PS4 '+%N:%i> ', the script or function and the line ("+deploy.sh:12> ").
-_XTRACE = r"(?:" + _LOG_TIME + r")?(?:\+{1,32}+ |\+[^\s\x00:>]{1,256}+:\d{1,9}+> )"
-# What `history` prints before a command: bash's "%5d%c %s%s" (the number right-aligned in five
-# columns, "*" after an entry edited since, then HISTTIMEFORMAT's time when set: "%F %T ",
-# "%d/%m/%y %T ", maybe bracketed), zsh's alike (history -i: "2024-05-01 10:00  "). The
-# number's exact columns: "3 isql sessions ..." at a line's start is prose.
-_HISTORY_TIME = r"\[?(?:\d{4}-\d\d-\d\d|\d{1,2}[/.]\d{1,2}[/.]\d{2,4})[ T]\d\d:\d\d(?::\d\d)?\]?[ \t]{1,16}+"
-_HISTORY = r"(?: {4}\d| {3}\d\d| {2}\d{3}| \d{4}|\d{5,10}+)[ *] (?:" + _HISTORY_TIME + ")?"
-# A command run before another, a ";" glued to its last word ("cd /srv; isql ...", "cd
-# /srv;isql ..."): cd or pushd DIR, or a builtin whose first item has a command's shape
-# (export A=1, set -e, source ~/.env, . ./env.sh, umask 077, sleep 5). A word before a glued
-# ";" is no command start: "notes; isql is ...", "open source tools; isql is ..." are prose.
-_SETUP_COMMAND = (
-    r"(?<![^\s\x00\"'(])(?:cd|pushd|(?:export|set|source|\.|umask|ulimit|sleep)"
-    r"(?=[ \t]+[^\s\x00;=/~$.0-9+-]{0,256}+[=/~$.0-9+-]))"
-    r"(?:[ \t]+[^\s\x00;]{1,4096}+){1,16}+;[ \t]{0,16}+"
-)
-# A piece of a word of a command line: a character or a quoted string ('a; b' holds no separator).
-_SHELL_PIECE = r"(?:[^\s\x00;\"']|\"[^\"\r\n\x00]{0,256}+\"|'[^'\r\n\x00]{0,256}+')"
-# Commands at a command's start before a ";" glued to their last word ("date; isql ...", "cd /srv;
-# ls; isql ..."): one that takes no argument but flags or paths (date +%F, ls -l /srv), or echo
-# and its words. Only there: "set the date; isql is ..." and "we echo start; ..." are prose.
-_LEADING_COMMANDS = (
-    r"(?:(?:(?:date|ls|pwd|true|false|clear|whoami|hostname|uptime)"
-    r"(?:[ \t]{1,16}+[-+/~.$]" + _SHELL_PIECE + r"{0,256}+){0,16}+"
-    r"|echo(?:[ \t]{1,16}+" + _SHELL_PIECE + r"{1,256}+){0,16}+);[ \t]{0,16}+){0,8}+"
-)
-# The start of a command (not prose): a line's start (maybe after ps's columns, xtrace's "+ "
-# or history's number), a separator word's end ("cd /x && isql ...") or a known command's glued
-# ";"; maybe commands without arguments glued to a ";" ("date; "), then maybe a wrapper and up to
-# 8 of its items, then the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30
-# isql".
-_COMMAND_START = (
-    r"(?:(?<![^\n\x00])(?:"
-    + _PS_COLUMNS
-    + "|"
-    + _XTRACE
-    + "|"
-    + _HISTORY
-    + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+|"
-    + _SETUP_COMMAND
-    + r")"
-    + _LEADING_COMMANDS
-    + r"(?:"
-    + _PATH
-    + "(?:"
-    + "|".join(_WRAPPERS)
-    + r")(?:[ \t]+[^\s\x00]{1,256}+){0,8}?[ \t]+)?"
-    + _PATH
-)
-
-
-# sshpass's own options before the -p that a match ends with: its options end at the program it
-# runs ("sshpass -p PW ssh -p 2222 host": ssh's -p is a port). -f FILE, -d FD, -P PROMPT and an
-# earlier -p PW (hidden in a pass before) take a value; a flag is never read as one.
-_SSHPASS_OPTIONS = (
-    r"(?:[ \t]+(?:-[fdPp][ \t]*+[^\s\x00-][^\s\x00]{0,4095}+|-[^\s\x00fdPp][^\s\x00]{0,255}+)){0,16}?"
-)
-# vault login's items before its token, at the start of a command: flags (a valued one with its
-# value), NAME=VALUE pairs and items hidden in a pass before. As the argv form reads it, every
-# item after them is a token too: "vault login TOKEN extra".
-_VAULT_BEFORE_TOKEN = (
-    r"(?:[ \t]+(?:(?:"
-    + "|".join(re.escape(name) for name in sorted(VAULT_VALUED, key=len, reverse=True))
-    + r")[ \t]+[^\s\x00]{1,4096}+|-[^\s\x00]{0,4096}+|[^\s\x00=\[]{0,4096}+[=\[][^\s\x00]{0,4096}+))*+"
-)
-# A token (not a NAME=VALUE pair, not hidden in part already: hvs.[REDACTED]); a word ending
-# with ":" or "," is prose ("vault login failed: permission denied").
-_VAULT_TOKEN = r"[ \t]+[^\s\x00\"'=\[-][^\s\x00\"'=\[]{0,4095}+(?<![:,])(?![^\s\x00])"
-# A token by its shape (hvs., hvb., hvr.; before Vault 1.10 s., b., r.; before 1.0 a UUID), maybe
-# with a separator glued to it: a token wherever it is, more words after it or not.
-_VAULT_TOKEN_SHAPE = (
-    r"[ \t]+(?:(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{16,4096}+(?:\.[A-Za-z0-9]{1,64}+)?"
-    r"|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})(?:;|&&|\|\|?)?(?![^\s\x00])"
-)
-# A token whose command ends at a separator glued to it, whatever follows ("TOKEN;vault status").
-_VAULT_TOKEN_GLUED = r"[ \t]+[^\s\x00\"'=\[;&|-][^\s\x00\"'=\[;&|]{0,4095}+(?:;|&&|\|)"
-# The end of a command after its last item: the text's or a line's end, a separator word, or a
-# separator glued to that item ("vault login TOKEN; vault status").
-_COMMAND_END = r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+" + _SEPARATOR_WORD + "|" + _GLUED_SEPARATOR + ")"
 # The flags before a kickstart file's rootpw password (--iscrypted, --plaintext, --allow-ssh).
 _DIRECTIVE_FLAGS = r"(?:[ \t]+--[a-z][a-z-]{0,31}+(?![^\s\x00]))*+"
 
@@ -515,34 +359,34 @@ SHAPE_RULES = (
         "program_password_flag",
         re.compile(
             r"(?<![\w.-])(?:"
-            r"redis-cli" + _REACH + r"{0,200}?[ \t]-a[ \t]+"
-            r"|sshpass" + _SSHPASS_OPTIONS + r"[ \t]+-p[ \t]*"
-            r"|mongo(?:sh|dump|restore|export|import|stat|top)?" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"redis-cli" + REACH + r"{0,200}?[ \t]-a[ \t]+"
+            r"|sshpass" + SSHPASS_OPTIONS + r"[ \t]+-p[ \t]*"
+            r"|mongo(?:sh|dump|restore|export|import|stat|top)?" + REACH + r"{0,200}?[ \t]-p[ \t]+"
             r"|ldap(?:passwd(?![a-z])"
-            + _REACH
+            + REACH
             + r"{0,200}?[ \t]"
-            + _LDAPPASSWD_PASSWORD_FLAG
+            + LDAPPASSWD_PASSWORD_FLAG
             + r"|(?!passwd(?![a-z]))[a-z]{3,8}"
-            + _REACH
+            + REACH
             + r"{0,200}?[ \t]"
-            + _LDAP_PASSWORD_FLAG
+            + LDAP_PASSWORD_FLAG
             + r")[ \t]*"
-            r"|(?:curl" + _REACH + r"{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
-            r"|etcdctl" + _REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=)"
+            r"|(?:curl" + REACH + r"{0,200}?[ \t](?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"
+            r"|etcdctl" + REACH + r"{0,200}?[ \t]--user(?:[ \t]+|=)"
             r"|ETCDCTL_USER=)"
             r"[\"']?[^\s\x00:\"']{1,256}:"
             r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
-            r"login" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
-            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))" + _REACH + r"{0,200}?[ \t]"
+            r"login" + REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))" + REACH + r"{0,200}?[ \t]"
             r"(?:-U[ \t]*|--user(?:[ \t]+|=))[\"']?[^\s\x00%\"']{1,256}%"
-            r"|lftp" + _REACH + r"{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
-            r"|(?:zip|unzip|ipmitool|sqlcmd|bcp|mosquitto_(?:pub|sub|rr))" + _REACH + r"{0,200}?[ \t]-P[ \t]+"
-            r"|7z[arz]?" + _REACH + r"{0,200}?[ \t]-p"
-            r"|(?:rar|unrar)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-h?p"
-            r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?" + _REACH + r"{0,200}?[ \t]/g?p:"
-            r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-p[ \t]+"
-            r"|openssl" + _REACH + r"{0,200}?[ \t]-[kK][ \t]+"
-            r"|(?:iu?sql|sqsh)(?=[ \t])" + _REACH + r"{0,200}?[ \t]-P[ \t]*"
+            r"|lftp" + REACH + r"{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
+            r"|(?:zip|unzip|ipmitool|sqlcmd|bcp|mosquitto_(?:pub|sub|rr))" + REACH + r"{0,200}?[ \t]-P[ \t]+"
+            r"|7z[arz]?" + REACH + r"{0,200}?[ \t]-p"
+            r"|(?:rar|unrar)(?=[ \t])" + REACH + r"{0,200}?[ \t]-h?p"
+            r"|(?:xfreerdp|wlfreerdp|sdl-freerdp)3?" + REACH + r"{0,200}?[ \t]/g?p:"
+            r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])" + REACH + r"{0,200}?[ \t]-p[ \t]+"
+            r"|openssl" + REACH + r"{0,200}?[ \t]-[kK][ \t]+"
+            r"|(?:iu?sql|sqsh)(?=[ \t])" + REACH + r"{0,200}?[ \t]-P[ \t]*"
             r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
         ),
         _contains(*_FLAG_PROGRAMS),
@@ -569,61 +413,61 @@ SHAPE_RULES = (
         "program_password_word",
         re.compile(
             r"(?<![\w.-])(?:"
-            r"redis-cli" + _LATER + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
+            r"redis-cli" + LATER + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
             # a user before the password, unless a separator glued to it ends the command there
             # ("AUTH PW; echo ok": a pass after reads "AUTH [REDACTED] echo" as user and password,
             # hiding "echo" too: over-redaction, not a leak)
             r"|(?i:auth)(?:[ \t]+[^\s\x00]{1,256}+"
-            + _NOT_GLUED_SEPARATOR
+            + NOT_GLUED_SEPARATOR
             + r"(?=[ \t]+(?!(?i:keys)(?![^\s\x00]))[^\s\x00-]))?+"
             r"|(?i:requirepass|masterauth))"
             r"|rabbitmqctl"
-            + _LATER
+            + LATER
             + r"(?:add_user|change_password|authenticate_user)"
-            + _flags_then(RABBITMQCTL_VALUED)
-            + _ITEM
-            + _flags_then(RABBITMQCTL_VALUED)
+            + flags_then(RABBITMQCTL_VALUED)
+            + ITEM
+            + flags_then(RABBITMQCTL_VALUED)
             + r"|nmcli"
-            + _LATER
+            + LATER
             + r"(?:[\w-]{1,64}\.)?"
             r"(?:password|psk|leap-password|(?:phase2-)?private-key-password|pin|wep-key[0-3])"
-            r"|aws" + _LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
-            r"|mysqladmin" + _LATER + r"password"
+            r"|aws" + LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
+            r"|mysqladmin" + LATER + r"password"
             r"|mc(?:li)?"
-            + _LATER
+            + LATER
             + r"(?:alias[ \t]+set"
-            + (_flags_then(MC_VALUED) + _ITEM) * 3
-            + _flags_then(MC_VALUED)
+            + (flags_then(MC_VALUED) + ITEM) * 3
+            + flags_then(MC_VALUED)
             + r"|user[ \t]+add"
-            + (_flags_then(MC_VALUED) + _ITEM) * 2
-            + _flags_then(MC_VALUED)
+            + (flags_then(MC_VALUED) + ITEM) * 2
+            + flags_then(MC_VALUED)
             + r"|host[ \t]+add"
-            + (_flags_then(MC_VALUED) + _ITEM) * 3
-            + _flags_then(MC_VALUED)
+            + (flags_then(MC_VALUED) + ITEM) * 3
+            + flags_then(MC_VALUED)
             + r")|vault[ \t]+login"
-            + _flags_then(VAULT_VALUED)
+            + flags_then(VAULT_VALUED)
             # the token has a token's shape, or is the last item of its command but flags
             + r"(?="
-            + _VAULT_TOKEN_SHAPE
+            + VAULT_TOKEN_SHAPE
             + "|"
-            + _VAULT_TOKEN_GLUED
+            + VAULT_TOKEN_GLUED
             + "|"
-            + _VAULT_TOKEN
-            + _flags_then(VAULT_VALUED)
-            + _COMMAND_END
+            + VAULT_TOKEN
+            + flags_then(VAULT_VALUED)
+            + COMMAND_END
             + r")|"
-            + _COMMAND_START
+            + COMMAND_START
             + r"(?:vault[ \t]+login"
-            + _VAULT_BEFORE_TOKEN
+            + VAULT_BEFORE_TOKEN
             + r"(?="
-            + _VAULT_TOKEN
+            + VAULT_TOKEN
             + r")|iu?sql(?=[ \t])"
-            + (_flags_then(ISQL_VALUED) + _ITEM) * 2
-            + _flags_then(ISQL_VALUED)
+            + (flags_then(ISQL_VALUED) + ITEM) * 2
+            + flags_then(ISQL_VALUED)
             + r"))[ \t]+"
             + FRESH
             + r"(?!"
-            + _SEPARATOR_WORD
+            + SEPARATOR_WORD
             + r")(?P<value>"
             + QUOTED
             + r"|[^\s\x00\"'=-][^\s\x00\"']{0,4095})"
@@ -637,7 +481,7 @@ SHAPE_RULES = (
         "snmp_secrets",
         re.compile(
             r"snmp(?<![\w.-]snmp)(?:get(?:next)?|bulk(?:get|walk)|walk|set|trap|inform|table|delta|df|status"
-            r"|test|netstat|usm|vacm)(?P<value>[ \t]" + _REACH + r"{1,8192}+)"
+            r"|test|netstat|usm|vacm)(?P<value>[ \t]" + REACH + r"{1,8192}+)"
         ),
         _contains("snmp"),
         inner=re.compile(
@@ -654,9 +498,9 @@ SHAPE_RULES = (
         "redis_acl_passwords",
         re.compile(
             r"redis-cli(?<![\w.-]redis-cli)"
-            + _LATER
+            + LATER
             + r"(?i:acl)[ \t]+(?i:setuser)(?P<value>[ \t]"
-            + _REACH
+            + REACH
             + r"{1,8192}+)"
         ),
         _contains_folded("setuser"),
@@ -669,7 +513,7 @@ SHAPE_RULES = (
         re.compile(
             r"(?:mysql(?<![\w-]mysql)|mariadb(?<![\w-]mariadb))[\w-]*+"
             r"(?:[^\r\n\x00 \tm]|m(?!ysql|ariadb)|[ \t](?!"
-            + _REACH_SEPARATOR
+            + REACH_SEPARATOR
             + r"[ \t])){0,200}?[ \t]-p"
             + FRESH
             + r"(?P<value>[^\s\x00\"']+)"
@@ -720,7 +564,7 @@ SHAPE_RULES = (
     # rman's other logons in its command: target|catalog|auxiliary USER/SECRET[@db] (or =USER/...).
     ShapeRule(
         "rman_logons",
-        re.compile(r"rman(?<![\w.-]rman)(?P<value>[ \t]" + _REACH + r"{1,8192}+)"),
+        re.compile(r"rman(?<![\w.-]rman)(?P<value>[ \t]" + REACH + r"{1,8192}+)"),
         _contains("rman"),
         inner=re.compile(
             r"(?<![\w.-])(?i:target|catalog|auxiliary)(?:[ \t]+|=)[^\s\x00/@\"'():=]{1,128}+/"
