@@ -838,15 +838,21 @@ START_OF_COMMAND_LINES = [
 ]
 
 
+def hides_after(scrubber: Scrubber, prefix: str, line: str, line_before: str) -> None:
+    """``line`` after ``prefix`` (at the text's start, and after ``line_before``) hides what it hides alone."""
+    hidden, count = scrubber.scrub_text(line)
+    assert count >= 1
+    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+    before = line_before + "\n"
+    assert scrubber.scrub_text(before + prefix + line) == (before + prefix + hidden, count)
+
+
 @pytest.mark.parametrize("prefix", PS_PREFIXES)
 @pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
 def test_a_command_line_after_ps_columns_hides_what_it_hides_alone(
     scrubber: Scrubber, prefix: str, line: str
 ) -> None:
-    hidden, count = scrubber.scrub_text(line)
-    assert count >= 1
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    assert scrubber.scrub_text("header\n" + prefix + line) == ("header\n" + prefix + hidden, count)
+    hides_after(scrubber, prefix, line, "header")
 
 
 # What a shell's xtrace (set -x) prints before a command: one "+" per nesting level and a space
@@ -871,10 +877,7 @@ XTRACE_LINES = [*START_OF_COMMAND_LINES, "mysql -u root -ppw1 -h db", "sshpass -
 def test_a_command_line_after_xtrace_plus_signs_hides_what_it_hides_alone(
     scrubber: Scrubber, prefix: str, line: str
 ) -> None:
-    hidden, count = scrubber.scrub_text(line)
-    assert count >= 1
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    assert scrubber.scrub_text("+ cd /srv\n" + prefix + line) == ("+ cd /srv\n" + prefix + hidden, count)
+    hides_after(scrubber, prefix, line, "+ cd /srv")
 
 
 # What `history` prints before a command (bash: "%5d%c %s%s", the number in five columns, "*"
@@ -898,10 +901,7 @@ HISTORY_PREFIXES = [
 def test_a_command_line_after_a_history_number_hides_what_it_hides_alone(
     scrubber: Scrubber, prefix: str, line: str
 ) -> None:
-    hidden, count = scrubber.scrub_text(line)
-    assert count >= 1
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    assert scrubber.scrub_text("  500  ls\n" + prefix + line) == ("  500  ls\n" + prefix + hidden, count)
+    hides_after(scrubber, prefix, line, "  500  ls")
 
 
 @pytest.mark.parametrize("separator", ["&&", "||", "|"])
