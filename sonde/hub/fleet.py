@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from sonde.hub.agent_records import AgentRecord, record_departures, update_agent
-from sonde.hub.store import Store
+from sonde.hub.store import Store, StoreClosed
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
@@ -243,8 +243,13 @@ class Fleet:
         if not self._departed:
             return
         log.info("shutting down: %d agent connection(s) closed", len(self._departed))
-        await self.store.submit(record_departures, dict(self._departed))
-        self._departed.clear()
+        departed, self._departed = self._departed, {}
+        try:
+            await self.store.submit(record_departures, departed)
+        except StoreClosed:  # the next start records them offline anyway (`mark_all_offline`)
+            log.warning(
+                "the last-seen times of %d agent(s) were not written: the store closed", len(departed)
+            )
 
     async def _notify(self) -> None:
         async with self._changed:
