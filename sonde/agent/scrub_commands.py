@@ -118,10 +118,18 @@ _LOG_TIME = r"(?:" + _ISO_TIME + r"|\[" + _ISO_TIME + r"\])[ \t]{1,16}+"
 _XTRACE = r"(?:" + _LOG_TIME + r")?(?:\+{1,32}+ |\+[^\s\x00:>]{1,256}+:\d{1,9}+> )"
 # What `history` prints before a command: bash's "%5d%c %s%s" (the number right-aligned in five
 # columns, "*" after an entry edited since, then HISTTIMEFORMAT's time when set: "%F %T ",
-# "%d/%m/%y %T ", maybe bracketed), zsh's alike (history -i: "2024-05-01 10:00  "). The
-# number's exact columns: "3 isql sessions ..." at a line's start is prose.
-_HISTORY_TIME = r"\[?(?:\d{4}-\d\d-\d\d|\d{1,2}[/.]\d{1,2}[/.]\d{2,4})[ T]\d\d:\d\d(?::\d\d)?\]?[ \t]{1,16}+"
-_HISTORY = r"(?: {4}\d| {3}\d\d| {2}\d{3}| \d{4}|\d{5,10}+)[ *] (?:" + _HISTORY_TIME + ")?"
+# "%d/%m/%y %T ", maybe bracketed, "%s " (a 10-digit epoch), "%b %d %H:%M " ("May 01 10:00",
+# "%e": "May  1")), zsh's alike (history -i: "2024-05-01 10:00  "); bash's `fc -l`: the number
+# unpadded, a TAB, then " " or "*" ("5\t isql", "501\t*isql"; `fc -ln`: no number). The
+# number's exact columns: "3 isql sessions ..." and a table's "5\tisql" are no history line.
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_HISTORY_TIME = (
+    r"(?:\[?(?:\d{4}-\d\d-\d\d|\d{1,2}[/.]\d{1,2}[/.]\d{2,4})[ T]\d\d:\d\d(?::\d\d)?\]?|\d{10}"
+    r"|" + _MONTH + r" {1,2}\d{1,2} \d\d:\d\d(?::\d\d)?)[ \t]{1,16}+"
+)
+_HISTORY = (
+    r"(?:(?: {4}\d| {3}\d\d| {2}\d{3}| \d{4}|\d{5,10}+)[ *] (?:" + _HISTORY_TIME + r")?|\d{0,10}+\t[ *])"
+)
 # A command run before another, a ";" glued to its last word ("cd /srv; isql ...", "cd
 # /srv;isql ..."): cd or pushd DIR, or a builtin whose first item has a command's shape
 # (export A=1, set -e, source ~/.env, . ./env.sh, umask 077, sleep 5). A word before a glued
@@ -164,6 +172,11 @@ COMMAND_START = (
     + r")(?:[ \t]+[^\s\x00]{1,256}+){0,8}?[ \t]+)?"
     + _PATH
 )
+
+
+# Where text a command reads starts on its line: echo's words (after -n, -e, -E), a here-string's
+# ("<<< 'a b'"), maybe quoted (the quote is not consumed here).
+ECHOED = r"(?:(?<![\w.-])echo(?:[ \t]{1,16}+-[neE]{1,3}+){0,3}+[ \t]{1,16}+|<<<[ \t]{0,16}+)"
 
 
 # sshpass's own options before the -p that a match ends with: its options end at the program it

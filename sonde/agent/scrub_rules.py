@@ -180,11 +180,12 @@ def _named_matches(text: str, lower: str) -> Iterator[re.Match[str]]:
             yield match
 
 
-_NOT_VALUES = frozenset({"name", "sep", "indent", "tag"})  # groups that frame a value
+# Groups that frame a value (template: a debconf record's, checked with its name).
+_NOT_VALUES = frozenset({"name", "sep", "indent", "tag", "template"})
 
 
 def _value_span(match: re.Match[str]) -> tuple[int, int]:
-    """The span of the value group that matched (any named group but ``name`` and ``sep``);
+    """The span of the value group that matched (any named group but those in `_NOT_VALUES`);
     the whole match when there is none."""
     for name, index in match.re.groupindex.items():
         if name not in _NOT_VALUES and match.start(index) != -1:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from sonde.agent.scrub_commands import (
     COMMAND_END,
     COMMAND_START,
+    ECHOED,
     ISQL_VALUED,
     ITEM,
     LATER,
@@ -76,6 +77,15 @@ _HTPASSWD_HAS = r"(?=(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3})?){0,5}?[ \t]+-[A-Z
 _HTPASSWD_WORD = r"[ \t]+[^\s\x00-][^\s\x00]{0,4095}+"
 # The flags before a kickstart file's rootpw password (--iscrypted, --plaintext, --allow-ssh).
 _DIRECTIVE_FLAGS = r"(?:[ \t]+--[a-z][a-z-]{0,31}+(?![^\s\x00]))*+"
+# What comments a directive out: "#", "##", "#  ", an ini file's ";" or "; ".
+_COMMENTED = r"[#;][#; \t]{0,16}+"
+# A debconf answer whose type is "password", before its value: OWNER QUESTION password (the owner
+# a package name or d-i, the question PACKAGE/NAME: "the mysql-server/root_password password is
+# ..." at a line's start reads as one all the same).
+_DEBCONF_PASSWORD = (
+    r"[a-z0-9][a-z0-9.+-]{0,127}+[ \t]{1,64}+[\w.+-]{1,128}+/[\w./+-]{1,256}+[ \t]{1,64}+password[ \t]{1,64}+"
+    + FRESH
+)
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -310,10 +320,10 @@ SHAPE_RULES = (
         _basic_credentials,
     ),
     # Config directives without a separator, at the start of a line (maybe indented, maybe
-    # commented out with "#" or "# ": a directive put aside still holds a password): redis.conf's
-    # requirepass, masterauth (one word, maybe quoted; commented out, the line's only word:
-    # "# requirepass is not set by default" is prose); nslcd.conf's bindpw and rootpwmodpw (in
-    # any case, as nslcd reads its keywords), nss-ldapd's rootbindpw, pam_ldap.conf's
+    # commented out: "#", "# ", "#  ", "##", an ini file's ";": a directive put aside still holds
+    # a password): redis.conf's requirepass, masterauth (one word, maybe quoted; commented out,
+    # the line's only word: "# requirepass is not set by default" is prose); nslcd.conf's bindpw
+    # and rootpwmodpw (in any case, as nslcd reads its keywords), nss-ldapd's rootbindpw, pam_ldap.conf's
     # (libnss-ldap's) bindpw, slapd.conf's rootpw (a {SSHA} hash too: it can be cracked) and a
     # kickstart file's rootpw [--iscrypted] PW: the rest of the line, as nslcd and pam_ldap read
     # it ("rootpw --lock" gives none), so prose after such a word at a line's start, commented
@@ -325,18 +335,66 @@ SHAPE_RULES = (
             + FRESH
             + r"(?P<value>"
             + QUOTED
-            + r"|[^\s\x00\"']+)|#[ \t]?(?i:requirepass|masterauth)[ \t]+"
+            + r"|[^\s\x00\"']+)|"
+            + _COMMENTED
+            + r"(?i:requirepass|masterauth)[ \t]+"
             + FRESH
             + r"(?P<v3>"
             + QUOTED
             + r"|[^\s\x00\"']{1,4096}+)(?=[ \t]*+(?:\r?\n|\x00|\Z))"
-            + r"|(?:#[ \t]?)?(?i:bindpw|rootpw(?:modpw)?|rootbindpw)"
+            + r"|(?:"
+            + _COMMENTED
+            + r")?(?i:bindpw|rootpw(?:modpw)?|rootbindpw)"
             + _DIRECTIVE_FLAGS
             + r"[ \t]+"
             + FRESH
             + r"(?P<v2>(?!--)[^\s\x00](?:[^\r\n\x00]{0,4094}[^\s\x00])?))"
         ),
         _contains_folded("requirepass", "masterauth", "bindpw", "rootpw"),
+    ),
+    # debconf answers of type "password" (whatever the question is called; not string, boolean,
+    # select ...): OWNER QUESTION password VALUE as debconf-get-selections prints them (TABs) and a
+    # preseed file, a here-document or debconf-set-selections reads them, at a line's start (maybe
+    # indented or commented out: example-preseed.txt's "#d-i passwd/root-password password r00tme"),
+    # the rest of the line (debconf reads it so); or after echo or "<<<" (echo "..." |
+    # debconf-set-selections), to the closing quote or, unquoted, one word.
+    ShapeRule(
+        "debconf_password",
+        re.compile(
+            r"(?<![^\n\x00])[ \t]{0,64}+(?:#[#; \t]{0,16}+)?"
+            + _DEBCONF_PASSWORD
+            + r"(?P<value>[^\s\x00](?:[^\r\n\x00]{0,4094}[^\s\x00])?)|"
+            + ECHOED
+            + r"(?:\""
+            + _DEBCONF_PASSWORD
+            + r"(?P<v2>[^\"\s\x00][^\"\r\n\x00]{0,4095}+)|'"
+            + _DEBCONF_PASSWORD
+            + r"(?P<v3>[^'\s\x00][^'\r\n\x00]{0,4095}+)|"
+            + _DEBCONF_PASSWORD
+            + r"(?P<v4>[^\s\x00\"'|;&<>]{1,4096}+))"
+        ),
+        _contains("password"),
+    ),
+    # debconf's database (passwords.dat; config.dat alike): a record per question, "Name:" first,
+    # then "Template:", "Value:" (one line), "Owners:" ..., a blank line after it. Its value is
+    # hidden when the question's own name (after "PACKAGE/") or its template's is a secret name:
+    # passwords.dat does not say a record's type, and config.dat's passwd/user-fullname is no
+    # secret although "passwd/" names one.
+    ShapeRule(
+        "debconf_db_value",
+        re.compile(
+            r"(?<![^\n\x00])Name:[ \t]?(?P<name>[^\s\x00]{1,256}+)[ \t]{0,16}+\r?\n"
+            r"(?:Template:[ \t]?(?P<template>[^\s\x00]{1,256}+)[ \t]{0,16}+\r?\n)?+"
+            # the record's other lines before its value (none in debconf's own files)
+            r"(?:(?!Value:)[^\s\x00][^\r\n\x00]{0,4095}+\r?\n){0,16}+"
+            r"Value:[ \t]?" + FRESH + r"(?P<value>[^\s\x00][^\r\n\x00]{0,4095}+)"
+        ),
+        lambda text, lower: "Value:" in text and "Name:" in text,
+        lambda match: any(
+            is_secret_name(question.rpartition("/")[2])
+            for question in (match["name"], match["template"])
+            if question is not None
+        ),
     ),
     # ~/.netrc: machine HOST login USER password SECRET
     ShapeRule(

@@ -7,7 +7,7 @@ secret when
 
 - a part is a secret word (``password``, ``passwd``, ``passphrase``, ``secret``,
   ``token``, ``credentials``, ``authorization``, ``apikey``, the LDAP directives
-  ``bindpw``, ``rootpw`` and ``rootbindpw`` ...), or
+  ``bindpw``, ``rootpw`` and ``rootbindpw``, slapd's debconf question ``adminpw`` ...), or
 - the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie``, ``jwt`` or ``authtok``
   (``db_pass``, ``mysql_pwd``, ``basic_auth``, ``Set-Cookie``, sssd's
   ``ldap_default_authtok``; not ``ldap_default_authtok_type``) or ends with
@@ -21,7 +21,9 @@ unless its LAST part describes the secret instead of holding it
 (`DESCRIPTOR_WORDS`: ``password_policy``, ``token_count``, ``private_key_path``,
 ``auth_method``, ``secret_name``) or it is the shell's ``PWD``/``OLDPWD``. A few
 environment variables whose one word the rules above cannot read are named
-outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``).
+outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``), and so are a few LDAP attributes holding keys
+or hashes (`SECRET_ATTRIBUTE_NAMES`: ``krbPrincipalKey``, ``krbMKey``; ``krbPrincipalName``
+stays).
 A bare ``key`` is never secret (``Key_reads``, ``primary_key``,
 ``keyspace_hits``, ``evicted_keys``), and parts are whole words, so
 ``monkey``, ``author``, ``authority``, ``passed_tests``, ``tokenizer_version``,
@@ -34,7 +36,8 @@ from __future__ import annotations
 import functools
 import re
 
-# A part equal to one of these makes a name secret, wherever it is.
+# A part equal to one of these makes a name secret, wherever it is (adminpw: slapd's debconf
+# question slapd/internal/adminpw, which debconf's passwords.dat holds).
 SECRET_WORDS = frozenset(
     {
         "password", "passwords", "passwd", "passphrase", "secret", "secrets", "token",
@@ -42,7 +45,7 @@ SECRET_WORDS = frozenset(
         "privatekey", "secretkey", "authkey", "sessionkey", "clientsecret", "requirepass",
         "masterauth", "storepass", "keypass", "srcstorepass", "deststorepass", "srckeypass",
         "destkeypass", "sessionid", "phpsessid", "jsessionid", "bindpw", "rootpw", "rootpwmodpw",
-        "rootbindpw",
+        "rootbindpw", "adminpw",
     }
 )  # fmt: skip
 # Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie, sssd's
@@ -78,6 +81,14 @@ NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # PGPASSWORD and REDISCLI_AUTH are secret by the rules already. (etcdctl's ETCDCTL_USER holds
 # user:PW: its password half is hidden by scrub_shapes' program_password_flag, the user kept.)
 SECRET_ENV_NAMES = frozenset({"SSHPASS"})
+# LDAP attributes holding keys or password hashes, whole names in any case (as LDAP reads them): the
+# rules above cannot read them without calling "principal key" or "... history" secret everywhere
+# (password_history counts the passwords kept). MIT Kerberos' krbPrincipalKey (a principal's keys),
+# krbMKey (the realm's master key) and krbPwdHistory (old keys), Heimdal's krb5Key, Samba's
+# sambaPasswordHistory (salted hashes of old NT hashes).
+SECRET_ATTRIBUTE_NAMES = frozenset(
+    {"krbprincipalkey", "krbmkey", "krbpwdhistory", "krb5key", "sambapasswordhistory"}
+)
 
 _WORD_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
@@ -92,7 +103,7 @@ def is_secret_name(name: str) -> bool:
     """True when a field called ``name`` holds a secret (see the module docstring)."""
     if name in NOT_SECRET_NAMES:
         return False
-    if name in SECRET_ENV_NAMES:
+    if name in SECRET_ENV_NAMES or name.lower() in SECRET_ATTRIBUTE_NAMES:
         return True
     parts = name_parts(name)
     if not parts or parts[-1] in DESCRIPTOR_WORDS:

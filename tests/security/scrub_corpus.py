@@ -1442,6 +1442,231 @@ SECRETS: tuple[SecretCase, ...] = (
         "hunter2_eqs",
         "+ echo 'starting report; step 1'; isql MyDSN bob [REDACTED]",
     ),
+    # debconf answers (debconf-get-selections prints them, a preseed file and debconf-set-selections
+    # read them): OWNER QUESTION TYPE VALUE; the type "password" makes the value secret, whatever
+    # the question is called
+    SecretCase(
+        "debconf_get_selections_mysql_root_password",
+        '# New password for the MySQL "root" user:\n'
+        "mysql-server-8.0\tmysql-server/root_password\tpassword\thunter2_dgs\n"
+        '# Repeat password for the MySQL "root" user:\n'
+        "mysql-server-8.0\tmysql-server/root_password_again\tpassword\thunter2_dgs\n",
+        "hunter2_dgs",
+        '# New password for the MySQL "root" user:\n'
+        "mysql-server-8.0\tmysql-server/root_password\tpassword\t[REDACTED]\n"
+        '# Repeat password for the MySQL "root" user:\n'
+        "mysql-server-8.0\tmysql-server/root_password_again\tpassword\t[REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "preseed_root_password",
+        "d-i passwd/root-login boolean true\nd-i passwd/root-password password hunter2_dpr\n"
+        "d-i passwd/root-password-again password hunter2_dpr\n",
+        "hunter2_dpr",
+        "d-i passwd/root-login boolean true\nd-i passwd/root-password password [REDACTED]\n"
+        "d-i passwd/root-password-again password [REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "preseed_user_password_crypted",
+        "d-i passwd/user-fullname string Bob Smith\nd-i passwd/username string bob\n"
+        "d-i passwd/user-password-crypted password $6$rounds=4096$saltsalt$hunter2Q7ZxCrypted\n",
+        "hunter2Q7ZxCrypted",
+        "d-i passwd/user-fullname string Bob Smith\nd-i passwd/username string bob\n"
+        "d-i passwd/user-password-crypted password [REDACTED]\n",
+    ),
+    SecretCase(
+        "preseed_ldap_auth_config_rootbindpw",
+        "ldap-auth-config ldap-auth-config/rootbinddn string cn=admin,dc=x\n"
+        "ldap-auth-config ldap-auth-config/rootbindpw password hunter2_lac\n",
+        "hunter2_lac",
+        "ldap-auth-config ldap-auth-config/rootbinddn string cn=admin,dc=x\n"
+        "ldap-auth-config ldap-auth-config/rootbindpw password [REDACTED]\n",
+    ),
+    SecretCase(
+        "preseed_password_with_blanks",
+        "d-i passwd/root-password password correct horse hunter2_dsp  \n",
+        "hunter2_dsp",
+        "d-i passwd/root-password password [REDACTED]  \n",
+    ),
+    SecretCase(
+        "preseed_commented_out_root_password",
+        "# Root password, either in clear text\n#d-i passwd/root-password password hunter2_dcm\n",
+        "hunter2_dcm",
+        "# Root password, either in clear text\n#d-i passwd/root-password password [REDACTED]\n",
+    ),
+    SecretCase(
+        "debconf_heredoc_slapd_password",
+        "cat <<EOF | debconf-set-selections\n  slapd  slapd/password1  password  hunter2_shd\nEOF\n",
+        "hunter2_shd",
+        "cat <<EOF | debconf-set-selections\n  slapd  slapd/password1  password  [REDACTED]\nEOF\n",
+    ),
+    SecretCase(
+        "debconf_set_selections_here_string",
+        "debconf-set-selections <<< 'mysql-server mysql-server/root_password password hunter2_dhs'",
+        "hunter2_dhs",
+        "debconf-set-selections <<< 'mysql-server mysql-server/root_password password [REDACTED]'",
+    ),
+    SecretCase(
+        "dockerfile_echo_debconf_set_selections",
+        'RUN echo "mysql-server mysql-server/root_password password hunter2_dep" '
+        "| debconf-set-selections \\\n"
+        '    && echo "mysql-server mysql-server/root_password_again password hunter2_dep" '
+        "| debconf-set-selections",
+        "hunter2_dep",
+        'RUN echo "mysql-server mysql-server/root_password password [REDACTED]" '
+        "| debconf-set-selections \\\n"
+        '    && echo "mysql-server mysql-server/root_password_again password [REDACTED]" '
+        "| debconf-set-selections",
+        redactions=2,
+    ),
+    SecretCase(
+        "echo_unquoted_debconf_set_selections",
+        "echo phpmyadmin phpmyadmin/mysql/admin-pass password hunter2_deu | sudo debconf-set-selections",
+        "hunter2_deu",
+        "echo phpmyadmin phpmyadmin/mysql/admin-pass password [REDACTED] | sudo debconf-set-selections",
+    ),
+    # debconf's own database (/var/cache/debconf/passwords.dat): a record per question, its Value
+    # hidden when the question's name (after its owner's "package/") or template's is a secret name
+    SecretCase(
+        "debconf_passwords_dat",
+        "Name: mysql-server/root_password\nTemplate: mysql-server/root_password\nValue: hunter2_pdt\n"
+        "Owners: mysql-server-8.0\nFlags: seen\n\n"
+        "Name: mysql-server/root_password_again\nTemplate: mysql-server/root_password_again\n"
+        "Value: hunter2_pdt\nOwners: mysql-server-8.0\nFlags: seen\n",
+        "hunter2_pdt",
+        "Name: mysql-server/root_password\nTemplate: mysql-server/root_password\nValue: [REDACTED]\n"
+        "Owners: mysql-server-8.0\nFlags: seen\n\n"
+        "Name: mysql-server/root_password_again\nTemplate: mysql-server/root_password_again\n"
+        "Value: [REDACTED]\nOwners: mysql-server-8.0\nFlags: seen\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "debconf_passwords_dat_slapd_adminpw",
+        "Name: slapd/internal/adminpw\nTemplate: slapd/internal/adminpw\nValue: hunter2_sia\nOwners: slapd\n",
+        "hunter2_sia",
+        "Name: slapd/internal/adminpw\nTemplate: slapd/internal/adminpw\nValue: [REDACTED]\nOwners: slapd\n",
+    ),
+    SecretCase(
+        "debconf_passwords_dat_crlf",
+        "Name: passwd/root-password\r\nTemplate: passwd/root-password\r\nValue: hunter2_pcr\r\n",
+        "hunter2_pcr",
+        "Name: passwd/root-password\r\nTemplate: passwd/root-password\r\nValue: [REDACTED]\r\n",
+    ),
+    # directives commented out in other styles: two blanks, "##", an ini file's ";"
+    SecretCase(
+        "nslcd_conf_commented_bindpw_two_blanks",
+        "#  bindpw hunter2_c2b\n",
+        "hunter2_c2b",
+        "#  bindpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "pam_ldap_conf_double_hash_bindpw",
+        "## bindpw hunter2_dhb\n",
+        "hunter2_dhb",
+        "## bindpw [REDACTED]\n",
+    ),
+    SecretCase(
+        "ini_semicolon_bindpw",
+        "[ldap]\n;bindpw hunter2_isb\n; rootbindpw hunter2_isb\n",
+        "hunter2_isb",
+        "[ldap]\n;bindpw [REDACTED]\n; rootbindpw [REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "redis_conf_commented_requirepass_two_blanks",
+        "#  requirepass hunter2_c2r\n;masterauth hunter2_c2r\n",
+        "hunter2_c2r",
+        "#  requirepass [REDACTED]\n;masterauth [REDACTED]\n",
+        redactions=2,
+    ),
+    # `fc -l`: the number, a TAB, then " " or "*" (an entry modified since); history's time as
+    # HISTTIMEFORMAT="%s " or "%b %d %H:%M " prints it
+    SecretCase(
+        "fc_l_isql",
+        "4\t cd /srv\n5\t isql MyDSN bob hunter2_fcl\n",
+        "hunter2_fcl",
+        "4\t cd /srv\n5\t isql MyDSN bob [REDACTED]\n",
+    ),
+    SecretCase(
+        "fc_l_modified_isql",
+        "501\t*isql MyDSN bob hunter2_fcm",
+        "hunter2_fcm",
+        "501\t*isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "fc_ln_isql",
+        "\t cd /srv\n\t isql MyDSN bob hunter2_fcn\n",
+        "hunter2_fcn",
+        "\t cd /srv\n\t isql MyDSN bob [REDACTED]\n",
+    ),
+    SecretCase(
+        "history_epoch_isql",
+        "  501  1714557600 isql MyDSN bob hunter2_hep",
+        "hunter2_hep",
+        "  501  1714557600 isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "history_month_name_isql",
+        "  501  May 01 10:00 isql MyDSN bob hunter2_hmn",
+        "hunter2_hmn",
+        "  501  May 01 10:00 isql MyDSN bob [REDACTED]",
+    ),
+    # Kerberos keys in LDAP: MIT's krbPrincipalKey (each principal's keys), krbMKey (the realm's
+    # master key), krbPwdHistory (old keys); Heimdal's krb5Key; Samba's hashes
+    SecretCase(
+        "ldif_krbprincipalkey_base64_folded",
+        "dn: krbPrincipalName=bob@EXAMPLE.COM,cn=EXAMPLE.COM,cn=krbContainer,dc=x\n"
+        "krbPrincipalName: bob@EXAMPLE.COM\n"
+        "krbPrincipalKey:: MIGwoAMCAQGhAwIBAaIDAgEBo4GeMIGbMGegAwIBAKFgMF6gAwIBEqFXBFUgAGh1bnRlcjJ\n"
+        " RN1p4S3JiUHJpbmNpcGFsS2V5Rm9sZGVk\n"
+        "krbLastPwdChange: 20240501100000Z\n",
+        "RN1p4S3JiUHJpbmNpcGFsS2V5Rm9sZGVk",
+        "dn: krbPrincipalName=bob@EXAMPLE.COM,cn=EXAMPLE.COM,cn=krbContainer,dc=x\n"
+        "krbPrincipalName: bob@EXAMPLE.COM\n"
+        "krbPrincipalKey:: [REDACTED]\n"
+        "krbLastPwdChange: 20240501100000Z\n",
+    ),
+    SecretCase(
+        "krbprincipalkey_one_colon",
+        "krbPrincipalKey: MIGwoAMCAQGhAwIBAaIDAgEBhunter2Q7ZxPlain\n",
+        "MIGwoAMCAQGhAwIBAaIDAgEBhunter2Q7ZxPlain",
+        "krbPrincipalKey: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_krbmkey_base64",
+        "dn: cn=EXAMPLE.COM,cn=krbContainer,dc=x\nkrbMKey:: MEigAwIBAKFBMD+gAwIBEqE4BDYgAGh1bnRlcjJNS2V5\n",
+        "MEigAwIBAKFBMD+gAwIBEqE4BDYgAGh1bnRlcjJNS2V5",
+        "dn: cn=EXAMPLE.COM,cn=krbContainer,dc=x\nkrbMKey:: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_krbpwdhistory_base64",
+        "krbPwdHistory:: MIGwoAMCAQGhAwIBAaIDAgEBaHVudGVyMlB3ZEhpc3Q=\n",
+        "MIGwoAMCAQGhAwIBAaIDAgEBaHVudGVyMlB3ZEhpc3Q=",
+        "krbPwdHistory:: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_heimdal_krb5key",
+        "krb5PrincipalName: bob@EXAMPLE.COM\nkrb5KeyVersionNumber: 2\n"
+        "krb5Key:: MCehAwIBAaIgBB5odW50ZXIyS3JiNUtleQ==\n",
+        "MCehAwIBAaIgBB5odW50ZXIyS3JiNUtleQ==",
+        "krb5PrincipalName: bob@EXAMPLE.COM\nkrb5KeyVersionNumber: 2\nkrb5Key:: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_samba_lm_nt_passwords",
+        "sambaLMPassword: 552902031BEDE9EFAAD3B435B51404EE\n"
+        "sambaNTPassword: 878D8014606CDA29677A44EFA1353FC7\n"
+        "sambaPwdLastSet: 1714557600\n",
+        "878D8014606CDA29677A44EFA1353FC7",
+        "sambaLMPassword: [REDACTED]\nsambaNTPassword: [REDACTED]\nsambaPwdLastSet: 1714557600\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "ldif_samba_password_history",
+        "sambaPasswordHistory: 5AB2C9D0E1F2031425364758697A8B9C8846F7EAEE8FB117AD06BDD830B7586C\n",
+        "5AB2C9D0E1F2031425364758697A8B9C8846F7EAEE8FB117AD06BDD830B7586C",
+        "sambaPasswordHistory: [REDACTED]\n",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -1712,6 +1937,60 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
     LookAlike("echo_in_prose_semicolon", "we echo start; isql is the unixODBC client for DSNs", "prose"),
     LookAlike("date_in_prose_semicolon", "set the date; isql is the unixODBC client for DSNs", "prose"),
     LookAlike("ls_in_prose_semicolon", "run ls; isql is the unixODBC client for DSNs", "prose"),
+    # debconf answers of other types, a password question's flag, an empty answer; debconf-show
+    LookAlike(
+        "preseed_string_and_boolean_answers",
+        "d-i passwd/user-fullname string Bob Smith\nd-i passwd/username string bob\n"
+        "d-i passwd/make-user boolean true\ntzdata tzdata/Areas select Europe\n",
+        "not of type password",
+    ),
+    LookAlike(
+        "debconf_seen_flag", "mysql-server mysql-server/root_password seen true", "a flag set, not an answer"
+    ),
+    LookAlike(
+        "debconf_empty_password",
+        "mysql-server-8.0\tmysql-server/root_password\tpassword\t\n"
+        "mysql-server-8.0\tmysql-server/data-dir\tnote\t\n",
+        "no answer given",
+    ),
+    LookAlike(
+        "debconf_show_password_omitted",
+        "* mysql-server/root_password: (password omitted)\n  mysql-server/remove-data-dir: false",
+        "debconf-show leaves passwords out",
+    ),
+    LookAlike(
+        "preseed_comment_prose",
+        "# Root password, either in clear text\n# or encrypted using a crypt(3)  hash.",
+        "prose",
+    ),
+    LookAlike(
+        "debconf_config_dat_fullname",
+        "Name: passwd/user-fullname\nTemplate: passwd/user-fullname\nValue: Bob Smith\nOwners: d-i\n",
+        "the question's own name (after passwd/) is no secret",
+    ),
+    LookAlike(
+        "debconf_record_without_value",
+        "Name: mysql-server/root_password\nTemplate: mysql-server/root_password\nOwners: mysql-server-8.0\n\n"
+        "Name: tzdata/Areas\nTemplate: tzdata/Areas\nValue: Europe\nOwners: tzdata\n",
+        "the next record's value is not the password question's",
+    ),
+    # comments mentioning a directive; a count and a command in tab-separated columns
+    LookAlike("double_hash_bindpw_note", "## Note: set a bindpw only in nslcd.conf", "prose"),
+    LookAlike(
+        "commented_requirepass_prose_two_blanks",
+        "#  requirepass is not set by default",
+        "requirepass commented out with more words: prose",
+    ),
+    LookAlike("semicolon_bindpw_note", "; the bindpw option is read by nslcd", "prose"),
+    LookAlike("tsv_count_isql", "5\tisql\tsessions were open", "no TAB and blank or * of fc -l"),
+    # Kerberos entries' names, dates and counts
+    LookAlike(
+        "ldif_kerberos_principal_entry",
+        "krbPrincipalName: bob@EXAMPLE.COM\nkrbLastPwdChange: 20240501100000Z\n"
+        "krbPasswordExpiration: 20250501100000Z\nkrbExtraData:: AAJUbPVlYm9iQEVYQU1QTEUuQ09NAA==\n"
+        "krb5KeyVersionNumber: 2\nsambaPwdLastSet: 1714557600\n",
+        "names, dates, counts: no key",
+    ),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (

@@ -149,3 +149,36 @@ def test_redact_lines_keeps_the_count_and_is_idempotent() -> None:
     assert SCRUBBER.scrub(scrubbed) == (scrubbed, 0)
     assert leaks(scrubbed) == []
     assert redact_lines(LOG, SCRUBBER.redacted, context=25) == sent[25:]
+
+
+# debconf's passwords.dat: a record per question (a blank line between records), its value two
+# lines below its name; each line is its own string in a line-based probe's answer.
+DEBCONF_VALUE = "hunter2-" + "debconf-Q7Zx"
+DEBCONF = [
+    "Name: mysql-server/root_password",
+    "Template: mysql-server/root_password",
+    f"Value: {DEBCONF_VALUE}",
+    "Owners: mysql-server-8.0",
+    "Flags: seen",
+    "",
+    "Name: tzdata/Areas",
+    "Template: tzdata/Areas",
+    "Value: Europe",
+    "Owners: tzdata",
+]
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+@pytest.mark.parametrize("count", [10, 11, 12, 13, 22])
+async def test_a_debconf_password_record_hides_its_value_on_its_own_line(
+    tmp_path: Path, probe_name: str, count: int
+) -> None:
+    """Windows that start on the record's Value, Template or Name line (the lines before are
+    context), or end on its Value line."""
+    text = ORDINARY[:10] + DEBCONF + ORDINARY[10:12]
+    path = write(tmp_path, text)
+    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    assert [line for line in lines if DEBCONF_VALUE[4:] in line] == []
+    assert len(lines) == min(count, len(text))
+    if probe_name == "system.logs.tail":
+        assert "Value: Europe" in lines  # the next record's value is not the password's

@@ -110,6 +110,8 @@ SECRET_NAMES = [
     "requirepass", "masterauth", "storepass", "spring.datasource.password", "SSHPASS",
     "bindpw", "rootpw", "rootpwmodpw", "nslcd_bindpw", "rootbindpw", "ldap_rootbindpw", "BINDPW",
     "ldap_default_authtok", "authtok", "olcRootPW", "userPassword", "sambaNTPassword",
+    "sambaLMPassword", "krbPrincipalKey", "krbprincipalkey", "KRBPRINCIPALKEY", "krbMKey", "krbPwdHistory",
+    "krb5Key", "sambaPasswordHistory", "adminpw", "generated_adminpw",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "keyspace_hits", "keyspace_misses", "evicted_keys", "expired_keys", "Key_reads",
@@ -120,7 +122,9 @@ ORDINARY_NAMES = [
     "auth_plugin", "passed_tests", "pass_rate", "bypass", "author", "authority", "oauth",
     "authorized_keys", "cookie_domain", "session", "PWD", "OLDPWD", "message", "name", "value",
     "sshpass", "binddn", "rootpwmoddn", "bindpw_file", "ETCDCTL_USER", "ldap_default_authtok_type",
-    "authtok_type", "rootbinddn", "newauthtok", "dn", "description",
+    "authtok_type", "rootbinddn", "newauthtok", "dn", "description", "krbPrincipalName",
+    "krbLastPwdChange", "krbPasswordExpiration", "krbExtraData", "krb5PrincipalName",
+    "krb5KeyVersionNumber", "sambaPwdLastSet", "password_history", "pwd_history", "principal_key",
 ]  # fmt: skip
 
 
@@ -881,8 +885,9 @@ def test_a_command_line_after_xtrace_plus_signs_hides_what_it_hides_alone(
 
 
 # What `history` prints before a command (bash: "%5d%c %s%s", the number in five columns, "*"
-# after a modified entry, HISTTIMEFORMAT's time when set: "%F %T ", "%d/%m/%y %T "; zsh's
-# history -i: "yyyy-mm-dd hh:mm  ").
+# after a modified entry, HISTTIMEFORMAT's time when set: "%F %T ", "%d/%m/%y %T ", "%s ",
+# "%b %d %H:%M "; zsh's history -i: "yyyy-mm-dd hh:mm  "); bash's `fc -l`: the number, a TAB,
+# then " " or "*" ("fc -ln": no number).
 HISTORY_PREFIXES = [
     "  501  ",
     "    7  ",
@@ -893,6 +898,15 @@ HISTORY_PREFIXES = [
     "  501* 2024-05-01 10:00:00 ",
     "  501  [2024-05-01 10:00:00] ",
     "  501  2024-05-01 10:00  ",
+    "5\t ",
+    "501\t*",
+    "10501\t ",
+    "\t ",
+    "  501  1714557600 ",
+    "  501* 1714557600 ",
+    "  501  May 01 10:00 ",
+    "  501  May  1 10:00:00 ",
+    "  501  Dec 31 23:59  ",
 ]
 
 
@@ -1011,9 +1025,10 @@ def test_prose_before_a_glued_semicolon_starts_no_command(scrubber: Scrubber, pr
 
 
 # Directive lines as nslcd.conf, pam_ldap.conf, slapd.conf and redis.conf write them: commented
-# out ("#" or "# ") they read as they do uncommented (prose after a directive's name at a line's
-# start is hidden too: nslcd reads the rest of the line as the password). A commented-out
-# requirepass or masterauth is its line's only word ("# requirepass is not set by default" stays).
+# out ("#", "# ", "#  ", "##", an ini file's ";") they read as they do uncommented (prose after a
+# directive's name at a line's start is hidden too: nslcd reads the rest of the line as the
+# password). A commented-out requirepass or masterauth is its line's only word ("# requirepass is
+# not set by default" stays).
 DIRECTIVE_LINES = [
     "bindpw s3cret",
     "bindpw\ts3cret words",
@@ -1030,7 +1045,7 @@ DIRECTIVE_LINES = [
 ]
 
 
-@pytest.mark.parametrize("comment", ["#", "# ", "  #", "#\t"])
+@pytest.mark.parametrize("comment", ["#", "# ", "  #", "#\t", "#  ", "##", "## ", ";", "; ", ";;", "\t; "])
 @pytest.mark.parametrize("line", DIRECTIVE_LINES)
 def test_a_commented_out_directive_reads_as_the_directive(
     scrubber: Scrubber, comment: str, line: str
@@ -1369,6 +1384,40 @@ HOSTILE_TEXTS = {
     "leading_echo_unclosed": "\necho " + '"' * HOSTILE_SIZE + "; isql",
     "leading_ls_flags": "\nls" + " -l" * (HOSTILE_SIZE // 3) + "; isql",
     "separator_leading_commands": " && date;" * (HOSTILE_SIZE // 9) + " isql",
+    # debconf answers: line heads without a value, blanks, long owners and questions, echo's flags
+    "debconf_line_heads": "\nd-i passwd/x password " * (HOSTILE_SIZE // 23),
+    "debconf_value_blanks": "\nd-i a/b password x" + " " * HOSTILE_SIZE + "y",
+    "debconf_value_blank_lines": ("d-i a/b password x" + " " * 4200 + "\n") * (HOSTILE_SIZE // 4219),
+    "debconf_owner_blanks": "\nd-i" + " " * HOSTILE_SIZE + "a/b password x",
+    "debconf_long_questions": "\nd-i " + "a" * HOSTILE_SIZE + "/b password x",
+    "debconf_question_slashes": "\nd-i a" + "/" * HOSTILE_SIZE + " password x",
+    "debconf_question_words": "\n" + "a a/b " * (HOSTILE_SIZE // 6) + "password x",
+    "debconf_echo_heads": "echo 'a b/c password " * (HOSTILE_SIZE // 21),
+    "debconf_echo_flags": "echo" + " -e" * (HOSTILE_SIZE // 3) + " 'a b/c password x'",
+    "debconf_echo_unclosed": 'echo "a b/c password ' + "x" * HOSTILE_SIZE,
+    "debconf_here_strings": "<<< " * (HOSTILE_SIZE // 4) + "a b/c password x",
+    # debconf's database: records without a value, other lines, long lines
+    "debconf_db_names": "\nName: a/password" * (HOSTILE_SIZE // 17),
+    "debconf_db_other_lines": ("Name: a/password\n" + "x\n" * 15) * (HOSTILE_SIZE // 47) + "Value: y",
+    "debconf_db_long_lines": ("Name: a/password\n" + "x" * 4200 + "\n") * (HOSTILE_SIZE // 4218),
+    "debconf_db_templates": ("Name: a/b\nTemplate: a/b\n" * (HOSTILE_SIZE // 24)) + "Value: y",
+    "debconf_db_values": "Name: a/b\nValue: y\n" * (HOSTILE_SIZE // 19),
+    # directives commented out with "##", ";", blanks
+    "directive_semicolons": "\n;" * (HOSTILE_SIZE // 2),
+    "directive_comment_marks": "\n" + "#;" * (HOSTILE_SIZE // 2) + "bindpw x",
+    "directive_comment_heads": "\n## bindpw --x" * (HOSTILE_SIZE // 14),
+    "directive_semicolon_requirepass": "\n; requirepass x y" * (HOSTILE_SIZE // 18),
+    # fc -l's TAB, history's epoch and month-name times
+    "fc_numbers": "\n5\t " * (HOSTILE_SIZE // 4),
+    "fc_long_numbers": "\n" + "1" * HOSTILE_SIZE + "\t isql",
+    "fc_tabs": "\n" + "\t" * HOSTILE_SIZE + " isql",
+    "history_epochs": "\n  501  1714557600" * (HOSTILE_SIZE // 18),
+    "history_epoch_blanks": "\n  501  1714557600" + " " * HOSTILE_SIZE + "isql",
+    "history_month_times": "\n  501  May 01 10:00 x" * (HOSTILE_SIZE // 22),
+    "history_month_heads": "\n  501  May  1" * (HOSTILE_SIZE // 15),
+    # LDAP attributes named as keys
+    "krb_key_heads": "krbPrincipalKey:: " * (HOSTILE_SIZE // 18),
+    "krb_key_long": "krbMKey:: " + "A" * HOSTILE_SIZE + "(",
 }
 
 
