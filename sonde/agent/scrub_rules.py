@@ -35,7 +35,9 @@ SEPARATOR = "\x00"  # no rule matches across a NUL: strings joined with it are s
 
 # --- rules keyed by a field name -------------------------------------------------
 
-STEMS = ("pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt", "sessid", "sessionid")
+STEMS = (
+    "pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt", "sessid", "sessionid", "pkcs12"
+)  # fmt: skip
 _NAME_RUN = re.compile(r"[\w.-]{0,80}")
 _HEADER_NAMES = ("authorization", "proxy-authorization", "cookie", "set-cookie")
 
@@ -49,9 +51,10 @@ _HEADER = re.compile(
 )
 # A password hash behind its {SCHEME} (slapd's olcRootPW, an LDIF's userPassword): to its end,
 # commas too ({ARGON2}$argon2id$v=19$m=65536,t=2,p=1$SALT$HASH), and on the lines ldapsearch
-# folds it onto at 76 columns (each starts with one blank; a YAML sibling holds a ": ").
+# folds it onto at 76 columns (each starts with one blank; a YAML sibling holds a ": "). Maybe
+# after a prefix of its own: ppolicy's pwdHistory is TIME#SYNTAX#LENGTH#{SCHEME}HASH.
 _HASHED = (
-    r"\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
+    r"(?:[^\s\x00\"'<>{]{1,128}+)?\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
     r"(?:\r?\n [^\s\x00\"'<>]{1,4096}+(?=\r?\n|\x00|\Z)){0,64}+"
 )
 _ASSIGN = re.compile(

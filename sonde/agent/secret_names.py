@@ -85,9 +85,18 @@ SECRET_ENV_NAMES = frozenset({"SSHPASS"})
 # rules above cannot read them without calling "principal key" or "... history" secret everywhere
 # (password_history counts the passwords kept). MIT Kerberos' krbPrincipalKey (a principal's keys),
 # krbMKey (the realm's master key) and krbPwdHistory (old keys), Heimdal's krb5Key, Samba's
-# sambaPasswordHistory (salted hashes of old NT hashes).
+# sambaPasswordHistory (salted hashes of old NT hashes), OpenLDAP ppolicy's pwdHistory (old
+# userPassword hashes) and inetOrgPerson's userPKCS12 (a private key with its certificates).
 SECRET_ATTRIBUTE_NAMES = frozenset(
-    {"krbprincipalkey", "krbmkey", "krbpwdhistory", "krb5key", "sambapasswordhistory"}
+    {
+        "krbprincipalkey",
+        "krbmkey",
+        "krbpwdhistory",
+        "krb5key",
+        "sambapasswordhistory",
+        "pwdhistory",
+        "userpkcs12",
+    }
 )
 
 _WORD_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")

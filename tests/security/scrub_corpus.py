@@ -1653,6 +1653,19 @@ SECRETS: tuple[SecretCase, ...] = (
         "krb5PrincipalName: bob@EXAMPLE.COM\nkrb5KeyVersionNumber: 2\nkrb5Key:: [REDACTED]\n",
     ),
     SecretCase(
+        "ldif_ppolicy_pwdhistory",
+        "pwdChangedTime: 20240501100000Z\n"
+        "pwdHistory: 20240501100000Z#1.3.6.1.4.1.1466.115.121.1.40#38#{SSHA}hunter2HashQ7Zx\n",
+        "hunter2HashQ7Zx",
+        "pwdChangedTime: 20240501100000Z\npwdHistory: [REDACTED]\n",
+    ),
+    SecretCase(
+        "ldif_userpkcs12_base64",
+        "cn: Bob\nuserPKCS12:: MIIJQQIBAzCCCQcGCSqGSIb3DQEHAaCCCPgEggj0hunter2P12\n",
+        "MIIJQQIBAzCCCQcGCSqGSIb3DQEHAaCCCPgEggj0hunter2P12",
+        "cn: Bob\nuserPKCS12:: [REDACTED]\n",
+    ),
+    SecretCase(
         "ldif_samba_lm_nt_passwords",
         "sambaLMPassword: 552902031BEDE9EFAAD3B435B51404EE\n"
         "sambaNTPassword: 878D8014606CDA29677A44EFA1353FC7\n"

@@ -1418,6 +1418,10 @@ HOSTILE_TEXTS = {
     # LDAP attributes named as keys
     "krb_key_heads": "krbPrincipalKey:: " * (HOSTILE_SIZE // 18),
     "krb_key_long": "krbMKey:: " + "A" * HOSTILE_SIZE + "(",
+    "hash_prefix_heads": ("pwd=" + "a" * 127 + "{") * (HOSTILE_SIZE // 132),
+    "hash_prefix_braces": "password=" + "{" * HOSTILE_SIZE,
+    "hash_prefix_long": "pwdHistory: " + "b#" * (HOSTILE_SIZE // 2) + "{SSHA}x",
+    "pkcs12_names": "userPKCS12:: " * (HOSTILE_SIZE // 13),
 }
 
 
