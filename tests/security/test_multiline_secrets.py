@@ -128,17 +128,23 @@ LDIF = [
 ]
 
 
+async def window_around(tmp_path: Path, probe_name: str, block: list[str], count: int) -> list[str]:
+    """The ``count`` lines ``probe_name`` answers of a file holding ``block`` among ordinary lines."""
+    text = ORDINARY[:10] + block + ORDINARY[10:12]
+    path = write(tmp_path, text)
+    lines: list[str] = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    assert len(lines) == min(count, len(text))
+    return lines
+
+
 @pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
 @pytest.mark.parametrize("count", [4, 5, 13, 14, 30])
 async def test_a_folded_ldif_password_is_hidden_on_each_of_its_lines(
     tmp_path: Path, probe_name: str, count: int
 ) -> None:
     """Windows that start or end on either line of the value, or hold both."""
-    text = ORDINARY[:10] + LDIF + ORDINARY[10:12]
-    path = write(tmp_path, text)
-    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    lines = await window_around(tmp_path, probe_name, LDIF, count)
     assert [line for line in lines if LDIF_HEAD[16:40] in line or LDIF_FOLD[5:30] in line] == []
-    assert len(lines) == min(count, len(text))
 
 
 def test_redact_lines_keeps_the_count_and_is_idempotent() -> None:
@@ -175,10 +181,7 @@ async def test_a_debconf_password_record_hides_its_value_on_its_own_line(
 ) -> None:
     """Windows that start on the record's Value, Template or Name line (the lines before are
     context), or end on its Value line."""
-    text = ORDINARY[:10] + DEBCONF + ORDINARY[10:12]
-    path = write(tmp_path, text)
-    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    lines = await window_around(tmp_path, probe_name, DEBCONF, count)
     assert [line for line in lines if DEBCONF_VALUE[4:] in line] == []
-    assert len(lines) == min(count, len(text))
     if probe_name == "system.logs.tail":
         assert "Value: Europe" in lines  # the next record's value is not the password's

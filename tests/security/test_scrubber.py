@@ -842,13 +842,17 @@ START_OF_COMMAND_LINES = [
 ]
 
 
+def hides_behind(scrubber: Scrubber, line: str, *prefixes: str) -> None:
+    """``line`` behind each of ``prefixes`` hides what it hides alone, and nothing of the prefix."""
+    hidden, count = scrubber.scrub_text(line)
+    for prefix in prefixes:
+        assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
+
+
 def hides_after(scrubber: Scrubber, prefix: str, line: str, line_before: str) -> None:
     """``line`` after ``prefix`` (at the text's start, and after ``line_before``) hides what it hides alone."""
-    hidden, count = scrubber.scrub_text(line)
-    assert count >= 1
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    before = line_before + "\n"
-    assert scrubber.scrub_text(before + prefix + line) == (before + prefix + hidden, count)
+    assert scrubber.scrub_text(line)[1] >= 1
+    hides_behind(scrubber, line, prefix, line_before + "\n" + prefix)
 
 
 @pytest.mark.parametrize("prefix", PS_PREFIXES)
@@ -965,9 +969,7 @@ SETUP_COMMANDS = [
 def test_a_known_command_glued_to_a_semicolon_starts_a_command(
     scrubber: Scrubber, prefix: str, line: str
 ) -> None:
-    hidden, count = scrubber.scrub_text(line)
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    assert scrubber.scrub_text("+ " + prefix + line) == ("+ " + prefix + hidden, count)
+    hides_behind(scrubber, line, prefix, "+ " + prefix)
 
 
 # A command without arguments but flags or paths (date, ls -l) or echo's words, before a ";"
@@ -995,10 +997,7 @@ LEADING_COMMANDS = [
 def test_a_command_without_arguments_glued_to_a_semicolon_starts_a_command(
     scrubber: Scrubber, prefix: str, line: str
 ) -> None:
-    hidden, count = scrubber.scrub_text(line)
-    assert scrubber.scrub_text(prefix + line) == (prefix + hidden, count)
-    assert scrubber.scrub_text("+ " + prefix + line) == ("+ " + prefix + hidden, count)
-    assert scrubber.scrub_text("  501  " + prefix + line) == ("  501  " + prefix + hidden, count)
+    hides_behind(scrubber, line, prefix, "+ " + prefix, "  501  " + prefix)
 
 
 @pytest.mark.parametrize(
