@@ -247,6 +247,16 @@ class CpuWindow:
         return self.meter.cpu_s() - self.cpu0
 
 
+async def sample_cpu(meter: ProcessMeter, last: list[float], interval_s: float = 0.1) -> None:
+    """Keep ``last[0]`` at the CPU seconds used so far, until the process is gone or this is cancelled."""
+    while True:
+        try:
+            last[0] = meter.cpu_s()
+        except psutil.NoSuchProcess:
+            return
+        await trio.sleep(interval_s)
+
+
 async def sample_rss(meter: ProcessMeter, into: list[float], interval_s: float = 0.5) -> None:
     """Append the RSS (MiB) every ``interval_s`` until cancelled."""
     while True:

@@ -33,7 +33,6 @@ import random
 import signal
 import time
 
-import psutil
 import trio
 
 from benchmarks.common import Bench, ScenarioResult
@@ -42,7 +41,7 @@ from benchmarks.hub import HubData, RunningHub, agent_statuses, count_online, ru
 from benchmarks.mcp_calls import ErrorLog, ToolFailed, timed_call
 from benchmarks.mcp_calls import mcp_client as open_mcp
 from benchmarks.pack import ECHO_PROBE
-from benchmarks.procs import CpuWindow, ProcessMeter, sample_rss
+from benchmarks.procs import CpuWindow, sample_cpu, sample_rss
 from benchmarks.stats import distribution, scalar
 
 TITLE = "4. Scale: agents held by one hub"
@@ -186,16 +185,6 @@ async def stop_timed(hub: RunningHub) -> tuple[float | None, float]:
         nursery.cancel_scope.cancel()
     took = trio.current_time() - started
     return (took if hub.child.process.returncode is not None else None), cpu[0] - first
-
-
-async def sample_cpu(meter: ProcessMeter, last: list[float], interval_s: float = 0.1) -> None:
-    """Keep ``last[0]`` at the process's CPU seconds so far, until it is gone or cancelled."""
-    while True:
-        try:
-            last[0] = meter.cpu_s()
-        except psutil.NoSuchProcess:
-            return
-        await trio.sleep(interval_s)
 
 
 async def list_agents(hub: RunningHub) -> list[dict[str, object]]:
