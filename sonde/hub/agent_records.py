@@ -132,6 +132,16 @@ def record_departures(db: Database, last_seen: Mapping[str, float]) -> None:
         )
 
 
+def record_last_seen(db: Database, last_seen: Mapping[str, float]) -> None:
+    """Write when each agent in ``last_seen`` (id: time) was last heard from, in one transaction;
+    never moves a time back, and leaves the status alone (the agents are still connected)."""
+    with write_transaction(db):
+        db.conn.executemany(
+            "UPDATE agents SET last_seen = MAX(COALESCE(last_seen, 0), ?) WHERE id = ?",
+            [(seen, agent_id) for agent_id, seen in last_seen.items()],
+        )
+
+
 def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord | None:
     """Change some fields of an agent; returns the updated record, or None if the id is unknown.
 

@@ -55,6 +55,12 @@ class HubConfig:
     audit_keep_s: float | None = None  # --audit-keep: the hub prunes older audit rows itself
 
     @property
+    def last_seen_write_every_s(self) -> float:
+        """How often the hub stores when each connected agent was last heard from: every two
+        heartbeats (60 s by default), so the database is never further behind than that."""
+        return 2 * self.heartbeat_interval_s
+
+    @property
     def db_path(self) -> Path:
         return self.data_dir / "sonde.db"
 

@@ -252,6 +252,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
                 nursery.start_soon(watch_free_space, config.db_path.parent)
                 nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
                 nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
+                nursery.start_soon(fleet.keep_last_seen_written, config.last_seen_write_every_s)
                 if config.audit_keep_s is not None:
                     nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
                 try:

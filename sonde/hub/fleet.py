@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from sonde.hub.agent_records import AgentRecord, record_departures, update_agent
+from sonde.hub.agent_records import AgentRecord, record_departures, record_last_seen, update_agent
 from sonde.hub.store import Store, StoreClosed
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
@@ -250,6 +250,19 @@ class Fleet:
             log.warning(
                 "the last-seen times of %d agent(s) were not written: the store closed", len(departed)
             )
+
+    async def keep_last_seen_written(self, every_s: float) -> None:
+        """Every ``every_s``, store when each connected agent was last heard from, in one op.
+
+        The database otherwise holds a connected agent's connect time until it goes: after a
+        crash or a power cut (no `detach` ran), an agent that never came back would read as
+        last seen then, not up to ``every_s`` before the hub went down. Runs until cancelled.
+        """
+        while True:
+            await trio.sleep(every_s)
+            seen = {agent_id: session.last_seen for agent_id, session in self.sessions.items()}
+            if seen and self.closing is None:
+                await self.store.submit(record_last_seen, seen)  # a failure is logged by the store
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -13,6 +13,7 @@ from sonde.hub.agent_records import (
     list_agents,
     mark_all_offline,
     record_departures,
+    record_last_seen,
     update_agent,
 )
 from sonde.hub.attestation import accept_pending
@@ -88,6 +89,21 @@ def test_agents_a_stopping_hub_closed_are_recorded_in_one_write(db: Database) ->
         "still-held": ("degraded", T0 + 20),  # as `update_agent` decides for one
         "accept-missed": ("offline", T0 + 30),
         "not-connected": ("offline", T0),
+    }
+
+
+def test_connected_agents_last_contact_is_written_forward_only(db: Database) -> None:
+    online = make_agent("online", status="online", last_seen=T0)
+    held_id = held(db, "still-held")
+    insert_agent(db, online)
+    gone = make_agent("gone", status="offline", last_seen=T0 + 50)  # its detach wrote a later time
+    insert_agent(db, gone)
+    record_last_seen(db, {online.id: T0 + 10, held_id: T0 + 20, gone.id: T0 + 30, "no-such-id": T0})
+    stored = {r.name: (r.status, r.last_seen) for r in list_agents(db)}
+    assert stored == {
+        "online": ("online", T0 + 10),  # the status is the hub's to change, not this write's
+        "still-held": ("degraded", T0 + 20),
+        "gone": ("offline", T0 + 50),  # never moved back
     }
 
 

@@ -1,0 +1,41 @@
+"""A connected agent's last contact reaches the database every two heartbeats: a hub killed with
+no clean stop leaves behind when each agent was last heard from, not when it connected."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from pathlib import Path
+
+from tests.e2e.procs import enroll_agent, running_hub, wait_until
+
+
+def stored(db_path: Path) -> tuple[str, float] | None:
+    """The one agent's (status, last_seen) as the database file holds them, read-only."""
+    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT status, last_seen FROM agents WHERE last_seen IS NOT NULL").fetchall()
+    finally:
+        conn.close()
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def test_a_killed_hub_leaves_each_agents_last_contact_not_its_connect_time(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:  # written every 2 s
+        db_path = hub.data_dir / "sonde.db"
+        agent = enroll_agent(hub, tmp_path, "web-1")
+        agent.start()
+        try:
+            wait_until(lambda: (stored(db_path) or ("", 0.0))[0] == "online")
+            first = stored(db_path)
+            assert first is not None
+            connected_at = first[1]
+            # heartbeats arrive every second: within a few writes the file is past the connect time
+            wait_until(lambda: (stored(db_path) or ("", 0.0))[1] >= connected_at + 3, timeout=20)
+            hub.proc.stop(signal.SIGKILL)  # no `detach` runs: only the periodic write said anything
+            after = stored(db_path)
+            assert after is not None
+            assert after == ("online", after[1])  # as a killed hub leaves it; the next start says offline
+            assert after[1] >= connected_at + 3
+        finally:
+            agent.stop()
