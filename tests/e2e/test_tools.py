@@ -181,6 +181,11 @@ async def test_health_check_whole_fleet_one_category(
         assert single["summary"]["agents_checked"] == 1
 
 
+def to_hundredths(ms: float) -> bool:
+    """A duration as the tools give it: to the hundredth of a millisecond, not 15 digits."""
+    return ms == round(ms, 2)
+
+
 async def test_diagnose_returns_findings_and_readings(
     fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
 ) -> None:
@@ -194,6 +199,7 @@ async def test_diagnose_returns_findings_and_readings(
             "system.cpu.usage",
         ]
         assert all(r["status"] == "ok" and r["result"] for r in report["readings"])
+        assert all(to_hundredths(r["duration_ms"]) for r in report["readings"])
         toolcheck = await call(client, "diagnose", agent="alpha", category="toolcheck")
         assert [f["title"] for f in toolcheck["findings"]] == [
             "toolcheck critical",
@@ -222,6 +228,9 @@ async def test_probe_overview_and_audit_logs(fleet: tuple[RunningHub, dict[str, 
         audit = await call(client, "query_logs", source="audit", agent="beta", lines=5)
         assert audit["audit"]
         assert all(e["target"] == "beta" for e in audit["audit"])
+        durations = [info["duration_ms"], *(p["duration_ms"] for p in overview["recent_probes"])]
+        durations += [e["duration_ms"] for e in audit["audit"] if e["duration_ms"] is not None]
+        assert all(to_hundredths(ms) for ms in durations), durations
         text = await call_error(client, "query_logs", source="systemd")
         assert "needs an agent" in text
 

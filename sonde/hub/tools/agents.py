@@ -13,7 +13,16 @@ from sqlite_utils import Database
 
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
-from sonde.hub.tools.base import AGENT_FIELD, TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import (
+    AGENT_FIELD,
+    TAGS_FIELD,
+    DurationMs,
+    TagQuery,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+    ToolSpec,
+)
 from sonde.hub.tools.views import (
     AgentSummary,
     LastRefusalField,
@@ -105,7 +114,7 @@ class RecentProbe(BaseModel):
     action: str
     probe: str | None
     outcome: str
-    duration_ms: float | None
+    duration_ms: DurationMs | None
     by_you: bool
 
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator
 
 from sonde.hub.errors import HubError
 
@@ -74,6 +74,9 @@ async def no_progress(progress: float, total: float | None, message: str | None)
     return None
 
 
+# A duration as a tool answers it: to the hundredth of a millisecond (perf_counter's 15 digits
+# would be tokens the model reads and people skim, with nothing in them).
+DurationMs = Annotated[float, PlainSerializer(lambda ms: round(ms, 2), return_type=float)]
 PROGRESS_INTERVAL_S = 0.2
 
 

@@ -16,6 +16,7 @@ from sonde.hub.probing import capitalized, current_status, held, resolve_agent, 
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     TAGS_FIELD,
+    DurationMs,
     TagQuery,
     ThrottledProgress,
     ToolCall,
@@ -333,7 +334,7 @@ class ReadingOut(BaseModel):
     status: str
     result: dict[str, JsonValue] | None
     error: str | None
-    duration_ms: float | None
+    duration_ms: DurationMs | None
     truncated: bool
 
 

@@ -19,7 +19,7 @@ from sonde.hub.audit import query_audit_page
 from sonde.hub.errors import HubError, not_found
 from sonde.hub.keys import parse_duration
 from sonde.hub.probing import resolve_agent, run_probe_for
-from sonde.hub.tools.base import ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso
 from sonde.packs.systemd.timespec import LAST_TIME_S
 
@@ -145,7 +145,7 @@ class AuditEntryOut(BaseModel):
     action: str
     target: str | None
     outcome: str
-    duration_ms: float | None
+    duration_ms: DurationMs | None
     detail: dict[str, JsonValue]
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field, JsonValue
 
 from sonde.hub.probing import resolve_agent, run_probe_for
-from sonde.hub.tools.base import AGENT_FIELD, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import AGENT_FIELD, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.protocol.names import PROBE_NAME_PATTERN
 
 # Probe names are a pack, an area and a metric ('postgres.queries.long_running': 29 characters);
@@ -35,7 +35,7 @@ class ProbeOutput(ToolOutput):
     agent_id: str
     probe: str
     result: dict[str, JsonValue]
-    duration_ms: float
+    duration_ms: DurationMs
     truncated: bool
     redactions: int
 
