@@ -7,6 +7,7 @@ import grp
 import json
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.registry import PackRegistry
 from tests.conftest import require
 from tests.e2e.procs import SONDE
-from tests.subprocs import run_ok
+from tests.subprocs import run_any, run_ok
 
 SYSTEMCTL = "/usr/bin/systemctl"
 NO_SUCH_GROUP = "sonde-test-no-such-group"
@@ -342,6 +343,27 @@ def test_status_when_not_installed(
     assert "no systemctl here" in out
 
 
+def assert_systemd_takes_it_whole(unit: Path) -> None:
+    """systemd's own check of a unit file: every key known (a misspelt hardening line is only
+    warned about, and the service would run without it), ExecStart's program executable."""
+    analyze = shutil.which("systemd-analyze")
+    require(analyze is not None, "systemd-analyze (Debian's systemd package) checks the unit file")
+    assert analyze is not None
+    verified = run_any([analyze, "verify", str(unit)], timeout=60)
+    assert (verified.returncode, verified.stdout + verified.stderr) == (0, ""), unit.read_text()
+
+
+def test_systemd_knows_every_line_of_the_unit(tmp_path: Path) -> None:
+    unit = tmp_path / UNIT_NAME
+    unit.write_text(render_unit(dataclasses.replace(SPEC, exec_start=(*service.sonde_command(), "start"))))
+    assert_systemd_takes_it_whole(unit)
+    misspelt = tmp_path / "misspelt" / UNIT_NAME  # the check itself: a line systemd would ignore fails it
+    misspelt.parent.mkdir()
+    misspelt.write_text(unit.read_text().replace("LockPersonality=", "LockPersonallity="))
+    with pytest.raises(AssertionError, match="LockPersonallity"):
+        assert_systemd_takes_it_whole(misspelt)
+
+
 @pytest.mark.e2e
 def test_the_cli_installs_reports_and_uninstalls(tmp_path: Path) -> None:
     env = {**os.environ, "SONDE_HOME": str(tmp_path / "home")}
@@ -353,6 +375,7 @@ def test_the_cli_installs_reports_and_uninstalls(tmp_path: Path) -> None:
     installed = sonde("install")
     assert installed.returncode == 0, installed.stderr
     assert "ExecStart=/" in (tmp_path / UNIT_NAME).read_text()
+    assert_systemd_takes_it_whole(tmp_path / UNIT_NAME)
     status = sonde("status")
     closed = closed_to_others(service.sonde_command()[0])  # e.g. this venv's Python under /root
     assert status.returncode == (0 if closed is None else 1), status.stdout + status.stderr
