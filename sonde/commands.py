@@ -117,6 +117,9 @@ def hub(
     audit_keep: Annotated[
         str | None, Parameter(env_var="SONDE_AUDIT_KEEP", allow_leading_hyphen=True)
     ] = None,
+    trusted_proxy: Annotated[
+        tuple[str, ...], Parameter(env_var="SONDE_TRUSTED_PROXIES", negative_iterable="")
+    ] = (),
 ) -> int:
     """Run the hub: MCP at /mcp, REST at /api/v1, agents at /ws/agent.
 
@@ -144,6 +147,10 @@ def hub(
     audit_keep
         Keep this much of the audit log (e.g. 180d, at least 1d): the hub prunes older rows at
         start and every hour, as `sonde hub audit prune` does. Default: keep everything.
+    trusted_proxy
+        The address (or network, 10.0.0.0/8) of a reverse proxy in front of the hub whose
+        X-Forwarded-For names the client, for the audit log and the failed-login limit; repeat it,
+        or separate them with commas or spaces. Default: none, the header is ignored.
     """
     from sonde.hub.run import build_config, run_hub
 
@@ -158,6 +165,7 @@ def hub(
         log_level=log_level,
         allowed_hosts=allowed_host,
         audit_keep=audit_keep or None,
+        trusted_proxies=trusted_proxy,
     )
     if isinstance(config, str):
         print(f"sonde hub: {config}", file=sys.stderr)

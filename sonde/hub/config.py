@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from sonde.hub.proxies import IPNetwork
 
 DEFAULT_BIND = "127.0.0.1:3000"
 DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
@@ -53,6 +56,7 @@ class HubConfig:
     session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S
     max_sessions_per_key: int = DEFAULT_MAX_SESSIONS_PER_KEY
     audit_keep_s: float | None = None  # --audit-keep: the hub prunes older audit rows itself
+    trusted_proxies: tuple[IPNetwork, ...] = ()  # --trusted-proxy: whose X-Forwarded-For is believed
 
     @property
     def last_seen_write_every_s(self) -> float:

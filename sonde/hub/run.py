@@ -15,6 +15,7 @@ import trio
 from sonde.hub.audit_prune import MIN_PRUNE_AGE_S
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
 from sonde.hub.keys import parse_duration
+from sonde.hub.proxies import parse_trusted_proxies
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 from sonde.log_levels import checked_log_level
 
@@ -31,6 +32,7 @@ def build_config(
     log_level: str,
     allowed_hosts: tuple[str, ...],
     audit_keep: str | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> HubConfig | str:
     """A validated HubConfig, or a message saying what is wrong."""
     try:
@@ -69,6 +71,10 @@ def build_config(
             return (
                 f"--audit-keep must be at least 1d (got {audit_keep}): recent rows are what an audit is for"
             )
+    try:
+        proxies = parse_trusted_proxies(trusted_proxies)
+    except ValueError as exc:
+        return str(exc)
     return HubConfig(
         data_dir=data_dir,
         host=host,
@@ -81,6 +87,7 @@ def build_config(
         log_level=level,
         allowed_hosts=split_hosts(allowed_hosts),
         audit_keep_s=keep_s,
+        trusted_proxies=proxies,
     )
 
 

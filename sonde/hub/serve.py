@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -19,6 +19,7 @@ from sonde.hub.asgi import RootApp
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
 from sonde.hub.mcp_server import build_session_manager, close_event_streams, transport_security
+from sonde.hub.proxies import ForwardedClientApp
 from sonde.hub.rest import create_rest_app
 from sonde.hub.tcp_guard import use_guarded_tcp_server
 from sonde.hub.tls_files import expiry_problem
@@ -68,7 +69,9 @@ async def serve_hub(
         log.warning("%s", expiring)
     async with open_hub(config) as hub:
         manager = build_session_manager(hub, config.port)
-        root = RootApp(hub, manager, create_rest_app(hub))
+        root: Any = RootApp(hub, manager, create_rest_app(hub))
+        if config.trusted_proxies:  # no extra layer on any request unless asked for
+            root = ForwardedClientApp(root, config.trusted_proxies)
         hc = hypercorn_config(config)
         trigger = None
         if shutdown is not None:  # agents and event streams first: see Hub.stop_when

@@ -263,15 +263,17 @@ class Answer:
 
 @asynccontextmanager
 async def agent_socket(
-    hub_url: str, origin: str | None = None
+    hub_url: str, origin: str | None = None, forwarded_for: str | None = None
 ) -> AsyncIterator[trio_websocket.WebSocketConnection]:
-    """A raw WebSocket to /ws/agent (with an Origin header, as a browser sends, if given).
+    """A raw WebSocket to /ws/agent (with an Origin header, as a browser sends, and an
+    X-Forwarded-For header, as a reverse proxy sends, if given).
 
     We own the TCP stream and close it on every way out: trio-websocket's own
     client leaves it to the garbage collector when the hub refuses or closes first.
     """
     parts = urlsplit(hub_url)
-    headers = [(b"Origin", origin.encode())] if origin else None
+    headers = [(b"Origin", origin.encode())] if origin else []
+    headers += [(b"X-Forwarded-For", forwarded_for.encode())] if forwarded_for else []
     stream = await trio.open_tcp_stream(parts.hostname or "", parts.port or 80)
     async with stream:
         try:
@@ -289,13 +291,15 @@ async def agent_socket(
             raise sole_error(group) from None
 
 
-async def send_register(hub_url: str, frame: str, *, origin: str | None = None) -> Answer:
+async def send_register(
+    hub_url: str, frame: str, *, origin: str | None = None, forwarded_for: str | None = None
+) -> Answer:
     """Send ``frame`` first on a new socket; read the hub's answer and whether it then closes.
 
     After a ``hub.ack`` we close the socket ourselves.
     """
     with trio.fail_after(10):
-        async with agent_socket(hub_url, origin) as ws:
+        async with agent_socket(hub_url, origin, forwarded_for) as ws:
             await ws.send_message(frame)
             try:
                 first, _ = parse_frame(await ws.get_message())
