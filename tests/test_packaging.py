@@ -20,7 +20,8 @@ def test_wheel_ships_webui_packs_and_entry_points(tmp_path: Path) -> None:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         declared = archive.read(entry_points).decode()
-    assert "sonde/webui/index.html" in names
+    for served in ("index.html", "app.js", "app.css"):  # the dashboard, whole
+        assert f"sonde/webui/{served}" in names, served
     for module in ("sonde/hub/serve.py", "sonde/bridge/proxy.py", "sonde/packs/postgres/__init__.py"):
         assert module in names, module
     for pack in ("system", "systemd", "docker", "nginx", "postgres", "mysql", "redis"):

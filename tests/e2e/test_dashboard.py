@@ -1,0 +1,172 @@
+"""The dashboard at `/`, in Debian's headless Chromium against a real hub and a real agent:
+sign in with a key, see the fleet, one agent, a diagnosis and the audit log; what others
+wrote (an audit target) stays text; nothing the page does trips its own Content-Security-Policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.e2e.browser import Page, browser_page
+from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
+
+pytestmark = pytest.mark.e2e
+# a path anyone may request: the hub records it, unauthenticated, as an audit row's target
+PLANTED = '<img src=x onerror="window.planted=1">'
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub, EnrolledAgent, str]]:
+    tmp = tmp_path_factory.mktemp("dashboard")
+    with running_hub(tmp) as hub:
+        agent = enroll_agent(hub, tmp, "web-1")
+        agent.start()
+        try:
+            with hub.client() as http:
+                wait_until(lambda: http.get("/api/v1/agents").json()["agents"][0]["status"] == "online")
+                assert http.put("/api/v1/agents/web-1/tags", json={"tags": ["prod"]}).status_code == 200
+            member = hub.cli("hub", "key", "create", "--name", "viewer")
+            assert member.returncode == 0, member.stderr
+            yield hub, agent, member.stdout.strip()
+        finally:
+            agent.stop()
+
+
+def visible(section: str) -> str:
+    return f"!document.getElementById({json.dumps(section)}).hidden"
+
+
+def text_of(selector: str) -> str:
+    return f"(document.querySelector({json.dumps(selector)}) || {{}}).textContent || ''"
+
+
+async def sign_in(page: Page, key: str) -> None:
+    await page.wait_for(visible("sign-in"))
+    await page.evaluate(
+        f"document.getElementById('key').value = {json.dumps(key)};"
+        "document.getElementById('sign-in-form').requestSubmit()"
+    )
+
+
+async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, EnrolledAgent, str]) -> None:
+    hub, _, _ = fleet
+    async with httpx.AsyncClient(base_url=hub.url, timeout=10) as http:
+        await http.get("/api/v1/agents/" + quote(PLANTED), headers={"Authorization": "Bearer wrong"})
+    async with browser_page() as page:
+        await page.open(hub.url + "/")
+        await sign_in(page, "sonde_not-a-key")
+        assert "did not accept this API key" in await page.wait_for(text_of("#sign-in-error"))
+
+        await sign_in(page, hub.admin_key)
+        await page.wait_for(
+            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
+        )
+        assert await page.evaluate(text_of("#fleet-counts")) == "1 agent, 1 online"
+        row = await page.evaluate(
+            "[...document.querySelectorAll('#agents tr[data-agent] td')].map(c => c.textContent)"
+        )
+        assert row[0:2] == ["web-1", "online"]
+        assert row[6] == "#prod"
+        assert "system@" in row[5]
+        assert await page.evaluate("sessionStorage.getItem('sonde.apiKey')") == hub.admin_key
+        assert hub.admin_key not in await page.evaluate("location.href")  # never in a URL or history
+
+        await page.evaluate(
+            "document.getElementById('tag').value = '#nosuch'; document.getElementById('tag-filter').requestSubmit()"
+        )
+        assert "No agent you can see carries #nosuch" in await page.wait_for(
+            "!document.getElementById('fleet-empty').hidden && " + text_of("#fleet-empty")
+        )
+
+        await page.evaluate("location.hash = '#/agent/web-1'")
+        await page.wait_for(
+            visible("agent") + " && !!document.querySelector('#categories button[data-category=system]')"
+        )
+        assert (await page.evaluate(text_of("#agent-name"))).startswith("web-1")
+        await page.evaluate("document.querySelector('#categories button[data-category=system]').click()")
+        probes = await page.wait_for(
+            "[...document.querySelectorAll('#diagnosis details')].map(d => d.dataset.probe)"
+        )
+        assert "system.memory.usage" in probes
+        reading = await page.evaluate(
+            "document.querySelector('#diagnosis details[data-probe=\"system.memory.usage\"] pre').textContent"
+        )
+        assert json.loads(reading)["total_bytes"] > 0
+
+        await page.evaluate("location.hash = '#/audit'")
+        actions = await page.wait_for(
+            visible("audit")
+            + " && [...document.querySelectorAll('#entries tbody tr td:nth-child(4)')].map(c => c.textContent)"
+        )
+        assert "rest.diagnose" in actions
+        targets = await page.evaluate(
+            "[...document.querySelectorAll('#entries tbody td:nth-child(5)')].map(c => c.textContent)"
+        )
+        assert any(PLANTED in t for t in targets)  # shown as the text it is
+        assert await page.evaluate("document.querySelectorAll('#entries img').length") == 0
+        assert await page.evaluate("window.planted") is None
+        await page.evaluate("document.getElementById('audit-verify').click()")
+        assert (
+            await page.wait_for(
+                "document.getElementById('audit-verdict').className === 'verdict-ok' && "
+                + text_of("#audit-verdict")
+            )
+        ).startswith("The chain is intact")
+
+        await page.evaluate("document.getElementById('sign-out').click()")
+        await page.wait_for(visible("sign-in"))
+        assert await page.evaluate("sessionStorage.getItem('sonde.apiKey')") is None
+        assert page.complaints() == []
+
+
+async def test_a_members_key_sees_the_fleet_but_not_the_audit_log(
+    fleet: tuple[RunningHub, EnrolledAgent, str],
+) -> None:
+    hub, _, member_key = fleet
+    async with browser_page() as page:
+        await page.open(hub.url + "/#/audit")
+        await sign_in(page, member_key)
+        assert "needs an admin key" in await page.wait_for(
+            "!document.getElementById('problem').hidden && " + text_of("#problem")
+        )
+        await page.evaluate("location.hash = '#/'")
+        await page.wait_for(
+            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
+        )
+        assert page.complaints() == []
+        await page.evaluate("location.hash = '#/agent/nosuch'")
+        assert "nosuch" in await page.wait_for(
+            "!document.getElementById('problem').hidden && " + text_of("#problem")
+        )
+        assert await page.evaluate(visible("agent")) is False  # the problem alone, no empty facts
+
+        # the policy holds in the browser: a script that got into the page as markup does not run
+        await page.evaluate(
+            "const s = document.createElement('script'); s.textContent = 'window.injected = 1';"
+            "document.body.append(s)"
+        )
+        assert await page.evaluate("window.injected") is None
+        await page.evaluate("0")  # one more round trip: the refusal's log entry has arrived
+        [refused] = page.complaints()
+        assert "Content Security Policy" in refused
+
+
+def test_the_page_and_its_files_are_served_with_a_strict_policy(
+    fleet: tuple[RunningHub, EnrolledAgent, str],
+) -> None:
+    hub, _, _ = fleet
+    with httpx.Client(base_url=hub.url, timeout=10) as http:
+        for path, kind in (("/", "text/html"), ("/ui/app.js", "javascript"), ("/ui/app.css", "text/css")):
+            answer = http.get(path)
+            assert answer.status_code == 200, path
+            assert kind in answer.headers["content-type"], path
+            policy = answer.headers["content-security-policy"]
+            assert "script-src 'self'" in policy
+            assert "form-action 'none'" in policy
+            assert "frame-ancestors 'none'" in policy
+            assert answer.headers["cache-control"] == "no-cache", path
+        assert http.get("/ui/nosuch.js").status_code == 404

@@ -1,0 +1,357 @@
+// The hub's dashboard: the fleet, one agent (and its diagnoses), the audit log.
+//
+// It reads the REST API under /api/v1 with the API key the person pastes, kept in this
+// tab's sessionStorage only. Every value from the hub is put on the page as text
+// (textContent, never innerHTML): agent names, audit targets and probe output are
+// other people's words. The page's Content-Security-Policy allows no inline script.
+"use strict";
+
+const KEY_SLOT = "sonde.apiKey";
+const FLEET_REFRESH_MS = 10000;
+const AUDIT_LIMIT = 200;
+const SECTIONS = ["sign-in", "fleet", "agent", "audit"];
+let refreshTimer = null;
+
+// --- the page ------------------------------------------------------------------------------
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+/** An element with attributes and children; a string child is text, never markup. */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value !== null && value !== undefined) node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function show(section) {
+  for (const id of SECTIONS) $(id).hidden = id !== section;
+  $("nav").hidden = section === "sign-in";
+  $("problem").hidden = true;
+}
+
+function problem(message) {
+  $("problem").textContent = message;
+  $("problem").hidden = false;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function when(unixSeconds) {
+  if (unixSeconds === null || unixSeconds === undefined) return "never";
+  const at = typeof unixSeconds === "number" ? new Date(unixSeconds * 1000) : new Date(unixSeconds);
+  const ago = Math.round((Date.now() - at.getTime()) / 1000);
+  const iso = at.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  if (ago < 0 || ago > 86400) return iso;
+  if (ago < 60) return `${iso} (${ago} s ago)`;
+  if (ago < 3600) return `${iso} (${Math.round(ago / 60)} min ago)`;
+  return `${iso} (${Math.round(ago / 3600)} h ago)`;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "unknown";
+  const days = Math.floor(seconds / 86400);
+  const hours = Math.floor((seconds % 86400) / 3600);
+  const minutes = Math.floor((seconds % 3600) / 60);
+  return days ? `${days} d ${hours} h` : hours ? `${hours} h ${minutes} min` : `${minutes} min`;
+}
+
+function millis(ms) {
+  return ms === null || ms === undefined ? "" : ms.toFixed(ms < 10 ? 2 : 0);
+}
+
+function statusCell(status) {
+  return el("td", { class: `status status-${status}` }, status);
+}
+
+// --- the API -------------------------------------------------------------------------------
+
+class SignedOut extends Error {}
+
+async function api(path, options = {}) {
+  const key = sessionStorage.getItem(KEY_SLOT);
+  if (!key) throw new SignedOut("");
+  const headers = { Authorization: `Bearer ${key}` };
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(path, {
+      method: options.method || "GET",
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      cache: "no-store",
+    });
+  } catch {
+    throw new Error("The hub did not answer: is it running, and reachable from this browser?");
+  }
+  if (response.status === 401) {
+    sessionStorage.removeItem(KEY_SLOT);
+    throw new SignedOut("The hub did not accept this API key: it is wrong, revoked or expired (sonde hub key list).");
+  }
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const message = (answer.error && answer.error.message) || `HTTP ${response.status}`;
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return answer;
+}
+
+// --- the views -----------------------------------------------------------------------------
+
+async function showFleet() {
+  show("fleet");
+  const tag = $("tag").value.trim().replace(/^#/, "");
+  const { agents } = await api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents");
+  const counts = {};
+  for (const agent of agents) counts[agent.status] = (counts[agent.status] || 0) + 1;
+  $("fleet-counts").textContent =
+    `${agents.length} agent${agents.length === 1 ? "" : "s"}` +
+    Object.entries(counts).map(([status, n]) => `, ${n} ${status}`).join("");
+  fill(
+    $("agents").tBodies[0],
+    agents.map((agent) =>
+      el(
+        "tr",
+        { "data-agent": agent.name },
+        el("td", {}, el("a", { href: `#/agent/${encodeURIComponent(agent.name)}` }, agent.name)),
+        statusCell(agent.status),
+        el("td", {}, when(agent.last_seen), agent.last_refusal ? refusalNote(agent.last_refusal) : null),
+        el("td", {}, agent.os || ""),
+        el("td", {}, agent.agent_version || ""),
+        el("td", {}, agent.packs.join(", ")),
+        el("td", {}, agent.tags.map((t) => `#${t}`).join(" ")),
+      ),
+    ),
+  );
+  $("fleet-empty").hidden = agents.length > 0;
+  $("fleet-empty").textContent = tag
+    ? `No agent you can see carries #${tag}.`
+    : "No agent you can see is enrolled. `sonde hub token create`, then `sonde enroll` on a machine.";
+}
+
+function refusalNote(refusal) {
+  return el("div", { class: "warning" }, `refused ${when(refusal.at)} from ${refusal.peer}: ${refusal.reason}`);
+}
+
+async function showAgent(name) {
+  show("agent");
+  $("diagnosis").replaceChildren();
+  const agent = await api(`/api/v1/agents/${encodeURIComponent(name)}`);
+  $("agent-name").replaceChildren(agent.name, " ", el("span", { class: `status status-${agent.status}` }, agent.status));
+  const facts = [
+    ["ID", agent.id],
+    ["Host", `${agent.hostname || "?"} (${agent.arch || "?"})`],
+    ["OS", agent.os || ""],
+    ["Kernel", agent.kernel || ""],
+    ["Agent version", agent.agent_version || ""],
+    ["Enrolled", when(agent.enrolled_at)],
+    ["Connected since", agent.connected_since ? when(agent.connected_since) : "not connected"],
+    ["Last seen", when(agent.last_seen)],
+    ["Machine up", duration(agent.uptime_s)],
+    ["Packs", agent.packs.join(", ")],
+    ["Tags", agent.tags.map((t) => `#${t}`).join(" ") || "none"],
+    ["Code hash", agent.attestation ? agent.attestation.code_hash : "none yet"],
+  ];
+  if (agent.last_refusal) facts.push(["Last refused", refusalNote(agent.last_refusal)]);
+  $("agent-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
+  const held = agent.attestation && agent.attestation.pending_change;
+  $("agent-held").hidden = !held;
+  $("agent-held").textContent = held
+    ? `Its attestation changed since it was accepted: it runs no probe until an admin accepts it (sonde hub agent accept ${agent.name}).`
+    : "";
+  $("categories").replaceChildren(
+    ...agent.categories.map((category) =>
+      el("button", { type: "button", "data-category": category }, category),
+    ),
+  );
+  for (const button of $("categories").querySelectorAll("button")) {
+    button.addEventListener("click", () => diagnose(agent.name, button.dataset.category));
+  }
+  fill(
+    $("recent").tBodies[0],
+    agent.recent_probes.map((p) =>
+      el(
+        "tr",
+        {},
+        el("td", {}, when(p.ts)),
+        el("td", {}, p.action),
+        el("td", { class: "mono" }, p.probe || ""),
+        el("td", {}, p.outcome),
+        el("td", { class: "num" }, millis(p.duration_ms)),
+        el("td", {}, p.by_you ? "yes" : ""),
+      ),
+    ),
+  );
+}
+
+async function diagnose(agentName, category) {
+  const out = $("diagnosis");
+  out.replaceChildren(el("p", { class: "note" }, `Diagnosing ${category} on ${agentName}...`));
+  try {
+    const report = await api("/api/v1/diagnose", {
+      method: "POST",
+      body: { agent: agentName, category, description: "from the dashboard" },
+    });
+    const findings = report.findings.length
+      ? el(
+          "ul",
+          { class: "findings" },
+          ...report.findings.map((f) =>
+            el("li", {}, el("span", { class: `severity-${f.severity}` }, f.severity), ` ${f.title}: ${f.detail}`),
+          ),
+        )
+      : el("p", { class: "severity-info" }, "No findings.");
+    const readings = report.readings.map((r) =>
+      el(
+        "details",
+        { "data-probe": r.probe },
+        el("summary", {}, `${r.probe}: ${r.status}${r.duration_ms == null ? "" : `, ${millis(r.duration_ms)} ms`}`),
+        el("pre", {}, r.error ? r.error : JSON.stringify(r.result, null, 2)),
+      ),
+    );
+    out.replaceChildren(
+      el("h4", {}, `${category} on ${agentName}${report.complete ? "" : " (incomplete)"}`),
+      findings,
+      ...readings,
+    );
+  } catch (error) {
+    if (error instanceof SignedOut) return signIn(error.message);
+    out.replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
+async function showAudit() {
+  show("audit");
+  const params = new URLSearchParams({ limit: String(AUDIT_LIMIT) });
+  for (const [field, input] of [["action", "audit-action"], ["agent", "audit-agent"]]) {
+    const value = $(input).value.trim();
+    if (value) params.set(field, value);
+  }
+  let page;
+  try {
+    page = await api(`/api/v1/audit?${params}`);
+  } catch (error) {
+    if (error.status === 403) {
+      fill($("entries").tBodies[0], []);
+      $("audit-more").hidden = true;
+      throw new Error("The audit log needs an admin key; this key is a member's.");
+    }
+    throw error;
+  }
+  fill(
+    $("entries").tBodies[0],
+    page.entries.map((e) =>
+      el(
+        "tr",
+        { "data-seq": e.seq },
+        el("td", { class: "num" }, e.seq),
+        el("td", {}, when(e.ts)),
+        el("td", { class: "mono" }, e.actor),
+        el("td", {}, e.action),
+        el("td", { class: "mono" }, e.target || ""),
+        el("td", {}, e.outcome),
+        el("td", { class: "num" }, millis(e.duration_ms)),
+        el("td", {}, Object.keys(e.detail).length ? el("code", {}, JSON.stringify(e.detail)) : ""),
+      ),
+    ),
+  );
+  $("audit-more").hidden = !page.truncated;
+  $("audit-more").textContent = `The newest ${AUDIT_LIMIT} are shown; narrow the filters to see older ones.`;
+}
+
+async function verifyAudit() {
+  const verdict = $("audit-verdict");
+  verdict.className = "";
+  verdict.textContent = "Verifying...";
+  try {
+    const report = await api("/api/v1/audit/verify");
+    verdict.className = report.ok ? "verdict-ok" : "verdict-broken";
+    verdict.textContent = report.ok
+      ? `The chain is intact: ${report.rows} rows.`
+      : `The chain is broken at #${report.firstBadSeq}: ${report.problem}`;
+  } catch (error) {
+    if (error instanceof SignedOut) return signIn(error.message);
+    verdict.className = "error";
+    verdict.textContent = error.status === 403 ? "Verifying needs an admin key." : error.message;
+  }
+}
+
+// --- signing in and routing ----------------------------------------------------------------
+
+function signIn(message) {
+  show("sign-in");
+  $("sign-in-error").textContent = message || "";
+  $("key").focus();
+}
+
+async function route() {
+  clearInterval(refreshTimer);
+  refreshTimer = null;
+  const hash = location.hash || "#/";
+  try {
+    if (hash.startsWith("#/agent/")) {
+      await showAgent(decodeURIComponent(hash.slice("#/agent/".length)));
+    } else if (hash === "#/audit") {
+      await showAudit();
+    } else {
+      await showFleet();
+      refreshTimer = setInterval(() => showFleet().catch(failed), FLEET_REFRESH_MS);
+    }
+  } catch (error) {
+    failed(error);
+  }
+}
+
+function failed(error) {
+  if (error instanceof SignedOut) {
+    clearInterval(refreshTimer);
+    signIn(error.message);
+  } else {
+    for (const id of SECTIONS) $(id).hidden = true; // not the last view's content under a new name
+    problem(error.message);
+  }
+}
+
+function start() {
+  fetch("/api/v1/health", { cache: "no-store" })
+    .then((r) => r.json())
+    .then((health) => ($("version").textContent = `version ${health.version}`))
+    .catch(() => {});
+  $("sign-in-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = $("key").value.trim();
+    $("key").value = "";
+    if (!key) return;
+    sessionStorage.setItem(KEY_SLOT, key);
+    route();
+  });
+  $("sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY_SLOT);
+    clearInterval(refreshTimer);
+    signIn("Signed out.");
+  });
+  $("tag-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showFleet().catch(failed);
+  });
+  $("audit-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showAudit().catch(failed);
+  });
+  $("audit-verify").addEventListener("click", verifyAudit);
+  window.addEventListener("hashchange", route);
+  route();
+}
+
+document.addEventListener("DOMContentLoaded", start);
