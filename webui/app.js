@@ -126,7 +126,7 @@ async function showFleet() {
         { "data-agent": agent.name },
         el("td", {}, el("a", { href: `#/agent/${encodeURIComponent(agent.name)}` }, agent.name)),
         statusCell(agent.status),
-        el("td", {}, when(agent.last_seen), agent.last_refusal ? refusalNote(agent.last_refusal) : null),
+        el("td", { class: "when" }, when(agent.last_seen), agent.last_refusal ? refusalNote(agent.last_refusal) : null),
         el("td", {}, agent.os || ""),
         el("td", {}, agent.agent_version || ""),
         el("td", {}, agent.packs.join(", ")),
@@ -184,7 +184,7 @@ async function showAgent(name) {
       el(
         "tr",
         {},
-        el("td", {}, when(p.ts)),
+        el("td", { class: "when" }, when(p.ts)),
         el("td", {}, p.action),
         el("td", { class: "mono" }, p.probe || ""),
         el("td", {}, p.outcome),
@@ -238,9 +238,9 @@ async function showAudit() {
     const value = $(input).value.trim();
     if (value) params.set(field, value);
   }
-  let page;
+  let page, keys;
   try {
-    page = await api(`/api/v1/audit?${params}`);
+    [page, { keys }] = await Promise.all([api(`/api/v1/audit?${params}`), api("/api/v1/api-keys")]);
   } catch (error) {
     if (error.status === 403) {
       fill($("entries").tBodies[0], []);
@@ -249,6 +249,7 @@ async function showAudit() {
     }
     throw error;
   }
+  const keyNames = new Map(keys.map((k) => [k.id, k.name]));
   fill(
     $("entries").tBodies[0],
     page.entries.map((e) =>
@@ -256,8 +257,8 @@ async function showAudit() {
         "tr",
         { "data-seq": e.seq },
         el("td", { class: "num" }, e.seq),
-        el("td", {}, when(e.ts)),
-        el("td", { class: "mono" }, e.actor),
+        el("td", { class: "when" }, when(e.ts)),
+        el("td", { class: "mono", title: e.actor }, keyNames.has(e.actor) ? `${keyNames.get(e.actor)} (key)` : e.actor),
         el("td", {}, e.action),
         el("td", { class: "mono" }, e.target || ""),
         el("td", {}, e.outcome),
