@@ -43,7 +43,7 @@ from sonde.hub.rest_answers import (
     Revoked,
 )
 from sonde.hub.tools.agents import AgentOverviewOutput
-from sonde.hub.tools.health import DiagnoseOutput
+from sonde.hub.tools.health import DiagnoseOutput, HealthCheckOutput
 from sonde.hub.tools.probe import ProbeOutput
 from sonde.protocol.enrollment import EnrollResponse, ErrorResponse
 
@@ -166,6 +166,15 @@ ROUTES: list[Route] = [
         "member",
         DiagnoseOutput,
         errors=(403, 404, 409, 503),
+    ),
+    Route(
+        "post",
+        "/api/v1/health-check",
+        "healthCheck",
+        "Every applicable category on the matching agents, as the health_check tool (partial at deadline_s)",
+        "member",
+        HealthCheckOutput,
+        errors=(404,),
     ),
     Route(
         "post",

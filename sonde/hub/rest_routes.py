@@ -31,7 +31,7 @@ from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
 from sonde.hub.tools.base import TagQuery, ToolCall
-from sonde.hub.tools.health import DiagnoseInput, diagnose
+from sonde.hub.tools.health import DiagnoseInput, HealthCheckInput, diagnose, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
 from sonde.packs.executor import describe_params_error
@@ -84,6 +84,7 @@ def rest_openapi() -> dict[str, Any]:
             ("put", "/api/v1/agents/{agent}/tags"): TagsBody,
             ("post", "/api/v1/probe"): ProbeInput,
             ("post", "/api/v1/diagnose"): DiagnoseInput,
+            ("post", "/api/v1/health-check"): HealthCheckInput,
             ("post", "/api/v1/api-keys"): NewApiKey,
             ("post", "/api/v1/enrollment-tokens"): NewEnrollmentToken,
         },
@@ -275,6 +276,13 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
         caller = await require_caller(hub, action="rest.diagnose")
         body = await parse_body(DiagnoseInput)
         return (await diagnose(ToolCall(hub, caller), body, via="rest.diagnose")).model_dump(mode="json")
+
+    @app.post("/api/v1/health-check")
+    async def health_check_route() -> dict[str, Any]:
+        caller = await require_caller(hub, action="rest.health_check")
+        body = await parse_body(HealthCheckInput)
+        answer = await health_check(ToolCall(hub, caller), body, via="rest.health_check")
+        return answer.model_dump(mode="json")
 
 
 def install_audit_routes(app: QuartTrio, hub: Hub) -> None:

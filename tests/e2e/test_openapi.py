@@ -114,6 +114,8 @@ def test_every_route_answers_as_the_document_declares(fleet: SharedFleet, spec: 
         )
         runbook = {"agent": "alpha", "category": "system"}
         spec.check("post", "/api/v1/diagnose", http.post("/api/v1/diagnose", json=runbook))
+        checked = http.post("/api/v1/health-check", json={"agent": "alpha", "categories": ["system"]})
+        assert spec.check("post", "/api/v1/health-check", checked)["summary"]["agents_checked"] == 1
 
         key = spec.check("post", "/api/v1/api-keys", http.post("/api/v1/api-keys", json={"name": "openapi"}))
         spec.check("get", "/api/v1/api-keys", http.get("/api/v1/api-keys"))

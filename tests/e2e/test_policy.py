@@ -176,6 +176,10 @@ def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         diag = http.post("/api/v1/diagnose", json={"agent": "alpha", "category": "system"}).json()
         assert {r["probe"] for r in diag["readings"] if r["status"] == "ok"} == {"system.memory.usage"}
         assert http.post("/api/v1/diagnose", json={"agent": "beta", "category": "system"}).status_code == 404
+        checked = http.post("/api/v1/health-check", json={}).json()
+        assert checked["summary"]["agents_checked"] == 1  # beta is not this key's to see
+        assert checked["summary"]["probes_succeeded"] == 1  # system.memory.usage: the one it may run
+        assert http.post("/api/v1/health-check", json={"agent": "beta"}).status_code == 404
         admin_only = [
             ("DELETE", "/api/v1/agents/alpha", None),
             ("PUT", "/api/v1/agents/alpha/tags", {"tags": ["x"]}),
@@ -212,6 +216,7 @@ def test_every_rest_refusal_of_a_key_is_on_the_record(scoped: tuple[RunningHub, 
             ("POST", "/api/v1/probe", {"agent": "beta", "probe": "system.info"}, 404),
             ("POST", "/api/v1/probe", {"agent": "alpha", "probe": "system.disk.usage"}, 403),
             ("POST", "/api/v1/diagnose", {"agent": "beta", "category": "system"}, 404),
+            ("POST", "/api/v1/health-check", {"agent": "beta"}, 404),
         ]
         for method, path, body, status in refusals:
             assert http.request(method, path, json=body).status_code == status, (method, path)
@@ -236,6 +241,7 @@ def test_every_rest_refusal_of_a_key_is_on_the_record(scoped: tuple[RunningHub, 
         ("rest.probe", "beta", "not_found", "agent_not_allowed"),
         ("rest.probe", "alpha", "forbidden", "probe_not_allowed"),
         ("rest.diagnose", "beta", "not_found", "agent_not_allowed"),
+        ("rest.health_check", "beta", "not_found", "agent_not_allowed"),
     ]
     probe_refused = next(row for row in rows if row["detail"].get("reason") == "probe_not_allowed")
     assert probe_refused["detail"]["probe"] == "system.disk.usage"

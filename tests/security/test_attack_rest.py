@@ -34,6 +34,7 @@ BODY_ROUTES = [
     ("POST", "/api/v1/api-keys"),
     ("POST", "/api/v1/enrollment-tokens"),
     ("POST", "/api/v1/diagnose"),
+    ("POST", "/api/v1/health-check"),
     ("POST", "/api/v1/probe"),
 ]
 PATH_ROUTES = [

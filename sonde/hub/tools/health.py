@@ -271,7 +271,10 @@ def missing_categories(requested: list[str], records: list[AgentRecord], offered
     raise not_found(f"{message} Call list_capabilities to see which agent has which.")
 
 
-async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOutput:
+async def health_check(
+    call: ToolCall, args: HealthCheckInput, *, via: str = "mcp.health_check"
+) -> HealthCheckOutput:
+    """The tool; ``via`` names the surface on the audit log (``rest.health_check`` for REST)."""
     hub, caller = call.hub, call.caller
     started = time.perf_counter()
     records = matching_agents(call, args)
@@ -300,10 +303,10 @@ async def health_check(call: ToolCall, args: HealthCheckInput) -> HealthCheckOut
             await progress(done, len(plans), f"{outcomes[0].agent.name} checked")
 
     with trio.move_on_after(args.deadline_s):
-        await run_runbooks(hub, caller, plans, via="mcp.health_check", on_agent_done=agent_done)
+        await run_runbooks(hub, caller, plans, via=via, on_agent_done=agent_done)
     await hub.audit(
         caller.key_id,
-        "mcp.health_check",
+        via,
         args.agent,
         "ok",
         duration_ms=(time.perf_counter() - started) * 1000,
