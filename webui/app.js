@@ -140,6 +140,50 @@ async function showFleet() {
     : "No agent you can see is enrolled. `sonde hub token create`, then `sonde enroll` on a machine.";
 }
 
+async function checkHealth() {
+  const out = $("health");
+  const tag = $("tag").value.trim();
+  out.replaceChildren(el("p", { class: "note" }, `Checking ${tag ? `the agents tagged ${tag}` : "every agent you can see"}...`));
+  try {
+    const report = await api("/api/v1/health-check", { method: "POST", body: tag ? { tags: [tag] } : {} });
+    const s = report.summary;
+    const listed = (items, render) => (items.length ? el("ul", {}, ...items.map((i) => el("li", {}, ...render(i)))) : null);
+    out.replaceChildren(...[
+      el(
+        "p",
+        { id: "health-summary" },
+        `${s.agents_checked} agent${s.agents_checked === 1 ? "" : "s"} checked in ${(s.duration_ms / 1000).toFixed(1)} s: ` +
+          `${s.critical} critical, ${s.warning} warning, ${s.info} info; ${s.probes_failed} of ${s.probes_run} probes failed` +
+          (report.partial ? " (partial: some did not answer in time)" : "") +
+          (s.agents_unreachable ? `; ${s.agents_unreachable} unreachable` : "") +
+          ".",
+      ),
+      el(
+        "table",
+        { id: "health-categories" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Category"), el("th", {}, "Status"), el("th", {}, "Agents"))),
+        el(
+          "tbody",
+          {},
+          ...report.categories.map((c) =>
+            el("tr", { "data-category": c.category }, el("td", {}, c.category), el("td", { class: `status severity-${c.status}` }, c.status), el("td", { class: "num" }, c.agents)),
+          ),
+        ),
+      ),
+      listed(report.findings, (f) => [
+        el("span", { class: `severity-${f.severity}` }, f.severity),
+        " ",
+        el("a", { href: `#/agent/${encodeURIComponent(f.agent)}` }, f.agent),
+        ` ${f.category}: ${f.title}: ${f.detail}`,
+      ]),
+      listed(report.unreachable, (u) => [el("span", { class: "status-offline" }, "unreachable"), ` ${u.agent}: ${u.reason}`]),
+    ].filter(Boolean));
+  } catch (error) {
+    if (error instanceof SignedOut) return signIn(error.message);
+    out.replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
 function refusalNote(refusal) {
   return el("div", { class: "warning" }, `refused ${when(refusal.at)} from ${refusal.peer}: ${refusal.reason}`);
 }
@@ -306,6 +350,7 @@ async function route() {
     } else if (hash === "#/audit") {
       await showAudit();
     } else {
+      $("health").replaceChildren(); // a check is of its moment: not kept across views
       await showFleet();
       refreshTimer = setInterval(() => showFleet().catch(failed), FLEET_REFRESH_MS);
     }
@@ -351,6 +396,7 @@ function start() {
     showAudit().catch(failed);
   });
   $("audit-verify").addEventListener("click", verifyAudit);
+  $("check-health").addEventListener("click", checkHealth);
   window.addEventListener("hashchange", route);
   route();
 }

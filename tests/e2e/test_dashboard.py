@@ -82,6 +82,16 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
             "!document.getElementById('fleet-empty').hidden && " + text_of("#fleet-empty")
         )
 
+        await page.evaluate("document.getElementById('tag').value = '#prod'")
+        await page.evaluate("document.getElementById('check-health').click()")
+        summary = await page.wait_for(text_of("#health-summary"))
+        assert summary.startswith("1 agent checked in "), summary
+        categories = await page.evaluate(
+            "[...document.querySelectorAll('#health-categories tbody tr')].map(r => r.dataset.category)"
+        )
+        assert "system" in categories
+        assert "null" not in await page.evaluate(text_of("#health"))  # an empty list is no list
+
         await page.evaluate("location.hash = '#/agent/web-1'")
         await page.wait_for(
             visible("agent") + " && !!document.querySelector('#categories button[data-category=system]')"
