@@ -92,6 +92,7 @@ def announce(url: str, key: str, agent: str) -> None:
     MCP endpoint : {url}/mcp
     API key      : {key}
     local agent  : {agent}
+    dashboard    : {url}/  (sign in with the API key)
 
   Connect Claude Code:
     claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {key}"

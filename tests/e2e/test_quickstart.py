@@ -27,6 +27,7 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
         )
         try:
             url, key = proc.wait_for(CLAUDE_LINE, timeout=30).groups()
+            assert f"    dashboard    : {url}/  (sign in with the API key)" in proc.lines
             async with mcp_client(url, key) as client:
                 agents = (await call(client, "list_agents"))["agents"]
                 assert len(agents) == 1
