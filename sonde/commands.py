@@ -173,6 +173,25 @@ def hub(
     return run_hub(config)
 
 
+@hub_app.command(name="backup")
+def hub_backup(dest: Path, /, *, data_dir: AdminDataDir = None) -> int:
+    """Copy the hub's database to DEST while the hub runs: one consistent moment, checked, 0600.
+
+    DEST may be a directory (the copy is named sonde-<UTC time>.db there); an existing file is
+    never replaced. Exits 0 with the copy made, 1 when none was, 2 for a DEST that cannot be used.
+    The copy holds the hub's signing key: keep it as private as the hub's TLS key.
+
+    Parameters
+    ----------
+    dest
+        The file to write, or a directory to write it in.
+    """
+    from sonde.hub import admin
+    from sonde.hub.backup import hub_backup as backup
+
+    return admin.run_admin(backup, data_dir_or_default(data_dir), dest)
+
+
 @key_app.command(name="create")
 def key_create(
     *,

@@ -1,0 +1,159 @@
+"""`sonde hub backup DEST`: a consistent copy of the hub's database, taken while the hub runs.
+
+SQLite's online backup API copies the database in one read transaction on a
+read-only connection: with WAL the hub goes on writing meanwhile, and the copy is
+the database as it was when the copy began, every change committed before then
+included. The copy is written beside DEST under a temporary name, created 0600
+(it holds the hub's signing key and every key's hash), made one self-contained
+file (no ``-wal`` beside it), checked (SQLite's integrity check and the audit
+chain), flushed to disk and only then renamed to DEST. An existing DEST is never
+overwritten; a directory as DEST gets a file named for the moment.
+
+Taking a copy is on the audit log (``cli.hub.backup``): whoever has one can pose
+as this hub to its agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from sonde.hub.admin import err, existing_database, open_hub_database, record
+from sonde.hub.audit import verify_audit
+from sonde.hub.db import open_database_read_only, write_transaction
+
+BACKUP_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What a finished copy holds."""
+
+    agents: int
+    api_keys: int
+    audit_rows: int
+    chain_problem: str | None  # None: the copy's audit chain verifies
+
+
+def backup_name(at: float) -> str:
+    """The file name a directory given as DEST gets: ``sonde-20261126T051500Z.db``."""
+    return time.strftime("sonde-%Y%m%dT%H%M%SZ.db", time.gmtime(at))
+
+
+def destination(dest: Path, at: float) -> Path:
+    """Where the copy goes: ``dest``, or a file named for ``at`` inside it when it is a directory.
+    Raises ValueError when that file exists (a copy is never written over anything)."""
+    target = dest / backup_name(at) if dest.is_dir() else dest
+    if target.exists() or target.is_symlink():
+        raise ValueError(
+            f"{target} exists: a backup never replaces a file; name another, or move that one away"
+        )
+    if not target.parent.is_dir():
+        raise ValueError(f"{target.parent} is not a directory: make it first")
+    return target
+
+
+def copy_database(source: Path, partial: Path) -> Copied:
+    """Copy ``source`` into the new, empty file ``partial`` and check the copy.
+    Raises sqlite3.Error (the source or the copy unreadable, a full disk) or ValueError
+    (the copy fails SQLite's integrity check)."""
+    reader = open_database_read_only(source)
+    try:
+        target = sqlite3.connect(partial)
+        try:
+            reader.conn.backup(target)  # all pages in one step: one read transaction, one moment
+            target.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal to carry beside it
+            problems = [row[0] for row in target.execute("PRAGMA integrity_check(10)")]
+            if problems != ["ok"]:
+                raise ValueError(f"the copy failed SQLite's integrity check: {'; '.join(problems)}")
+            copy = Database(target)
+            report = verify_audit(copy)
+            copied = Copied(
+                agents=copy["agents"].count,
+                api_keys=copy["api_keys"].count,
+                audit_rows=report.rows,
+                chain_problem=None if report.ok else f"seq {report.first_bad_seq}: {report.problem}",
+            )
+        finally:
+            target.close()
+    finally:
+        reader.close()
+    return copied
+
+
+def write_durably(partial: Path, target: Path) -> None:
+    """Flush ``partial`` to disk and rename it to ``target``, then flush the directory entry."""
+    fd = os.open(partial, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.link(partial, target)  # fails if target appeared meanwhile: still never replaced
+    partial.unlink()
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def hub_backup(data_dir: Path, dest: Path) -> int:
+    """`sonde hub backup DEST`: exit 0 with a copy at DEST (its audit chain checked), 1 when no
+    copy was made (nothing is left behind then), 2 for a DEST that cannot be used."""
+    source = existing_database(data_dir)
+    started = time.time()
+    try:
+        target = destination(dest, started)
+    except ValueError as exc:
+        err(f"sonde hub: {exc}")
+        return 2
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
+        copied = copy_database(source, partial)
+        write_durably(partial, target)
+    except ValueError as exc:
+        err(f"sonde hub: no backup made: {exc}; restore {source} from an earlier backup")
+        return 1
+    except OSError as exc:
+        err(f"sonde hub: no backup made: cannot write {target}: {exc.strerror or exc}")
+        return 1
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    note_backup(data_dir, target, copied)
+    chain = (
+        "its audit chain verifies"
+        if copied.chain_problem is None
+        else f"its audit chain is BROKEN at {copied.chain_problem}, as in the hub's database"
+    )
+    err(
+        f"backed up {source} to {target} in {time.time() - started:.1f} s: {counted(copied.agents, 'agent')}, "
+        f"{counted(copied.api_keys, 'API key')}, {counted(copied.audit_rows, 'audit row')}; {chain}. It holds the hub's "
+        f"signing key: keep it as private as the hub's TLS key. To restore it: stop the hub, move "
+        f"sonde.db-wal and sonde.db-shm away, copy it to {source}, start the hub."
+    )
+    return 0
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def note_backup(data_dir: Path, target: Path, copied: Copied) -> None:
+    """Put the copy on the audit log; a database this user may only read gets a warning instead."""
+    try:
+        db = open_hub_database(data_dir)
+        try:
+            with write_transaction(db):
+                record(db, "cli.hub.backup", str(target), audit_rows=copied.audit_rows)
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        err(f"sonde hub: (the backup was not put on the audit log: {exc})")
