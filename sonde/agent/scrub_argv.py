@@ -1,7 +1,7 @@
 """Reading a list of strings as a command line (an argv): which items hold a password.
 
 The scrubber (`sonde.agent.scrubber`) asks `argv_plan` of every list it walks and
-hides what the plan says (`hide`); the text rules (`sonde.agent.scrub_shapes`) cover
+hides what the plan says (`hide`); the text rules (`sonde.agent.scrub_programs`) cover
 the same programs when a command line comes joined into one string.
 
 In a list of strings, the item after a secret flag (``--password``,

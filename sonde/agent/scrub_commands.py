@@ -1,10 +1,11 @@
-"""The grammar of a shell command line that the program rules of scrub_shapes are written in.
+"""The grammar of a shell command line that the program rules of scrub_programs are written in.
 
 Regex *fragments*, not compiled rules: the separators that end a command, a program's
 reach along its line, its later words and positional items, the flags a program takes
 with a value (the argv form, `sonde.agent.scrub_argv`, reads the same tables), and where
-a command starts (a line's start, maybe after ps's columns, xtrace's "+ " or history's
-number, then maybe a wrapper such as sudo). `sonde.agent.scrub_shapes` builds its program
+a command starts (a line's start, maybe after ps's columns, xtrace's "+ ", history's
+number or an indent, then maybe a wrapper such as sudo; or any command's ";", where prose
+may read the same). `sonde.agent.scrub_programs` builds its program
 rules (`program_password_flag`, `program_password_word` ...) from them. A fragment is
 pasted into larger patterns, often several times over, so every repetition in it is
 bounded and most are possessive (``{0,256}+``, ``*+``: no backtracking into them): hostile
@@ -73,7 +74,7 @@ def flags_then(valued: tuple[str, ...]) -> str:
 
 # One positional item (not a flag, nor a separator word) of a command line.
 ITEM = r"[ \t]+(?!" + SEPARATOR_WORD + r")[^\s\x00-][^\s\x00]{0,4095}+"
-_PATH = r"(?:[^\s\x00/]{0,255}+/){0,32}+"  # a program's directory: /usr/bin/
+_PATH = r"(?:[^\s\x00/;]{0,255}+/){0,32}+"  # a program's directory: /usr/bin/ (a ";" ends a command)
 # Programs that run the command after them: "sudo -u app isql ..." is isql's line, as the argv
 # form reads it.
 _WRAPPERS = (
@@ -149,22 +150,11 @@ _LEADING_COMMANDS = (
     r"(?:[ \t]{1,16}+[-+/~.$]" + _SHELL_PIECE + r"{0,256}+){0,16}+"
     r"|echo(?:[ \t]{1,16}+" + _SHELL_PIECE + r"{1,256}+){0,16}+);[ \t]{0,16}+){0,8}+"
 )
-# The start of a command (not prose): a line's start (maybe after ps's columns, xtrace's "+ "
-# or history's number), a separator word's end ("cd /x && isql ...") or a known command's glued
-# ";"; maybe commands without arguments glued to a ";" ("date; "), then maybe a wrapper and up to
-# 8 of its items, then the program's directory: "isql", "sudo -u app /usr/bin/isql", "timeout 30
-# isql".
-COMMAND_START = (
-    r"(?:(?<![^\n\x00])(?:"
-    + _PS_COLUMNS
-    + "|"
-    + _XTRACE
-    + "|"
-    + _HISTORY
-    + r")?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+|"
-    + _SETUP_COMMAND
-    + r")"
-    + _LEADING_COMMANDS
+# What follows a command's start: maybe commands without arguments glued to a ";" ("date; "),
+# then maybe a wrapper and up to 8 of its items, then the program's directory: "isql", "sudo -u
+# app /usr/bin/isql", "timeout 30 isql".
+_COMMAND_RUN = (
+    _LEADING_COMMANDS
     + r"(?:"
     + _PATH
     + "(?:"
@@ -172,6 +162,26 @@ COMMAND_START = (
     + r")(?:[ \t]+[^\s\x00]{1,256}+){0,8}?[ \t]+)?"
     + _PATH
 )
+# The start of a command (not prose): a line's start (maybe after ps's columns, xtrace's "+ ",
+# history's number, or blanks: a script's indented block, a CI file's "run: |"), a separator
+# word's end ("cd /x && isql ...") or a known command's glued ";"; then `_COMMAND_RUN`.
+COMMAND_START = (
+    r"(?:(?<![^\n\x00])(?:"
+    + _PS_COLUMNS
+    + "|"
+    + _XTRACE
+    + "|"
+    + _HISTORY
+    + r"|[ \t]{1,64}+)?|(?:(?<=[ \t]&&)|(?<=[ \t]\|\|)|(?<=[ \t][;|]))[ \t]{1,16}+|"
+    + _SETUP_COMMAND
+    + r")"
+    + _COMMAND_RUN
+)
+# After a ";", anywhere on a line: the command before it ended there, whatever its arguments
+# ("cat /etc/odbc.ini; isql ..."), maybe then a shell keyword ("if test -f x; then isql ...",
+# "for f in *; do ..."); then `_COMMAND_RUN`. Prose reads so too ("notes; isql is the unixODBC
+# client"): a rule starting a command here asks it to end after its password (`ITEMS_END`).
+AFTER_SEMICOLON = r"(?<=;)[ \t]{0,16}+(?:(?:then|do|else)[ \t]{1,16}+)?" + _COMMAND_RUN
 
 
 # Where text a command reads starts on its line: echo's words (after -n, -e, -E), a here-string's
@@ -207,3 +217,5 @@ VAULT_TOKEN_GLUED = r"[ \t]+[^\s\x00\"'=\[;&|-][^\s\x00\"'=\[;&|]{0,4095}+(?:;|&
 # The end of a command after its last item: the text's or a line's end, a separator word, or a
 # separator glued to that item ("vault login TOKEN; vault status").
 COMMAND_END = r"(?:[ \t]*(?:\r?\n|\x00|\Z)|[ \t]+" + SEPARATOR_WORD + "|" + _GLUED_SEPARATOR + ")"
+# The end of a command's items: `COMMAND_END`, or a redirection ("< q.sql", "> out.csv", "2>&1").
+ITEMS_END = r"(?:" + COMMAND_END + r"|[ \t]+(?:\d?[<>]|&>))"

@@ -11,13 +11,17 @@ start from the places where a secret-word stem (``pass``, ``token``, ``key`` ...
 string and match anchored at the start of that word; `is_secret_name` then
 decides whether the name is secret (a flag that takes no value, `SWITCHES`,
 hides nothing after it). The rules keyed by a shape (tokens, key
-blocks, URL passwords, programs' password flags and words) live in `sonde.agent.scrub_shapes`.
+blocks, URL passwords in `sonde.agent.scrub_shapes`; configuration files' directives and
+records in `sonde.agent.scrub_config_files`; programs' password flags and words in
+`sonde.agent.scrub_programs`) run in the order `SHAPE_RULES` lists them.
 
 Rules run one after the other, each over the output of the one before, and
 never match a value that is already ``[REDACTED]``, so a secret is counted
-once and scrubbing twice changes nothing more. No rule matches across a NUL
-(`SEPARATOR`), so the scrubber joins every string of a result with NULs and
-scans them in one go: the per-string cost of ~15 rules is paid once. A redaction replaces only the
+once and scrubbing twice changes nothing more. No rule hides anything across a
+NUL (`SEPARATOR`), so the scrubber joins every string of a result with NULs and
+scans them in one go: the per-string cost of ~15 rules is paid once. (Only one
+rule reads on across NULs: a probe's answer gives the path of debconf's passwords.dat and
+the file's lines as strings of their own.) A redaction replaces only the
 secret: ``postgres://app:[REDACTED]@db``, ``password="[REDACTED]"``,
 ``Bearer [REDACTED]``, ``ghp_[REDACTED]``; a private key block is replaced whole.
 """
@@ -27,11 +31,65 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from sonde.agent.scrub_shapes import AGAIN_PASSES, BARE, CUT, FRESH, QUOTED, SCHEME, SHAPE_RULES, ShapeRule
+from sonde.agent.scrub_config_files import (
+    ADD_KEY_VALUE,
+    CONFIG_DIRECTIVE,
+    DEBCONF_DB_VALUE,
+    DEBCONF_PASSWORD,
+    DEBCONF_PASSWORDS_DAT_VALUES,
+    NETRC_PASSWORD,
+    PGPASS_LINE,
+)
+from sonde.agent.scrub_programs import (
+    HTPASSWD_B,
+    MYSQL_P,
+    ORACLE_LOGIN,
+    PROGRAM_PASSWORD_FLAG,
+    PROGRAM_PASSWORD_WORD,
+    REDIS_ACL_PASSWORDS,
+    RMAN_LOGONS,
+    SNMP_SECRETS,
+)
+from sonde.agent.scrub_shapes import (
+    AGAIN_PASSES,
+    BARE,
+    CUT,
+    FRESH,
+    KEY_AND_TOKEN_RULES,
+    QUOTED,
+    REDIS_COMMAND_PASSWORD,
+    SCHEME,
+    SQL_PASSWORD,
+    ShapeRule,
+)
 from sonde.agent.secret_names import is_secret_name
 from sonde.protocol.names import REDACTED
 
-SEPARATOR = "\x00"  # no rule matches across a NUL: strings joined with it are scrubbed as one text
+SEPARATOR = "\x00"  # no rule hides across a NUL: strings joined with it are scrubbed as one text
+
+# The rules keyed by a shape, in the order they run. The order matters: a rule never matches a
+# value an earlier one hid, so the first to match decides how a text reads (the key block first:
+# `scrub_text` runs it before the rules keyed by a field name, the others after them).
+SHAPE_RULES: tuple[ShapeRule, ...] = (
+    *KEY_AND_TOKEN_RULES,
+    CONFIG_DIRECTIVE,
+    DEBCONF_PASSWORD,
+    DEBCONF_DB_VALUE,
+    DEBCONF_PASSWORDS_DAT_VALUES,
+    NETRC_PASSWORD,
+    PROGRAM_PASSWORD_FLAG,
+    PROGRAM_PASSWORD_WORD,
+    SNMP_SECRETS,
+    REDIS_ACL_PASSWORDS,
+    MYSQL_P,
+    SQL_PASSWORD,
+    ORACLE_LOGIN,
+    RMAN_LOGONS,
+    PGPASS_LINE,
+    ADD_KEY_VALUE,
+    REDIS_COMMAND_PASSWORD,
+    HTPASSWD_B,
+)
 
 # --- rules keyed by a field name -------------------------------------------------
 

@@ -79,7 +79,7 @@ NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # Variables holding a password under one word the rules cannot split (case-sensitive: the
 # package "sshpass:amd64" in dpkg's log is no secret): sshpass -e reads SSHPASS. MYSQL_PWD,
 # PGPASSWORD and REDISCLI_AUTH are secret by the rules already. (etcdctl's ETCDCTL_USER holds
-# user:PW: its password half is hidden by scrub_shapes' program_password_flag, the user kept.)
+# user:PW: its password half is hidden by scrub_programs' program_password_flag, the user kept.)
 SECRET_ENV_NAMES = frozenset({"SSHPASS"})
 # LDAP attributes holding keys or password hashes, whole names in any case (as LDAP reads them): the
 # rules above cannot read them without calling "principal key" or "... history" secret everywhere

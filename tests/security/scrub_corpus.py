@@ -1680,6 +1680,130 @@ SECRETS: tuple[SecretCase, ...] = (
         "5AB2C9D0E1F2031425364758697A8B9C8846F7EAEE8FB117AD06BDD830B7586C",
         "sambaPasswordHistory: [REDACTED]\n",
     ),
+    # a command with arguments before a ";" glued to its last word, or after a shell keyword: the
+    # command after it ends with its password
+    SecretCase(
+        "isql_after_cat_semicolon",
+        "cat /etc/odbc.ini; isql MyDSN bob hunter2_cat",
+        "hunter2_cat",
+        "cat /etc/odbc.ini; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_echo_words_semicolon",
+        "echo connecting to MyDSN; isql MyDSN bob hunter2_ecw",
+        "hunter2_ecw",
+        "echo connecting to MyDSN; isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_after_grep_semicolon_redirected",
+        "grep -q MyDSN /etc/odbc.ini; isql -b MyDSN bob hunter2_grp < report.sql > out.csv",
+        "hunter2_grp",
+        "grep -q MyDSN /etc/odbc.ini; isql -b MyDSN bob [REDACTED] < report.sql > out.csv",
+    ),
+    SecretCase(
+        "isql_sudo_after_systemctl_semicolon",
+        "systemctl restart odbc-bridge;sudo -u app isql MyDSN bob hunter2_sys",
+        "hunter2_sys",
+        "systemctl restart odbc-bridge;sudo -u app isql MyDSN bob [REDACTED]",
+    ),
+    SecretCase(
+        "isql_one_line_if_then",
+        "if test -f /etc/odbc.ini; then isql MyDSN bob hunter2_ift; fi",
+        "hunter2_ift",
+    ),
+    SecretCase(
+        "mysql_after_sleep_semicolon",
+        "sleep 5; mysql -uroot -phunter2_slp",
+        "hunter2_slp",
+        "sleep 5; mysql -uroot -p[REDACTED]",
+    ),
+    # an indented command in a script or a CI file's block
+    SecretCase(
+        "isql_indented_in_if_block",
+        "if true; then\n  isql MyDSN bob hunter2_ind\nfi\n",
+        "hunter2_ind",
+        "if true; then\n  isql MyDSN bob [REDACTED]\nfi\n",
+    ),
+    SecretCase(
+        "isql_indented_in_ci_run_block",
+        "steps:\n  - name: report\n    run: |\n      cd /srv/reports\n      isql -b MyDSN bob hunter2_ciy < q.sql\n",
+        "hunter2_ciy",
+        "steps:\n  - name: report\n    run: |\n      cd /srv/reports\n      isql -b MyDSN bob [REDACTED] < q.sql\n",
+    ),
+    SecretCase(
+        "mysql_tab_indented",
+        "backup() {\n\tmysql -u root -phunter2_tab shop\n}\n",
+        "hunter2_tab",
+        "backup() {\n\tmysql -u root -p[REDACTED] shop\n}\n",
+    ),
+    # a debconf password answer in any quoted string (printf's arguments or format, sh -c's script)
+    SecretCase(
+        "printf_debconf_set_selections",
+        "printf '%s\\n' 'slapd slapd/password1 password hunter2_pfs' | debconf-set-selections",
+        "hunter2_pfs",
+        "printf '%s\\n' 'slapd slapd/password1 password [REDACTED]' | debconf-set-selections",
+    ),
+    SecretCase(
+        "printf_format_debconf_set_selections",
+        "printf 'mysql-server mysql-server/root_password password hunter2_pff\\n' | debconf-set-selections",
+        "hunter2_pff",
+        "printf 'mysql-server mysql-server/root_password password [REDACTED]\\n' | debconf-set-selections",
+    ),
+    SecretCase(
+        "echo_debconf_root_password",
+        'echo "mysql-server mysql-server/root_password password hunter2_edr" | debconf-set-selections',
+        "hunter2_edr",
+        'echo "mysql-server mysql-server/root_password password [REDACTED]" | debconf-set-selections',
+    ),
+    SecretCase(
+        "sh_c_printf_debconf",
+        "sh -c \"printf '%s\\n' 'ejabberd ejabberd/password password hunter2_shp' | debconf-set-selections\"",
+        "hunter2_shp",
+        "sh -c \"printf '%s\\n' 'ejabberd ejabberd/password password [REDACTED]' | debconf-set-selections\"",
+    ),
+    SecretCase(
+        "debconf_answer_in_a_variable",
+        "ANSWER='phpmyadmin phpmyadmin/mysql/app-pass password hunter2_dav'\n"
+        'echo "$ANSWER" | debconf-set-selections',
+        "hunter2_dav",
+        "ANSWER='phpmyadmin phpmyadmin/mysql/app-pass password [REDACTED]'\n"
+        'echo "$ANSWER" | debconf-set-selections',
+    ),
+    # passwords.dat records whose question's name holds no secret word: a confirmation question
+    # (ejabberd/verify, nagios3/adminpassword-repeat), any question in a text naming the file
+    SecretCase(
+        "debconf_passwords_dat_verify",
+        "Name: ejabberd/password\nTemplate: ejabberd/password\nValue: hunter2_ejv\nOwners: ejabberd\n"
+        "Flags: seen\n\nName: ejabberd/verify\nTemplate: ejabberd/verify\nValue: hunter2_ejv\n"
+        "Owners: ejabberd\nFlags: seen\n",
+        "hunter2_ejv",
+        "Name: ejabberd/password\nTemplate: ejabberd/password\nValue: [REDACTED]\nOwners: ejabberd\n"
+        "Flags: seen\n\nName: ejabberd/verify\nTemplate: ejabberd/verify\nValue: [REDACTED]\n"
+        "Owners: ejabberd\nFlags: seen\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "debconf_passwords_dat_repeat",
+        "Name: nagios3/adminpassword-repeat\nTemplate: nagios3/adminpassword-repeat\nValue: hunter2_nar\n",
+        "hunter2_nar",
+        "Name: nagios3/adminpassword-repeat\nTemplate: nagios3/adminpassword-repeat\nValue: [REDACTED]\n",
+    ),
+    SecretCase(
+        "debconf_passwords_dat_named_by_head",
+        "==> /var/cache/debconf/passwords.dat <==\nName: exampled/internal/generated\n"
+        "Template: exampled/internal/generated\nValue: hunter2_pdh\nOwners: exampled\n",
+        "hunter2_pdh",
+        "==> /var/cache/debconf/passwords.dat <==\nName: exampled/internal/generated\n"
+        "Template: exampled/internal/generated\nValue: [REDACTED]\nOwners: exampled\n",
+    ),
+    # a commented-out requirepass or masterauth with more words after its value (a note)
+    SecretCase(
+        "redis_conf_commented_requirepass_with_a_note",
+        "# requirepass hunter2_rqn old\n#masterauth hunter2_rqn was rotated in May\n",
+        "hunter2_rqn",
+        "# requirepass [REDACTED] old\n#masterauth [REDACTED] was rotated in May\n",
+        redactions=2,
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -2003,6 +2127,68 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "krbPasswordExpiration: 20250501100000Z\nkrbExtraData:: AAJUbPVlYm9iQEVYQU1QTEUuQ09NAA==\n"
         "krb5KeyVersionNumber: 2\nsambaPwdLastSet: 1714557600\n",
         "names, dates, counts: no key",
+    ),
+    # prose after a ";" (isql not a command's start, or words after its third item); no password
+    LookAlike("echo_isql_after_semicolon", "cat notes.txt; echo isql is a client", "echo's words"),
+    LookAlike(
+        "isql_prose_after_a_command_semicolon",
+        "cat notes.txt; isql is the unixODBC client for DSNs",
+        "more words after the third: prose",
+    ),
+    LookAlike("isql_failed_after_semicolon", "the job stopped; isql failed for user bob again", "prose"),
+    LookAlike("isql_dsn_only_after_semicolon", "cat /etc/odbc.ini; isql -v MyDSN", "no user or password"),
+    LookAlike("isql_user_only_after_semicolon", "grep -c x a.log; isql MyDSN bob -v", "no password"),
+    LookAlike("then_isql_prose", "if it fails; then isql prints the ODBC error first", "prose"),
+    # indented lines that start no isql command
+    LookAlike(
+        "yaml_isql_client_paths", "clients:\n  isql: /usr/bin/isql\n  sqsh: /usr/bin/sqsh\n", "YAML keys"
+    ),
+    LookAlike("indented_isql_mention", "    the isql client is installed\n", "isql is not the first word"),
+    LookAlike("indented_isql_dsn_only", "  isql -v MyDSN\n\tisql --help\n", "no password"),
+    # quoted debconf lines of other types, without an answer, or prose naming a question
+    LookAlike(
+        "printf_debconf_seen_flag",
+        "printf '%s\\n' 'mysql-server mysql-server/root_password seen true' | debconf-set-selections",
+        "a flag, not an answer",
+    ),
+    LookAlike(
+        "printf_debconf_select_answer",
+        "printf '%s\\n' 'tzdata tzdata/Areas select Europe' | debconf-set-selections",
+        "not of type password",
+    ),
+    LookAlike(
+        "quoted_debconf_without_answer",
+        "printf '%s\\n' 'pkg pkg/q password' | debconf-set-selections",
+        "no answer given",
+    ),
+    LookAlike(
+        "quoted_debconf_question_prose",
+        'echo "preseed the mysql-server/root_password question first"',
+        "no password type after the question",
+    ),
+    # config.dat records whose question is a confirmation of no password; config.dat named
+    LookAlike(
+        "debconf_config_dat_confirm_boolean",
+        "Name: apt-listchanges/confirm\nTemplate: apt-listchanges/confirm\nValue: false\n"
+        "Owners: apt-listchanges\nFlags: seen\n",
+        "a boolean question named confirm",
+    ),
+    LookAlike(
+        "debconf_config_dat_named_by_head",
+        "==> /var/cache/debconf/config.dat <==\nName: tzdata/Areas\nTemplate: tzdata/Areas\n"
+        "Value: Europe\nOwners: tzdata\n",
+        "config.dat holds no passwords",
+    ),
+    # comments naming requirepass or masterauth, then prose
+    LookAlike(
+        "commented_requirepass_must_prose",
+        "# requirepass must be set before the port is opened",
+        "a prose word after the directive's name",
+    ),
+    LookAlike(
+        "commented_masterauth_and_prose",
+        "#masterauth and requirepass are ignored with an aclfile\n; masterauth is read by replicas only",
+        "prose words after the directive's name",
     ),
 )
 

@@ -57,8 +57,8 @@ async def probe(tmp_path: Path, name: str, **params: Any) -> dict[str, Any]:
     return result.result
 
 
-def write(tmp_path: Path, lines: list[str]) -> Path:
-    path = tmp_path / "app.log"
+def write(tmp_path: Path, lines: list[str], name: str = "app.log") -> Path:
+    path = tmp_path / name
     path.write_text("".join(line + "\n" for line in lines))
     return path
 
@@ -185,3 +185,53 @@ async def test_a_debconf_password_record_hides_its_value_on_its_own_line(
     assert [line for line in lines if DEBCONF_VALUE[4:] in line] == []
     if probe_name == "system.logs.tail":
         assert "Value: Europe" in lines  # the next record's value is not the password's
+
+
+# passwords.dat's records, one whose question holds no secret word: passwords.dat holds answers
+# of type password only, so every value a probe reads from it is hidden (the probe's answer names
+# the file before its lines); config.dat holds none.
+GENERATED_VALUE = "hunter2-" + "generated-Q7Zx"
+DEBCONF_DB = [
+    "Name: exampled/admin-password",
+    "Template: exampled/admin-password",
+    "Value: hunter2-admin",
+    "Owners: exampled",
+    "Flags: seen",
+    "",
+    "Name: exampled/internal/generated",
+    "Template: exampled/internal/generated",
+    f"Value: {GENERATED_VALUE}",
+    "Owners: exampled",
+    "Flags: seen",
+    "Variables:",
+    " site = example",
+    "",
+]
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+@pytest.mark.parametrize(
+    ("count", "contains"), [(1, None), (4, None), (6, None), (9, None), (14, None), (3, "Value")]
+)
+async def test_every_value_a_line_probe_reads_from_passwords_dat_is_hidden(
+    tmp_path: Path, probe_name: str, count: int, contains: str | None
+) -> None:
+    """Windows that start or end in either record, or hold both; the Value lines alone."""
+    kept = [line for line in DEBCONF_DB if contains is None or contains in line]
+    window = kept[:count] if probe_name == "system.logs.head" else kept[-count:]
+    for name, hidden in (("passwords.dat", True), ("config.dat", False)):
+        path = write(tmp_path, DEBCONF_DB, name)
+        params: dict[str, Any] = {"path": str(path), "lines": count}
+        if contains is not None:
+            params["contains"] = contains
+        lines = (await probe(tmp_path, probe_name, **params))["lines"]
+        shown = [line for line in lines if GENERATED_VALUE[4:] in line]
+        assert shown == ([] if hidden else [line for line in window if GENERATED_VALUE in line]), name
+
+
+async def test_every_value_files_read_reads_from_passwords_dat_is_hidden(tmp_path: Path) -> None:
+    for name, hidden in (("passwords.dat", True), ("config.dat", False)):
+        path = write(tmp_path, DEBCONF_DB, name)
+        content = (await probe(tmp_path, "system.files.read", path=str(path)))["content"]
+        assert (GENERATED_VALUE not in content) == hidden, name
+        assert "Value: hunter2-admin" not in content  # its question's name says password

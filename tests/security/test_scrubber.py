@@ -1023,6 +1023,113 @@ def test_prose_before_a_glued_semicolon_starts_no_command(scrubber: Scrubber, pr
     assert scrubber.scrub_text(line) == (line, 0)
 
 
+# Any command before a ";" glued to its last word, maybe then a shell keyword ("cat
+# /etc/odbc.ini; isql ...", "if test -f x; then isql ..."), anywhere on a line: prose reads so
+# too ("notes; isql is the unixODBC client"), so the command after it must end with its password
+# (flags, a redirection or a separator may follow).
+ARGUMENT_COMMANDS = [
+    "cat /etc/odbc.ini; ",
+    "grep -q MyDSN /etc/odbc.ini;",
+    "systemctl restart odbc-bridge; ",
+    "if test -f /etc/odbc.ini; then ",
+    "for i in 1 2; do ",
+    "ran: cat /etc/odbc.ini; ",
+]
+COMMAND_LINES_ENDING_WITH_A_PASSWORD = [
+    "isql MyDSN bob pw1",
+    "/usr/bin/isql -v MyDSN bob pw1 -b",
+    "sudo -u app timeout 30 isql MyDSN bob pw1",
+    "isql MyDSN bob pw1 < q.sql",
+    "isql MyDSN bob pw1 2>&1 | tee out.txt",
+    "isql MyDSN bob pw1; echo done",
+    "isql MyDSN bob 'pw 1'",
+    "mysql -u root -ppw1 -h db",
+]
+
+
+@pytest.mark.parametrize("prefix", ARGUMENT_COMMANDS)
+@pytest.mark.parametrize("line", COMMAND_LINES_ENDING_WITH_A_PASSWORD)
+def test_a_command_with_arguments_glued_to_a_semicolon_starts_a_command(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hides_behind(scrubber, line, prefix, "+ " + prefix, "  501  " + prefix)
+
+
+@pytest.mark.parametrize("prefix", ARGUMENT_COMMANDS)
+@pytest.mark.parametrize(
+    "line",
+    [
+        "isql is the unixODBC client for DSNs",
+        "isql failed for user bob again",
+        "isql MyDSN bob pw1 and then some",
+        "isql -v MyDSN",
+        "isql MyDSN bob -v",
+        "echo isql is a client",
+    ],
+)
+def test_after_a_command_with_arguments_an_isql_going_on_is_prose(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    assert scrubber.scrub_text(prefix + line) == (prefix + line, 0)
+
+
+# Leading blanks before a command at a line's start: a script's block, a CI file's "run: |".
+INDENTS = ["  ", "    ", "\t", "\t\t", " \t "]
+
+
+@pytest.mark.parametrize("prefix", INDENTS)
+@pytest.mark.parametrize("line", START_OF_COMMAND_LINES)
+def test_an_indented_command_line_hides_what_it_hides_alone(
+    scrubber: Scrubber, prefix: str, line: str
+) -> None:
+    hides_after(scrubber, prefix, line, "if true; then")
+
+
+# A debconf password answer in any quoted string at a word's start: echo's, printf's format or
+# arguments, a here-string's, a variable's value, a script's (sh -c).
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo '{}' | debconf-set-selections",
+        'echo -e "{}" | debconf-set-selections',
+        "printf '%s\\n' '{}' | debconf-set-selections",
+        "printf '%s\\n' 'tzdata tzdata/Areas select Europe' \"{}\" | debconf-set-selections",
+        "printf '{}\\n' | debconf-set-selections",
+        "debconf-set-selections <<<'{}'",
+        "ANSWER='{}'",
+        "sudo sh -c \"echo '{}' | debconf-set-selections\"",
+    ],
+)
+def test_a_quoted_debconf_password_answer_is_hidden(scrubber: Scrubber, command: str) -> None:
+    answer = "slapd slapd/password1 password {}"
+    line = command.format(answer.format("pw1 x"))
+    assert scrubber.scrub_text(line) == (command.format(answer.format(REDACTED)), 1)
+
+
+# debconf's passwords.dat holds only answers of type password: in a result naming it (a probe's
+# "path"), every Value is hidden, whatever its question is called; config.dat holds none.
+PASSWORDS_DAT_RECORD = [
+    "Name: exampled/internal/generated",
+    "Template: exampled/internal/generated",
+    "Value: hunter2_pdr",
+    "Owners: exampled",
+    "Flags: seen",
+]
+
+
+@pytest.mark.parametrize("field", ["content", "lines"])
+def test_a_result_reading_passwords_dat_hides_every_value(scrubber: Scrubber, field: str) -> None:
+    """system.files.read answers a file's content, system.logs.head/tail its lines: with its path."""
+    body: Any = PASSWORDS_DAT_RECORD if field == "lines" else "\n".join(PASSWORDS_DAT_RECORD) + "\n"
+    result = {"path": "/var/cache/debconf/passwords.dat", field: body}
+    scrubbed, count = scrubber.scrub(result)
+    assert count == 1
+    assert "hunter2_pdr" not in json.dumps(scrubbed)
+    assert "Value: [REDACTED]" in json.dumps(scrubbed)
+    config_dat = {**result, "path": "/var/cache/debconf/config.dat"}
+    assert scrubber.scrub(config_dat) == (config_dat, 0)
+
+
 # Directive lines as nslcd.conf, pam_ldap.conf, slapd.conf and redis.conf write them: commented
 # out ("#", "# ", "#  ", "##", an ini file's ";") they read as they do uncommented (prose after a
 # directive's name at a line's start is hidden too: nslcd reads the rest of the line as the
@@ -1041,6 +1148,8 @@ DIRECTIVE_LINES = [
     "bindpw is the password nslcd binds with",
     "rootpwmoddn cn=admin,dc=x",
     "rootpw --lock",
+    "requirepass s3cret old",
+    "masterauth s3cret  # rotated",
 ]
 
 
@@ -1055,6 +1164,24 @@ def test_a_commented_out_directive_reads_as_the_directive(
         "uid nslcd\n" + comment + hidden + "\n",
         count,
     )
+
+
+@pytest.mark.parametrize("comment", ["#", "# ", "#  ", "##", ";", "; "])
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "requirepass is not set by default",
+        "requirepass must be set before the port is opened",
+        "masterauth and requirepass are ignored with an aclfile",
+        "Masterauth is read by replicas only",
+        "requirepass, when set, applies to the default user",
+    ],
+)
+def test_a_commented_out_requirepass_then_prose_is_no_directive(
+    scrubber: Scrubber, comment: str, prose: str
+) -> None:
+    # commented out, a directive's value is one word: not a prose word with more words after it
+    assert scrubber.scrub_text(comment + prose) == (comment + prose, 0)
 
 
 def test_a_semicolon_word_does_not_end_a_programs_reach(scrubber: Scrubber) -> None:
@@ -1421,6 +1548,34 @@ HOSTILE_TEXTS = {
     "hash_prefix_braces": "password=" + "{" * HOSTILE_SIZE,
     "hash_prefix_long": "pwdHistory: " + "b#" * (HOSTILE_SIZE // 2) + "{SSHA}x",
     "pkcs12_names": "userPKCS12:: " * (HOSTILE_SIZE // 13),
+    # any command before a glued ";" (then its program must end after its password), indents
+    "semicolon_isql_heads": "a; isql " * (HOSTILE_SIZE // 8),
+    "semicolon_isql_items": "a; isql a b c" + " d" * (HOSTILE_SIZE // 2),
+    "semicolon_isql_flags": "a; isql a b c" + " -v" * (HOSTILE_SIZE // 3) + " d",
+    "semicolon_isql_quotes": "a; isql a b '" + "x" * HOSTILE_SIZE,
+    "semicolon_keywords": "a; then " * (HOSTILE_SIZE // 8) + "isql a b c",
+    "semicolon_runs": ";" * HOSTILE_SIZE + " isql a b c d",
+    "semicolon_isql_lines": ("a;" + " isql a b" * 20 + "\n") * (HOSTILE_SIZE // 183),
+    "semicolon_words": "a;" * (HOSTILE_SIZE // 2) + " isql a b c d",
+    "semicolon_slashes": "/;" * (HOSTILE_SIZE // 2) + " isql a b c d",
+    "semicolon_wrappers": "a; sudo " * (HOSTILE_SIZE // 8) + "isql",
+    "semicolon_echo_words": "a; echo" + " a" * (HOSTILE_SIZE // 2) + "; isql a b c",
+    "indented_isqls": "\n  isql" * (HOSTILE_SIZE // 7),
+    "indent_blanks": "\n" + " \t" * (HOSTILE_SIZE // 2) + "isql a b c",
+    # quoted debconf answers, passwords.dat's values, commented-out requirepass and prose
+    "quoted_debconf_heads": "'a b/c password " * (HOSTILE_SIZE // 16),
+    "quoted_debconf_escapes": "'a b/c password x" + "\\" * HOSTILE_SIZE,
+    "quoted_debconf_newline_escapes": '"a b/c password x' + "\\n" * (HOSTILE_SIZE // 2),
+    "quoted_debconf_owner_quotes": "='" * (HOSTILE_SIZE // 2) + "a b/c password x",
+    "quoted_debconf_escaped_quotes": ' "a b/c password x' + '\\"' * (HOSTILE_SIZE // 2),
+    "quoted_debconf_quote_runs": " '" * (HOSTILE_SIZE // 2) + "a b/c password x",
+    "passwords_dat_mentions": "passwords.dat\n" * (HOSTILE_SIZE // 14),
+    "passwords_dat_variables": "passwords.dat" + "\n " * (HOSTILE_SIZE // 2) + "\nValue: x",
+    "passwords_dat_values": "passwords.dat\n" + "Value: x\n" * (HOSTILE_SIZE // 9),
+    "passwords_dat_long_values": "passwords.dat\nValue: " + "x" * HOSTILE_SIZE,
+    "commented_requirepass_prose": "\n# requirepass is" * (HOSTILE_SIZE // 17),
+    "commented_requirepass_words": "\n# requirepass x y" * (HOSTILE_SIZE // 18),
+    "debconf_db_confirmations": "Name: a/verify\nValue: y\n" * (HOSTILE_SIZE // 24),
 }
 
 
