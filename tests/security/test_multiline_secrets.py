@@ -229,6 +229,20 @@ async def test_every_value_a_line_probe_reads_from_passwords_dat_is_hidden(
         assert shown == ([] if hidden else [line for line in window if GENERATED_VALUE in line]), name
 
 
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+async def test_a_filter_cannot_confirm_a_guess_at_a_passwords_dat_value(
+    tmp_path: Path, probe_name: str
+) -> None:
+    """The filter judges the lines as they will be sent: as lines of passwords.dat, every value
+    hidden, so a guess at one matches nothing, right or wrong (config.dat's values are shown)."""
+    for name, hidden in (("passwords.dat", True), ("config.dat", False)):
+        path = write(tmp_path, DEBCONF_DB, name)
+        for guess in (GENERATED_VALUE, "hunter2-wrong"):
+            found = await probe(tmp_path, probe_name, path=str(path), lines=5, contains=guess)
+            matched = hidden is False and guess == GENERATED_VALUE
+            assert found["lines"] == ([f"Value: {GENERATED_VALUE}"] if matched else []), (name, guess)
+
+
 async def test_every_value_files_read_reads_from_passwords_dat_is_hidden(tmp_path: Path) -> None:
     for name, hidden in (("passwords.dat", True), ("config.dat", False)):
         path = write(tmp_path, DEBCONF_DB, name)

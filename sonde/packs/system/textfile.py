@@ -127,7 +127,7 @@ def tail_lines(
     """
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        judge = _Judge(count, contains, redact)
+        judge = _Judge(count, contains, as_lines_of(path, redact))
         pending: list[str] = []  # decoded lines not judged yet, newest first
         ready = 0  # pending lines with `CONTEXT_LINES` read before them
         scanned = [0]
@@ -161,6 +161,21 @@ def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: 
         yield from reversed(pieces[1:])
     if scanned[0] >= size and size > 0:  # the file's first line, blank or not
         yield partial
+
+
+def as_lines_of(path: Path, redact: Callable[[str], str]) -> Callable[[str], str]:
+    """``redact`` reading each text as lines of ``path``, as the agent's last scrub reads an
+    answer that names its file before its lines: a rule keyed by the file (every value of
+    debconf's passwords.dat is a password) hides in the lines a filter judges what it hides in
+    the lines sent, so a `contains` guess at such a value matches nothing."""
+    if redact is unredacted:
+        return redact
+    named = f"{path}\x00"  # no rule hides across a NUL: the path gives context and is cut off after
+
+    def scoped(text: str) -> str:
+        return redact(named + text).partition("\x00")[2]
+
+    return scoped
 
 
 class _Judge:
@@ -292,7 +307,7 @@ def head_lines(
     """The first ``count`` lines of ``path`` as they will be sent (matching ``contains``)."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        judge = _Judge(count, contains, redact)
+        judge = _Judge(count, contains, as_lines_of(path, redact))
         pending: list[str] = []  # the lines before the ones not judged yet (context), then those
         context = ready = scanned = 0
         for raw, scanned in _lines_forward(handle, max_scan_bytes):
