@@ -1,0 +1,91 @@
+"""Hub admin actions on enrolled agents (`sonde hub agent accept|remove|list`).
+
+Accept an agent's changed attestation, remove an agent (a running hub cuts it off within
+seconds), list them, on the hub's data directory; each change and its audit row are written
+together, or neither.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from sonde.echo import echoed
+from sonde.hub.admin import checked_argument, err, open_hub_database, record
+from sonde.hub.audit_prune import utc_text
+from sonde.hub.db import write_transaction
+
+
+def agent_accept(data_dir: Path, name: str) -> int:
+    """Accept a held agent's new attestation as its baseline."""
+    from sonde.hub.agent_records import find_agent_by_name, get_agent
+    from sonde.hub.attestation import accept_pending
+
+    checked_argument("agent name", name)
+    db = open_hub_database(data_dir)
+    try:
+        agent = find_agent_by_name(db, name) or get_agent(db, name)
+        if agent is None:
+            err(f"no agent named {echoed(name)}")
+            return 1
+        pending = agent.pending_attestation
+        if pending is None:
+            err(f"agent {agent.name} has no changed attestation waiting; nothing to accept")
+            return 0
+        with write_transaction(db):
+            accept_pending(db, agent.id)
+            record(db, "attestation.accept", agent.name, accepted=pending)
+    finally:
+        db.close()
+    err(f"accepted the new attestation of {agent.name}; its probes run again")
+    return 0
+
+
+def agent_remove(data_dir: Path, name: str) -> int:
+    """Remove an agent (by name or id), as `DELETE /api/v1/agents/{id}` does: a running hub cuts it
+    off within seconds (`sonde.hub.agent_removal`) and refuses its reconnects."""
+    from sonde.hub.agent_records import delete_agent
+    from sonde.hub.agent_removal import find_agent, removal_audit
+
+    checked_argument("agent name or id", name)
+    db = open_hub_database(data_dir)
+    try:
+        with write_transaction(db):  # the removal and its audit entry, or neither
+            agent = find_agent(db, name)
+            if agent is not None:
+                delete_agent(db, agent.id, time.time())
+                target, detail = removal_audit(agent)
+                record(db, "cli.agent.remove", target, **detail)
+    finally:
+        db.close()
+    if agent is None:
+        err(f"no agent named {echoed(name)} (see `sonde hub agent list`)")
+        return 1
+    err(
+        f"removed agent {agent.name} ({agent.id}); a running hub cuts it off within a few seconds and "
+        "refuses it from then on (re-enrolling it needs a new token)"
+    )
+    return 0
+
+
+def agent_list(data_dir: Path, as_json: bool) -> int:
+    """The agents enrolled with the hub; the status is the last one the hub wrote."""
+    from sonde.hub.agent_records import list_agents
+    from sonde.hub.tools.views import pack_labels
+
+    db = open_hub_database(data_dir)
+    try:
+        records = list_agents(db)
+    finally:
+        db.close()
+    if as_json:
+        # its packs as `name@version`, as GET /api/v1/agents lists them (not every probe's descriptor)
+        listed = [{**r.model_dump(mode="json", exclude={"packs"}), "packs": pack_labels(r)} for r in records]
+        print(json.dumps(listed, indent=2))
+        return 0
+    print(f"{'NAME':24} {'ID':34} {'STATUS':9} {'LAST SEEN':20} TAGS")
+    for r in records:
+        seen = utc_text(r.last_seen) if r.last_seen else "never"
+        print(f"{r.name[:24]:24} {r.id:34} {r.status:9} {seen:20} {', '.join(r.tags) or '-'}")
+    return 0
