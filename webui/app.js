@@ -275,13 +275,19 @@ async function diagnose(agentName, category) {
   }
 }
 
-async function showAudit() {
-  show("audit");
+/** The newest entries that match the filters; with ``older``, the next ones after those shown. */
+async function showAudit(older = false) {
+  if (!older) show("audit");
+  const tbody = $("entries").tBodies[0];
+  const last = older ? tbody.lastElementChild : null;
   const params = new URLSearchParams({ limit: String(AUDIT_LIMIT) });
   for (const [field, input] of [["action", "audit-action"], ["agent", "audit-agent"]]) {
     const value = $(input).value.trim();
     if (value) params.set(field, value);
   }
+  // `until` is exclusive: a hair past the last row shown, so a row of the same moment is not
+  // skipped; the rows already shown are left out by their sequence number.
+  if (last) params.set("until", String(Number(last.dataset.ts) + 1e-6));
   let page, keys;
   try {
     [page, { keys }] = await Promise.all([api(`/api/v1/audit?${params}`), api("/api/v1/api-keys")]);
@@ -294,12 +300,11 @@ async function showAudit() {
     throw error;
   }
   const keyNames = new Map(keys.map((k) => [k.id, k.name]));
-  fill(
-    $("entries").tBodies[0],
-    page.entries.map((e) =>
+  const entries = last ? page.entries.filter((e) => e.seq < Number(last.dataset.seq)) : page.entries;
+  const rows = entries.map((e) =>
       el(
         "tr",
-        { "data-seq": e.seq },
+        { "data-seq": e.seq, "data-ts": e.ts },
         el("td", { class: "num" }, e.seq),
         el("td", { class: "when" }, when(e.ts)),
         el("td", { class: "mono", title: e.actor }, keyNames.has(e.actor) ? `${keyNames.get(e.actor)} (key)` : e.actor),
@@ -309,10 +314,10 @@ async function showAudit() {
         el("td", { class: "num" }, millis(e.duration_ms)),
         el("td", {}, Object.keys(e.detail).length ? el("code", {}, JSON.stringify(e.detail)) : ""),
       ),
-    ),
   );
+  if (last) tbody.append(...rows);
+  else fill(tbody, rows);
   $("audit-more").hidden = !page.truncated;
-  $("audit-more").textContent = `The newest ${AUDIT_LIMIT} are shown; narrow the filters to see older ones.`;
 }
 
 async function verifyAudit() {
@@ -396,6 +401,7 @@ function start() {
     showAudit().catch(failed);
   });
   $("audit-verify").addEventListener("click", verifyAudit);
+  $("audit-older").addEventListener("click", () => showAudit(true).catch(failed));
   $("check-health").addEventListener("click", checkHealth);
   window.addEventListener("hashchange", route);
   route();

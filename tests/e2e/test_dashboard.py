@@ -29,6 +29,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub
             with hub.client() as http:
                 wait_until(lambda: http.get("/api/v1/agents").json()["agents"][0]["status"] == "online")
                 assert http.put("/api/v1/agents/web-1/tags", json={"tags": ["prod"]}).status_code == 200
+                for _ in range(250):  # past a page of the audit log: 200 rows
+                    assert http.post(
+                        "/api/v1/probe", json={"agent": "web-1", "probe": "system.info"}
+                    ).is_success
             member = hub.cli("hub", "key", "create", "--name", "viewer")
             assert member.returncode == 0, member.stderr
             yield hub, agent, member.stdout.strip()
@@ -119,6 +123,16 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
         assert any(PLANTED in t for t in targets)  # shown as the text it is
         assert await page.evaluate("document.querySelectorAll('#entries img').length") == 0
         assert await page.evaluate("window.planted") is None
+        # the newest 200, then older ones on request: each row once, newest first
+        assert await page.evaluate("document.querySelectorAll('#entries tbody tr').length") == 200
+        await page.evaluate("document.getElementById('audit-older').click()")
+        seqs = await page.wait_for(
+            "document.querySelectorAll('#entries tbody tr').length > 200 && "
+            "[...document.querySelectorAll('#entries tbody tr')].map(r => Number(r.dataset.seq))"
+        )
+        assert seqs == sorted(set(seqs), reverse=True)
+        assert seqs[-1] == 1  # down to the first row: the hub's first admin key
+
         await page.evaluate("document.getElementById('audit-verify').click()")
         assert (
             await page.wait_for(
