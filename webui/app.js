@@ -9,6 +9,7 @@
 const KEY_SLOT = "sonde.apiKey";
 const FLEET_REFRESH_MS = 10000;
 const AUDIT_LIMIT = 200;
+const FLEET_ROWS = 500; // a fleet of thousands is counted whole, listed in part: filter by tag
 const SECTIONS = ["sign-in", "fleet", "agent", "audit"];
 let refreshTimer = null;
 
@@ -120,7 +121,7 @@ async function showFleet() {
     Object.entries(counts).map(([status, n]) => `, ${n} ${status}`).join("");
   fill(
     $("agents").tBodies[0],
-    agents.map((agent) =>
+    agents.slice(0, FLEET_ROWS).map((agent) =>
       el(
         "tr",
         { "data-agent": agent.name },
@@ -134,10 +135,13 @@ async function showFleet() {
       ),
     ),
   );
-  $("fleet-empty").hidden = agents.length > 0;
-  $("fleet-empty").textContent = tag
-    ? `No agent you can see carries #${tag}.`
-    : "No agent you can see is enrolled. `sonde hub token create`, then `sonde enroll` on a machine.";
+  $("fleet-empty").hidden = agents.length > 0 && agents.length <= FLEET_ROWS;
+  $("fleet-empty").textContent =
+    agents.length > FLEET_ROWS
+      ? `The first ${FLEET_ROWS} by name are listed; filter by tag to see others.`
+      : tag
+        ? `No agent you can see carries #${tag}.`
+        : "No agent you can see is enrolled. `sonde hub token create`, then `sonde enroll` on a machine.";
 }
 
 async function checkHealth() {

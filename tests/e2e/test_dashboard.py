@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
 
+from sonde.hub.agent_records import insert_agent
+from sonde.hub.db import open_database
 from tests.e2e.browser import Page, browser_page
-from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
+from tests.e2e.procs import URL_LINE, EnrolledAgent, RunningHub, enroll_agent, running_hub, spawn, wait_until
+from tests.hub.test_agent_records import make_agent
 
 pytestmark = pytest.mark.e2e
 # a path anyone may request: the hub records it, unauthenticated, as an audit row's target
 PLANTED = '<img src=x onerror="window.planted=1">'
+FLEET_ROWS = 500  # app.js's: the agents listed at most
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +199,32 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(
             assert "frame-ancestors 'none'" in policy
             assert answer.headers["cache-control"] == "no-cache", path
         assert http.get("/ui/nosuch.js").status_code == 404
+
+
+async def test_a_large_fleet_is_counted_whole_and_listed_in_part(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub:  # made its database; stopped to write a fleet into it
+        pass
+    db = open_database(hub.data_dir / "sonde.db")
+    try:
+        for n in range(FLEET_ROWS + 1):
+            insert_agent(db, make_agent(f"host-{n:04d}"))
+    finally:
+        db.close()
+    again = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
+    try:
+        url = again.wait_for(URL_LINE).group(1)
+        async with browser_page() as page:
+            await page.open(url + "/")
+            await sign_in(page, hub.admin_key)
+            rows = await page.wait_for(
+                visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length"
+            )
+            assert rows == FLEET_ROWS
+            assert (
+                await page.evaluate(text_of("#fleet-counts"))
+                == f"{FLEET_ROWS + 1} agents, {FLEET_ROWS + 1} offline"
+            )
+            assert "filter by tag to see others" in await page.evaluate(text_of("#fleet-empty"))
+            assert page.complaints() == []
+    finally:
+        assert again.stop() == 0
