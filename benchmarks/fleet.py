@@ -24,7 +24,7 @@ from benchmarks.fleet_worker import agent_name
 from benchmarks.hub import RunningHub, Workspace
 from benchmarks.procs import Child, open_child, python_module
 from sonde.hub.db import open_database, write_transaction
-from sonde.hub.keys import create_enrollment_token
+from sonde.hub.enrollment_tokens import create_enrollment_token
 
 TOKEN_TTL_S = 3600.0
 ENROLL_PER_WORKER = 2500

@@ -29,7 +29,8 @@ from sonde.hub.audit import record_entry
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
 from sonde.hub.db import open_database, write_transaction
-from sonde.hub.keys import create_api_key, create_enrollment_token, find_api_key
+from sonde.hub.enrollment_tokens import create_enrollment_token
+from sonde.hub.keys import create_api_key, find_api_key
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
 

@@ -15,7 +15,8 @@ import pytest
 
 from sonde.hub.agent_records import AgentRecord, insert_agent
 from sonde.hub.db import open_database
-from sonde.hub.keys import consume_enrollment_token, create_api_key, create_enrollment_token
+from sonde.hub.enrollment_tokens import consume_enrollment_token, create_enrollment_token
+from sonde.hub.keys import create_api_key
 from sonde.name_rules import invalid_agent_name
 from tests.e2e.procs import SONDE, URL_LINE, base_env, spawn
 

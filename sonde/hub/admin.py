@@ -21,13 +21,8 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
 from sonde.hub.audit import record_entry
-from sonde.hub.db import (
-    DatabaseUnusable,
-    database_error,
-    database_unusable,
-    open_database,
-    refuse_lost_database,
-)
+from sonde.hub.db import open_database, refuse_lost_database
+from sonde.hub.db_errors import DatabaseUnusable, database_error, database_unusable
 from sonde.packs.executor import describe_params_error
 
 

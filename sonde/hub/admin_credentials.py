@@ -20,20 +20,22 @@ from sonde.hub.admin import MAX_AGENT_NAME_CHARS, checked_argument, err, open_hu
 from sonde.hub.agent_records import list_agents
 from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
+from sonde.hub.durations import parse_duration
+from sonde.hub.enrollment_tokens import (
+    ENROLLMENT_TOKEN_PREFIX,
+    EnrollmentTokenRecord,
+    TokenNotRevocable,
+    create_enrollment_token,
+    list_enrollment_tokens,
+    revoke_enrollment_token,
+)
 from sonde.hub.keys import (
     API_KEY_PREFIX,
-    ENROLLMENT_TOKEN_PREFIX,
     MAX_KEY_NAME_CHARS,
-    EnrollmentTokenRecord,
     LastAdminKey,
-    TokenNotRevocable,
     create_api_key,
-    create_enrollment_token,
     list_api_keys,
-    list_enrollment_tokens,
-    parse_duration,
     revoke_api_key_named,
-    revoke_enrollment_token,
 )
 from sonde.hub.policy import NewPolicy, Policy, unmatched_probe_globs
 from sonde.packs.base import Pack, PackLoadError

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sonde.hub.db import ensure_private_dir, file_error
+from sonde.hub.db import ensure_private_dir
+from sonde.hub.db_errors import file_error
 
 log = logging.getLogger(__name__)
 

@@ -19,27 +19,34 @@ to version ``i + 1``, each in its own transaction.
 
 Before any open, the files around the database are looked at (`sonde.hub.db_files`): an
 empty or missing file where a hub's database existed is refused, not made a new hub's.
+What can go wrong, and how it is said to a person, is `sonde.hub.db_errors`.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from sqlite_utils import Database
 
-from sonde.hub.db_files import file_system_full, lost_database_problem, restore_advice, start_over_advice
+from sonde.hub.db_errors import (
+    DatabaseLost,
+    DatabaseTooNew,
+    NotAHubDatabase,
+    database_unusable,
+    file_error,
+    raise_worded,
+)
+from sonde.hub.db_files import lost_database_problem
 
 BUSY_TIMEOUT_MS = 5000
 # every commit is on disk when it returns (the -wal file is synced), not only at checkpoints
 SYNCHRONOUS = "FULL"
-NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -117,67 +124,6 @@ SCHEMA_VERSION = len(MIGRATIONS)
 HUB_TABLES = {"meta", "agents", "audit"}  # in every hub database since version 1
 
 
-class DatabaseUnusable(sqlite3.DatabaseError):
-    """The hub's database cannot be used as it is; the message names the file and what to do."""
-
-
-def database_unusable(path: Path, problem: str) -> DatabaseUnusable:
-    """`DatabaseUnusable` for a file or directory the user running Sonde may not create, open or read."""
-    return DatabaseUnusable(
-        f"cannot use the hub's database {path} ({problem}): the user running this must be able to "
-        f"create, read and write the data directory {path.parent} and the files in it (run this as the "
-        "hub's user, or check owner and mode, and that the file system is not mounted read-only), or "
-        "pass another --data-dir"
-    )
-
-
-class NotAHubDatabase(DatabaseUnusable):
-    """The file is no hub's database: another program's (or, where one must exist, an empty file)."""
-
-
-class DatabaseTooNew(DatabaseUnusable, RuntimeError):
-    """The database was written by a newer Sonde (its schema version is past `SCHEMA_VERSION`)."""
-
-
-class DatabaseLost(DatabaseUnusable):
-    """The hub's database is missing or empty, but the data directory shows one existed
-    (`sonde.hub.db_files.lost_database_problem`); nothing was opened or created."""
-
-
-class DatabaseFull(DatabaseUnusable):
-    """The hub's database cannot grow: the file system holding it is full."""
-
-    def __init__(self, path: Path, cause: BaseException | str) -> None:
-        super().__init__(
-            f"cannot use the hub's database {path}: the file system holding {path.parent} is full "
-            f"({cause}); nothing was changed. Free space on that file system (`df -h {path.parent}` "
-            "shows it), or move the data directory to a larger one, then try again"
-        )
-
-
-class DatabaseNotWritable(DatabaseUnusable, sqlite3.OperationalError):
-    """The hub's database can be opened but not written (the file, its -wal and -shm files or
-    their directory are read-only to the hub's user, or the file system is mounted read-only)."""
-
-    def __init__(self, path: Path, cause: BaseException) -> None:
-        super().__init__(
-            f"cannot write the hub's database {path}: {cause}; the hub's user needs to write it, its "
-            "-wal and -shm files and their directory (check owner and mode, and that the file system "
-            "is not mounted read-only)"
-        )
-
-
-def is_read_only_error(error: BaseException | None) -> bool:
-    """SQLite said SQLITE_READONLY (or one of its kinds), here or in ``error``'s causes."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:  # a cause chain may loop back
-        if getattr(error, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
-            return True
-        seen.add(id(error))
-        error = error.__cause__
-    return False
-
-
 def open_database(path: Path, *, check_writable: bool = False, existing: bool = False) -> Database:
     """Open (creating if needed) the hub database at ``path`` and bring its schema up to date.
 
@@ -252,44 +198,6 @@ def refuse_lost_database(path: Path) -> None:
     problem = lost_database_problem(Path(path))
     if problem is not None:
         raise DatabaseLost(problem)
-
-
-def database_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
-    """What using ``path`` failed of, for a person: a `DatabaseUnusable` naming the file and what
-    to do (a read-only, full, damaged or unopenable file); else ``error`` itself."""
-    if isinstance(error, DatabaseUnusable):
-        return error
-    if is_read_only_error(error):
-        return DatabaseNotWritable(path, error)
-    name = getattr(error, "sqlite_errorname", "")
-    if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and file_system_full(path)):
-        return DatabaseFull(path, error)  # a -shm file that cannot grow is only an I/O error
-    if name == "SQLITE_CANTOPEN":
-        return database_unusable(path, str(error))
-    if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
-        return DatabaseUnusable(
-            f"the hub's database {path} is not a SQLite database, or it is damaged ({error}): point "
-            f"--data-dir at the hub's data directory, or {restore_advice(path)}; "
-            f"{start_over_advice(path)}"
-        )
-    return error
-
-
-def raise_worded(path: Path, error: sqlite3.Error) -> NoReturn:
-    """Raise `database_error` of ``error``, caused by it (or ``error`` itself, not its own cause)."""
-    worded = database_error(path, error)
-    if worded is error:
-        raise error
-    raise worded from error
-
-
-def file_error(path: Path, error: OSError, *, where: Path | None = None) -> DatabaseUnusable:
-    """`DatabaseUnusable` for an OSError making or opening ``path``, its directory or the file
-    ``where`` in it: `DatabaseFull` for a full file system, else `database_unusable`'s advice."""
-    problem = f"{(error.strerror or str(error)).lower()}: {error.filename or where or path}"
-    if error.errno in NO_SPACE_ERRNOS:
-        return DatabaseFull(path, problem)
-    return database_unusable(path, problem)
 
 
 def give_back_free_pages(db: Database, chunk_pages: int = 1024) -> int | None:

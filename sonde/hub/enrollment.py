@@ -14,7 +14,7 @@ import uuid
 import sqlite_utils
 
 from sonde.hub.agent_records import AgentRecord, delete_agent, find_agent_by_name, insert_agent
-from sonde.hub.keys import EnrollmentRefused, consume_enrollment_token, peek_enrollment_token
+from sonde.hub.enrollment_tokens import EnrollmentRefused, consume_enrollment_token, peek_enrollment_token
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.signing import public_key_from_text
 

@@ -30,6 +30,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from sonde.hub.audit import audit_entry
 from sonde.hub.auth import BEARER_CHALLENGE, Caller
 from sonde.hub.enrollment import enroll_agent
+from sonde.hub.enrollment_tokens import EnrollmentRefused
 from sonde.hub.errors import (
     Denial,
     HubError,
@@ -38,7 +39,6 @@ from sonde.hub.errors import (
     forbidden,
     is_damaged_database,
 )
-from sonde.hub.keys import EnrollmentRefused
 from sonde.hub.store import StoreCommitFailed
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse

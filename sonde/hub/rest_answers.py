@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from sonde.hub.audit import AuditEntry
-from sonde.hub.keys import ApiKeyRecord, EnrollmentTokenRecord
+from sonde.hub.enrollment_tokens import EnrollmentTokenRecord
+from sonde.hub.keys import ApiKeyRecord
 from sonde.hub.tools.views import AgentSummary
 from sonde.protocol.messages import PackDescriptor
 

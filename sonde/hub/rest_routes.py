@@ -15,16 +15,13 @@ from sonde.hub import agent_removal
 from sonde.hub.agent_records import AgentRecord, delete_agent, set_tags
 from sonde.hub.attestation import accept_held
 from sonde.hub.audit import AuditEntry, audit_entry, query_audit_page, verify_audit
-from sonde.hub.keys import (
-    LastAdminKey,
+from sonde.hub.enrollment_tokens import (
     TokenNotRevocable,
-    create_api_key,
     create_enrollment_token,
-    list_api_keys,
     list_enrollment_tokens,
-    revoke_api_key_named,
     revoke_enrollment_token,
 )
+from sonde.hub.keys import LastAdminKey, create_api_key, list_api_keys, revoke_api_key_named
 from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import NewPolicy
 from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now

@@ -14,7 +14,7 @@ import trio
 
 from sonde.hub.audit_prune import MIN_PRUNE_AGE_S
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
-from sonde.hub.keys import parse_duration
+from sonde.hub.durations import parse_duration
 from sonde.hub.proxies import parse_trusted_proxies
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 from sonde.log_levels import checked_log_level
@@ -162,7 +162,7 @@ def stop_reason(exc: BaseException, config: HubConfig) -> str:
     """Why the hub stopped, for a person: a listening problem names the address and what to do."""
     from sonde.hub.core import FirstKeyNotShown
     from sonde.hub.data_dir import DataDirInUse
-    from sonde.hub.db import NO_SPACE_ERRNOS, DatabaseUnusable
+    from sonde.hub.db_errors import NO_SPACE_ERRNOS, DatabaseUnusable
 
     cause = innermost(exc)
     if isinstance(cause, DatabaseUnusable | DataDirInUse | FirstKeyNotShown):
@@ -192,7 +192,7 @@ def stop_reason(exc: BaseException, config: HubConfig) -> str:
 def database_reason(cause: BaseException, path: Path) -> str | None:
     """A write or read of the hub's database that failed (at start: the first writes), for a
     person: the file and what to do; None for another error."""
-    from sonde.hub.db import database_error
+    from sonde.hub.db_errors import database_error
     from sonde.hub.store import LOCK_WAIT_S, StoreCommitFailed
 
     error = cause.__cause__ if isinstance(cause, StoreCommitFailed) else cause

@@ -43,7 +43,8 @@ import outcome
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.db import BUSY_TIMEOUT_MS, is_read_only_error, open_database, open_read_database
+from sonde.hub.db import BUSY_TIMEOUT_MS, open_database, open_read_database
+from sonde.hub.db_errors import is_read_only_error
 
 WRITE_QUEUE_SIZE = 1024
 MAX_BATCH_OPS = 256

@@ -31,7 +31,7 @@ from sonde.agent.connection import sole_error
 from sonde.agent.enroll import build_request
 from sonde.agent.identity import register_payload
 from sonde.hub.db import open_database
-from sonde.hub.keys import create_enrollment_token
+from sonde.hub.enrollment_tokens import create_enrollment_token
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM_PACK
 from sonde.protocol.codec import FrameCodec, parse_frame

@@ -17,7 +17,7 @@ import pytest
 from sqlite_utils import Database
 
 from sonde.hub import db as hub_db
-from sonde.hub.keys import create_enrollment_token
+from sonde.hub.enrollment_tokens import create_enrollment_token
 from tests.e2e.harness import agent_env, audit_rows, listed, post_enroll, sonde_enroll
 from tests.e2e.procs import RunningHub, running_hub, wait_until
 

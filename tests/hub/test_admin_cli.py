@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sonde.hub.audit import verify_audit
 from sonde.hub.db import open_database
-from sonde.hub.keys import consume_enrollment_token, create_enrollment_token
+from sonde.hub.enrollment_tokens import consume_enrollment_token, create_enrollment_token
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_ok
 

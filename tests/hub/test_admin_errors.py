@@ -13,7 +13,7 @@ import pytest
 from sonde.hub.admin import record
 from sonde.hub.audit import MAX_TARGET_CHARS
 from sonde.hub.db import open_database
-from sonde.hub.keys import parse_duration
+from sonde.hub.durations import parse_duration
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_any, run_ok, without_file_overrides
 

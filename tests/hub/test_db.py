@@ -19,7 +19,7 @@ from sonde.hub.db import (
     set_meta,
     write_transaction,
 )
-from sonde.hub.keys import (
+from sonde.hub.enrollment_tokens import (
     EnrollmentRefused,
     consume_enrollment_token,
     create_enrollment_token,

@@ -15,7 +15,8 @@ import pytest
 from sonde.hub.admin import existing_database
 from sonde.hub.config import HubConfig
 from sonde.hub.core import FIRST_KEY_FILE, HUB_MARK_FILE, open_hub
-from sonde.hub.db import DatabaseLost, open_database, open_database_read_only, schema_version
+from sonde.hub.db import open_database, open_database_read_only, schema_version
+from sonde.hub.db_errors import DatabaseLost
 from sonde.hub.db_files import HUB_RAN_FILES
 from sonde.protocol.signing import new_private_key, public_key_to_text
 from sonde.quickstart import STATE_FILE

@@ -11,22 +11,24 @@ import pytest
 from sqlite_utils import Database
 
 from sonde.hub.db import open_database
-from sonde.hub.keys import (
+from sonde.hub.durations import parse_duration
+from sonde.hub.enrollment_tokens import (
     EnrollmentRefused,
-    LastAdminKey,
     TokenNotRevocable,
     consume_enrollment_token,
+    create_enrollment_token,
+    list_enrollment_tokens,
+    peek_enrollment_token,
+    revoke_enrollment_token,
+)
+from sonde.hub.keys import (
+    LastAdminKey,
     count_active_admin_keys,
     create_api_key,
-    create_enrollment_token,
     find_api_key,
     get_api_key,
     list_api_keys,
-    list_enrollment_tokens,
-    parse_duration,
-    peek_enrollment_token,
     revoke_api_key,
-    revoke_enrollment_token,
     touch_api_key,
 )
 from sonde.protocol.enrollment import TOKEN_PATTERN
@@ -298,7 +300,8 @@ def test_peek_shows_the_reserved_name_without_spending(db: Database) -> None:
 def test_secrets_never_look_like_command_line_options(tmp_path: Path) -> None:
     """A secret starting with '-' would be read as an option by `sonde enroll --token X`."""
     from sonde.hub.db import open_database
-    from sonde.hub.keys import create_api_key, create_enrollment_token
+    from sonde.hub.enrollment_tokens import create_enrollment_token
+    from sonde.hub.keys import create_api_key
 
     db = open_database(tmp_path / "keys.db")
     for _ in range(200):

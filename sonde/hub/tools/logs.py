@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BaseModel, Field, JsonValue, WithJsonSchema
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.audit import query_audit_page
+from sonde.hub.durations import parse_duration
 from sonde.hub.errors import HubError, not_found
-from sonde.hub.keys import parse_duration
 from sonde.hub.probing import resolve_agent, run_probe_for
 from sonde.hub.tools.base import DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso

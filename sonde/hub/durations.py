@@ -1,0 +1,33 @@
+"""Durations as people type them on a command line or in a query: ``"90s"``, ``"15m"``, ``"2h"``,
+``"1d"`` or bare seconds (a token's lifetime, an audit age, a log query's ``since``)."""
+
+from __future__ import annotations
+
+import re
+
+from sonde.echo import echoed
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+# 100000 days (about 273 years): past any TTL or age worth asking for, and past the
+# 5-digit day counts query_logs' `since` admits; a bigger one overflows a timestamp
+MAX_DURATION_S = 100_000 * 86400.0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a bare number of seconds, at most
+    `MAX_DURATION_S`.
+
+    Raises ValueError otherwise.
+    """
+    shown = echoed(text)
+    match = _DURATION_RE.fullmatch(text.strip())
+    if match is None and _DURATION_RE.fullmatch(text.strip().removeprefix("-")):
+        raise ValueError(f"invalid duration {shown}: a duration cannot be negative")
+    if match is None:
+        raise ValueError(f"invalid duration {shown}: use seconds or a number with s, m, h or d (e.g. 15m)")
+    seconds = float(match[1]) * _DURATION_UNIT_S[match[2]]
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"duration {shown} is too long: at most 100000d (about 273 years)")
+    return seconds
