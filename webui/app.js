@@ -215,9 +215,17 @@ async function showAgent(name) {
   $("agent-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
   const held = agent.attestation && agent.attestation.pending_change;
   $("agent-held").hidden = !held;
-  $("agent-held").textContent = held
-    ? `Its attestation changed since it was accepted: it runs no probe until an admin accepts it (sonde hub agent accept ${agent.name}).`
-    : "";
+  $("agent-held").replaceChildren();
+  if (held) {
+    $("agent-held").append(
+      el("p", {}, "Its attestation changed since it was accepted, so it runs no probe until an admin accepts the change:"),
+      el("ul", {}, ...agent.attestation.pending_changes.map((change) => el("li", { class: "mono" }, change))),
+      el("button", { type: "button", id: "accept-held" }, "Accept this change"),
+      ` (or: sonde hub agent accept ${agent.name})`,
+      el("p", { id: "accept-problem", class: "error" }),
+    );
+    $("accept-held").addEventListener("click", () => acceptHeld(agent.name));
+  }
   $("categories").replaceChildren(
     ...agent.categories.map((category) =>
       el("button", { type: "button", "data-category": category }, category),
@@ -241,6 +249,16 @@ async function showAgent(name) {
       ),
     ),
   );
+}
+
+async function acceptHeld(agentName) {
+  try {
+    await api(`/api/v1/agents/${encodeURIComponent(agentName)}/attestation/accept`, { method: "POST" });
+    await showAgent(agentName);
+  } catch (error) {
+    if (error instanceof SignedOut) return signIn(error.message);
+    $("accept-problem").textContent = error.status === 403 ? "Accepting a change needs an admin key." : error.message;
+  }
 }
 
 async function diagnose(agentName, category) {

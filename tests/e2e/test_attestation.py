@@ -45,6 +45,9 @@ async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path)
             assert "offline" not in checked["unreachable"][0]["reason"]
             overview = await call(client, "agent_overview", agent="delta")
             assert overview["attestation"]["pending_change"] is True
+            [change] = overview["attestation"]["pending_changes"]  # what an admin is asked to accept
+            assert change.startswith("packs: {"), change
+            assert "'toolcheck'" in change, change
             assert "toolcheck" not in overview["attestation"]["packs"]  # the old baseline is kept
 
             done = hub.cli("hub", "agent", "accept", "delta")
@@ -58,9 +61,9 @@ async def test_unexplained_change_is_held_until_an_admin_accepts(tmp_path: Path)
             reading = await call(client, "probe", agent="delta", probe="system.memory.usage")
             assert reading["result"]["total_bytes"] > 0
             assert (await call(client, "health_check", agent="delta"))["unreachable"] == []
-            assert (
-                "toolcheck" in (await call(client, "agent_overview", agent="delta"))["attestation"]["packs"]
-            )
+            accepted = (await call(client, "agent_overview", agent="delta"))["attestation"]
+            assert "toolcheck" in accepted["packs"]
+            assert accepted["pending_changes"] == []
         with hub.client() as http:
             actions = [
                 e["action"] for e in http.get("/api/v1/audit", params={"agent": "delta"}).json()["entries"]

@@ -15,7 +15,17 @@ import pytest
 from sonde.hub.agent_records import insert_agent
 from sonde.hub.db import open_database
 from tests.e2e.browser import Page, browser_page
-from tests.e2e.procs import URL_LINE, EnrolledAgent, RunningHub, enroll_agent, running_hub, spawn, wait_until
+from tests.e2e.procs import (
+    URL_LINE,
+    EnrolledAgent,
+    RunningHub,
+    enroll_agent,
+    running_hub,
+    spawn,
+    wait_until,
+    with_site,
+)
+from tests.e2e.toolpack import write_toolpack
 from tests.hub.test_agent_records import make_agent
 
 pytestmark = pytest.mark.e2e
@@ -228,3 +238,44 @@ async def test_a_large_fleet_is_counted_whole_and_listed_in_part(tmp_path: Path)
             assert page.complaints() == []
     finally:
         assert again.stop() == 0
+
+
+async def test_a_held_agent_shows_what_changed_and_an_admin_accepts_it(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agent = enroll_agent(hub, tmp_path, "delta")
+        agent.start()
+        try:
+            with hub.client() as http:
+
+                def status() -> str:
+                    return str(http.get("/api/v1/agents/delta").json()["status"])
+
+                wait_until(lambda: status() == "online")
+                agent.stop()
+                wait_until(lambda: status() == "offline")
+                agent.env = with_site(agent.env, write_toolpack(tmp_path / "site"))  # a pack appears
+                agent.start()
+                wait_until(lambda: status() == "degraded")
+            member = hub.cli("hub", "key", "create", "--name", "viewer")
+            assert member.returncode == 0, member.stderr
+            async with browser_page() as page:
+                await page.open(hub.url + "/#/agent/delta")
+                await sign_in(page, member.stdout.strip())
+                held = await page.wait_for(visible("agent-held") + " && " + text_of("#agent-held"))
+                assert "runs no probe until an admin accepts the change" in held
+                assert "'toolcheck'" in await page.evaluate(text_of("#agent-held li"))
+                await page.evaluate("document.getElementById('accept-held').click()")
+                assert (
+                    await page.wait_for(text_of("#accept-problem"))
+                    == "Accepting a change needs an admin key."
+                )
+
+                await page.evaluate("document.getElementById('sign-out').click()")
+                await sign_in(page, hub.admin_key)
+                await page.wait_for("!!document.getElementById('accept-held')")
+                await page.evaluate("document.getElementById('accept-held').click()")
+                await page.wait_for(f"({text_of('#agent-name')}).endsWith('online')")
+                assert await page.evaluate(visible("agent-held")) is False
+                assert page.complaints() == []
+        finally:
+            agent.stop()

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 from sqlite_utils import Database
 
+from sonde.hub.agent_records import AgentRecord
+from sonde.hub.attestation import compare
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
 from sonde.hub.tools.base import (
@@ -107,6 +109,11 @@ class AttestationSummary(BaseModel):
     os: str | None
     kernel: str | None
     pending_change: bool
+    pending_changes: list[str] = Field(
+        default_factory=list,
+        description="What the held claim changes from this accepted baseline, one item per field "
+        "('codeHash: old -> new'); empty when nothing is held",
+    )
 
 
 class RecentProbe(BaseModel):
@@ -149,9 +156,16 @@ class AgentOverviewOutput(ToolOutput):
     )
 
 
+def held_changes(record: AgentRecord) -> list[str]:
+    """What a held claim changes from the accepted baseline; [] when none is held."""
+    if record.pending_attestation is None:
+        return []
+    return compare(record.attestation, record.pending_attestation, first_connect=False).changes
+
+
 AGENT_OVERVIEW = """Everything about ONE agent: identity (hostname, OS, kernel, arch), status and
 last seen, machine uptime, agent version and attestation (code hash, packs; pending_change=true means
-it is held until an admin accepts it), packs, tags, the categories your key can run, and its most
+it is held until an admin accepts it, pending_changes says what changed), packs, tags, the categories your key can run, and its most
 recent probes from the audit log (as query_logs' audit source: an admin key sees every key's, a member
 key only its own). Use it when the user asks about a specific machine."""
 
@@ -243,6 +257,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
             os=baseline.get("os"),
             kernel=baseline.get("kernel"),
             pending_change=record.pending_attestation is not None,
+            pending_changes=held_changes(record),
         ),
         recent_probes=recent,
     )
