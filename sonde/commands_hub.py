@@ -180,7 +180,7 @@ def agent_remove(name: str, /, *, data_dir: AdminDataDir = None) -> int:
 def agent_list(
     *, json: Annotated[bool, Parameter(negative="")] = False, data_dir: AdminDataDir = None
 ) -> int:
-    """List the agents enrolled with the hub (the status is the last one the hub recorded).
+    """List the agents enrolled with the hub (the status the hub last recorded; none online when no hub runs).
 
     Parameters
     ----------

@@ -70,8 +70,10 @@ def agent_remove(data_dir: Path, name: str) -> int:
 
 
 def agent_list(data_dir: Path, as_json: bool) -> int:
-    """The agents enrolled with the hub; the status is the last one the hub wrote."""
+    """The agents enrolled with the hub; the status is the last one the hub wrote, except that
+    with no hub holding the data directory none is online (as the next start records)."""
     from sonde.hub.agent_records import list_agents
+    from sonde.hub.data_dir import hub_holds
     from sonde.hub.tools.views import pack_labels
 
     db = open_hub_database(data_dir)
@@ -79,6 +81,13 @@ def agent_list(data_dir: Path, as_json: bool) -> int:
         records = list_agents(db)
     finally:
         db.close()
+    if hub_holds(data_dir) is False:
+        left = [r for r in records if r.status == "online"]
+        if left:  # a hub that was killed: its last word stands in the file until a hub starts
+            err(
+                f"no hub is running on {data_dir}: none of its agents is online (last seen: when it last heard of each)"
+            )
+            records = [r.model_copy(update={"status": "offline"}) if r in left else r for r in records]
     if as_json:
         # its packs as `name@version`, as GET /api/v1/agents lists them (not every probe's descriptor)
         listed = [{**r.model_dump(mode="json", exclude={"packs"}), "packs": pack_labels(r)} for r in records]

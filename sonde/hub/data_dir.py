@@ -127,3 +127,35 @@ def warn_if_open_to_others(data_dir: Path) -> None:
             mode,
             shlex.quote(str(data_dir)),
         )
+
+
+KERNEL_LOCK_TABLE = Path("/proc/locks")
+
+
+def hub_holds(data_dir: Path, lock_table: Path = KERNEL_LOCK_TABLE) -> bool | None:
+    """Whether a hub holds ``data_dir`` now, read from the kernel's table of file locks without
+    taking the lock (taking it, even for a moment, could make a hub starting then refuse);
+    None where that table cannot be read (not Linux) or the lock file cannot be looked at."""
+    try:
+        found = (data_dir / LOCK_FILE).stat()
+    except FileNotFoundError:
+        return False  # no hub ever served it (the lock file stays once made)
+    except OSError:
+        return None
+    try:
+        table = lock_table.read_text()
+    except OSError:
+        return None
+    wanted = (os.major(found.st_dev), os.minor(found.st_dev), found.st_ino)
+    for line in table.splitlines():
+        fields = line.split()  # "3: FLOCK  ADVISORY  WRITE 18616 fe:00:2171142 0 EOF"
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue  # a POSIX lock, or a waiter's line: not a hub's hold
+        try:
+            major, minor, inode = fields[5].split(":")
+            held = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:  # a line of a shape not known here
+            continue
+        if held == wanted:
+            return True
+    return False
