@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -198,6 +199,16 @@ def agent_rows(hub: RunningHub) -> dict[str, dict[str, Any]]:
 def status_of(hub: RunningHub, name: str) -> str | None:
     row = agent_rows(hub).get(name)
     return None if row is None else row["status"]
+
+
+def file_rows(db_path: Path, query: str) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` in a hub's database file, read-only (the hub may be dead, or
+    running: nothing is written, no migration made)."""
+    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
 
 
 def audit_rows(hub: RunningHub, action: str) -> list[dict[str, Any]]:

@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import stat
 from pathlib import Path
 
-from tests.e2e.harness import audit_rows, status_of
+from tests.e2e.harness import audit_rows, file_rows, status_of
 from tests.e2e.procs import SONDE, URL_LINE, enroll_agent, running_hub, spawn, wait_until
 from tests.subprocs import run_any
-
-
-def rows(path: Path, query: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    try:
-        return conn.execute(query).fetchall()
-    finally:
-        conn.close()
 
 
 def test_a_running_hubs_copy_restores_the_hub_its_agents_know(tmp_path: Path) -> None:
@@ -38,7 +29,7 @@ def test_a_running_hubs_copy_restores_the_hub_its_agents_know(tmp_path: Path) ->
             assert "its audit chain verifies" in made.stderr
             assert stat.S_IMODE(copy.stat().st_mode) == 0o600  # the hub's signing key is in it
             assert os.listdir(copy.parent) == ["nightly.db"]  # one file: no -wal, no partial left
-            assert rows(copy, "SELECT name FROM agents") == [("web-1",)]
+            assert file_rows(copy, "SELECT name FROM agents") == [("web-1",)]
             wait_until(lambda: [r["target"] for r in audit_rows(hub, "cli.hub.backup")] == [str(copy)])
 
             again = hub.cli("hub", "backup", str(copy))

@@ -15,6 +15,7 @@ import pytest
 from sonde.hub.agent_records import insert_agent
 from sonde.hub.db import open_database
 from tests.e2e.browser import Page, browser_page
+from tests.e2e.harness import status_of
 from tests.e2e.procs import (
     URL_LINE,
     EnrolledAgent,
@@ -60,7 +61,7 @@ def visible(section: str) -> str:
 
 
 def text_of(selector: str) -> str:
-    return f"(document.querySelector({json.dumps(selector)}) || {{}}).textContent || ''"
+    return f"((document.querySelector({json.dumps(selector)}) || {{}}).textContent || '')"  # one operand
 
 
 async def sign_in(page: Page, key: str) -> None:
@@ -245,17 +246,12 @@ async def test_a_held_agent_shows_what_changed_and_an_admin_accepts_it(tmp_path:
         agent = enroll_agent(hub, tmp_path, "delta")
         agent.start()
         try:
-            with hub.client() as http:
-
-                def status() -> str:
-                    return str(http.get("/api/v1/agents/delta").json()["status"])
-
-                wait_until(lambda: status() == "online")
-                agent.stop()
-                wait_until(lambda: status() == "offline")
-                agent.env = with_site(agent.env, write_toolpack(tmp_path / "site"))  # a pack appears
-                agent.start()
-                wait_until(lambda: status() == "degraded")
+            wait_until(lambda: status_of(hub, "delta") == "online")
+            agent.stop()
+            wait_until(lambda: status_of(hub, "delta") == "offline")
+            agent.env = with_site(agent.env, write_toolpack(tmp_path / "site"))  # a pack appears
+            agent.start()
+            wait_until(lambda: status_of(hub, "delta") == "degraded")
             member = hub.cli("hub", "key", "create", "--name", "viewer")
             assert member.returncode == 0, member.stderr
             async with browser_page() as page:
@@ -274,7 +270,7 @@ async def test_a_held_agent_shows_what_changed_and_an_admin_accepts_it(tmp_path:
                 await sign_in(page, hub.admin_key)
                 await page.wait_for("!!document.getElementById('accept-held')")
                 await page.evaluate("document.getElementById('accept-held').click()")
-                await page.wait_for(f"({text_of('#agent-name')}).endsWith('online')")
+                await page.wait_for(f"{text_of('#agent-name')}.endsWith('online')")
                 assert await page.evaluate(visible("agent-held")) is False
                 assert page.complaints() == []
         finally:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness import file_rows
 from tests.e2e.procs import (
     SONDE,
     URL_LINE,
@@ -258,11 +259,7 @@ def test_a_restart_on_a_full_disk_names_the_file_and_the_fix(small_disk: Path) -
 
 
 def agent_online(db_path: Path) -> bool:
-    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
-    try:
-        return conn.execute("SELECT status FROM agents").fetchall() == [("online",)]
-    finally:
-        conn.close()
+    return file_rows(db_path, "SELECT status FROM agents") == [("online",)]
 
 
 def test_a_restart_on_a_full_disk_that_must_mark_agents_offline_says_so(

@@ -5,19 +5,15 @@ no clean stop leaves behind when each agent was last heard from, not when it con
 from __future__ import annotations
 
 import signal
-import sqlite3
 from pathlib import Path
 
+from tests.e2e.harness import file_rows
 from tests.e2e.procs import enroll_agent, running_hub, wait_until
 
 
 def stored(db_path: Path) -> tuple[str, float] | None:
     """The one agent's (status, last_seen) as the database file holds them, read-only."""
-    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT status, last_seen FROM agents WHERE last_seen IS NOT NULL").fetchall()
-    finally:
-        conn.close()
+    rows = file_rows(db_path, "SELECT status, last_seen FROM agents WHERE last_seen IS NOT NULL")
     return (rows[0][0], rows[0][1]) if rows else None
 
 
