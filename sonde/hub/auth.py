@@ -7,13 +7,13 @@ key revoked from the CLI stops working within that time.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
 from sonde.hub.keys import ApiKeyRecord, find_api_key, touch_api_key
 from sonde.hub.policy import UNRESTRICTED, Policy
 from sonde.hub.ratelimit import FailureLimiter
+from sonde.hub.secret_records import hash_secret
 from sonde.hub.store import Store
 
 KEY_CACHE_TTL_S = 5.0
@@ -69,7 +69,7 @@ class KeyRing:
         secret = bearer_secret(authorization)
         if secret is None or len(secret) > 256:
             return None
-        digest = hashlib.sha256(secret.encode()).hexdigest()
+        digest = hash_secret(secret)
         now = time.monotonic()
         cached = self._cache.get(digest)
         if cached is not None and now - cached[0] < KEY_CACHE_TTL_S:

@@ -17,7 +17,7 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
 from sonde.hub.db import query_one, write_transaction
-from sonde.hub.keys import _hash_secret, _iso, _now
+from sonde.hub.secret_records import hash_secret, iso_utc, now_or
 from sonde.name_rules import invalid_agent_name
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
@@ -91,13 +91,13 @@ def create_enrollment_token(
         raise ValueError(invalid_agent_name(name))
     # a fixed prefix: a token starting with '-' would read as an option on a command line
     secret = ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
-    created_at = _now(now)
+    created_at = now_or(now)
     record = EnrollmentTokenRecord(
         id=uuid.uuid4().hex, name=name, created_at=created_at, expires_at=created_at + ttl_s
     )
     db.execute(
         "INSERT INTO enrollment_tokens (id, token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-        [record.id, _hash_secret(secret), name, record.created_at, record.expires_at],
+        [record.id, hash_secret(secret), name, record.created_at, record.expires_at],
     )
     return record, secret
 
@@ -117,7 +117,7 @@ def _token_from_row(row: dict[str, Any], now: float) -> EnrollmentTokenRecord:
 
 def list_enrollment_tokens(db: Database, now: float | None = None) -> list[EnrollmentTokenRecord]:
     """Every enrollment token, used, expired and revoked ones included, oldest first."""
-    now = _now(now)
+    now = now_or(now)
     rows = db.query(f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens ORDER BY created_at, id")
     return [_token_from_row(row, now) for row in rows]
 
@@ -129,10 +129,10 @@ def revoke_enrollment_token(db: Database, token: str, now: float | None = None) 
     it should not be has that text at hand, not the id. Surrounding blanks are ignored.
     Raises `TokenNotRevocable` if no token has this id, or it was used, expired or revoked already.
     """
-    now = _now(now)
+    now = now_or(now)
     token = token.strip()
     by_secret = holds_secret(token)  # an API key's secret too: no token has it, and it is not shown
-    column, value = ("token_hash", _hash_secret(token)) if by_secret else ("id", token)
+    column, value = ("token_hash", hash_secret(token)) if by_secret else ("id", token)
     with write_transaction(db):
         cursor = db.execute(
             f"UPDATE enrollment_tokens SET revoked_at = ? WHERE {column} = ? "
@@ -154,13 +154,13 @@ def _not_revocable(record: EnrollmentTokenRecord) -> str:
     token = f"enrollment token {record.id}"
     if record.used_at is not None:
         return (
-            f"{token} was already used at {_iso(record.used_at)} by agent {record.used_by}; "
+            f"{token} was already used at {iso_utc(record.used_at)} by agent {record.used_by}; "
             "revoking it would change nothing; if that agent should not be enrolled, remove it "
             f"(`sonde hub agent remove {record.used_by}`, or DELETE /api/v1/agents/{record.used_by})"
         )
     if record.revoked_at is not None:
-        return f"{token} was already revoked at {_iso(record.revoked_at)}"
-    return f"{token} already expired at {_iso(record.expires_at)}; it can enroll nothing, so there is nothing to revoke"
+        return f"{token} was already revoked at {iso_utc(record.revoked_at)}"
+    return f"{token} already expired at {iso_utc(record.expires_at)}; it can enroll nothing, so there is nothing to revoke"
 
 
 def consume_enrollment_token(
@@ -171,10 +171,10 @@ def consume_enrollment_token(
     Raises EnrollmentRefused with code ``unknown_token``, ``token_used``, ``token_revoked``,
     ``token_expired`` or ``token_name_mismatch``.
     """
-    now = _now(now)
+    now = now_or(now)
     if not isinstance(secret, str) or not _TOKEN_RE.fullmatch(secret):
         raise _refusal(None, agent_name, now)
-    token_hash = _hash_secret(secret)
+    token_hash = hash_secret(secret)
     with write_transaction(db):
         cursor = db.execute(
             "UPDATE enrollment_tokens SET used_at = ?, used_by = ? WHERE token_hash = ? "
@@ -196,7 +196,7 @@ def peek_enrollment_token(db: Database, secret: str, now: float | None = None) -
     ``token_expired``) if the token could not be consumed now. Only :func:`consume_enrollment_token` is atomic.
     """
     row = _find_token_row(db, secret)
-    problem = _token_problem(row, _now(now))
+    problem = _token_problem(row, now_or(now))
     if problem is not None:
         raise problem
     assert row is not None
@@ -208,7 +208,7 @@ def _find_token_row(db: Database, secret: str) -> dict[str, Any] | None:
     if not isinstance(secret, str) or not _TOKEN_RE.fullmatch(secret):
         return None
     return query_one(
-        db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = ?", [_hash_secret(secret)]
+        db, f"SELECT {_TOKEN_COLUMNS} FROM enrollment_tokens WHERE token_hash = ?", [hash_secret(secret)]
     )
 
 
@@ -232,16 +232,16 @@ def _token_problem(row: dict[str, Any] | None, now: float) -> EnrollmentRefused 
     if row["used_at"] is not None:
         return EnrollmentRefused(
             TOKEN_USED,
-            f"enrollment token was already used at {_iso(row['used_at'])}; ask an admin for a new one",
+            f"enrollment token was already used at {iso_utc(row['used_at'])}; ask an admin for a new one",
         )
     if row["revoked_at"] is not None:
         return EnrollmentRefused(
             TOKEN_REVOKED,
-            f"enrollment token was revoked at {_iso(row['revoked_at'])}; ask an admin for a new one",
+            f"enrollment token was revoked at {iso_utc(row['revoked_at'])}; ask an admin for a new one",
         )
     if row["expires_at"] <= now:
         return EnrollmentRefused(
             TOKEN_EXPIRED,
-            f"enrollment token expired at {_iso(row['expires_at'])}; ask an admin for a new one",
+            f"enrollment token expired at {iso_utc(row['expires_at'])}; ask an admin for a new one",
         )
     return None

@@ -2,20 +2,17 @@
 
 Plain synchronous functions over a ``sqlite_utils.Database``, so the running hub (through
 ``Store.write`` / ``Store.read``) and CLI commands working on the data dir share them.
-The hash of a secret never leaves this module and `sonde.hub.enrollment_tokens` (which hashes
-its tokens with the helpers below): records carry ids, names, roles and times.
+The hash of a secret (`sonde.hub.secret_records`) never leaves this module and
+`sonde.hub.enrollment_tokens`: records carry ids, names, roles and times.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
-import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +20,7 @@ from sqlite_utils import Database
 
 from sonde.echo import SECRET_SHAPE, echoed, holds_secret
 from sonde.hub.db import query_one
+from sonde.hub.secret_records import hash_secret, iso_utc, now_or
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")
@@ -52,18 +50,6 @@ class ApiKeyRecord(BaseModel):
 
 
 # shared with sonde.hub.enrollment_tokens
-def _hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _check_api_key_args(name: str, role: str, policy: object) -> None:
     if not _KEY_NAME_RE.fullmatch(name) or not name.strip():
         raise ValueError(
@@ -104,14 +90,14 @@ def create_api_key(
         "prefix": secret[:DISPLAY_PREFIX_CHARS],
         "role": role,
         "policy": None if policy is None else json.dumps(policy, sort_keys=True),
-        "created_at": _now(now),
+        "created_at": now_or(now),
         "revoked_at": None,
         "last_used_at": None,
     }
     db.execute(
         "INSERT INTO api_keys (id, name, key_hash, prefix, role, policy, created_at) "
         "VALUES (:id, :name, :key_hash, :prefix, :role, :policy, :created_at)",
-        {**row, "key_hash": _hash_secret(secret)},
+        {**row, "key_hash": hash_secret(secret)},
     )
     return _api_key_from_row(row), secret
 
@@ -148,7 +134,7 @@ def revoke_api_key(db: Database, key_id: str, now: float | None = None) -> bool:
             key_id,
         )
     cursor = db.execute(
-        "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [_now(now), key_id]
+        "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [now_or(now), key_id]
     )
     return cursor.rowcount == 1
 
@@ -173,7 +159,7 @@ def revoke_api_key_named(db: Database, key: str, now: float | None = None) -> Ke
     text = key.strip()
     if holds_secret(text):
         row = (
-            query_one(db, "SELECT id FROM api_keys WHERE key_hash = ?", [_hash_secret(text)])
+            query_one(db, "SELECT id FROM api_keys WHERE key_hash = ?", [hash_secret(text)])
             if SECRET_SHAPE.fullmatch(text)
             else None
         )
@@ -190,7 +176,7 @@ def revoke_api_key_named(db: Database, key: str, now: float | None = None) -> Ke
     return KeyRevocation(
         False,
         record.id,
-        f"API key {record.id} ({record.name}) was already revoked at {_iso(record.revoked_at)}",
+        f"API key {record.id} ({record.name}) was already revoked at {iso_utc(record.revoked_at)}",
     )
 
 
@@ -201,7 +187,7 @@ def find_api_key(db: Database, secret: str) -> ApiKeyRecord | None:
     row = query_one(
         db,
         f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
-        [_hash_secret(secret)],
+        [hash_secret(secret)],
     )
     return None if row is None else _api_key_from_row(row)
 
