@@ -2,7 +2,7 @@
 
 Regex *fragments*, not compiled rules: the separators that end a command, a program's
 reach along its line, its later words and positional items, the flags a program takes
-with a value (the argv form, `sonde.agent.scrub_argv`, reads the same tables), and where
+with a value (the argv form, `sonde.agent.scrub_argv_programs`, reads the same tables), and where
 a command starts (a line's start, maybe after ps's columns, xtrace's "+ ", history's
 number or an indent, then maybe a wrapper such as sudo; or any command's ";", where prose
 may read the same). `sonde.agent.scrub_programs` builds its program
@@ -36,7 +36,7 @@ REACH = r"(?:[^\r\n\x00 \t]|[ \t](?!" + REACH_SEPARATOR + r"[ \t]))"
 LATER = r"(?=[ \t])" + REACH + r"{0,200}?[ \t]"
 # The flags of a program that take a value (the next item) and are not secrets: a word after
 # one is its value, not a word of the program ("redis-cli -h auth ping"). The argv form uses
-# them too (sonde.agent.scrub_argv).
+# them too (sonde.agent.scrub_argv_programs).
 REDIS_CLI_VALUED = (
     "-h", "-p", "-s", "-u", "-r", "-i", "-n", "-d", "-D", "-t", "--user", "--cacert", "--cacertdir",
     "--cert", "--sni", "--tls-ciphers", "--tls-ciphersuites", "--rdb", "--functions-rdb",

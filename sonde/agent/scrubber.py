@@ -36,7 +36,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from sonde.agent.config import AgentConfig
-from sonde.agent.scrub_argv import KEEP, already_hidden, argv_plan, hide
+from sonde.agent.scrub_argv import already_hidden, argv_plan, hide
+from sonde.agent.scrub_argv_programs import KEEP
 from sonde.agent.scrub_rules import SEPARATOR, compile_operator_pattern, scrub_text
 from sonde.agent.secret_names import is_secret_name
 from sonde.protocol.names import REDACTED
