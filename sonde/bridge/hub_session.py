@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -38,12 +39,42 @@ ERROR_BODY_PREVIEW_BYTES = 4096
 
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
+CONNECT_TIMEOUT_S = 10.0
+WRITE_TIMEOUT_S = 30.0
+ANSWER_SILENCE_S = 60.0  # the hub answers all but a tool call at once (a notification: 202)
+TOOL_CALL_SILENCE_S = 3660.0  # a tool call's JSON answer comes whole at its end: past the longest
+# --probe-timeout the hub takes (3600 s); one with progress (SSE) sends as it goes
+
 # Called with each message the hub sends; returns True once the caller has what it waited for.
 Deliver = Callable[[Any], Awaitable[bool]]
 
 
 class HubAnswerError(Exception):
     """The hub's answer could not be read as MCP (wrong content type, bad or oversized body)."""
+
+
+# What a POST or GET to the hub may fail with: the network, HTTP, or an answer not MCP
+TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
+
+
+@dataclass(frozen=True)
+class HubPatience:
+    """How long the hub may send nothing at all on one answer before the bridge gives up on it.
+
+    A limit on silence, not on length: an answer that keeps sending (an event
+    stream of progress) runs as long as it does. A tool call gets the long one.
+    """
+
+    answer_s: float = ANSWER_SILENCE_S
+    tool_call_s: float = TOOL_CALL_SILENCE_S
+
+    def for_message(self, message: Any) -> float:
+        messages = message if isinstance(message, list) else [message]
+        calls = [m for m in messages if jsonrpc.method_of(m) == "tools/call" and "id" in m]
+        return self.tool_call_s if calls else self.answer_s
+
+    def client_timeout(self) -> httpx2.Timeout:
+        return httpx2.Timeout(connect=CONNECT_TIMEOUT_S, read=self.answer_s, write=WRITE_TIMEOUT_S, pool=None)
 
 
 def is_success(response: httpx2.Response) -> bool:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -46,8 +45,10 @@ import trio
 from sonde import __version__
 from sonde.bridge import jsonrpc
 from sonde.bridge.hub_session import (
+    TRANSPORT_ERRORS,
     Deliver,
     HubAnswerError,
+    HubPatience,
     HubSession,
     describe_status,
     error_detail,
@@ -55,6 +56,7 @@ from sonde.bridge.hub_session import (
     read_event_stream,
     read_messages,
 )
+from sonde.bridge.server_stream import relay_server_stream
 from sonde.bridge.settings import BridgeSettings
 from sonde.bridge.sse import SSEError, SSEParser
 from sonde.bridge.stdio import LineTooLong, read_lines, write_lines
@@ -67,40 +69,12 @@ OUTPUT_QUEUE_LINES = 16
 EOF_DRAIN_S = 1.0  # under the 2 s an MCP client waits for a server to exit after closing stdin
 DELETE_TIMEOUT_S = 3.0
 FLUSH_TIMEOUT_S = 2.0
-GET_RETRY_DEFAULT_S = 1.0
-GET_MAX_FAILURES = 3
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
-CONNECT_TIMEOUT_S = 10.0
-WRITE_TIMEOUT_S = 30.0
-ANSWER_SILENCE_S = 60.0  # the hub answers all but a tool call at once (a notification: 202)
-TOOL_CALL_SILENCE_S = 3660.0  # a tool call's JSON answer comes whole at its end: past the longest
-# --probe-timeout the hub takes (3600 s); one with progress (SSE) sends as it goes
-TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
 KEY_REFUSED = (
     "the hub refused the API key the bridge sends (wrong, revoked or expired): run `sonde login` "
     "again with a valid key (or fix --api-key / SONDE_API_KEY, where it comes from)"
 )
-
-
-@dataclass(frozen=True)
-class HubPatience:
-    """How long the hub may send nothing at all on one answer before the bridge gives up on it.
-
-    A limit on silence, not on length: an answer that keeps sending (an event
-    stream of progress) runs as long as it does. A tool call gets the long one.
-    """
-
-    answer_s: float = ANSWER_SILENCE_S
-    tool_call_s: float = TOOL_CALL_SILENCE_S
-
-    def for_message(self, message: Any) -> float:
-        messages = message if isinstance(message, list) else [message]
-        calls = [m for m in messages if jsonrpc.method_of(m) == "tools/call" and "id" in m]
-        return self.tool_call_s if calls else self.answer_s
-
-    def client_timeout(self) -> httpx2.Timeout:
-        return httpx2.Timeout(connect=CONNECT_TIMEOUT_S, read=self.answer_s, write=WRITE_TIMEOUT_S, pool=None)
 
 
 class Forwarder:
@@ -367,39 +341,10 @@ class Forwarder:
             await self.send(jsonrpc.error_answer(request_id, reason, code, data))
             del waiting[key]
 
-    # -- the hub's side
+    # -- what the hub sends outside any request
 
     async def listen(self) -> None:
-        """Relay the standalone GET stream of each session, from the moment it is ready."""
-        generation = 0
-        while True:
-            generation = await self.hub.wait_changed(generation)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.relay_get_stream)
-                await self.hub.wait_changed(generation)  # a newer session replaces this one
-                nursery.cancel_scope.cancel()
-
-    async def relay_get_stream(self) -> None:
-        """Open the GET stream and relay it, reconnecting (with Last-Event-ID) when it drops."""
-        parser, failures = SSEParser(), 0
-        while failures < GET_MAX_FAILURES:
-            try:
-                async with self.hub.listen(parser.last_event_id, silence_s=None) as response:
-                    if not is_success(response):
-                        if response.status_code != 405:  # 405: the hub has no GET stream
-                            log.warning("GET stream refused: %s", describe_status(response))
-                        return
-                    failures = 0
-                    await read_event_stream(response, self.deliver_server_message, parser)
-            except TRANSPORT_ERRORS as exc:
-                failures += 1
-                log.debug("GET stream dropped: %s", describe_failure(exc))
-            await trio.sleep(parser.retry_ms / 1000 if parser.retry_ms is not None else GET_RETRY_DEFAULT_S)
-        log.warning("GET stream lost %d times; messages outside requests wait for a new session", failures)
-
-    async def deliver_server_message(self, message: Any) -> bool:
-        await self.send(message)
-        return False
+        await relay_server_stream(self.hub, self.send)
 
 
 async def bridge_stdio(

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from sonde.bridge import proxy
+from sonde.bridge.hub_session import HubPatience
 from sonde.bridge.tracker import MAX_REQUESTS_IN_FLIGHT
 from tests.bridge.fakehub import PROTOCOL_VERSION, fake_hub, hung_hub
 from tests.bridge.peer import INITIALIZE, INITIALIZED, bridged, call, eventually
@@ -96,7 +97,7 @@ async def test_a_hub_that_never_answers_holds_up_neither_cancels_nor_eof() -> No
 
 
 async def test_a_request_to_a_hub_that_never_answers_gets_an_error_in_the_end() -> None:
-    patience = proxy.HubPatience(answer_s=0.5, tool_call_s=1.5)
+    patience = HubPatience(answer_s=0.5, tool_call_s=1.5)
     async with hung_hub() as (url, _held), bridged(url, patience=patience) as (peer, _ended):
         started = trio.current_time()
         await peer.send(INITIALIZE)
@@ -117,7 +118,7 @@ async def test_an_answer_that_keeps_coming_is_not_cut_by_the_silence_limit() -> 
     # a gap of 0.2 s under a limit of 0.8 s: a loaded 2-core runner's hiccup cannot reach it
     # (0.15 s under 0.3 s failed once), and the whole answer takes three times the limit
     limit_s, steps = 0.8, 12
-    patience = proxy.HubPatience(answer_s=limit_s, tool_call_s=limit_s)
+    patience = HubPatience(answer_s=limit_s, tool_call_s=limit_s)
     async with fake_hub() as (_hub, url), bridged(url, patience=patience) as (peer, _ended):
         await peer.initialize()
         started = trio.current_time()
