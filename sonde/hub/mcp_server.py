@@ -32,8 +32,8 @@ from sonde import __version__
 from sonde.echo import echoed
 from sonde.hub.auth import Caller
 from sonde.hub.errors import database_damaged, database_unavailable, is_damaged_database
-from sonde.hub.mcp_answers import SessionManager
 from sonde.hub.mcp_events import EventLog
+from sonde.hub.mcp_sessions import SessionManager
 from sonde.hub.probing import capitalized
 from sonde.hub.store import StoreCommitFailed
 from sonde.hub.tools import all_tools
