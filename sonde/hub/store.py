@@ -4,7 +4,8 @@ How it works. ``write`` and ``submit`` put an op (a plain function of the databa
 bounded channel. One writer task takes up to MAX_BATCH_OPS queued ops and runs them in a
 worker thread inside one ``BEGIN IMMEDIATE`` transaction, each op under its own SAVEPOINT
 so a failing op is rolled back alone; one COMMIT then covers the batch (group commit) and
-the waiting callers are woken with their op's result or exception. ``read`` runs a
+the waiting callers are woken with their op's result or exception (the batch itself:
+`sonde.hub.store_batches`). ``read`` runs a
 function in a worker thread (at most READ_THREADS at once) on that thread's own read-only
 connection, inside one read transaction (a consistent snapshot); with WAL, readers and
 the writer never block each other.
@@ -29,10 +30,8 @@ Memory bound: at most WRITE_QUEUE_SIZE queued ops plus one batch in flight.
 from __future__ import annotations
 
 import logging
-import math
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,43 +42,29 @@ import outcome
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.db import BUSY_TIMEOUT_MS, open_database, open_read_database
+from sonde.hub.db import open_database, open_read_database
 from sonde.hub.db_errors import is_read_only_error
 
+# the store's own names for callers: how long an op waits for a lock, and how it fails
+from sonde.hub.store_batches import LOCK_WAIT_S as LOCK_WAIT_S
+from sonde.hub.store_batches import StoreClosed as StoreClosed
+from sonde.hub.store_batches import StoreCommitFailed as StoreCommitFailed
+from sonde.hub.store_batches import (
+    WriteCounters,
+    WriteOp,
+    commit_batch,
+    deliver,
+    fail_leftovers,
+    take_batch,
+)
+
 WRITE_QUEUE_SIZE = 1024
-MAX_BATCH_OPS = 256
 READ_THREADS = 4
-LOCK_ERROR_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-LOCK_WAIT_S = BUSY_TIMEOUT_MS / 1000  # an op's wait for another process's write lock, from when it was queued
-LOCK_WAIT_SLACK_S = 0.01  # an op with less left than this has waited its time
-# even an op that used its time up in the queue waits this long (the hub's own audit prune
-# holds the lock for tens of milliseconds at a time), and no longer
-LOCK_WAIT_MIN_S = 0.1
-LOCKED_WARNING_EVERY_S = 60.0
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-class StoreClosed(RuntimeError):
-    """The store is closed (or closing) and takes no more work."""
-
-
-class StoreCommitFailed(RuntimeError):
-    """The transaction holding this op could not begin or commit; the op was not saved."""
-
-    @property
-    def locked(self) -> bool:
-        """Whether another connection held the database's write lock past the busy timeout."""
-        cause = self.__cause__
-        return isinstance(cause, sqlite3.Error) and cause.sqlite_errorcode in LOCK_ERROR_CODES
-
-    @property
-    def cause(self) -> str:
-        """SQLite's own words for the failure."""
-        return str(self.__cause__ or self)
 
 
 @dataclass(frozen=True)
@@ -90,28 +75,6 @@ class StoreStatistics:
     ops: int
     failed_ops: int
     queued_ops: int
-
-
-@dataclass
-class _Counters:
-    batches: int = 0
-    ops: int = 0
-    failed_ops: int = 0
-    locked_warned_at: float | None = None  # time.monotonic() of the last warning of a lock
-    locked_unsaid: int = 0  # queued ops failed on a lock since that warning, logged at debug
-
-
-def _lock_deadline() -> float:
-    return time.monotonic() + LOCK_WAIT_S
-
-
-@dataclass(eq=False)
-class _WriteOp:
-    call: Callable[[Database], Any]
-    name: str
-    done: trio.Event | None  # None for submit(): nobody waits, failures are logged
-    result: outcome.Outcome[Any] | None = None
-    deadline: float = field(default_factory=_lock_deadline)  # time.monotonic(): the end of its lock wait
 
 
 @dataclass(eq=False)
@@ -163,7 +126,7 @@ class _ReadConnections:
 class Store:
     """The hub's database for async code; get one from :func:`open_store`."""
 
-    def __init__(self, path: Path, send: trio.MemorySendChannel[_WriteOp], counters: _Counters) -> None:
+    def __init__(self, path: Path, send: trio.MemorySendChannel[WriteOp], counters: WriteCounters) -> None:
         self.path = path
         self._send = send
         self._counters = counters
@@ -179,7 +142,7 @@ class Store:
         batch could not commit. Cancelled while waiting, the op may still be committed.
         """
         done = trio.Event()
-        op = _WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), done)
+        op = WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), done)
         await self._enqueue(op)
         await done.wait()
         assert op.result is not None
@@ -193,7 +156,7 @@ class Store:
 
         Blocks only while the queue is full (back-pressure). Raises StoreClosed after close.
         """
-        await self._enqueue(_WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), None))
+        await self._enqueue(WriteOp(lambda db: fn(db, *args, **kwargs), _name_of(fn), None))
 
     async def read(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(db, *args, **kwargs)`` on a read-only connection in a worker thread.
@@ -213,7 +176,7 @@ class Store:
         queued = self._send.statistics().current_buffer_used
         return StoreStatistics(counters.batches, counters.ops, counters.failed_ops, queued)
 
-    async def _enqueue(self, op: _WriteOp) -> None:
+    async def _enqueue(self, op: WriteOp) -> None:
         try:
             await self._send.send(op)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -246,8 +209,8 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     """
     path = Path(path)
     writer = _Writer(path, await trio.to_thread.run_sync(lambda: open_database(path, check_writable=True)))
-    send, receive = trio.open_memory_channel[_WriteOp](WRITE_QUEUE_SIZE)
-    store = Store(path, send, _Counters())
+    send, receive = trio.open_memory_channel[WriteOp](WRITE_QUEUE_SIZE)
+    store = Store(path, send, WriteCounters())
     try:
         body_error: Exception | None = None
         async with trio.open_nursery() as nursery:
@@ -261,7 +224,7 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
         if body_error is not None:
             raise body_error
     finally:
-        _fail_leftovers(receive)
+        fail_leftovers(receive)
         store._readers.close_all()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(writer.db.close)
@@ -290,150 +253,15 @@ class _Writer:
 
 
 async def _run_writer(
-    writer: _Writer, receive: trio.MemoryReceiveChannel[_WriteOp], counters: _Counters
+    writer: _Writer, receive: trio.MemoryReceiveChannel[WriteOp], counters: WriteCounters
 ) -> None:
     """Take batches off the queue and commit them, until the queue is closed and empty."""
     limiter = trio.CapacityLimiter(1)
     async for first in receive:
-        batch = _take_batch(first, receive)
+        batch = take_batch(first, receive)
         # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
         # callers always hear how it ended, even when the store is being cancelled.
         with trio.CancelScope(shield=True):
-            results = await trio.to_thread.run_sync(_commit_batch, writer.db, batch, limiter=limiter)
+            results = await trio.to_thread.run_sync(commit_batch, writer.db, batch, limiter=limiter)
             await trio.to_thread.run_sync(writer.reopen_if_read_only, results, limiter=limiter)
-        _deliver(batch, results, counters)
-
-
-def _take_batch(first: _WriteOp, receive: trio.MemoryReceiveChannel[_WriteOp]) -> list[_WriteOp]:
-    batch = [first]
-    while len(batch) < MAX_BATCH_OPS:
-        try:
-            batch.append(receive.receive_nowait())
-        except (trio.WouldBlock, trio.EndOfChannel):
-            break
-    return batch
-
-
-def _commit_batch(db: Database, batch: list[_WriteOp]) -> list[outcome.Outcome[Any]]:
-    """Run one batch in one transaction (in a worker thread)."""
-    failed: dict[_WriteOp, outcome.Outcome[Any]] = {}
-    ready = _begin(db, batch, failed)
-    results: dict[_WriteOp, outcome.Outcome[Any]] = {}
-    for op in ready:
-        results[op] = _run_op(db, op)
-        if not db.conn.in_transaction:
-            # SQLite rolled the whole transaction back (a full disk or an I/O error can): the ops
-            # run so far are undone too, and the rest would run outside any transaction. None of
-            # the batch was written, so each is told so.
-            cause = _transaction_lost(results[op])
-            return [failed[each] if each in failed else _commit_failed(cause) for each in batch]
-    if ready:
-        try:
-            db.commit()
-        except sqlite3.Error as exc:
-            db.rollback()
-            results = {op: _commit_failed(exc) for op in ready}
-    return [failed[op] if op in failed else results[op] for op in batch]
-
-
-def _begin(
-    db: Database, batch: list[_WriteOp], failed: dict[_WriteOp, outcome.Outcome[Any]]
-) -> list[_WriteOp]:
-    """BEGIN IMMEDIATE, waiting for another process's write lock only as long as the batch's ops
-    have left; an op whose time is up fails (into ``failed``), the others wait on. Returns the
-    ops to run in the transaction begun (none: no transaction)."""
-    waiting = batch
-    while waiting:
-        left_s = max(min(op.deadline for op in waiting) - time.monotonic(), LOCK_WAIT_MIN_S)
-        db.conn.execute(f"PRAGMA busy_timeout={math.ceil(left_s * 1000)}")
-        try:
-            db.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            locked = exc.sqlite_errorcode in LOCK_ERROR_CODES
-            now = time.monotonic()
-            for op in waiting:
-                if not locked or op.deadline - now < LOCK_WAIT_SLACK_S:
-                    failed[op] = _commit_failed(exc)
-            waiting = [op for op in waiting if op not in failed]
-        else:
-            return waiting
-    return []
-
-
-def _run_op(db: Database, op: _WriteOp) -> outcome.Outcome[Any]:
-    # The supervision boundary of one op: whatever it raises goes back to its caller.
-    db.conn.execute("SAVEPOINT store_op")
-    result: outcome.Outcome[Any] = outcome.capture(op.call, db)
-    if db.conn.in_transaction and isinstance(result, outcome.Error):
-        db.conn.execute("ROLLBACK TO store_op")
-    if db.conn.in_transaction:
-        db.conn.execute("RELEASE store_op")
-    return result
-
-
-def _transaction_lost(result: outcome.Outcome[Any]) -> sqlite3.Error:
-    """The error that ended a batch's transaction: the op's own, when SQLite's (or it said
-    SQLite's, as `StoreCommitFailed` from an op that writes its own way)."""
-    error = result.error if isinstance(result, outcome.Error) else None
-    for said in (error, error.__cause__ if error is not None else None):
-        if isinstance(said, sqlite3.Error):
-            return said
-    return sqlite3.OperationalError("SQLite rolled back the transaction")
-
-
-def _commit_failed(exc: sqlite3.Error) -> outcome.Error:
-    error = StoreCommitFailed(f"the write transaction failed: {exc}")
-    error.__cause__ = exc
-    return outcome.Error(error)
-
-
-def _deliver(batch: list[_WriteOp], results: list[outcome.Outcome[Any]], counters: _Counters) -> None:
-    counters.batches += 1
-    counters.ops += len(batch)
-    for op, result in zip(batch, results, strict=True):
-        if isinstance(result, outcome.Error):
-            counters.failed_ops += 1
-            if op.done is None:  # nobody waits for it: say it here
-                _log_failed(op, result.error, counters)
-        if op.done is not None:
-            op.result = result
-            op.done.set()
-
-
-def _log_failed(op: _WriteOp, error: BaseException, counters: _Counters) -> None:
-    """A queued op nobody waits for failed: an error, with its traceback if it is a bug; one
-    that found the database locked by another process is no fault of the hub's, and is
-    warned about at most every LOCKED_WARNING_EVERY_S (the others at debug)."""
-    if not (isinstance(error, StoreCommitFailed) and error.locked):
-        trace = None if isinstance(error, StoreCommitFailed) else error  # a full disk is no bug
-        logger.error("store op %s failed: %s", op.name, error, exc_info=trace)
-        return
-    now = time.monotonic()
-    if counters.locked_warned_at is not None and now - counters.locked_warned_at < LOCKED_WARNING_EVERY_S:
-        counters.locked_unsaid += 1
-        logger.debug("store op %s not saved: %s", op.name, error.cause)
-        return
-    more = (
-        f" (and {counters.locked_unsaid} more since the last such warning)" if counters.locked_unsaid else ""
-    )
-    counters.locked_warned_at, counters.locked_unsaid = now, 0
-    logger.warning(
-        "store op %s not saved%s: another process held the database's write lock past the hub's %g s wait (%s)",
-        op.name,
-        more,
-        LOCK_WAIT_S,
-        error.cause,
-    )
-
-
-def _fail_leftovers(receive: trio.MemoryReceiveChannel[_WriteOp]) -> None:
-    """Ops still queued when the writer stopped early (cancelled): fail their callers."""
-    while True:
-        try:
-            op = receive.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            break
-        if op.done is not None:
-            op.result = outcome.Error(StoreClosed("the store closed before this write ran"))
-            op.done.set()
-    receive.close()
+        deliver(batch, results, counters)

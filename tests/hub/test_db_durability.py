@@ -17,7 +17,8 @@ from sqlite_utils import Database
 
 from sonde.hub.admin import open_hub_database
 from sonde.hub.db import open_database, open_database_read_only, set_meta
-from sonde.hub.store import _commit_batch, _WriteOp, _Writer, open_store
+from sonde.hub.store import _Writer, open_store
+from sonde.hub.store_batches import WriteOp, commit_batch
 
 FULL = 2  # PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
 
@@ -36,7 +37,7 @@ def test_a_writer_opened_again_commits_to_disk(tmp_path: Path) -> None:
     open_database(path).close()
     read_only = Database(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None))
     writer = _Writer(path, read_only)
-    failed = _commit_batch(writer.db, [_WriteOp(lambda db: set_meta(db, "k", "v"), "set_meta", None)])
+    failed = commit_batch(writer.db, [WriteOp(lambda db: set_meta(db, "k", "v"), "set_meta", None)])
     writer.reopen_if_read_only(failed)  # what the store does once the file is writable again
     try:
         assert writer.db is not read_only

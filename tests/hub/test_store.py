@@ -20,12 +20,11 @@ from sonde.hub.store import (
     Store,
     StoreClosed,
     StoreCommitFailed,
-    _commit_batch,
     _ReadConnections,
-    _WriteOp,
     _Writer,
     open_store,
 )
+from sonde.hub.store_batches import WriteOp, commit_batch
 
 
 def count_meta(db: Database) -> int:
@@ -265,12 +264,12 @@ def test_a_writer_that_found_its_connection_read_only_opens_it_again(tmp_path: P
     open_database(path).close()
     read_only = Database(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None))
     writer = _Writer(path, read_only)
-    op = _WriteOp(lambda db: set_meta(db, "k", "v"), "set_meta", None)
-    failed = _commit_batch(writer.db, [op])
+    op = WriteOp(lambda db: set_meta(db, "k", "v"), "set_meta", None)
+    failed = commit_batch(writer.db, [op])
     assert "readonly" in str(failed[0].error)  # type: ignore[attr-defined]
     writer.reopen_if_read_only(failed)
     assert writer.db is not read_only
-    done = _commit_batch(writer.db, [op])
+    done = commit_batch(writer.db, [op])
     assert done[0].unwrap() is None
     assert get_meta(writer.db, "k") == "v"
     writer.db.close()

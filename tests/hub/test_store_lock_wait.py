@@ -19,9 +19,10 @@ import pytest
 import trio
 import trio.lowlevel
 
-from sonde.hub import store as store_module
+from sonde.hub import store_batches as store_module
 from sonde.hub.db import get_meta, open_database, set_meta
-from sonde.hub.store import StoreCommitFailed, _commit_batch, _WriteOp, open_store
+from sonde.hub.store import StoreCommitFailed, open_store
+from sonde.hub.store_batches import WriteOp, commit_batch
 
 LOCK_WAIT_S = 0.5
 
@@ -80,12 +81,12 @@ def test_an_op_with_time_left_waits_on_while_its_batch_mate_gives_up(tmp_path: P
     try:
         with write_locked(db_path) as holder:
             now = time.monotonic()
-            late = _WriteOp(lambda db: set_meta(db, "late", "1"), "late", None, deadline=now)
-            timely = _WriteOp(lambda db: set_meta(db, "timely", "1"), "timely", None, deadline=now + 5)
+            late = WriteOp(lambda db: set_meta(db, "late", "1"), "late", None, deadline=now)
+            timely = WriteOp(lambda db: set_meta(db, "timely", "1"), "timely", None, deadline=now + 5)
             release = threading.Timer(0.3, lambda: holder.execute("ROLLBACK"))
             release.start()
             try:
-                results = _commit_batch(db, [late, timely])
+                results = commit_batch(db, [late, timely])
             finally:
                 release.join()
         assert isinstance(results[0].error, StoreCommitFailed)  # type: ignore[union-attr]
