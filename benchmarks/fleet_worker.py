@@ -28,8 +28,9 @@ import trio
 from benchmarks.pack import PACK_NAME, bench_registry
 from sonde.agent import identity
 from sonde.agent.config import AgentConfig, load_config
-from sonde.agent.daemon import AgentDaemon, agent_main
+from sonde.agent.daemon import AgentDaemon
 from sonde.agent.enroll import EnrollError, enroll
+from sonde.agent.main import agent_main
 
 ENROLL_THREADS = 8
 STOP_TIMEOUT_S = 10.0

@@ -70,7 +70,8 @@ def fast_command(argv: Sequence[str]) -> int | None:
 def run_start(*, allow_root: bool, log_level: str) -> int:
     """`sonde start`: load the enrolled config, then run the agent; 1 when there is none or it is bad."""
     from sonde.agent.config import ConfigError, config_path, load_config
-    from sonde.agent.daemon import NOT_ENROLLED_MESSAGE, run_agent
+    from sonde.agent.daemon import NOT_ENROLLED_MESSAGE
+    from sonde.agent.main import run_agent
 
     path = config_path()
     try:

@@ -20,9 +20,9 @@ from pathlib import Path
 import trio
 
 from sonde.agent.config import AgentConfig, load_config, save_config
-from sonde.agent.daemon import ROOT_MESSAGE, agent_main
 from sonde.agent.enroll import enroll
 from sonde.agent.identity import active_packs, default_agent_name
+from sonde.agent.main import ROOT_MESSAGE, agent_main
 from sonde.hub.agent_records import get_agent
 from sonde.hub.attestation import accept_held
 from sonde.hub.audit import record_entry

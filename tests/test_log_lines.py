@@ -12,7 +12,7 @@ import pytest
 LINE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} [+-]\d{4} WARNING probe: hello$")
 
 
-@pytest.mark.parametrize("module", ["sonde.hub.logs", "sonde.agent.daemon"])
+@pytest.mark.parametrize("module", ["sonde.hub.logs", "sonde.agent.main"])
 @pytest.mark.parametrize(("zone", "offset"), [("UTC", "+0000"), ("Asia/Kolkata", "+0530")])
 def test_a_text_log_line_names_its_offset(module: str, zone: str, offset: str) -> None:
     setup = "configure_logging('text', 'INFO')" if module.endswith("logs") else "configure_logging('INFO')"

@@ -20,13 +20,9 @@ cancel the probes in flight and exit 0 (`AgentDaemon.stop`).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shlex
-import signal
-import sys
 from dataclasses import dataclass
-from functools import partial
 
 import trio
 
@@ -35,17 +31,15 @@ from sonde.agent.connection import (
     DISCONNECT_TIMEOUT_S,
     TRANSPORT_ERRORS,
     Connector,
-    connect_websocket,
     describe_transport_error,
     keep_alive,
     websocket_url,
 )
-from sonde.agent.identity import active_packs, default_agent_name, register_payload
+from sonde.agent.identity import default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
 from sonde.agent.scrubber import Scrubber
-from sonde.log_levels import TextFormatter
 from sonde.packs.context import ProbeContext
-from sonde.packs.registry import PackRegistry, load_packs
+from sonde.packs.registry import PackRegistry
 from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, RemoteProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange
@@ -76,12 +70,8 @@ STABLE_CONNECTION_S = 30.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
 
 EXIT_OK = 0
-EXIT_NOT_ENROLLED = 1
-EXIT_ROOT = 2
 EXIT_REJECTED = 3
-EXIT_USAGE = 2
 NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL --token TOKEN` first"
-ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (or pass --allow-root)"
 
 
 def reenroll_command(config: AgentConfig) -> str:
@@ -334,101 +324,3 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
         if exc.code not in ("bad_signature", "unsigned"):
             raise  # replayed: its own message says why
         raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
-
-
-async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[None]) -> None:
-    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`).
-
-    SIGHUP is said and ignored: the agent has nothing to reload, and dying of it would
-    be a clean exit to systemd's Restart=on-failure, so a stray "reload" would stop it for good.
-    """
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        task_status.started()
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                log.info("SIGHUP received: ignored (the agent has nothing to reload; SIGTERM stops it)")
-                continue
-            log.info("%s received: stopping", signal.Signals(signum).name)
-            await daemon.stop("agent stopping")
-            return
-
-
-async def agent_main(
-    config: AgentConfig,
-    registry: PackRegistry,
-    *,
-    connect: Connector = connect_websocket,
-    rng: random.Random | None = None,
-    max_delay_s: float = BACKOFF_MAX_S,
-    handle_signals: bool = True,
-    reenroll_hint: str | None = None,
-    task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED,
-) -> int:
-    """Run the agent until a signal (returns 0) or a fatal reject (returns 3).
-
-    ``config`` must be enrolled (`ValueError` otherwise). ``task_status`` is
-    reported, with the `AgentDaemon`, once the hub first acknowledges; its
-    `AgentDaemon.stop` ends the agent gracefully (returns 0). ``reenroll_hint``
-    says what to do when the hub no longer knows this agent (default: the `sonde enroll`
-    command that enrolls it again under its name; for the agent inside `sonde up`,
-    restart that). ``connect``, ``rng`` and ``max_delay_s`` exist for tests.
-    """
-    daemon = AgentDaemon(
-        config,
-        registry,
-        connect=connect,
-        rng=rng or random.Random(),
-        max_delay_s=max_delay_s,
-        reenroll_hint=reenroll_hint,
-    )
-    exit_code = EXIT_OK
-    async with trio.open_nursery() as nursery:
-        if handle_signals:
-            await nursery.start(stop_on_signal, daemon)
-        exit_code = await daemon.run(task_status)
-        nursery.cancel_scope.cancel()
-    log.info("agent stopped")
-    return exit_code
-
-
-def configure_logging(level: str | int = "INFO") -> None:
-    """Log to stderr at ``level`` (a name like "DEBUG" or a number)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper() if isinstance(level, str) else level, handlers=[handler])
-
-
-def run_agent(
-    config: AgentConfig,
-    *,
-    allow_root: bool = False,
-    log_level: str | int = "INFO",
-    registry: PackRegistry | None = None,
-) -> int:
-    """The `sonde start` entry point: checks, then runs the agent; returns the exit code.
-
-    2 when run as root without ``allow_root`` or given a bad ``log_level``, 1 when not
-    enrolled, 3 when the hub no longer knows this agent, 0 after SIGTERM/SIGINT.
-    """
-    if isinstance(log_level, str):
-        from sonde.log_levels import checked_log_level
-
-        try:
-            log_level = checked_log_level(log_level)
-        except ValueError as exc:
-            print(f"sonde start: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    if os.geteuid() == 0 and not allow_root:
-        print(f"sonde: {ROOT_MESSAGE}", file=sys.stderr)
-        return EXIT_ROOT
-    if not config.enrolled:
-        print(f"sonde: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
-        return EXIT_NOT_ENROLLED
-    configure_logging(log_level)
-    registry = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
-    if not registry.packs:
-        log.warning("no packs are enabled or detected: this agent has no probes to offer")
-    try:
-        return trio.run(partial(agent_main, config, registry))
-    except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
-        return EXIT_OK

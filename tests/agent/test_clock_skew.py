@@ -16,7 +16,8 @@ from functools import partial
 import pytest
 import trio
 
-from sonde.agent.daemon import EXIT_REJECTED, AgentDaemon, agent_main
+from sonde.agent.daemon import EXIT_REJECTED, AgentDaemon
+from sonde.agent.main import agent_main
 from sonde.protocol.errors import ProbeFailed
 from sonde.protocol.messages import ProbeRequest, ProbeRequestPayload, utc_now
 from tests.agent.fakehub import FakeHub

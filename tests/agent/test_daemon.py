@@ -16,22 +16,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from sonde.agent import daemon
 from sonde.agent.config import AgentConfig
 from sonde.agent.connection import sole_error, websocket_url
 from sonde.agent.daemon import (
     ACK_TIMEOUT_S,
-    EXIT_NOT_ENROLLED,
     EXIT_OK,
     EXIT_REJECTED,
-    EXIT_ROOT,
     STABLE_CONNECTION_S,
     AgentDaemon,
-    agent_main,
     backoff_delay,
-    run_agent,
 )
 from sonde.agent.identity import code_hash
+from sonde.agent.main import EXIT_NOT_ENROLLED, EXIT_ROOT, agent_main, run_agent
 from sonde.protocol.errors import AgentUnavailable
 from sonde.protocol.messages import HubReject, JsonValue, ProbeRequest, ProbeRequestPayload, RejectPayload
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
@@ -82,7 +78,7 @@ def test_websocket_url(hub_url: str, ws_url: str) -> None:
 def test_refuses_root_unless_allowed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(daemon.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert run_agent(FakeHub().config("http://127.0.0.1:1")) == EXIT_ROOT
     assert "refusing to run as root" in capsys.readouterr().err
     # allowed: it gets past the root check (and stops at the enrollment check)
