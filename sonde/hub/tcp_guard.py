@@ -31,8 +31,10 @@ connection the client closed while idle, or before its first request, stayed
 open in CLOSE_WAIT for the whole 75 s `keep_alive_timeout`: anyone could hold
 the hub's file descriptors by opening and closing connections.
 
-`WAITING` bounds the connections one address may hold before their first
-request (a slowloris client held each for 75 s). `CONNECTIONS` counts the
+`WAITING` bounds the idle connections one address may hold: before their first
+request (a slowloris client held each for 75 s) and between requests (a client
+that sends one request on each connection and keeps them all open). A connection
+that goes idle past its address's bound is closed once its answer is out. `CONNECTIONS` counts the
 connections opened and closed in this process: each leaves cyclic garbage, and
 the hub's collector (`sonde.hub.gc_policy`) runs a full collection after
 enough have closed.
@@ -93,15 +95,17 @@ WARN_EVERY_S = 60.0
 
 
 class WaitingConnections:
-    """Connections from each address that have not started a request yet, at most ``limit`` each.
+    """Idle connections from each address (no request yet, or none since the last), at most
+    ``limit`` each.
 
     Hypercorn keeps a connection that sends nothing (or its headers a byte at a
-    time) for its whole 75 s keep-alive timeout; without a bound one address
-    could hold every file descriptor the hub has and keep the fleet out. A
-    client that connects sends its request at once (agents, MCP clients, a
-    reverse proxy), so this only ever binds clients that hold connections open
-    without using them; even 10,000 agents behind one NAT address, reconnecting
-    at once over a link with 100 ms of latency, have some 500 waiting.
+    time), or nothing more after an answer, for its whole 75 s keep-alive timeout;
+    without a bound one address could hold every file descriptor the hub has and
+    keep the fleet out. A client that connects sends its request at once (agents,
+    MCP clients, a reverse proxy), and an agent's WebSocket is a request that lasts,
+    so this only ever binds clients that hold connections open without using them;
+    even 10,000 agents behind one NAT address, reconnecting at once over a link
+    with 100 ms of latency, have some 500 waiting.
     """
 
     def __init__(self, limit: int = MAX_WAITING_PER_ADDRESS) -> None:
@@ -116,8 +120,8 @@ class WaitingConnections:
             if now - self._warned_at.get(address, -WARN_EVERY_S) >= WARN_EVERY_S:
                 self._warned_at[address] = now
                 log.warning(
-                    "refusing connections from %s: %d of its connections have not sent a request yet; "
-                    "more are refused until some do",
+                    "refusing connections from %s: %d of its connections are idle (no request yet, or "
+                    "none since the last); more are refused, and those going idle closed, until some are used",
                     address,
                     waiting,
                 )
@@ -126,7 +130,7 @@ class WaitingConnections:
         return True
 
     def started(self, address: str) -> None:
-        """A connection from ``address`` began its first request, or ended before it did."""
+        """An idle connection from ``address`` began a request, or ended."""
         waiting = self._by_address[address] - 1
         if waiting:
             self._by_address[address] = waiting
@@ -143,10 +147,12 @@ WAITING = WaitingConnections()
 
 class GuardedTCPServer(TCPServer):
     """`TCPServer` whose half-close never overlaps a send, whose failures stay its own, which
-    waits for no keep-alive once the peer has gone, and which refuses an address past `WAITING`."""
+    waits for no keep-alive once the peer has gone, and which keeps an address to `WAITING`."""
 
     peer_gone = False
-    waiting_from: str | None = None  # the address, until the first request starts
+    address: str | None = None
+    waiting_from: str | None = None  # the address while the connection is idle and counted
+    close_when_idle = False  # idle past its address's bound: no keep-alive
 
     async def _read_data(self) -> None:
         await super()._read_data()
@@ -159,6 +165,8 @@ class GuardedTCPServer(TCPServer):
                 self._request_started()
             elif self.peer_gone:
                 return  # a request finished after the peer left: no keep-alive to wait out
+            else:
+                self._went_idle()
             with trio.CancelScope(shield=True):  # the keep-alive timer must start: see _close
                 await super().protocol_send(event)
             return
@@ -169,12 +177,27 @@ class GuardedTCPServer(TCPServer):
             WAITING.started(self.waiting_from)
             self.waiting_from = None
 
+    def _went_idle(self) -> None:
+        if self.waiting_from is not None or self.address is None:
+            return
+        if WAITING.admit(self.address):
+            self.waiting_from = self.address
+        else:
+            self.close_when_idle = True
+
+    async def _idle_timeout(self) -> None:
+        if not self.close_when_idle:
+            await super()._idle_timeout()
+            return
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
     async def run(self) -> None:
         address = peer_address(self.stream)
         if address is None or not WAITING.admit(address):
             await self.stream.aclose()
             return
-        self.waiting_from = address
+        self.address = self.waiting_from = address
         CONNECTIONS.opened()
         try:
             await super().run()

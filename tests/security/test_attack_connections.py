@@ -17,6 +17,7 @@ and two can be had without credentials:
 from __future__ import annotations
 
 import gc
+import http.client
 import random
 import re
 import resource
@@ -302,11 +303,7 @@ def answered(sock: socket.socket, host: str) -> bytes:
 
 def test_one_address_cannot_hold_every_connection_without_sending_a_request(tmp_path: Path) -> None:
     """A slowloris client (connections that send nothing) gets its bound; everyone else is served."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = MAX_WAITING_PER_ADDRESS + 200
-    require(hard == resource.RLIM_INFINITY or hard >= wanted, f"an open-file limit of at least {wanted}")
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    raise_open_file_limit(MAX_WAITING_PER_ADDRESS + 200)
     with running_hub(tmp_path) as hub:
         server, netloc = server_of(hub)
         idle = [
@@ -319,13 +316,94 @@ def test_one_address_cannot_hold_every_connection_without_sending_a_request(tmp_
             hub.proc.wait_for(re.compile(rf"refusing connections from 127.0.0.2: {MAX_WAITING_PER_ADDRESS} "))
             with socket.create_connection(server, timeout=10) as other:  # another address is served
                 assert answered(other, netloc).startswith(b"HTTP/1.1 200")
-            assert answered(idle[0], netloc).startswith(b"HTTP/1.1 200")  # a request frees a place
-            with socket.create_connection(server, timeout=10, source_address=("127.0.0.2", 0)) as again:
-                assert answered(again, netloc).startswith(b"HTTP/1.1 200")
+            assert answered(idle[0], netloc).startswith(b"HTTP/1.1 200")  # answered, and idle again
+            idle.pop(0).close()  # closing one frees a place
+            assert served_again(server, netloc, "127.0.0.2")
         finally:
             for sock in idle:
                 sock.close()
         assert hub.proc.output.count("refusing connections from 127.0.0.2") == 1  # not once per refusal
+        assert_hub_serves(hub)
+
+
+def served_again(server: tuple[str, int], netloc: str, source: str, within_s: float = 10.0) -> bool:
+    """Whether a new connection from ``source`` is answered once the hub has seen a place free."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with socket.create_connection(server, timeout=10, source_address=(source, 0)) as again:
+            if answered(again, netloc).startswith(b"HTTP/1.1 200"):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def health_status(sock: socket.socket, netloc: str) -> int:
+    """GET /api/v1/health on a kept-alive ``sock``, its answer read whole; the status."""
+    sock.sendall(f"GET /api/v1/health HTTP/1.1\r\nHost: {netloc}\r\n\r\n".encode())
+    answer = http.client.HTTPResponse(sock)
+    answer.begin()
+    answer.read()
+    return answer.status
+
+
+def raise_open_file_limit(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    require(hard == resource.RLIM_INFINITY or hard >= wanted, f"an open-file limit of at least {wanted}")
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def test_one_address_cannot_hold_every_connection_by_sending_one_request_on_each(tmp_path: Path) -> None:
+    """A connection kept open after its answer is idle again: counted in the same bound."""
+    raise_open_file_limit(MAX_WAITING_PER_ADDRESS + 200)
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        used = []
+        try:
+            for _ in range(MAX_WAITING_PER_ADDRESS):
+                sock = socket.create_connection(server, timeout=10, source_address=("127.0.0.3", 0))
+                used.append(sock)
+                assert health_status(sock, netloc) == 200
+            time.sleep(0.5)  # the last answer's start is read: the hub marks it idle just after
+            with socket.create_connection(server, timeout=10, source_address=("127.0.0.3", 0)) as one_more:
+                assert one_more.recv(64) == b""  # closed at once, unanswered
+            hub.proc.wait_for(re.compile(rf"refusing connections from 127.0.0.3: {MAX_WAITING_PER_ADDRESS} "))
+            with socket.create_connection(server, timeout=10) as other:  # another address is served
+                assert answered(other, netloc).startswith(b"HTTP/1.1 200")
+            assert health_status(used[0], netloc) == 200  # each may still be used
+        finally:
+            for sock in used:
+                sock.close()
+        assert_hub_serves(hub)
+
+
+def test_a_connection_going_idle_past_its_address_bound_is_closed_after_its_answer(tmp_path: Path) -> None:
+    """A request in flight is not idle; when it ends with its address's idle places all taken since,
+    its answer goes out whole and the connection is closed rather than kept alive."""
+    raise_open_file_limit(MAX_WAITING_PER_ADDRESS + 200)
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        body = b'{"agent": "no-such-agent", "probe": "system.cpu.usage"}'
+        busy = socket.create_connection(server, timeout=10, source_address=("127.0.0.4", 0))
+        busy.sendall(
+            f"POST /api/v1/probe HTTP/1.1\r\nHost: {netloc}\r\nAuthorization: Bearer {hub.admin_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        time.sleep(0.5)  # its headers are read: a request has started, the body is awaited
+        idle = []
+        try:
+            for _ in range(MAX_WAITING_PER_ADDRESS):
+                idle.append(socket.create_connection(server, timeout=10, source_address=("127.0.0.4", 0)))
+            busy.sendall(body)
+            answer = b""
+            while chunk := busy.recv(65536):  # to the end: the hub closes it after the answer
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 404"), answer[:200]
+            assert b"no-such-agent" in answer
+        finally:
+            busy.close()
+            for sock in idle:
+                sock.close()
         assert_hub_serves(hub)
 
 
