@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest browser bench clean
+.PHONY: run test lint typecheck pytest test-tools bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,18 +27,25 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) browser
+pytest: $(STAMP) test-tools
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-# The dashboard's tests drive Debian's Chromium (never a downloaded browser). Under CI=true
-# (root on Debian) it is installed when missing; elsewhere those tests skip, saying so.
-browser:
-	@if [ "$$CI" = "true" ] && ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] \
-		&& command -v apt-get >/dev/null; then \
-		echo "installing Debian's chromium for the dashboard's tests"; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y -q --no-install-recommends chromium >/dev/null \
-		|| { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; \
+# Tools some tests drive for real: Debian's Chromium for the dashboard (never a downloaded
+# browser) and iputils' ping for the ping probe. Under CI=true (root on Debian) the missing
+# ones are installed; elsewhere those tests skip, saying so.
+TEST_PACKAGES := chromium:chromium ping:iputils-ping
+test-tools:
+	@if [ "$$CI" = "true" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=""; \
+		for pair in $(TEST_PACKAGES); do \
+			command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; \
+		done; \
+		if [ -n "$$missing" ]; then \
+			echo "installing for the tests:$$missing"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get install -y -q --no-install-recommends $$missing >/dev/null \
+			|| { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+		fi; \
 	fi
 
 bench: $(STAMP)

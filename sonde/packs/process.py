@@ -46,6 +46,9 @@ DEBIAN_PACKAGES = {
     "lsblk": "util-linux",
     "lscpu": "util-linux",
     "dmesg": "util-linux",
+    "nginx": "nginx",
+    "systemctl": "systemd",
+    "journalctl": "systemd",
 }
 
 

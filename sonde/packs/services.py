@@ -13,6 +13,7 @@ a caller cannot have the agent hand the password to a server of its choosing.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import math
 import os
 import socket
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import trio
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from sonde.packs.base import Detection, Params
 
@@ -30,14 +31,37 @@ DETECT_CONNECT_TIMEOUT_S = 0.3
 CONNECT_TIMEOUT_S = 5
 MIN_DRIVER_TIMEOUT_S = 0.1  # a driver timeout is never 0 (that means "none" to some drivers)
 
+# a name or IPv4 address, an IPv6 literal (bare or in brackets; `_ipv6_literal` checks it), or a socket path
+HOST_PATTERN = (
+    r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}"
+    r"|[0-9A-Fa-f.]{0,39}:[0-9A-Fa-f.:]{1,45}"
+    r"|\[[0-9A-Fa-f.]{0,39}:[0-9A-Fa-f.:]{1,45}\]"
+    r"|/[A-Za-z0-9._/-]{1,200})$"
+)
+
+
+def _ipv6_literal(host: str) -> str:
+    """``host`` unchanged; a ValueError when it has the shape of an IPv6 literal but is not one."""
+    if ":" in host:
+        ipaddress.IPv6Address(unbracketed(host))  # its ValueError says what is wrong
+    return host
+
+
+def unbracketed(host: str) -> str:
+    """``host`` without the brackets of "[::1]": drivers and getaddrinfo take "::1"."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 ServiceHost = Annotated[
     str,
     Field(
-        pattern=r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}|/[A-Za-z0-9._/-]{1,200})$",
+        pattern=HOST_PATTERN,
         strict=True,
-        description="Host name, IP address, or (postgres, mysql) the directory or path of a unix socket. "
-        "The agent config's password is sent only to the host, port and user the agent config names.",
+        description='Host name, IPv4 or IPv6 address ("::1" or "[::1]"), or (postgres, mysql) the '
+        "directory or path of a unix socket. The agent config's password is sent only to the host, "
+        "port and user the agent config names.",
     ),
+    AfterValidator(_ipv6_literal),
 ]
 ServicePort = Annotated[int, Field(ge=1, le=65535, strict=True, description="TCP port.")]
 ServiceUser = Annotated[
@@ -82,7 +106,10 @@ class Endpoint:
     password_withheld: bool = False  # the config has one, but this is not the endpoint it names
 
     def where(self) -> str:
-        return self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
+        """The socket path, or host:port ("[::1]:6379" for an IPv6 address)."""
+        if self.host.startswith("/"):
+            return self.host
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def login_note(self) -> str:
         """What to add to a refused login: why no password was sent, when it was withheld."""
@@ -101,12 +128,13 @@ def endpoint(
         return given if given is not None else configured(name)
 
     host, port, user = (
-        str(pick("host", params.host)),
+        unbracketed(str(pick("host", params.host))),
         int(pick("port", params.port)),
         pick("user", params.user),
     )
     password = config.get("password")
-    named = (host, str(port), user) == (str(configured("host")), str(configured("port")), configured("user"))
+    named_host = unbracketed(str(configured("host")))
+    named = (host, str(port), user) == (named_host, str(configured("port")), configured("user"))
     return Endpoint(
         host=host,
         port=port,

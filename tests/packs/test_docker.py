@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -276,7 +276,11 @@ def route(target: str) -> tuple[int, str, bytes]:
     return 404, "application/json", json.dumps({"message": f"No such container: {segments[-2]}"}).encode()
 
 
-async def serve_engine(stream: trio.SocketStream, requests: list[tuple[str, str]]) -> None:
+async def serve_engine(
+    stream: trio.SocketStream,
+    requests: list[tuple[str, str]],
+    route: Callable[[str], tuple[int, str, bytes]] = route,
+) -> None:
     connection = h11.Connection(h11.SERVER)
     async with stream:
         while True:
@@ -295,22 +299,27 @@ async def serve_engine(stream: trio.SocketStream, requests: list[tuple[str, str]
             return
 
 
+async def serve_socket(
+    path: str, handler: Callable[[trio.SocketStream], Awaitable[None]], nursery: trio.Nursery
+) -> ProbeContext:
+    """Serve ``handler`` on a unix socket at ``path``; a context whose docker pack uses it."""
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen()
+    await nursery.start(trio.serve_listeners, handler, [trio.SocketListener(sock)])
+    return ProbeContext(ProbeSettings(packs={"docker": {"socket": path}}))
+
+
 @pytest.fixture
 async def engine(
     tmp_path: Path, nursery: trio.Nursery
 ) -> AsyncIterator[tuple[ProbeContext, list[tuple[str, str]]]]:
-    path = str(tmp_path / "docker.sock")
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    await sock.bind(path)
-    sock.listen()
     requests: list[tuple[str, str]] = []
-    listener = trio.SocketListener(sock)
 
     async def handler(stream: trio.SocketStream) -> None:
         await serve_engine(stream, requests)
 
-    await nursery.start(trio.serve_listeners, handler, [listener])
-    return ProbeContext(ProbeSettings(packs={"docker": {"socket": path}})), requests
+    return await serve_socket(str(tmp_path / "docker.sock"), handler, nursery), requests
 
 
 async def run(ctx: ProbeContext, name: str, **params: Any) -> dict[str, Any]:
@@ -412,3 +421,113 @@ def test_detection_follows_the_default_socket() -> None:
     detection = PACK.detection()
     assert detection.detected == Path("/var/run/docker.sock").exists()
     assert "docker.sock" in detection.reason
+
+
+# sockets that are not a working Engine API
+
+
+async def hang_up_at_once(stream: trio.SocketStream) -> None:
+    await stream.aclose()  # the request is refused (EPIPE) or reset (ECONNRESET), as the race goes
+
+
+async def hang_up_after_the_request(stream: trio.SocketStream) -> None:
+    async with stream:
+        await stream.receive_some(65536)  # the client sends its one request in one piece
+
+
+async def greet_in_ssh(stream: trio.SocketStream) -> None:
+    async with stream:
+        await stream.receive_some(65536)
+        await stream.send_all(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+
+
+async def answer_garbage_lines(stream: trio.SocketStream) -> None:
+    async with stream:
+        await stream.receive_some(65536)
+        await stream.send_all(b"hello there\r\n\r\n")
+
+
+async def answer_html(stream: trio.SocketStream) -> None:
+    connection = h11.Connection(h11.SERVER)
+    async with stream:
+        connection.receive_data(await stream.receive_some(65536))
+        assert isinstance(connection.next_event(), h11.Request)
+        body = b"<!doctype html><html><body>It works!</body></html>"
+        data = connection.send(h11.Response(status_code=200, headers=[("Content-Type", "text/html")]))
+        data = (data or b"") + (connection.send(h11.Data(data=body)) or b"")
+        await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
+
+
+@pytest.mark.parametrize(
+    ("handler", "what"),
+    [
+        (hang_up_at_once, "closed the connection without answering"),
+        (hang_up_after_the_request, "closed the connection without answering"),
+        (greet_in_ssh, "answered something other than HTTP"),
+        (answer_garbage_lines, "answered something other than HTTP"),
+        (answer_html, "answered /info with something other than JSON (Content-Type text/html)"),
+    ],
+)
+async def test_a_socket_that_is_no_engine_api_is_named_with_what_went_wrong(
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    what: str,
+) -> None:
+    path = str(tmp_path / "odd.sock")
+    ctx = await serve_socket(path, handler, nursery)
+    with trio.fail_after(5), pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, "docker.daemon.info")
+    assert caught.value.code == "unavailable"
+    assert caught.value.message.startswith(f"the socket {path} is not a working Docker Engine API: it {what}")
+
+
+async def test_a_socket_path_that_cannot_be_connected_to_says_why(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    path = str(tmp_path / "file" / "docker.sock")  # configured through a regular file
+    ctx = ProbeContext(ProbeSettings(packs={"docker": {"socket": path}}))
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, "docker.daemon.info")
+    assert caught.value.code == "unavailable"
+    assert caught.value.message == f"cannot connect to the Docker Engine API socket {path}: Not a directory"
+
+
+async def test_stats_of_an_unknown_container_is_refused_by_name(
+    engine: tuple[ProbeContext, list[tuple[str, str]]],
+) -> None:
+    """Not an ExceptionGroup from the sampling nursery: the Engine's own words."""
+    ctx, _ = engine
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run(ctx, "docker.containers.stats", container="nosuch")
+    assert (caught.value.code, caught.value.message) == ("refused", "No such container: nosuch")
+
+
+async def test_stats_on_a_socket_that_hangs_up_names_the_socket(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    path = str(tmp_path / "odd.sock")
+    ctx = await serve_socket(path, hang_up_after_the_request, nursery)
+    for params in ({"container": "web"}, {}):
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run(ctx, "docker.containers.stats", **params)
+        assert caught.value.code == "unavailable"
+        assert caught.value.message.startswith(f"the socket {path} is not a working Docker Engine API")
+
+
+async def test_stats_skip_a_container_removed_after_the_listing(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """As docker.containers.list does: the others' stats still come back."""
+    listing = [*(c for c in CONTAINERS if c["State"] == "running"), {"Id": "9" * 64, "State": "running"}]
+
+    def route_with_a_ghost(request_target: str) -> tuple[int, str, bytes]:
+        if request_target == "/containers/json":
+            return 200, "application/json", json.dumps(listing).encode()
+        return route(request_target)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await serve_engine(stream, [], route_with_a_ghost)
+
+    ctx = await serve_socket(str(tmp_path / "docker.sock"), handler, nursery)
+    stats = await run(ctx, "docker.containers.stats")
+    assert [s["name"] for s in stats["containers"]] == ["web", "api"]

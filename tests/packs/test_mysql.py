@@ -6,8 +6,10 @@ lock wait, a long statement), check probe and runbook, and clean up after themse
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -17,6 +19,7 @@ import trio
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.mysql import PACK
+from sonde.packs.mysql.connection import MysqlParams, session
 from sonde.packs.mysql.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.mysql.status import summarize_innodb, summarize_status
 from sonde.packs.registry import PackRegistry
@@ -475,3 +478,104 @@ async def test_missing_database_names_its_setting() -> None:
     assert "not available" not in message
     ctx.settings.packs["mysql"] = {"database": "mysql"}  # one that is there
     assert (await execute_probe(REGISTRY, "mysql.status.summary", {"interval_s": 0}, ctx)).result
+
+
+# What a login without PROCESS sees, and Sonde's own connections in the process list
+
+
+@dataclass(frozen=True)
+class Login:
+    user: str
+    password: str
+
+    def connect(self) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=3306,
+            user=self.user,
+            password=self.password,
+            autocommit=True,
+            connect_timeout=3,
+        )
+
+    async def run(self, name: str, **params: Any) -> dict[str, Any]:
+        """The probe, logged in as this user (its password from the agent config, as an agent has it)."""
+        ctx = ProbeContext()
+        ctx.settings.packs["mysql"] = {"user": self.user, "password": self.password}
+        return (await execute_probe(REGISTRY, name, params, ctx)).result
+
+
+@pytest.fixture
+async def logins() -> AsyncIterator[tuple[Login, Login, str]]:
+    """Two users without privileges (random passwords) and a role granting PROCESS; dropped afterwards."""
+    suffix = uuid.uuid4().hex[:10]
+    login = Login(f"sonde_test_{suffix}_login", secrets.token_urlsafe(16))
+    other = Login(f"sonde_test_{suffix}_other", secrets.token_urlsafe(16))
+    role = f"sonde_test_{suffix}_role"
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for user in (login, other):
+            await trio.to_thread.run_sync(
+                execute, admin, f"CREATE USER '{user.user}'@'%' IDENTIFIED BY '{user.password}'"
+            )
+        await trio.to_thread.run_sync(execute, admin, f"CREATE ROLE {role}")
+        await trio.to_thread.run_sync(execute, admin, f"GRANT PROCESS ON *.* TO {role}")
+        yield login, other, role
+    finally:
+        for user in (login, other):
+            await trio.to_thread.run_sync(execute, admin, f"DROP USER IF EXISTS '{user.user}'@'%'")
+        await trio.to_thread.run_sync(execute, admin, f"DROP ROLE IF EXISTS {role}")
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_process_list_says_what_a_login_without_process_cannot_see(
+    logins: tuple[Login, Login, str], connections: list[Any]
+) -> None:
+    # Without PROCESS the list held the login's own threads only, "truncated": false, and
+    # nothing said that other users' threads were hidden.
+    login, other, _ = logins
+    for _ in range(3):
+        connections.append(await trio.to_thread.run_sync(other.connect))
+    connections.append(await trio.to_thread.run_sync(login.connect))
+    limited = await login.run("mysql.processes.list", include_sleeping=True)
+    assert {t["user"] for t in limited["threads"]} == {login.user}  # its own idle connection
+    assert limited["sees_all_threads"] is False
+    assert "PROCESS" in limited["visibility"]
+    assert limited["hidden_threads"] >= 3  # the other user's, at least
+    assert f"about {limited['hidden_threads']} " in limited["visibility"]
+    full = await run("mysql.processes.list", include_sleeping=True)
+    assert sum(t["user"] == other.user for t in full["threads"]) == 3
+    assert (full["sees_all_threads"], full["hidden_threads"], full["visibility"]) == (True, None, None)
+
+
+async def test_process_granted_through_a_role_sees_every_thread(
+    logins: tuple[Login, Login, str], connections: list[Any]
+) -> None:
+    login, other, role = logins
+    admin = await trio.to_thread.run_sync(connect)
+    connections.append(admin)
+    await trio.to_thread.run_sync(execute, admin, f"GRANT {role} TO '{login.user}'@'%'")
+    await trio.to_thread.run_sync(execute, admin, f"SET DEFAULT ROLE {role} FOR '{login.user}'@'%'")
+    connections.append(await trio.to_thread.run_sync(other.connect))
+    found = await login.run("mysql.processes.list", include_sleeping=True)
+    assert other.user in {t["user"] for t in found["threads"]}
+    assert (found["sees_all_threads"], found["hidden_threads"], found["visibility"]) == (True, None, None)
+
+
+async def test_process_list_leaves_out_sonde_connections(connections: list[Any]) -> None:
+    # A Sonde probe running beside this one (a runbook runs its probes at once) was listed
+    # as any client's query.
+    plain = await trio.to_thread.run_sync(connect)
+    connections.append(plain)
+    plain_id = plain.thread_id()
+    async with session(ProbeContext(), MysqlParams()) as sonde:
+        [[row]] = await sonde.run(("SELECT CONNECTION_ID() AS id", ()))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, execute, plain, "SELECT SLEEP(3)")
+            nursery.start_soon(sonde.run, ("SELECT SLEEP(3)", ()))
+            found = await wait_for(  # until both statements run
+                "mysql.processes.list",
+                {},
+                lambda r: any(t["id"] == plain_id for t in r["threads"]) and r["sonde_threads"] >= 1,
+            )
+    assert row["id"] not in {t["id"] for t in found["threads"]}

@@ -410,3 +410,16 @@ async def test_logs_outside_the_allow_list_are_refused(nginx: Nginx) -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run(nginx.context(), "nginx.logs.access", path=str(nginx.config))
     assert caught.value.code == "refused"
+
+
+async def test_without_nginx_the_config_test_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As ping's answer does, and the README's "Optional commands" table says."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    with pytest.raises(ProbeExecutionError) as caught:
+        await execute_probe(REGISTRY, "nginx.config.test", {}, ProbeContext())
+    assert caught.value.code == "unavailable"
+    assert caught.value.message == (
+        "command 'nginx' is not installed on this machine (Debian and Ubuntu: apt install nginx)"
+    )

@@ -6,6 +6,7 @@ blocked lock), checks the probe sees it and the runbook flags it, and cleans up.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -489,3 +490,172 @@ async def test_total_size_says_what_it_left_out(role_without_connect: tuple[str,
     assert limited["left_out_of_total"] == len(unsized) >= 1
     assert limited["total_size_bytes"] == sum(db["size_bytes"] or 0 for db in limited["databases"])
     assert limited["total_size_bytes"] < everything["total_size_bytes"]
+
+
+# What a login without pg_monitor sees, Sonde's sessions in the long-running list, client addresses
+
+
+def connect_as(role: str, database: str, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A session of ``role`` (trust auth: no password) on ``database``."""
+    return psycopg.connect(
+        f"host=127.0.0.1 port=5432 user={role} dbname={database} connect_timeout=3", autocommit=autocommit
+    )
+
+
+@pytest.fixture
+async def strangers() -> AsyncIterator[tuple[str, str, str]]:
+    """A login role without pg_monitor, another role, and a database for the other's sessions.
+
+    All three are dropped afterwards, with any session left on the database.
+    """
+    suffix = uuid.uuid4().hex[:12]
+    login, other, database = (
+        f"sonde_test_{suffix}_login",
+        f"sonde_test_{suffix}_other",
+        f"sonde_test_{suffix}",
+    )
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        for sql in (
+            f"CREATE ROLE {login} LOGIN",
+            f"CREATE ROLE {other} LOGIN",
+            f"CREATE DATABASE {database}",
+        ):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        yield login, other, database
+    finally:
+        for sql in (
+            f"DROP DATABASE IF EXISTS {database} WITH (FORCE)",
+            f"DROP ROLE IF EXISTS {other}",
+            f"DROP ROLE IF EXISTS {login}",
+        ):
+            await trio.to_thread.run_sync(lambda sql=sql: execute(admin, sql))
+        await trio.to_thread.run_sync(admin.close)
+
+
+async def test_a_login_without_pg_monitor_counts_other_users_sessions(
+    strangers: tuple[str, str, str], extra_connections: list[psycopg.Connection[Any]]
+) -> None:
+    # To a login without pg_monitor, other users' sessions have a NULL backend_type and state:
+    # the client filter dropped them, so the total read 1 with 8 clients connected, silently.
+    login, other, database = strangers
+    for _ in range(3):
+        extra_connections.append(await trio.to_thread.run_sync(connect_as, other, database))
+    with trio.fail_after(WAIT_S):
+        while True:  # the superuser's total before and after agree: no client came or went meanwhile
+            before = await run("postgres.connections.usage")
+            limited = await run("postgres.connections.usage", user=login)
+            after = await run("postgres.connections.usage")
+            if before["total"] == after["total"]:
+                break
+            await trio.sleep(POLL_S)
+    # every client session counted, and no background process (checkpointer, launcher, ...)
+    assert limited["total"] == before["total"]
+    assert {u["name"]: u["connections"] for u in limited["by_user"]}[other] == 3
+    assert {d["name"]: d["connections"] for d in limited["by_database"]}[database] == 3
+    assert limited["by_state"]["hidden"] == limited["hidden_sessions"] >= 3
+    assert limited["sees_all_sessions"] is False
+    assert "pg_monitor" in limited["visibility"]
+    assert f"{limited['hidden_sessions']} " in limited["visibility"]
+    assert (before["sees_all_sessions"], before["hidden_sessions"], before["visibility"]) == (True, 0, None)
+    assert "hidden" not in before["by_state"]
+    low = build_runbook(
+        {**THRESHOLDS, "connection_usage_percent": Threshold(warning=0.01, critical=100, unit="%")}
+    )
+    [finding] = low.evaluate({"postgres.connections.usage": limited})
+    assert "grant it pg_monitor" in finding.detail
+    sizes = await run("postgres.databases.sizes", user=login)
+    [listed] = [db for db in sizes["databases"] if db["name"] == database]
+    assert listed["connections"] == 3
+    assert sizes["hidden_sessions"] >= 3
+    assert (sizes["sees_all_sessions"], "pg_monitor" in sizes["visibility"]) == (False, True)
+
+
+async def test_long_running_says_how_many_sessions_it_could_not_judge(
+    strangers: tuple[str, str, str], extra_connections: list[psycopg.Connection[Any]]
+) -> None:
+    # A login without pg_monitor cannot see when other users' statements started: their
+    # long queries were left out, and the answer did not say so.
+    login, other, database = strangers
+    sleeper = await trio.to_thread.run_sync(connect_as, other, database)
+    idle = await trio.to_thread.run_sync(connect_as, other, database)
+    extra_connections += [sleeper, idle]
+    sleeper_pid = sleeper.info.backend_pid
+
+    def sleep_until_cancelled() -> None:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            execute(sleeper, "SELECT pg_sleep(30)")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, sleep_until_cancelled)
+        full = await wait_for(
+            "postgres.queries.long_running",
+            {"min_duration_s": 1},
+            lambda r: any(q["pid"] == sleeper_pid for q in r["queries"]),
+        )
+        limited = await run("postgres.queries.long_running", user=login, min_duration_s=1)
+        await trio.to_thread.run_sync(cancel_backend, sleeper_pid)
+    assert (full["unjudged_sessions"], full["sees_all_sessions"], full["visibility"]) == (0, True, None)
+    assert sleeper_pid not in {q["pid"] for q in limited["queries"]}
+    assert limited["unjudged_sessions"] >= 2  # the sleeper and the idle one: either might be long
+    assert limited["sees_all_sessions"] is False
+    assert f"{limited['unjudged_sessions']} " in limited["visibility"]
+    assert "pg_monitor" in limited["visibility"]
+    [finding] = [
+        f for f in RUNBOOK.evaluate({"postgres.queries.long_running": limited}) if f.severity == "info"
+    ]
+    assert (
+        finding.title
+        == f"{limited['unjudged_sessions']} PostgreSQL sessions could not be checked for long queries"
+    )
+    assert "pg_monitor" in finding.detail
+    assert [
+        f for f in RUNBOOK.evaluate({"postgres.queries.long_running": full}) if f.severity == "info"
+    ] == []
+
+
+async def test_long_running_leaves_out_sonde_and_no_duration_is_negative(
+    extra_connections: list[psycopg.Connection[Any]],
+) -> None:
+    # With min_duration_s 0 the list held Sonde's sibling sessions, one at duration_s -0.000179:
+    # its statement started after the probe's own transaction had begun (now()).
+    siblings = [await trio.to_thread.run_sync(connect_as_sonde) for _ in range(2)]
+    busy = await trio.to_thread.run_sync(connect, False)
+    extra_connections += [*siblings, busy]
+    for sibling in siblings:
+        await trio.to_thread.run_sync(lambda sibling=sibling: execute(sibling, "BEGIN"))
+        await trio.to_thread.run_sync(lambda sibling=sibling: execute(sibling, "SELECT 1"))
+    sibling_pids = {sibling.info.backend_pid for sibling in siblings}
+    stop = threading.Event()
+
+    def short_statements() -> None:  # a transaction whose statements start all the time
+        while not stop.is_set():
+            execute(busy, "SELECT 1")
+
+    readings = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, short_statements)
+        try:
+            for _ in range(40):
+                readings.append(await run("postgres.queries.long_running", min_duration_s=0))
+        finally:
+            stop.set()
+    listed = [q for reading in readings for q in reading["queries"]]
+    assert busy.info.backend_pid in {q["pid"] for q in listed}
+    assert sibling_pids.isdisjoint(q["pid"] for q in listed)
+    assert [q for q in listed if (q["duration_s"] or 0) < 0 or (q["transaction_s"] or 0) < 0] == []
+
+
+async def test_client_address_is_a_plain_address(extra_connections: list[psycopg.Connection[Any]]) -> None:
+    # client_addr::text kept the netmask: "127.0.0.1/32"
+    tcp = await trio.to_thread.run_sync(connect, False)
+    unix = await trio.to_thread.run_sync(
+        lambda: psycopg.connect("host=/var/run/postgresql port=5432 user=postgres dbname=postgres")
+    )
+    extra_connections += [tcp, unix]
+    for connection in (tcp, unix):
+        await trio.to_thread.run_sync(lambda connection=connection: execute(connection, "SELECT 1"))
+    found = await run("postgres.queries.long_running", min_duration_s=0)
+    clients = {q["pid"]: q["client"] for q in found["queries"]}
+    assert clients[tcp.info.backend_pid] == "127.0.0.1"
+    assert clients[unix.info.backend_pid] is None  # a unix socket has no address

@@ -366,3 +366,31 @@ async def test_unreachable_redis_is_unavailable() -> None:
         await run("redis.server.info", port=1)
     assert caught.value.code == "unavailable"
     assert "Redis is not available at 127.0.0.1:1" in caught.value.message
+
+
+IPV6_HINT = "Redis must also listen on [::1]:6379 (Debian's redis.conf binds 127.0.0.1 -::1)"
+
+
+@pytest.fixture
+def ipv6_loopback_redis() -> None:
+    connection = redis.Redis(host="::1", port=6379, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    try:
+        connection.ping()
+    except redis.exceptions.ConnectionError:
+        require(False, IPV6_HINT)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+async def test_server_info_over_the_ipv6_loopback(ipv6_loopback_redis: None, host: str) -> None:
+    info = await run("redis.server.info", host=host)
+    assert info["version"]
+    assert info["role"] == "master"
+
+
+async def test_unreachable_ipv6_redis_is_named_with_brackets() -> None:
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("redis.server.info", host="::1", port=1)
+    assert caught.value.code == "unavailable"
+    assert "Redis is not available at [::1]:1" in caught.value.message

@@ -137,6 +137,22 @@ async def test_directories_by_size_sum_their_trees(tree: Path) -> None:
     assert listing["unreadable"] == []  # for what root cannot read, see test_system_unprivileged
 
 
+@pytest.mark.parametrize("sort_by", ["name", "mtime"])
+async def test_directories_not_sorted_by_size_claim_no_size(tree: Path, sort_by: str) -> None:
+    """Without the walk a directory's size is unknown: not its 4096-byte entry passed off as a total."""
+    listing = await run(tree, "system.files.directories", path=str(tree), sort_by=sort_by)
+    assert sorted(entry["name"] for entry in listing["entries"]) == ["big", "small"]
+    for entry in listing["entries"]:
+        assert (entry["size_bytes"], entry["apparent_size_bytes"], entry["size_complete"]) == (
+            None,
+            None,
+            False,
+        )
+    assert listing["complete"] is True  # every subdirectory was listed; sizes were not asked for
+    files = await run(tree, "system.files.list", path=str(tree), sort_by=sort_by)
+    assert all(entry["size_bytes"] is not None and entry["size_complete"] for entry in files["entries"])
+
+
 async def command_output(*argv: str) -> str:
     done = await trio.run_process(list(argv), capture_stdout=True)
     return done.stdout.decode()

@@ -18,6 +18,8 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK
+from sonde.packs.system.reachability import parse_ping
+from tests.conftest import require
 
 REGISTRY = PackRegistry.of([PACK])
 
@@ -141,6 +143,70 @@ async def test_ping_loopback() -> None:
     assert (found["reachable"], found["transmitted"], found["received"]) == (True, 2, 2)
     assert found["loss_percent"] == 0.0
     assert 0 <= found["rtt_min_ms"] <= found["rtt_avg_ms"] <= found["rtt_max_ms"]
+
+
+PING_HINT = "needs iputils' ping (Debian and Ubuntu: apt-get install -y iputils-ping)"
+UNREACHABLE = "192.0.2.99"  # TEST-NET-1: no host answers there
+
+
+def on_link(address: str) -> bool:
+    """Whether this machine has an interface in ``address``'s /24: then ARP fails and ping reports errors."""
+    prefix = address.rsplit(".", 1)[0] + "."
+    return any(
+        entry.family == socket.AF_INET and entry.address.startswith(prefix)
+        for entries in psutil.net_if_addrs().values()
+        for entry in entries
+    )
+
+
+@pytest.mark.parametrize(("count", "timeout_s"), [(1, 1), (2, 1), (3, 2)])
+async def test_ping_of_an_unreachable_address_sends_count_packets_in_bounded_time(
+    count: int, timeout_s: int
+) -> None:
+    """iputils' -w DEADLINE makes -c a count of replies to wait for: it kept sending until the deadline."""
+    require(shutil.which("ping") is not None, PING_HINT)
+    started = trio.current_time()
+    found = await run("system.network.ping", host=UNREACHABLE, count=count, timeout_s=timeout_s)
+    assert trio.current_time() - started < (count - 1) * 0.2 + timeout_s + 1.5
+    assert (found["reachable"], found["transmitted"], found["received"]) == (False, count, 0)
+    assert found["loss_percent"] == 100.0
+
+
+async def test_ping_reports_host_unreachable_errors() -> None:
+    """On its own /24, the address's ARP fails after 3 s (3 solicitations 1 s apart): "+2 errors"."""
+    require(shutil.which("ping") is not None, PING_HINT)
+    if not on_link(UNREACHABLE):
+        pytest.skip(f"{UNREACHABLE} is routed away from this machine: its packets are lost without an error")
+    started = trio.current_time()
+    found = await run("system.network.ping", host=UNREACHABLE, count=2, timeout_s=5)
+    assert trio.current_time() - started < 0.2 + 5 + 1.5
+    assert (found["transmitted"], found["received"], found["errors"]) == (2, 0, 2)
+    assert found["error"].startswith("Destination Host Unreachable from ")
+    assert found["error"].endswith(" (2 errors)")
+
+
+async def test_ping_loopback_sends_count_packets() -> None:
+    require(shutil.which("ping") is not None, PING_HINT)
+    found = await run("system.network.ping", host="127.0.0.1", count=3, timeout_s=1)
+    assert (found["transmitted"], found["received"], found["errors"], found["error"]) == (3, 3, 0, None)
+
+
+def test_ping_errors_are_reported_not_left_null() -> None:
+    """ "+2 errors": the ICMP errors that came back instead of replies, named with their sender."""
+    text = (Path(__file__).parent / "recorded" / "hand" / "ping-iputils-unreachable.txt").read_text()
+    down = parse_ping("10.0.0.99", text, "")
+    assert (down.transmitted, down.received, down.errors) == (3, 0, 2)
+    assert down.error == "Destination Host Unreachable from 10.0.0.1 (2 errors)"
+    mixed = (
+        "From 10.0.0.1 icmp_seq=1 Destination Host Unreachable\n"
+        "From 10.0.0.254 (10.0.0.254) icmp_seq=2 Time to live exceeded\n"
+        "3 packets transmitted, 0 received, +2 errors, 100% packet loss, time 2030ms\n"
+    )
+    assert parse_ping("10.0.0.99", mixed, "").error == (
+        "Destination Host Unreachable from 10.0.0.1; Time to live exceeded from 10.0.0.254 (2 errors)"
+    )
+    bare = parse_ping("10.0.0.99", "1 packets transmitted, 0 received, +1 errors, 100% packet loss\n", "")
+    assert (bare.errors, bare.error) == (1, "1 error")
 
 
 async def test_ping_of_an_unknown_name_reports_the_error() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import re
 import socket
@@ -20,7 +21,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK
-from sonde.packs.system.disk import PSEUDO_FILESYSTEMS
+from sonde.packs.system.disk import PSEUDO_FILESYSTEMS, FilesystemUsage
 from sonde.packs.system.listening import listening_from_procfs
 from sonde.packs.system.process_info import PID_MAX
 
@@ -152,6 +153,12 @@ async def test_cpu_usage_over_a_short_interval() -> None:
     assert usage["load_per_cpu"] == pytest.approx(usage["load_1m"] / usage["logical_count"], abs=0.01)
 
 
+async def test_cpu_usage_echoes_a_negative_zero_interval_as_zero() -> None:
+    usage = await run("system.cpu.usage", interval_s=-0.0)
+    assert usage["interval_s"] == 0.0
+    assert math.copysign(1.0, usage["interval_s"]) == 1.0  # not -0.0
+
+
 @pytest.mark.parametrize("interval_s", [0.0, 0.5, 5.0])
 async def test_cpu_usage_waits_its_interval_on_the_trio_clock(
     autojump_clock: trio.testing.MockClock, interval_s: float
@@ -180,6 +187,20 @@ async def test_disk_usage_has_the_root_filesystem_and_no_pseudo_ones() -> None:
     assert not {fs["fstype"] for fs in disks["filesystems"]} & PSEUDO_FILESYSTEMS
     pairs = [(fs["device"], fs["mountpoint"]) for fs in disks["filesystems"]]
     assert len(pairs) == len(set(pairs))
+
+
+async def test_disk_usage_accounts_for_the_reserved_blocks() -> None:
+    """total = used + free + reserved: ext4 keeps 5% for root by default, which df's Avail leaves out."""
+    root = {fs["mountpoint"]: fs for fs in (await run("system.disk.usage"))["filesystems"]}["/"]
+    now = os.statvfs("/")
+    assert root["total_bytes"] == root["used_bytes"] + root["free_bytes"] + root["reserved_bytes"]
+    assert root["total_bytes"] == now.f_blocks * now.f_frsize
+    expected_reserved = (now.f_bfree - now.f_bavail) * now.f_frsize
+    assert abs(root["reserved_bytes"] - expected_reserved) <= 64 * 1024**2  # other writers meanwhile
+    assert abs(root["free_bytes"] - now.f_bavail * now.f_frsize) <= 64 * 1024**2
+    described = {name: str(field.description) for name, field in FilesystemUsage.model_fields.items()}
+    assert "unprivileged" in described["free_bytes"]
+    assert "root" in described["reserved_bytes"]
 
 
 async def test_network_interfaces_include_loopback() -> None:

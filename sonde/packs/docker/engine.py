@@ -28,6 +28,7 @@ READ_CHUNK_BYTES = 65536
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 FRAME_HEADER_BYTES = 8
 STREAM_NAMES = {0: "stdin", 1: "stdout", 2: "stderr"}
+PEER_TEXT_MAX_CHARS = 200  # of a misbehaving peer's bytes quoted in an error
 GROUP_HINT = (
     "the Docker socket {path} is not readable by this user: add the sonde user to the 'docker' "
     "group (root-equivalent on most hosts)"
@@ -100,14 +101,32 @@ async def _open(path: str) -> trio.SocketStream:
         raise ProbeUnavailable(f"Docker is not available on this machine: no Engine API at {path}") from None
     except PermissionError:
         raise PermissionError(GROUP_HINT.format(path=path)) from None
+    except OSError as exc:  # a path through a file, a path too long for a unix socket, ...
+        raise ProbeUnavailable(
+            f"cannot connect to the Docker Engine API socket {path}: {_reason(exc)}"
+        ) from None
+
+
+def _reason(exc: BaseException) -> str:
+    """An OS error's own words ("Broken pipe"), without the errno and class name around them."""
+    error = exc if isinstance(exc, OSError) else exc.__cause__
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error or exc)
+
+
+def not_an_engine(socket: str, what: str) -> ProbeUnavailable:
+    """The error for a socket that accepts connections but does not behave as the Engine API."""
+    return ProbeUnavailable(f"the socket {socket} is not a working Docker Engine API: {what}")
 
 
 async def engine_get(socket: str, request_target: str, keeper: BodyKeeper | None = None) -> EngineResponse:
     """GET ``request_target`` from the Engine API at ``socket``; ``keeper`` keeps what of the body
     fits (default: its first `DEFAULT_MAX_BODY_BYTES`).
 
-    Raises `ProbeUnavailable` when nothing listens there, `PermissionError` naming the
-    'docker' group when the socket is refused, `EngineError` on an error status.
+    Raises `ProbeUnavailable` when nothing listens there or what listens hangs up or does not
+    speak HTTP (`not_an_engine`), `PermissionError` naming the 'docker' group when the socket
+    is refused, `EngineError` on an error status.
     """
     connection = h11.Connection(h11.CLIENT)
     request = h11.Request(
@@ -117,26 +136,52 @@ async def engine_get(socket: str, request_target: str, keeper: BodyKeeper | None
     )
     keeper = keeper if keeper is not None else HeadKeeper(DEFAULT_MAX_BODY_BYTES)
     stream = await _open(socket)
-    async with stream:
-        await stream.send_all(connection.send(request) + (connection.send(h11.EndOfMessage()) or b""))
-        response: h11.Response | None = None
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                connection.receive_data(await stream.receive_some(READ_CHUNK_BYTES))
-            elif isinstance(event, h11.Response):
-                response = event
-            elif isinstance(event, h11.Data):
-                if keeper.feed(event.data):
-                    break
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                break
-    if response is None:
-        raise ProbeUnavailable("the Docker Engine API closed the connection without answering")
+    try:
+        async with stream:
+            await stream.send_all(connection.send(request) + (connection.send(h11.EndOfMessage()) or b""))
+            response = await _receive_response(stream, connection, keeper, socket)
+    except trio.BrokenResourceError as exc:  # EPIPE on the request or ECONNRESET on the answer
+        raise not_an_engine(socket, f"it closed the connection without answering ({_reason(exc)})") from None
     content_type = dict(response.headers).get(b"content-type", b"").decode()
     if response.status_code >= 400:
         raise EngineError(response.status_code, _error_message(keeper.body()))
     return EngineResponse(response.status_code, content_type, keeper.body(), keeper.truncated)
+
+
+async def _receive_response(
+    stream: trio.SocketStream, connection: h11.Connection, keeper: BodyKeeper, socket: str
+) -> h11.Response:
+    """The response head, its body fed to ``keeper``; a peer that breaks HTTP is `not_an_engine`."""
+    response: h11.Response | None = None
+    received_bytes = 0
+    while True:
+        try:
+            event = connection.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise not_an_engine(socket, _broken_answer(received_bytes, response, exc)) from None
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(READ_CHUNK_BYTES)
+            received_bytes += len(data)
+            connection.receive_data(data)
+        elif isinstance(event, h11.Response):
+            response = event
+        elif isinstance(event, h11.Data):
+            if keeper.feed(event.data):
+                break
+        elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+            break
+    if response is None:
+        raise not_an_engine(socket, "it closed the connection without answering")
+    return response
+
+
+def _broken_answer(received_bytes: int, response: h11.Response | None, exc: h11.RemoteProtocolError) -> str:
+    said = str(exc)[:PEER_TEXT_MAX_CHARS]  # h11 may quote what the peer sent
+    if received_bytes == 0:
+        return "it closed the connection without answering"
+    if response is None:
+        return f"it answered something other than HTTP ({said})"
+    return f"it broke off its HTTP answer ({said})"
 
 
 def _error_message(body: bytes) -> str:
@@ -156,7 +201,12 @@ async def get_json(ctx: ProbeContext, path: str, query: dict[str, str | int] | N
         raise ProbeUnavailable(str(exc)) from None
     if response.truncated:
         raise ProbeUnavailable(f"the Engine API answer to {path} exceeds {DEFAULT_MAX_BODY_BYTES} bytes")
-    return response.json()
+    try:
+        return response.json()
+    except ValueError:  # UnicodeDecodeError included
+        kind = response.content_type or "none"
+        what = f"it answered {path} with something other than JSON (Content-Type {kind})"
+        raise not_an_engine(socket_path(ctx), what) from None
 
 
 def demultiplex(payload: bytes) -> list[tuple[str, bytes]]:

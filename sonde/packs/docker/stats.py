@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import trio
 from pydantic import Field
 
-from sonde.packs.base import Params, Result
+from sonde.packs.base import Params, ProbeUnavailable, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.docker import PACK
 from sonde.packs.docker.engine import get_json
@@ -117,19 +117,31 @@ def container_stats(stats: dict[str, Any]) -> ContainerStats:
     timeout_s=20,
 )
 async def containers_stats(ctx: ProbeContext, params: StatsParams) -> StatsSnapshot:
-    if params.container is not None:
-        ids = [params.container]
-        running = 1
-    else:
-        listed = await get_json(ctx, "/containers/json")
-        running = len(listed)
-        ids = [row["Id"] for row in listed[: params.limit]]
+    if params.container is not None:  # an unknown name is the caller's ValueError, not a nursery's group
+        return StatsSnapshot(containers=[await sample_stats(ctx, params.container)], truncated=False)
+    listed = await get_json(ctx, "/containers/json")
+    ids = [row["Id"] for row in listed[: params.limit]]
     found: dict[str, ContainerStats] = {}
+    failures: list[ProbeUnavailable | PermissionError] = []
 
     async def sample(ref: str) -> None:
-        found[ref] = container_stats(await get_json(ctx, f"/containers/{ref}/stats", {"stream": "false"}))
+        try:
+            found[ref] = await sample_stats(ctx, ref)
+        except ValueError:  # removed between the list and the stats
+            pass
+        except (ProbeUnavailable, PermissionError) as exc:  # raised below as itself, not in a group
+            failures.append(exc)
 
     async with trio.open_nursery() as nursery:
         for ref in ids:
             nursery.start_soon(sample, ref)
-    return StatsSnapshot(containers=[found[ref] for ref in ids], truncated=running > len(ids))
+    if failures:
+        raise failures[0]
+    return StatsSnapshot(
+        containers=[found[ref] for ref in ids if ref in found], truncated=len(listed) > len(ids)
+    )
+
+
+async def sample_stats(ctx: ProbeContext, ref: str) -> ContainerStats:
+    """One container's stats now; a ValueError when the Engine knows no such container."""
+    return container_stats(await get_json(ctx, f"/containers/{ref}/stats", {"stream": "false"}))

@@ -1,11 +1,18 @@
-"""Run read-only SQL against MySQL/MariaDB in a worker thread, errors turned into our vocabulary."""
+"""Run read-only SQL against MySQL/MariaDB in a worker thread, errors turned into our vocabulary.
+
+Sonde's connections mark themselves, so a probe can leave its siblings out of what it
+reports: each names itself ``sonde`` when it connects (the ``program_name``
+connection attribute, readable in performance_schema where that is on), and each
+statement it sends begins with `SONDE_MARK`, which the process list shows while the
+statement runs.
+"""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -31,8 +38,11 @@ DATABASE_HINT = (
 )
 MISSING_DATABASE_HINT = "set it to a database on this server, or remove it: the probes need none"
 PRIVILEGE_HINT = "grant the agent's database user the PROCESS privilege (and SELECT on information_schema)"
+SONDE_PROGRAM = "sonde"  # every connection's program_name attribute
+SONDE_MARK = "/* sonde */"  # the start of every statement Sonde sends
 
 Query = tuple[str, Sequence[Any]]
+T = TypeVar("T")
 
 
 class MysqlParams(ServiceParams):
@@ -81,6 +91,7 @@ def _connect(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
         autocommit=True,
         cursorclass=pymysql.cursors.DictCursor,
         defer_connect=True,
+        program_name=SONDE_PROGRAM,
     )
     try:
         sock = _socket(where, limits)
@@ -122,7 +133,7 @@ def _open(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
         connection = _connect(where, limits, hangup)
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SET SESSION TRANSACTION READ ONLY")
+                cursor.execute(f"{SONDE_MARK} SET SESSION TRANSACTION READ ONLY")
         except BaseException:
             connection.close()
             raise
@@ -133,9 +144,24 @@ def _query(where: Endpoint, connection: Any, queries: Sequence[Query]) -> list[l
     with _our_errors(where), connection.cursor() as cursor:
         results = []
         for sql, args in queries:
-            cursor.execute(sql, args or None)
+            cursor.execute(f"{SONDE_MARK} {sql.lstrip()}", args or None)
             results.append(list(cursor.fetchall()))
         return results
+
+
+def _refused(where: Endpoint, connection: Any, sql: str) -> bool:
+    """Whether the server refuses ``sql`` (no args) to this login for lack of a privilege."""
+    import pymysql
+
+    with _our_errors(where), connection.cursor() as cursor:
+        try:
+            cursor.execute(f"{SONDE_MARK} {sql.lstrip()}")
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] in PRIVILEGE_DENIED:
+                return True
+            raise
+        cursor.fetchall()
+        return False
 
 
 def _close(connection: Any) -> None:
@@ -178,8 +204,19 @@ class Session:
         Cancelled, it cuts the connection (the thread's blocked read fails at once): the
         session can run nothing more.
         """
+        return await self._in_thread(_query, queries)
+
+    async def refused(self, sql: str) -> bool:
+        """Whether the server refuses ``sql`` to this login for lack of a privilege (its other errors raise).
+
+        The server counts the refusal (MariaDB's ``Access_denied_errors``).
+        """
+        return await self._in_thread(_refused, sql)
+
+    async def _in_thread(self, call: Callable[..., T], arg: Any) -> T:
+        """``call(where, connection, arg)`` in a worker thread; cancelled, it cuts the connection."""
         try:
-            return await self._ctx.in_thread(_query, self._where, self._connection, queries)
+            return await self._ctx.in_thread(call, self._where, self._connection, arg)
         except trio.Cancelled:
             self._hangup.cut()
             raise
@@ -215,3 +252,8 @@ def as_number(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """``SHOW ... STATUS`` / ``VARIABLES`` rows as a dict, names in lower case."""
+    return {str(row["Variable_name"]).lower(): str(row["Value"]) for row in rows}

@@ -1,4 +1,11 @@
-"""MySQL/MariaDB databases with their sizes, and the process list."""
+"""MySQL/MariaDB databases with their sizes, and the process list.
+
+Without the PROCESS privilege the process list holds the login's own user's
+threads only. Whether the login holds it, its own or through a role, is asked of
+the server: it reads ``information_schema.INNODB_TRX``, which both MySQL and
+MariaDB allow only with PROCESS. Lacking it, the answer says so, with about how
+many connections it cannot see.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,15 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import MysqlParams, run_queries
+from sonde.packs.mysql.connection import (
+    SONDE_MARK,
+    SONDE_PROGRAM,
+    MysqlParams,
+    Session,
+    as_dict,
+    run_queries,
+    session,
+)
 
 QUERY_MAX_CHARS = 1000
 DATABASES = """
@@ -21,12 +36,23 @@ FROM information_schema.SCHEMATA s
 LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
 WHERE %s OR s.SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
 GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name"""
+# Sonde's own other connections: running one of its statements (marked), or, where performance_schema
+# is on, any that named itself so on connecting (the table lists this login's account's own only)
+SONDE_THREAD = f"""(COALESCE(INFO, '') LIKE '{SONDE_MARK}%%' OR ID IN (
+  SELECT PROCESSLIST_ID FROM performance_schema.session_account_connect_attrs
+  WHERE ATTR_NAME = 'program_name' AND ATTR_VALUE = '{SONDE_PROGRAM}'))"""
+LISTED = "ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep') AND TIME >= %s"
 PROCESSES = f"""
 SELECT ID AS id, USER AS user, HOST AS host, DB AS db, COMMAND AS command, TIME AS time_s,
        STATE AS state, LEFT(INFO, {QUERY_MAX_CHARS}) AS query
 FROM information_schema.PROCESSLIST
-WHERE ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep') AND TIME >= %s
+WHERE {LISTED} AND NOT {SONDE_THREAD}
 ORDER BY TIME DESC, ID LIMIT %s"""
+SONDE_THREADS = f"SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE {LISTED} AND {SONDE_THREAD}"
+# both MySQL and MariaDB let only a login with PROCESS (its own or a role's) read this table
+NEEDS_PROCESS = "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX"
+VISIBLE_THREADS = "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST"
+THREADS_CONNECTED = "SHOW GLOBAL STATUS LIKE 'Threads_connected'"
 
 
 class DatabasesParams(MysqlParams):
@@ -98,23 +124,55 @@ class Thread(Result):
 class ProcessList(Result):
     threads: list[Thread]
     truncated: bool
+    sonde_threads: int
+    sees_all_threads: bool
+    hidden_threads: int | None
+    visibility: str | None
 
 
 def thread(row: dict[str, Any]) -> Thread:
     return Thread(**{**row, "time_s": int(row["time_s"]) if row["time_s"] is not None else None})
 
 
+def hidden_threads_note(hidden: int) -> str:
+    return (
+        "This login lacks the PROCESS privilege: it sees its own user's threads only, and about "
+        f"{hidden} other connections (Threads_connected less the threads it sees) are hidden. Grant "
+        "the agent's database user PROCESS to see them."
+    )
+
+
 @PACK.probe(
     "mysql.processes.list",
     """MySQL/MariaDB threads (the process list), longest-running first: ID, user, client
     host, database, command, seconds in the current state, state and the statement (cut to
-    1000 characters). Idle connections are left out unless include_sleeping. Other users'
-    threads need the PROCESS privilege.""",
+    1000 characters). Idle connections are left out unless include_sleeping. Sonde's own
+    connections (its probes running beside this one) are left out and counted in
+    `sonde_threads`: while they run a statement, and idle too where performance_schema is
+    on. Other users' threads need the PROCESS privilege: without it `sees_all_threads` is
+    false, `hidden_threads` says about how many connections are not seen, and `visibility`
+    says so.""",
     timeout_s=15,
 )
 async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
-    args = (params.include_sleeping, params.min_time_s, params.limit + 1)
-    [rows] = await run_queries(ctx, params, (PROCESSES, args))
+    listed = (params.include_sleeping, params.min_time_s)
+    async with session(ctx, params) as connection:
+        rows, [sonde] = await connection.run(
+            (PROCESSES, (*listed, params.limit + 1)), (SONDE_THREADS, listed)
+        )
+        sees_all = not await connection.refused(NEEDS_PROCESS)
+        hidden = None if sees_all else await hidden_thread_count(connection)
     return ProcessList(
-        threads=[thread(row) for row in rows[: params.limit]], truncated=len(rows) > params.limit
+        threads=[thread(row) for row in rows[: params.limit]],
+        truncated=len(rows) > params.limit,
+        sonde_threads=sonde["n"],
+        sees_all_threads=sees_all,
+        hidden_threads=hidden,
+        visibility=None if hidden is None else hidden_threads_note(hidden),
     )
+
+
+async def hidden_thread_count(connection: Session) -> int:
+    """About how many connections a login without PROCESS does not see (two readings, one after the other)."""
+    [[visible], connected] = await connection.run((VISIBLE_THREADS, ()), (THREADS_CONNECTED, ()))
+    return max(int(as_dict(connected).get("threads_connected", "0")) - int(visible["n"]), 0)

@@ -14,13 +14,15 @@ and the rate since start (``Slow_queries`` / ``Uptime``, per minute).
 
 ``Threads_connected`` and ``Threads_running`` count the connection that reads
 them: the probe's own, which is taken off both (as the postgres pack leaves its
-own session out), so an idle server reads 0 connections, not 1.
+own session out), so an idle server reads 0 connections, not 1. Sonde's other
+connections (a runbook runs its probes at once) are not taken off: the process
+list tells them apart only while they run a statement, or where performance_schema
+is on (off by default on MariaDB), and it is another reading than the counters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import trio
 from pydantic import Field
@@ -28,7 +30,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import MysqlParams, as_number, run_queries, session
+from sonde.packs.mysql.connection import MysqlParams, as_dict, as_number, run_queries, session
 
 STATUS = "SHOW GLOBAL STATUS"
 VARIABLES = (
@@ -39,10 +41,6 @@ VARIABLES = (
 OWN_CONNECTIONS = 1  # the probe's connection, counted in the Threads_connected (and _running) it reads
 # This connection's statements so far, this one included (as SHOW GLOBAL STATUS counts itself)
 SESSION_QUESTIONS = "SHOW SESSION STATUS LIKE 'Questions'"
-
-
-def as_dict(rows: list[dict[str, Any]]) -> dict[str, str]:
-    return {str(row["Variable_name"]).lower(): str(row["Value"]) for row in rows}
 
 
 class StatusParams(MysqlParams):

@@ -1,8 +1,11 @@
 """What PostgreSQL's clients are doing: connections by state, long-running and blocked queries.
 
-All of it reads ``pg_stat_activity`` (client backends only, the probe's own
-session left out; the connection and lock counts leave out every Sonde session)
-and ``pg_locks``; ``pg_blocking_pids`` names who blocks whom.
+All of it reads ``pg_stat_activity`` (client sessions only, the probe's own
+session left out; the connection and lock counts and the long-running list
+leave out every Sonde session) and ``pg_locks``; ``pg_blocking_pids`` names who
+blocks whom. Other users' sessions are counted even where this login may not
+see their details (`sonde.packs.postgres.visibility`), and the answers say what
+was hidden.
 """
 
 from __future__ import annotations
@@ -15,22 +18,32 @@ from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
 from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
+from sonde.packs.postgres.visibility import (
+    CLIENT_SESSIONS,
+    DETAILS_HIDDEN,
+    NOT_SONDE,
+    SEES_ALL_SESSIONS,
+    visibility_note,
+)
 
 QUERY_MAX_CHARS = 1000
-CLIENTS = "backend_type = 'client backend' AND pid <> pg_backend_pid()"
+CLIENTS = f"{CLIENT_SESSIONS} AND pid <> pg_backend_pid()"
+HIDDEN_STATE = "hidden"  # by_state's name for the sessions whose state this login may not see
 
 # One statement, so one reading of pg_stat_activity: every figure agrees with the others.
 CONNECTION_COUNTS = f"""
-SELECT coalesce(state, 'unknown') AS state, coalesce(datname, '') AS database, coalesce(usename, '') AS user,
-application_name = '{SONDE_APPLICATION}' AS sonde, count(*) AS n
-FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1, 2, 3, 4"""
+SELECT CASE WHEN {DETAILS_HIDDEN} THEN '{HIDDEN_STATE}' ELSE coalesce(state, 'unknown') END AS state,
+coalesce(datname, '') AS database, coalesce(usename, '') AS user,
+application_name = '{SONDE_APPLICATION}' AS sonde, {DETAILS_HIDDEN} AS hidden, count(*) AS n
+FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1, 2, 3, 4, 5"""
 TOP_COUNTED = 20
-SETTINGS = """
+SETTINGS = f"""
 SELECT current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved,
-       current_setting('server_version') AS version"""
+       current_setting('server_version') AS version, {SEES_ALL_SESSIONS} AS sees_all"""
+# client_addr is an inet ("127.0.0.1/32" as text); host() is the address alone, NULL for a unix socket
 SESSION_COLUMNS = f"""
-pid, usename AS user, datname AS database, application_name, client_addr::text AS client,
+pid, usename AS user, datname AS database, application_name, host(client_addr) AS client,
 state, wait_event_type, wait_event,
 extract(epoch FROM now() - query_start)::float8 AS duration_s,
 extract(epoch FROM now() - xact_start)::float8 AS transaction_s,
@@ -39,9 +52,13 @@ left(query, {QUERY_MAX_CHARS}) AS query"""
 RUNNING_SINCE = "coalesce(xact_start, query_start)"
 LONG_RUNNING = f"""
 SELECT {SESSION_COLUMNS} FROM pg_stat_activity
-WHERE {CLIENTS} AND state IS DISTINCT FROM 'idle'
+WHERE {CLIENTS} AND {NOT_SONDE} AND state IS DISTINCT FROM 'idle'
   AND {RUNNING_SINCE} < now() - make_interval(secs => %s)
 ORDER BY {RUNNING_SINCE} LIMIT %s"""
+# the sessions whose start times this login may not see: long-running or not, it cannot tell
+UNJUDGED = f"""
+SELECT {SEES_ALL_SESSIONS} AS sees_all, count(*) FILTER (WHERE {DETAILS_HIDDEN}) AS n
+FROM pg_stat_activity WHERE {CLIENTS} AND {NOT_SONDE}"""
 BLOCKED = f"""
 SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
 WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
@@ -67,6 +84,9 @@ class ConnectionUsage(Result):
     by_database: list[Counted]
     by_user: list[Counted]
     sonde_sessions: int
+    sees_all_sessions: bool
+    hidden_sessions: int
+    visibility: str | None
 
 
 def top_counted(counts: dict[str, int]) -> list[Counted]:
@@ -79,14 +99,19 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
     by_state: dict[str, int] = {}
     by_database: dict[str, int] = {}
     by_user: dict[str, int] = {}
-    sonde = 0
+    sonde = hidden = 0
     for row in rows:
         if row["sonde"]:
             sonde += row["n"]
             continue
+        hidden += row["n"] if row["hidden"] else 0
         for counts, key in ((by_state, row["state"]), (by_database, row["database"]), (by_user, row["user"])):
             counts[key] = counts.get(key, 0) + row["n"]
     total = sum(by_state.values())
+    consequence = (
+        f"{hidden} client sessions of other users are counted, with state '{HIDDEN_STATE}' (a background "
+        "worker connected to a database cannot be told apart from them)."
+    )
     return ConnectionUsage(
         server_version=limits["version"],
         max_connections=limits["max_connections"],
@@ -97,6 +122,9 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
         by_database=top_counted(by_database),
         by_user=top_counted(by_user),
         sonde_sessions=sonde,
+        sees_all_sessions=limits["sees_all"],
+        hidden_sessions=hidden,
+        visibility=visibility_note(limits["sees_all"], consequence),
     )
 
 
@@ -106,8 +134,10 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
     state (active, idle, idle in transaction, ...), and the top databases and users by
     connections; plus the server version. Every figure comes from one reading, and leaves
     out Sonde's own sessions (this probe's and its siblings' running beside it, application
-    'sonde'), which are counted in `sonde_sessions` instead. Use it for 'too many
-    connections' errors.""",
+    'sonde'), which are counted in `sonde_sessions` instead. A login without pg_monitor
+    still counts other users' sessions, but not their state: they are counted under state
+    'hidden' and in `hidden_sessions`, `sees_all_sessions` is false and `visibility` says
+    what is hidden. Use it for 'too many connections' errors.""",
     timeout_s=15,
 )
 async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
@@ -140,10 +170,24 @@ class LongRunning(Result):
     min_duration_s: float
     queries: list[Session]
     truncated: bool
+    unjudged_sessions: int
+    sees_all_sessions: bool
+    visibility: str | None
+
+
+def seconds_since(value: float | None) -> float | None:
+    """Seconds since a start read against the probe's own transaction start, ``now()``.
+
+    A statement begun after it (a sibling's, a busy client's) reads 0, not less.
+    """
+    return None if value is None else max(value, 0.0)
 
 
 def session(row: dict[str, Any]) -> Session:
-    return Session(**{key: row[key] for key in Session.model_fields})
+    values = {key: row[key] for key in Session.model_fields}
+    for key in ("duration_s", "transaction_s"):
+        values[key] = seconds_since(values[key])
+    return Session(**values)
 
 
 @PACK.probe(
@@ -153,16 +197,27 @@ def session(row: dict[str, Any]) -> Session:
     one): a transaction open for an hour that runs short statements, or sits 'idle in
     transaction', is listed. Each with PID, user, database, application, client, state,
     what it waits on, seconds its current (or last) statement has run (`duration_s`),
-    seconds in its transaction (`transaction_s`), and the query (cut to 1000 characters;
-    other users' text needs pg_monitor).""",
+    seconds in its transaction (`transaction_s`), and the query (cut to 1000 characters).
+    Sonde's own sessions (application 'sonde') are left out. A login without pg_monitor
+    cannot see when other users' sessions started: they are not listed but counted in
+    `unjudged_sessions`, `sees_all_sessions` is false and `visibility` says so.""",
     timeout_s=15,
 )
 async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
-    [rows] = await run_queries(ctx, params, (LONG_RUNNING, (params.min_duration_s, params.limit + 1)))
+    rows, [unjudged] = await run_queries(
+        ctx, params, (LONG_RUNNING, (params.min_duration_s, params.limit + 1)), (UNJUDGED, ())
+    )
+    consequence = (
+        f"{unjudged['n']} client sessions of other users could not be judged and are not listed, "
+        "however long they have run."
+    )
     return LongRunning(
         min_duration_s=params.min_duration_s,
         queries=[session(row) for row in rows[: params.limit]],
         truncated=len(rows) > params.limit,
+        unjudged_sessions=unjudged["n"],
+        sees_all_sessions=unjudged["sees_all"],
+        visibility=visibility_note(unjudged["sees_all"], consequence),
     )
 
 

@@ -22,13 +22,18 @@ MIN_BLOCK_ACCESSES = 10_000  # a hit ratio over fewer block accesses says little
 
 def connection_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     states = ", ".join(f"{state} {n}" for state, n in reading.get("by_state", {}).items())
+    hidden = (
+        " Other users' sessions' states are hidden from the agent's login: grant it pg_monitor."
+        if reading.get("hidden_sessions")
+        else ""
+    )
     return check(
         thresholds["connection_usage_percent"],
         reading.get("usage_percent"),
         "postgres.connections.usage",
         "PostgreSQL uses {value} of max_connections",
         f"{reading.get('total')} of {reading.get('max_connections')} connections ({states}); new clients "
-        "will be refused at the limit. Look for leaks ('idle') or add a pooler.",
+        f"will be refused at the limit. Look for leaks ('idle') or add a pooler.{hidden}",
     )
 
 
@@ -40,10 +45,26 @@ def running_s(query: Reading) -> float:
     return max(query.get("transaction_s") or 0, query.get("duration_s") or 0)
 
 
+def unjudged_findings(reading: Reading) -> list[Finding]:
+    """An info finding when the login could not see other users' sessions' start times."""
+    unjudged = reading.get("unjudged_sessions") or 0
+    if not unjudged:
+        return []
+    return [
+        Finding(
+            "info",
+            f"{unjudged} PostgreSQL sessions could not be checked for long queries",
+            reading.get("visibility")
+            or "The agent's login cannot see other users' start times: grant it pg_monitor.",
+            "postgres.queries.long_running",
+        )
+    ]
+
+
 def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     queries = reading.get("queries", [])
     if not queries:
-        return []
+        return unjudged_findings(reading)
     longest = max(queries, key=running_s)
     statement_s = longest["duration_s"] or 0
     one_statement = running_s(longest) - statement_s < STATEMENT_IS_TRANSACTION_S
@@ -58,7 +79,7 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
         f"{longest['user']}"
         + ("" if one_statement else f", its current or last statement started {statement_s:.1f} s ago")
         + f"): {(longest['query'] or '')[:200]}",
-    )
+    ) + unjudged_findings(reading)
 
 
 def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:

@@ -11,23 +11,35 @@ from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
 from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
+from sonde.packs.postgres.visibility import (
+    CLIENT_SESSIONS,
+    DETAILS_HIDDEN,
+    NOT_SONDE,
+    SEES_ALL_SESSIONS,
+    visibility_note,
+)
 
-# client connections per database, Sonde's own sessions (application 'sonde') counted apart
+# client connections per database, Sonde's own sessions (application 'sonde') counted apart; and of
+# the connections, those whose details this login may not see
 CLIENTS_BY_DATABASE = f"""
-SELECT datid, count(*) FILTER (WHERE application_name IS DISTINCT FROM '{SONDE_APPLICATION}') AS connections,
-       count(*) FILTER (WHERE application_name = '{SONDE_APPLICATION}') AS sonde_sessions
-FROM pg_stat_activity WHERE backend_type = 'client backend' GROUP BY datid"""
+SELECT datid, count(*) FILTER (WHERE {NOT_SONDE}) AS connections,
+       count(*) FILTER (WHERE application_name = '{SONDE_APPLICATION}') AS sonde_sessions,
+       count(*) FILTER (WHERE {NOT_SONDE} AND {DETAILS_HIDDEN}) AS hidden_sessions
+FROM pg_stat_activity WHERE {CLIENT_SESSIONS} GROUP BY datid"""
 DATABASES = f"""
 SELECT d.datname AS name, pg_encoding_to_char(d.encoding) AS encoding, d.datallowconn AS allows_connections,
        d.datistemplate AS is_template,
        CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.datname) END AS size_bytes,
-       coalesce(a.connections, 0) AS connections, coalesce(a.sonde_sessions, 0) AS sonde_sessions
+       coalesce(a.connections, 0) AS connections, coalesce(a.sonde_sessions, 0) AS sonde_sessions,
+       coalesce(a.hidden_sessions, 0) AS hidden_sessions
 FROM pg_database d LEFT JOIN ({CLIENTS_BY_DATABASE}) a ON a.datid = d.oid
 WHERE %s OR NOT d.datistemplate
 ORDER BY size_bytes DESC NULLS LAST, d.datname"""
+SEES_ALL = f"SELECT {SEES_ALL_SESSIONS} AS sees_all"
 IN_RECOVERY = "SELECT pg_is_in_recovery() AS in_recovery"
+# host(): the address alone ("10.0.0.2", not "10.0.0.2/32"), NULL for a unix socket
 REPLICAS = """
-SELECT application_name, client_addr::text AS client, state, sync_state,
+SELECT application_name, host(client_addr) AS client, state, sync_state,
        pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS replay_lag_bytes,
        extract(epoch FROM write_lag)::float8 AS write_lag_s,
        extract(epoch FROM flush_lag)::float8 AS flush_lag_s,
@@ -68,16 +80,30 @@ class Databases(Result):
     total_size_bytes: int
     left_out_of_total: int
     truncated: bool
+    sees_all_sessions: bool
+    hidden_sessions: int
+    visibility: str | None
 
 
-def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
-    """Totals over every row, a size this user may not see left out (and counted); the first ``limit`` listed."""
+def databases_listing(rows: list[dict[str, Any]], limit: int, sees_all: bool) -> Databases:
+    """Totals over every row, a size this user may not see left out (and counted); the first ``limit`` listed.
+
+    ``sees_all``: this login sees every session's details (`SEES_ALL_SESSIONS`).
+    """
+    hidden = sum(row["hidden_sessions"] for row in rows)
+    consequence = (
+        f"{hidden} client sessions of other users are counted in their databases' connections (a "
+        "background worker connected to a database cannot be told apart from them)."
+    )
     return Databases(
-        databases=[Database(**row) for row in rows[:limit]],
+        databases=[Database(**{key: row[key] for key in Database.model_fields}) for row in rows[:limit]],
         total=len(rows),
         total_size_bytes=sum(row["size_bytes"] for row in rows if row["size_bytes"] is not None),
         left_out_of_total=sum(1 for row in rows if row["size_bytes"] is None),
         truncated=len(rows) > limit,
+        sees_all_sessions=sees_all,
+        hidden_sessions=hidden,
+        visibility=visibility_note(sees_all, consequence),
     )
 
 
@@ -89,13 +115,15 @@ def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
     `sonde_sessions` instead; with the number of databases and their total size, both
     over every database (templates only with include_templates), not just the `limit`
     listed. A database whose size this user may not read is left out of the total size
-    and counted in `left_out_of_total` (0: the total is complete). Use it for 'what fills
-    the disk' on a database server.""",
+    and counted in `left_out_of_total` (0: the total is complete). A login without
+    pg_monitor still counts other users' connections (`hidden_sessions` of them, their
+    details hidden; `sees_all_sessions` false and `visibility` saying so). Use it for
+    'what fills the disk' on a database server.""",
     timeout_s=20,
 )
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
-    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_templates,)))
-    return databases_listing(rows, params.limit)
+    rows, [sees] = await run_queries(ctx, params, (DATABASES, (params.include_templates,)), (SEES_ALL, ()))
+    return databases_listing(rows, params.limit, sees["sees_all"])
 
 
 class Replica(Result):

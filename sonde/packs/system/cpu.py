@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import psutil
 import trio
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
@@ -34,6 +34,11 @@ class CpuUsageParams(Params):
         strict=True,
         description="Sampling window in seconds; 0 = average since boot.",
     )
+
+    @field_validator("interval_s")
+    @classmethod
+    def _no_negative_zero(cls, value: float) -> float:
+        return value + 0.0  # -0.0 passes ge=0.0, and would be echoed as "-0.0"
 
 
 class CpuUsage(Result):

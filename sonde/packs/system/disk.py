@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import psutil
+from pydantic import Field
 
 from sonde.packs.base import NoParams, Result
 from sonde.packs.context import ProbeContext
@@ -70,10 +71,18 @@ class FilesystemUsage(Result):
     device: str
     mountpoint: str
     fstype: str
-    total_bytes: int
-    used_bytes: int
-    free_bytes: int
-    percent_used: float
+    total_bytes: int = Field(description="Size of the filesystem: used + free + reserved.")
+    used_bytes: int = Field(description="Bytes in use.")
+    free_bytes: int = Field(
+        description="Bytes an unprivileged user can still write (df's Avail): the reserved blocks left out."
+    )
+    reserved_bytes: int = Field(
+        description="Free bytes that only root (or the filesystem's reserved user or group) may use: "
+        "ext4 reserves 5% by default. Not in `free_bytes`."
+    )
+    percent_used: float = Field(
+        description="used / (used + free), as df's Use% (so 100 when unprivileged users can write no more)."
+    )
     inodes_total: int | None
     inodes_used: int | None
     inodes_percent_used: float | None
@@ -102,8 +111,7 @@ def real_filesystems(partitions: Iterable[Partition]) -> list[Mount]:
     return mounts
 
 
-def _inodes(mountpoint: str) -> tuple[int | None, int | None, float | None]:
-    stats = os.statvfs(mountpoint)
+def _inodes(stats: os.statvfs_result) -> tuple[int | None, int | None, float | None]:
     if stats.f_files <= 0:  # btrfs, vfat and others have no fixed inode table
         return None, None, None
     used = stats.f_files - stats.f_ffree
@@ -111,16 +119,20 @@ def _inodes(mountpoint: str) -> tuple[int | None, int | None, float | None]:
 
 
 def _usage(mount: Mount) -> FilesystemUsage:
-    space = psutil.disk_usage(mount.mountpoint)
-    inodes_total, inodes_used, inodes_percent = _inodes(mount.mountpoint)
+    stats = os.statvfs(mount.mountpoint)
+    # blocks: f_bfree are free to root, f_bavail to everybody; the difference is reserved
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    free = stats.f_bavail * stats.f_frsize
+    inodes_total, inodes_used, inodes_percent = _inodes(stats)
     return FilesystemUsage(
         device=mount.device,
         mountpoint=mount.mountpoint,
         fstype=mount.fstype,
-        total_bytes=space.total,
-        used_bytes=space.used,
-        free_bytes=space.free,
-        percent_used=space.percent,
+        total_bytes=stats.f_blocks * stats.f_frsize,
+        used_bytes=used,
+        free_bytes=free,
+        reserved_bytes=max(0, stats.f_bfree - stats.f_bavail) * stats.f_frsize,
+        percent_used=round(used * 100 / (used + free), 1) if used + free else 0.0,
         inodes_total=inodes_total,
         inodes_used=inodes_used,
         inodes_percent_used=inodes_percent,
@@ -141,8 +153,9 @@ def _read_disk_usage() -> DiskUsage:
 @PACK.probe(
     "system.disk.usage",
     """Space and inode use of every real mounted filesystem (pseudo filesystems such as proc,
-    tmpfs and cgroup left out; overlay kept): device, mount point, type, total/used/free
-    bytes, percent used, and inodes total/used/percent where the filesystem has an inode
+    tmpfs and cgroup left out; overlay kept): device, mount point, type, total and used bytes,
+    free bytes (what unprivileged users can still write) and reserved bytes (free to root
+    only; total = used + free + reserved), percent used as df shows it, and inodes total/used/percent where the filesystem has an inode
     table. Mounts that could not be read are listed with the reason. Use it for 'disk full',
     'no space left on device' or failing writes.""",
     timeout_s=15,

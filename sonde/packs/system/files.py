@@ -5,7 +5,9 @@ checked against the agent's allow-list), and is then opened by `open_resolved`, 
 component at a time without following a symlink, so a directory swapped for one
 after the check cannot lead outside. A listing streams the directory and keeps only
 the top ``limit`` entries, looking at no more than `MAX_LIST_ENTRIES` (past that it
-says ``complete: false``, and ``total_entries`` is a lower bound). Directory sizes are summed with
+says ``complete: false``, and ``total_entries`` is a lower bound). A directory's size is
+only known when the listing is sorted by size: otherwise it is null (``size_complete:
+false``), never the few KiB of the directory entry itself. Those sizes are summed with
 ``os.scandir`` without following symlinks, as ``du -s`` does: the blocks each
 entry occupies (``st_blocks`` times 512, so a sparse file counts what it really
 uses), every inode once however many hard links it has, the directory itself
@@ -57,16 +59,17 @@ class ListingParams(Params):
 class Entry(Result):
     name: str
     kind: EntryKind
-    size_bytes: int = Field(
-        description="A file's size; a directory's disk use with sort_by=size (like `du -s`), "
-        "else the size of the directory entry itself."
+    size_bytes: int | None = Field(
+        description="A file's size. A directory's disk use, itself and everything beneath it "
+        "(like `du -s`), with sort_by=size only; null otherwise (not computed: ask sort_by=size)."
     )
     apparent_size_bytes: int | None = Field(
         description="With sort_by=size, a directory's apparent size (like `du -s --apparent-size`): "
         "the sum of the lengths beneath it, sparse files at full length. Null otherwise."
     )
     size_complete: bool = Field(
-        description="False when part of a directory's tree could not be counted: its size is a lower bound."
+        description="True when `size_bytes` is the whole size. False for a directory whose size "
+        "is null (not computed) or a lower bound (part of its tree could not be counted)."
     )
     mtime: str | None = Field(
         description="ISO 8601 UTC; null for a time no date can say (past the year 9999, as "
@@ -103,7 +106,7 @@ class Stat:
     mtime: float
     mode: int
     uid: int
-    apparent_size: int | None = None  # set on directories sized by a walk
+    apparent_size: int | None = None  # set on directories sized by a walk: their size is then known
     size_complete: bool = True  # False when that walk could not count all of it
 
 
@@ -135,12 +138,13 @@ def top_entries(entries: Iterable[Stat], sort_by: SortKey, descending: bool, lim
 
 
 def _entry(item: Stat) -> Entry:
+    unsized = item.kind == "directory" and item.apparent_size is None  # its st_size is no total
     return Entry(
         name=item.name,
         kind=item.kind,
-        size_bytes=item.size,
+        size_bytes=None if unsized else item.size,
         apparent_size_bytes=item.apparent_size,
-        size_complete=item.size_complete,
+        size_complete=item.size_complete and not unsized,
         mtime=iso_utc(item.mtime),
         mode=stat.filemode(item.mode),
         uid=item.uid,
@@ -362,7 +366,8 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
 @PACK.probe(
     "system.files.directories",
     """Subdirectories directly inside a directory (allowed paths only), sorted by name,
-    mtime or size; with sort_by=size each size is the disk space it and everything beneath
+    mtime or size. Sizes are computed only with sort_by=size (else `size_bytes` is null and
+    `size_complete` false); then each size is the disk space it and everything beneath
     it occupy (like `du -s`: allocated blocks, so a sparse file counts only what it really
     uses, a hard-linked file once, symlinks not followed, at most 200,000 entries walked
     and 64 levels deep),

@@ -23,6 +23,9 @@ Host = Annotated[str, Field(pattern=HOST_PATTERN, strict=True, description="Host
 TRANSMITTED = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
 LOSS = re.compile(r"([\d.]+)% packet loss")
 RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)(?:/([\d.]+))? ms")
+ERRORS = re.compile(r"\+(\d+) errors?")
+ICMP_ERROR = re.compile(r"^From (\S+)(?: \([^)]*\))? icmp_seq=\d+ (.+)$", re.MULTILINE)
+ERROR_MAX_CHARS = 300
 HOP = re.compile(r"^\s*(\d+)\s+(.*)$")
 PING_PERMISSION_HINT = (
     "ping needs CAP_NET_RAW, or the agent's group inside net.ipv4.ping_group_range "
@@ -33,7 +36,9 @@ PING_PERMISSION_HINT = (
 class PingParams(Params):
     host: Host
     count: int = Field(default=3, ge=1, le=10, strict=True, description="Echo requests to send.")
-    timeout_s: int = Field(default=2, ge=1, le=10, strict=True, description="Wait per reply, seconds.")
+    timeout_s: int = Field(
+        default=2, ge=1, le=10, strict=True, description="Wait for the last reply, seconds."
+    )
 
 
 class PingResult(Result):
@@ -41,44 +46,74 @@ class PingResult(Result):
     reachable: bool
     transmitted: int
     received: int
+    errors: int = Field(
+        description="ICMP errors that came back instead of replies (ping's '+N errors'), "
+        "e.g. Destination Host Unreachable."
+    )
     loss_percent: float | None
     rtt_min_ms: float | None
     rtt_avg_ms: float | None
     rtt_max_ms: float | None
-    error: str | None
+    error: str | None = Field(
+        description="Why there was no answer, when ping says: its failure before any packet (e.g. "
+        "an unknown host), or the ICMP errors received and who sent them. Null when replies "
+        "came back or the packets were lost silently."
+    )
 
 
 def parse_ping(host: str, stdout: str, stderr: str) -> PingResult:
-    """The summary lines of ping output; a failure before any packet becomes ``error``."""
+    """The summary lines of ping output; a failure before any packet, or the ICMP errors
+    counted as "+N errors", become ``error``."""
     sent = TRANSMITTED.search(stdout)
     loss = LOSS.search(stdout)
     rtt = RTT.search(stdout)
     transmitted, received = (int(sent[1]), int(sent[2])) if sent else (0, 0)
+    errors = ERRORS.search(stdout)
+    error_count = int(errors[1]) if errors else 0
+    if sent is None:
+        error: str | None = (stderr.strip().splitlines() or ["no output"])[-1][:ERROR_MAX_CHARS]
+    else:
+        error = icmp_errors(stdout, error_count) if error_count else None
     return PingResult(
         host=host,
         reachable=received > 0,
         transmitted=transmitted,
         received=received,
+        errors=error_count,
         loss_percent=float(loss[1]) if loss else None,
         rtt_min_ms=float(rtt[1]) if rtt else None,
         rtt_avg_ms=float(rtt[2]) if rtt else None,
         rtt_max_ms=float(rtt[3]) if rtt else None,
-        error=None if sent else (stderr.strip().splitlines() or ["no output"])[-1][:300],
+        error=error,
     )
+
+
+def icmp_errors(stdout: str, count: int) -> str:
+    """The distinct ICMP errors in ping's "From ADDRESS icmp_seq=N MESSAGE" lines, with their count:
+    "Destination Host Unreachable from 10.0.0.1 (2 errors)"."""
+    distinct = dict.fromkeys(
+        f"{message.strip()} from {sender}" for sender, message in ICMP_ERROR.findall(stdout)
+    )
+    counted = f"{count} error{'s' if count != 1 else ''}"
+    text = f"{'; '.join(distinct)} ({counted})" if distinct else counted
+    return text[:ERROR_MAX_CHARS]
 
 
 @PACK.probe(
     "system.network.ping",
-    """Ping a host `count` times (at most 10, 0.2 s apart, `timeout_s` per reply): whether
-    it answered, packets sent and received, loss percent and min/avg/max round trip in ms,
-    or the error (e.g. unknown host). Use it for 'can this machine reach X'.""",
+    """Ping a host: `count` echo requests (at most 10, 0.2 s apart), then wait up to
+    `timeout_s` for the last reply. Whether it answered, packets sent and received, ICMP
+    errors (e.g. Destination Host Unreachable), loss percent and min/avg/max round trip in
+    ms, or the error (e.g. unknown host). Use it for 'can this machine reach X'.""",
     timeout_s=15,
     requires=Requirements(commands=("ping",)),
 )
 async def network_ping(ctx: ProbeContext, params: PingParams) -> PingResult:
-    deadline_s = int(params.count * PING_INTERVAL_S + params.timeout_s) + 1
+    # No -w: with a deadline iputils reads -c as the replies to wait for and sends until the
+    # deadline. Without one it sends `count` requests and waits -W after the last, so it ends
+    # within (count - 1) * interval + timeout_s seconds (the probe's timeout bounds a slow DNS).
     argv = ["ping", "-n", "-c", str(params.count), "-i", str(PING_INTERVAL_S)]
-    argv += ["-W", str(params.timeout_s), "-w", str(deadline_s), "--", params.host]
+    argv += ["-W", str(params.timeout_s), "--", params.host]
     output = await ctx.run(argv)
     if "Operation not permitted" in output.stderr or "cap_net_raw" in output.stderr:
         raise PermissionError(PING_PERMISSION_HINT)
