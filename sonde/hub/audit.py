@@ -42,6 +42,16 @@ PRUNE_ACTION = "cli.audit.prune"
 MAX_QUERY_LIMIT = 1000
 _HASHED_FIELDS = ("seq", "ts", "actor", "action", "target", "outcome", "duration_ms", "detail")
 _QUERY_COLUMNS = "seq, ts, actor, action, target, outcome, duration_ms, detail, hash"
+# A refusal of an agent outside the caller's policy, as its caller was told of it: an unknown agent.
+# An MCP call's row then reads as an unknown agent's (outcome the code, detail the tool alone);
+# a REST request's is dropped, as an unknown agent leaves none.
+_HIDDEN_AGENT = "json_extract(detail, '$.reason') = 'agent_not_allowed'"
+_AS_TOLD = (
+    f"(SELECT seq, ts, actor, action, target,"
+    f" CASE WHEN {_HIDDEN_AGENT} THEN json_extract(detail, '$.code') ELSE outcome END AS outcome, duration_ms,"
+    f" CASE WHEN {_HIDDEN_AGENT} THEN json_object('tool', json_extract(detail, '$.tool')) ELSE detail END"
+    f" AS detail, hash FROM audit WHERE NOT ({_HIDDEN_AGENT} AND substr(action, 1, 9) <> 'mcp.call.'))"
+)
 _CONTAINS_CLAUSE = (  # a literal, case-sensitive text in any text column
     "(instr(actor, ?) > 0 OR instr(action, ?) > 0 OR instr(coalesce(target, ''), ?) > 0"
     " OR instr(outcome, ?) > 0 OR instr(coalesce(detail, ''), ?) > 0)"
@@ -381,6 +391,7 @@ def query_audit_page(
     until: float | None = None,
     contains: str | None = None,
     limit: int = 100,
+    as_told: bool = False,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Audit rows, newest first, as dicts (``detail`` decoded): the newest ``limit`` matching rows,
     and whether older ones also matched.
@@ -390,6 +401,9 @@ def query_audit_page(
 
     ``contains`` keeps rows whose actor, action, target, outcome or detail contains
     that literal, case-sensitive text; it is applied in the query, before the limit.
+    ``as_told``: each refusal of an agent outside the caller's policy reads as the unknown
+    agent the caller was told it was (what a key without the admin role reads of its own
+    rows: out-of-scope agents stay invisible there too); filters apply to the rows so read.
     Raises ValueError unless 1 <= limit <= 1000.
     """
     if not 1 <= limit <= MAX_QUERY_LIMIT:
@@ -407,7 +421,8 @@ def query_audit_page(
         clauses.append(_CONTAINS_CLAUSE)
         params += [*[contains] * 4, _json_escaped(contains)]
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    query = f"SELECT {_QUERY_COLUMNS} FROM audit {where} ORDER BY seq DESC LIMIT ?"
+    rows_of = _AS_TOLD if as_told else "audit"
+    query = f"SELECT {_QUERY_COLUMNS} FROM {rows_of} {where} ORDER BY seq DESC LIMIT ?"
     rows = [
         {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
         for row in db.query(query, [*params, limit + 1])

@@ -134,6 +134,44 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
     ]
 
 
+async def test_the_key_reads_its_refusals_of_a_hidden_agent_as_of_an_unknown_one(
+    scoped: tuple[RunningHub, str],
+) -> None:
+    """The row of a refused call names the policy (for admins); its caller's own audit log must not,
+    or the key learns that a hidden agent exists: shown as an unknown agent's row, and searched so."""
+    hub, key = scoped
+    with hub.client() as admin:
+        beta_id = next(a["id"] for a in admin.get("/api/v1/agents").json()["agents"] if a["name"] == "beta")
+    async with mcp_client(hub.url, key) as client:
+        await call_error(client, "probe", agent="beta", probe="system.memory.usage")
+        await call_error(client, "probe", agent="nobody-here", probe="system.memory.usage")
+        with hub.client(key) as member:
+            for name in ("beta", "nobody-either"):
+                answer = member.post("/api/v1/probe", json={"agent": name, "probe": "system.memory.usage"})
+                assert answer.status_code == 404, answer.text
+        own = (await call(client, "query_logs", source="audit", lines=1000))["audit"]
+        as_read = {
+            row["target"]: (row["action"], row["outcome"], row["detail"])
+            for row in sorted(own, key=lambda row: row["seq"])
+            if row["action"] in ("mcp.call.probe", "rest.probe")
+        }
+        assert as_read["beta"] == as_read["nobody-here"] == ("mcp.call.probe", "not_found", {"tool": "probe"})
+        assert "nobody-either" not in as_read  # an unknown agent leaves no REST row
+        assert not [row for row in own if row["action"] == "rest.probe" and row["target"] == "beta"]
+        for telling in ("agent_not_allowed", "denied", beta_id, '"reason"', '"agentId"'):
+            found = await call(client, "query_logs", source="audit", lines=1000, grep=telling)
+            assert not [row for row in found["audit"] if row["target"] == "beta"], telling
+        found = await call(client, "query_logs", source="audit", lines=1000, grep="not_found")
+        assert {"beta", "nobody-here"} <= {row["target"] for row in found["audit"]}
+    with hub.client() as admin:  # an admin still reads what happened
+        rows = admin.get("/api/v1/audit", params={"agent": "beta", "limit": 1000}).json()["entries"]
+    told = {(row["action"], row["outcome"], row["detail"].get("reason")) for row in rows}
+    assert {
+        ("mcp.call.probe", "denied", "agent_not_allowed"),
+        ("rest.probe", "denied", "agent_not_allowed"),
+    } <= told
+
+
 async def test_a_category_the_key_may_run_none_of_is_not_checked_never_ok(
     scoped: tuple[RunningHub, str],
 ) -> None:

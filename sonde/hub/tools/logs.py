@@ -249,6 +249,7 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
         since=since_epoch(args.since),
         contains=args.grep,
         limit=args.lines,
+        as_told=not caller.is_admin,
     )
     entries = [AuditEntryOut(**{**r, "ts": iso(r["ts"])}) for r in rows]
     return QueryLogsOutput(
