@@ -125,6 +125,26 @@ def busy_refusal(cap: str, in_flight: McpInFlight) -> tuple[int, dict[str, Any]]
     return 503, {"error": {"code": "busy", "message": message}}
 
 
+# Which of several would be meant is a guess: REST's framework read the first, the MCP route the
+# last, and a proxy that adds its own header made the two surfaces disagree on the caller.
+REPEATED_AUTHORIZATION = {
+    "error": {
+        "code": "repeated_authorization",
+        "message": "this request has more than one Authorization header: send one",
+    }
+}
+
+
+def repeats_authorization(scope: Scope) -> bool:
+    return sum(1 for name, _ in scope["headers"] if name == b"authorization") > 1
+
+
+def lowercase_host(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers with Host in lower case: a host name is case-insensitive (RFC 9110 4.2.3),
+    and the DNS-rebinding check compares it as a string."""
+    return [(name, value.lower() if name == b"host" else value) for name, value in headers]
+
+
 def is_mcp_path(path: str) -> bool:
     return path == "/mcp" or path == "/mcp/"
 
@@ -196,7 +216,9 @@ class RootApp:
         if scope["type"] == "http" and has_request_body(scope):
             guard = UnreadBodyGuard(receive, send)
             receive, send = guard.receive, guard.send
-        if scope["type"] == "lifespan":
+        if scope["type"] == "http" and repeats_authorization(scope):
+            await send_json(send, 400, REPEATED_AUTHORIZATION, [])
+        elif scope["type"] == "lifespan":
             await self.lifespan(scope, receive, send)
         elif scope["type"] == "http" and is_mcp_path(scope["path"]):
             await self.serve_mcp(scope, receive, send)
@@ -221,7 +243,12 @@ class RootApp:
         if caller is None:
             await self.refuse_unauthenticated(scope, client, send_with_headers)
             return
-        scope = {**scope, "user": SondeUser(caller), "path": "/mcp"}
+        scope = {
+            **scope,
+            "user": SondeUser(caller),
+            "path": "/mcp",
+            "headers": lowercase_host(scope["headers"]),
+        }
         try:
             if scope["method"] == "POST":
                 await self.serve_mcp_post(scope, headers, caller.key_id, receive, send_with_headers)

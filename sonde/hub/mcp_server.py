@@ -240,6 +240,7 @@ def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
         allowed_hosts.append(extra)
         if ":" not in extra.rsplit("]", 1)[-1]:
             allowed_hosts.append(f"{extra}:{port}")
+    allowed_hosts = [h.lower() for h in allowed_hosts]  # compared with the request's, lowered too
     origins = [f"{scheme}://{h}" for h in allowed_hosts for scheme in ("http", "https")]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins

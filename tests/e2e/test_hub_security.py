@@ -316,6 +316,37 @@ async def test_mcp_needs_a_valid_unrevoked_key(fleet: SharedFleet) -> None:
     assert initialize(hub.url, hub.admin_key).status_code == 200
 
 
+async def test_a_host_name_in_another_case_is_the_same_host(fleet: SharedFleet) -> None:
+    hub = fleet.hub
+    port = hub.url.rsplit(":", 1)[1]
+    assert initialize(hub.url, hub.admin_key, Host=f"LOCALHOST:{port}").status_code == 200
+    assert initialize(hub.url, hub.admin_key, Host=f"Evil.Example:{port}").status_code == 421
+
+
+def test_a_request_with_two_authorization_headers_is_refused_on_every_surface(fleet: SharedFleet) -> None:
+    """REST read the first, /mcp the last: a proxy adding its own header made them disagree."""
+    hub = fleet.hub
+    member = fleet.hub.cli("hub", "key", "create", "--name", "two-headers")
+    assert member.returncode == 0, member.stderr
+    both = [
+        ("Authorization", f"Bearer {hub.admin_key}"),
+        ("Authorization", f"Bearer {member.stdout.strip()}"),
+    ]
+    with httpx.Client(base_url=hub.url, timeout=10) as http:
+        for headers in (both, both[::-1]):
+            answers = [
+                http.get("/api/v1/api-keys", headers=headers),
+                http.post(
+                    "/mcp",
+                    headers=[*headers, ("Accept", "application/json, text/event-stream")],
+                    content=json.dumps(INITIALIZE),
+                ),
+            ]
+            for answer in answers:
+                assert answer.status_code == 400, answer.text
+                assert answer.json()["error"]["code"] == "repeated_authorization"
+
+
 async def test_mcp_refuses_foreign_origin_and_host(fleet: SharedFleet) -> None:
     hub = fleet.hub
     host = hub.url.removeprefix("http://")
