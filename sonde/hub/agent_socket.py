@@ -156,7 +156,7 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         await cannot_write(transport, f"from {peer}", exc)
         return
     try:
-        await run_session(hub, transport, codec, admitted)
+        await run_session(hub, transport, codec, admitted, peer)
     except StoreCommitFailed as exc:
         await cannot_write(transport, admitted.register.payload.name, exc)
 
@@ -271,7 +271,21 @@ async def current_record(hub: Hub, record: AgentRecord) -> AgentRecord:
     return fresh
 
 
-async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitted: Admitted) -> None:
+async def audit_connect(hub: Hub, session: AgentSession, replaced: AgentSession | None) -> None:
+    """Every accepted connection is on the record with where it came from: a stolen identity used
+    from elsewhere shows as another peer (and, while the real agent runs, as connections replacing
+    each other)."""
+    if hub.fleet.closing is not None:  # attached to be ended at once: the hub is stopping
+        return
+    detail: dict[str, Any] = {"peer": session.peer, "agentId": session.agent_id}
+    if replaced is not None:
+        detail["replaced"] = replaced.peer
+    await hub.audit("agent", "agent.connect", session.register.name, "ok", detail=detail)
+
+
+async def run_session(
+    hub: Hub, transport: Transport, codec: FrameCodec, admitted: Admitted, peer: str
+) -> None:
     register = admitted.register
     agent_id = register.agent_id
     assert agent_id is not None
@@ -298,11 +312,12 @@ async def run_session(hub: Hub, transport: Transport, codec: FrameCodec, admitte
         liveness_timeout_s=2 * interval + LIVENESS_GRACE_S,
         peer=f"agent {register.payload.name} ({agent_id})",
     ) as link:
-        session = AgentSession(agent_id, link, register.payload, booted_mono=booted_at(register))
+        session = AgentSession(agent_id, link, register.payload, booted_mono=booted_at(register), peer=peer)
         session_ref.append(session)
         with session.cancel_scope:
-            await hub.fleet.attach(session)
-            log.info("agent %s (%s) online", register.payload.name, agent_id)
+            replaced = await hub.fleet.attach(session)
+            log.info("agent %s (%s) online, from %s", register.payload.name, agent_id, peer)
+            await audit_connect(hub, session, replaced)
             try:
                 await link.wait_closed()
             finally:

@@ -48,6 +48,7 @@ class AgentSession:
     connected_at: float = field(default_factory=time.time)
     # when the agent's machine booted, on the hub's monotonic clock (`booted_at`); None: it did not say
     booted_mono: float | None = None
+    peer: str = "?"  # the address it connected from
     last_seen: float = field(default_factory=time.time)
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -189,17 +190,22 @@ class Fleet:
         for session in list(self.sessions.values()):
             session.end(reason)
 
-    async def attach(self, session: AgentSession) -> None:
-        """Make ``session`` the agent's live connection, replacing an older one.
+    async def attach(self, session: AgentSession) -> AgentSession | None:
+        """Make ``session`` the agent's live connection, replacing an older one (returned).
 
         Once `close_all` ran, ``session`` is ended instead (a connection that raced it).
         """
         if self.closing is not None:
             session.end(self.closing)
-            return
+            return None
         old = self.sessions.get(session.agent_id)
         if old is not None:
-            log.info("agent %s reconnected; closing its previous connection", session.agent_id)
+            log.info(
+                "agent %s reconnected from %s; closing its previous connection, from %s",
+                session.agent_id,
+                session.peer,
+                old.peer,
+            )
             old.end(f"{REPLACED_BY_NEWER_CONNECTION} (if this repeats, two agents run with one identity)")
         self.sessions[session.agent_id] = session
         self._refusals.pop(session.agent_id, None)
@@ -217,6 +223,7 @@ class Fleet:
             packs=[p.model_dump(mode="json", by_alias=True) for p in reg.packs],
         )
         await self._notify()
+        return old
 
     async def detach(self, session: AgentSession) -> None:
         if self.sessions.get(session.agent_id) is not session:

@@ -98,6 +98,15 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
             procs[1].wait_for(re.compile(r"replaced by a newer connection of this agent \(if this repeats"))
             procs[1].wait_for(re.compile(r"WARNING .*is another `sonde start` running with this identity"))
             hub.proc.wait_for(re.compile(r"agent twin offline: replaced by a newer connection of this agent"))
+            # each connection is on the record with where it came from, and whose place it took
+            hub.proc.wait_for(re.compile(r"agent \S+ reconnected from 127\.0\.0\.1; closing its previous"))
+            with hub.client() as http:
+                rows = http.get("/api/v1/audit", params={"action": "agent.connect", "agent": "twin"}).json()
+            connects = [
+                (r["outcome"], r["detail"]["peer"], r["detail"].get("replaced")) for r in rows["entries"]
+            ]
+            assert connects[-1] == ("ok", "127.0.0.1", None)  # the first, oldest last
+            assert ("ok", "127.0.0.1", "127.0.0.1") in connects[:-1]
 
             with hub.client() as http:
                 assert http.delete("/api/v1/agents/gone").status_code == 200
