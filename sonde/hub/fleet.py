@@ -98,6 +98,9 @@ def degraded_reason(name: str) -> str:
     )
 
 
+ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
+
+
 class Fleet:
     def __init__(
         self, store: Store, records: Iterable[AgentRecord], max_in_flight_per_agent: int = 64
@@ -107,6 +110,7 @@ class Fleet:
         self._ids_by_name: dict[str, str] = {r.name: r.id for r in self.records.values()}
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
+        self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard(peer="agent")
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
@@ -295,15 +299,25 @@ class Fleet:
     # --- probes ----------------------------------------------------------
 
     async def run_probe(
-        self, agent_id: str, probe: str, params: dict[str, Any], timeout_s: float
+        self, agent_id: str, probe: str, params: dict[str, Any], timeout_s: float, *, admin: bool = False
     ) -> ProbeResponse:
-        """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed."""
+        """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed.
+
+        Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
+        member key (an assistant in a loop) that fills the rest leaves room to look into it.
+        """
         session = self.sessions.get(agent_id)
         if session is None:
             raise AgentUnavailable(self.unavailable_reason(agent_id))
-        if session.link.statistics().in_flight >= self.max_in_flight_per_agent:
+        in_flight = session.link.statistics().in_flight
+        if in_flight >= self.max_in_flight_per_agent:
             raise AgentUnavailable(
                 f"agent has {self.max_in_flight_per_agent} probes in flight already; try again shortly"
+            )
+        if not admin and in_flight >= self.max_in_flight_per_agent - self.admin_reserved_slots:
+            raise AgentUnavailable(
+                f"agent has {in_flight} probes in flight already, and its last {self.admin_reserved_slots} "
+                "slots are kept for admin keys; try again shortly"
             )
         payload = ProbeRequestPayload(
             request_id=uuid.uuid4().hex, probe=probe, params=params, timeout_s=timeout_s

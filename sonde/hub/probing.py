@@ -147,7 +147,7 @@ async def run_probe_for(
     outcome, error = "ok", ""
     try:
         response = await hub.fleet.run_probe(
-            record.id, probe, params, timeout_s or hub.config.probe_timeout_s
+            record.id, probe, params, timeout_s or hub.config.probe_timeout_s, admin=caller.is_admin
         )
     except (AgentUnavailable, ProbeTimeout) as exc:
         outcome, error = "error", str(exc)

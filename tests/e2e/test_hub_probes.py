@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import trio
 
@@ -220,3 +221,30 @@ async def test_the_hub_process_freezes_start_up_objects_and_governs_full_collect
         re.compile(r"garbage collection: (\d+) start-up objects frozen"), timeout=10
     )
     assert int(line.group(1)) > 10_000
+
+
+async def test_a_member_key_cannot_take_an_agents_last_probe_slots(fleet: SharedFleet) -> None:
+    """An assistant in a loop filling an agent's 64 slots left an admin nothing to look into it with."""
+    hub = fleet.hub
+    created = hub.cli("hub", "key", "create", "--name", "busy-member")
+    assert created.returncode == 0, created.stderr
+    member = created.stdout.strip()
+    slow = {"agent": "alpha", "probe": "system.cpu.usage", "params": {"interval_s": 4}}
+    member_status: list[int] = []
+
+    async def post(key: str, body: dict[str, Any], into: list[int]) -> None:
+        async with httpx.AsyncClient(base_url=hub.url, timeout=30) as http:
+            answer = await http.post("/api/v1/probe", json=body, headers={"Authorization": f"Bearer {key}"})
+            into.append(answer.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(60):
+            nursery.start_soon(post, member, slow, member_status)
+        await trio.sleep(2)  # the member's probes hold their slots for 4 s
+        busy_answer: list[int] = []
+        await post(member, slow, busy_answer)
+        admin_answer: list[int] = []
+        await post(hub.admin_key, {"agent": "alpha", "probe": "system.memory.usage"}, admin_answer)
+        assert busy_answer == [503]  # the member is told to come back
+        assert admin_answer == [200]  # the admin still gets through
+    assert sorted(member_status) == [200] * 56 + [503] * 4
