@@ -39,25 +39,7 @@ GENESIS_HASH = "0" * 64
 AUDIT_HEAD_KEY = "audit_head"
 AUDIT_ANCHOR_KEY = "audit_anchor"
 PRUNE_ACTION = "cli.audit.prune"
-MAX_QUERY_LIMIT = 1000
 _HASHED_FIELDS = ("seq", "ts", "actor", "action", "target", "outcome", "duration_ms", "detail")
-_QUERY_COLUMNS = "seq, ts, actor, action, target, outcome, duration_ms, detail, hash"
-# A refusal of an agent outside the caller's policy, as its caller was told of it: an unknown agent.
-# An MCP call's row then reads as an unknown agent's (outcome the code, detail the tool alone);
-# a REST request's is dropped, as an unknown agent leaves none.
-_HIDDEN_AGENT = "json_extract(detail, '$.reason') = 'agent_not_allowed'"
-_AS_TOLD = (
-    f"(SELECT seq, ts, actor, action, target,"
-    f" CASE WHEN {_HIDDEN_AGENT} THEN json_extract(detail, '$.code') ELSE outcome END AS outcome, duration_ms,"
-    f" CASE WHEN {_HIDDEN_AGENT} THEN json_object('tool', json_extract(detail, '$.tool')) ELSE detail END"
-    f" AS detail, hash FROM audit WHERE NOT ({_HIDDEN_AGENT} AND substr(action, 1, 9) <> 'mcp.call.'))"
-)
-_CONTAINS_CLAUSE = (  # a literal, case-sensitive text in any text column
-    "(instr(actor, ?) > 0 OR instr(action, ?) > 0 OR instr(coalesce(target, ''), ?) > 0"
-    " OR instr(outcome, ?) > 0 OR instr(coalesce(detail, ''), ?) > 0)"
-)
-
-
 # What a caller's request can put in a row is cut to these, so one call cannot write
 # megabytes to the log (an MCP body may be 4 MiB): the target's characters, and each
 # detail value's JSON bytes (a bigger one is replaced by a note of its size).
@@ -139,12 +121,13 @@ class AuditVerification(BaseModel):
     awaiting_deletion: int = 0  # rows up to ``starts_after`` an interrupted prune left (not in ``rows``)
 
 
-def _canonical(value: Any) -> str:
+def canonical_json(value: Any) -> str:
+    """The JSON every row's detail is hashed and stored as: sorted keys, compact separators."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    return hashlib.sha256(f"{prev_hash}\n{_canonical(fields)}".encode()).hexdigest()
+    return hashlib.sha256(f"{prev_hash}\n{canonical_json(fields)}".encode()).hexdigest()
 
 
 def _read_mark(db: Database, key: str) -> tuple[int, str] | None:
@@ -171,7 +154,7 @@ def _insert(db: Database, entry: AuditEntry, seq: int, prev_hash: str) -> str:
     db.execute(
         "INSERT INTO audit (seq, ts, actor, action, target, outcome, duration_ms, detail, prev_hash, hash) "
         "VALUES (:seq, :ts, :actor, :action, :target, :outcome, :duration_ms, :detail, :prev_hash, :hash)",
-        {**fields, "detail": _canonical(entry.detail), "prev_hash": prev_hash, "hash": digest},
+        {**fields, "detail": canonical_json(entry.detail), "prev_hash": prev_hash, "hash": digest},
     )
     return digest
 
@@ -193,7 +176,7 @@ def _append(db: Database, entries: Iterable[AuditEntry]) -> list[int]:
         digest = _insert(db, entry, seq, digest)
         seqs.append(seq)
     if seqs:
-        set_meta(db, AUDIT_HEAD_KEY, _canonical({"seq": seq, "hash": digest}))
+        set_meta(db, AUDIT_HEAD_KEY, canonical_json({"seq": seq, "hash": digest}))
     return seqs
 
 
@@ -249,7 +232,7 @@ def read_anchor(db: Database) -> tuple[int, str]:
 
 def set_anchor(db: Database, seq: int, digest: str) -> None:
     """Record row ``seq`` (its hash ``digest``) as the last pruned row, which the rest chain from."""
-    set_meta(db, AUDIT_ANCHOR_KEY, _canonical({"seq": seq, "hash": digest}))
+    set_meta(db, AUDIT_ANCHOR_KEY, canonical_json({"seq": seq, "hash": digest}))
 
 
 @dataclass
@@ -331,7 +314,7 @@ def _hashed_detail(row: dict[str, Any], prev_hash: str) -> dict[str, Any] | None
     """
     try:
         detail = json.loads(row["detail"])
-        if not isinstance(detail, dict) or _canonical(detail) != row["detail"]:
+        if not isinstance(detail, dict) or canonical_json(detail) != row["detail"]:
             return None
         digest = _chain_hash(prev_hash, {**{name: row[name] for name in _HASHED_FIELDS}, "detail": detail})
     except (TypeError, ValueError):  # detail no longer JSON (or NULL), or a NaN slipped in
@@ -373,63 +356,3 @@ def highest_seq_written(db: Database) -> int:
     """The highest seq the audit table ever held (SQLite keeps it for AUTOINCREMENT), 0 if none."""
     row = query_one(db, "SELECT seq FROM sqlite_sequence WHERE name = 'audit'")
     return 0 if row is None else int(row["seq"])
-
-
-def query_audit(db: Database, /, **filters: Any) -> list[dict[str, Any]]:
-    """The rows of `query_audit_page` (same filters), without whether more matched."""
-    rows, _ = query_audit_page(db, **filters)
-    return rows
-
-
-def query_audit_page(
-    db: Database,
-    *,
-    agent: str | None = None,
-    actor: str | None = None,
-    action_prefix: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    contains: str | None = None,
-    limit: int = 100,
-    as_told: bool = False,
-) -> tuple[list[dict[str, Any]], bool]:
-    """Audit rows, newest first, as dicts (``detail`` decoded): the newest ``limit`` matching rows,
-    and whether older ones also matched.
-
-    ``agent`` matches ``target`` exactly; ``since`` is inclusive and ``until`` exclusive
-    (unix seconds).
-
-    ``contains`` keeps rows whose actor, action, target, outcome or detail contains
-    that literal, case-sensitive text; it is applied in the query, before the limit.
-    ``as_told``: each refusal of an agent outside the caller's policy reads as the unknown
-    agent the caller was told it was (what a key without the admin role reads of its own
-    rows: out-of-scope agents stay invisible there too); filters apply to the rows so read.
-    Raises ValueError unless 1 <= limit <= 1000.
-    """
-    if not 1 <= limit <= MAX_QUERY_LIMIT:
-        raise ValueError(f"limit must be between 1 and {MAX_QUERY_LIMIT}, not {limit}")
-    clauses: list[str] = []
-    params: list[Any] = []
-    for clause, value in (("target = ?", agent), ("actor = ?", actor), ("ts >= ?", since), ("ts < ?", until)):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    if action_prefix:
-        clauses.append("substr(action, 1, ?) = ?")
-        params += [len(action_prefix), action_prefix]
-    if contains:
-        clauses.append(_CONTAINS_CLAUSE)
-        params += [*[contains] * 4, _json_escaped(contains)]
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows_of = _AS_TOLD if as_told else "audit"
-    query = f"SELECT {_QUERY_COLUMNS} FROM {rows_of} {where} ORDER BY seq DESC LIMIT ?"
-    rows = [
-        {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
-        for row in db.query(query, [*params, limit + 1])
-    ]
-    return rows[:limit], len(rows) > limit
-
-
-def _json_escaped(text: str) -> str:
-    """``text`` as it appears inside a JSON string in the stored ``detail`` (quotes, non-ASCII escaped)."""
-    return _canonical(text)[1:-1]

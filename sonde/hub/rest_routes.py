@@ -14,7 +14,8 @@ from sonde import __version__
 from sonde.hub import agent_removal
 from sonde.hub.agent_records import AgentRecord, delete_agent, set_tags
 from sonde.hub.attestation import accept_held
-from sonde.hub.audit import AuditEntry, audit_entry, query_audit_page, verify_audit
+from sonde.hub.audit import AuditEntry, audit_entry, verify_audit
+from sonde.hub.audit_query import query_audit_page
 from sonde.hub.enrollment_tokens import (
     TokenNotRevocable,
     create_enrollment_token,

@@ -13,9 +13,9 @@ from sonde.hub.audit import (
     AuditEntry,
     append_audit,
     append_many,
-    query_audit,
     verify_audit,
 )
+from sonde.hub.audit_query import query_audit
 
 T0 = 1_700_000_000.0
 

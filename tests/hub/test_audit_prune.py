@@ -15,10 +15,10 @@ from sonde.hub.audit import (
     PRUNE_ACTION,
     AuditEntry,
     append_many,
-    query_audit,
     verify_audit,
 )
 from sonde.hub.audit_prune import prune_audit
+from sonde.hub.audit_query import query_audit
 from sonde.hub.db import get_meta, open_database, set_meta
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_ok

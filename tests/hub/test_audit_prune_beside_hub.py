@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
-from sonde.hub.audit import PRUNE_ACTION, AuditEntry, append_many, query_audit, verify_audit
+from sonde.hub.audit import PRUNE_ACTION, AuditEntry, append_many, verify_audit
 from sonde.hub.audit_prune import prune_audit
+from sonde.hub.audit_query import query_audit
 from sonde.hub.db import open_database
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_ok

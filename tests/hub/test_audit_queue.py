@@ -13,8 +13,9 @@ import pytest
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.audit import AuditEntry, query_audit, verify_audit
+from sonde.hub.audit import AuditEntry, verify_audit
 from sonde.hub.audit_budget import SUPPRESSED_ACTION, UnauthenticatedBudget
+from sonde.hub.audit_query import query_audit
 from sonde.hub.audit_queue import GAP_ACTION, AuditQueue
 from sonde.hub.store import Store, open_store
 

@@ -16,7 +16,8 @@ import pytest
 import trio
 from sqlite_utils import Database
 
-from sonde.hub.audit import AuditEntry, audit_entry, query_audit, verify_audit
+from sonde.hub.audit import AuditEntry, audit_entry, verify_audit
+from sonde.hub.audit_query import query_audit
 from sonde.hub.audit_queue import AuditQueue, UnwritableEntry
 from sonde.hub.db import get_meta, set_meta
 from sonde.hub.store import Store, StoreCommitFailed, open_store

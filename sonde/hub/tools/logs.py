@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, WithJsonSchema, model_validator
 
 from sonde.hub.agent_records import AgentRecord
-from sonde.hub.audit import query_audit_page
+from sonde.hub.audit_query import query_audit_page
 from sonde.hub.durations import parse_duration
 from sonde.hub.errors import HubError, not_found
 from sonde.hub.probing import resolve_agent, run_probe_for
