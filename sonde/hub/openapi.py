@@ -43,7 +43,8 @@ from sonde.hub.rest_answers import (
     Revoked,
 )
 from sonde.hub.tools.agents import AgentOverviewOutput
-from sonde.hub.tools.health import DiagnoseOutput, HealthCheckOutput
+from sonde.hub.tools.diagnose import DiagnoseOutput
+from sonde.hub.tools.health import HealthCheckOutput
 from sonde.hub.tools.probe import ProbeOutput
 from sonde.protocol.enrollment import EnrollResponse, ErrorResponse
 

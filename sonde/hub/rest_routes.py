@@ -29,7 +29,8 @@ from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
 from sonde.hub.tools.base import TagQuery, ToolCall
-from sonde.hub.tools.health import DiagnoseInput, HealthCheckInput, diagnose, health_check
+from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
+from sonde.hub.tools.health import HealthCheckInput, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
 from sonde.packs.executor import describe_params_error

@@ -8,12 +8,12 @@ from sonde.hub.tools.base import ToolSpec
 
 
 def all_tools() -> list[ToolSpec[Any, Any]]:
-    from sonde.hub.tools import agents, capabilities, health, logs, probe
+    from sonde.hub.tools import agents, capabilities, diagnose, health, logs, probe
 
     return [
-        *health.TOOLS[:1],
+        *health.TOOLS,
         *capabilities.TOOLS,
-        *health.TOOLS[1:],
+        *diagnose.TOOLS,
         *probe.TOOLS,
         *agents.TOOLS,
         *logs.TOOLS,
