@@ -13,7 +13,6 @@ side writes one per tool call.
 from __future__ import annotations
 
 import importlib.resources
-import json
 import logging
 import re
 import sqlite3
@@ -42,7 +41,7 @@ from sonde.hub.errors import (
 from sonde.hub.store import StoreCommitFailed
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
-from sonde.protocol.jsontext import escapes_lone_surrogate
+from sonde.protocol.jsontext import RepeatedKey, escapes_lone_surrogate, loads_unique
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -66,7 +65,9 @@ async def parse_body(model: type[M]) -> M:
     """The JSON body validated by ``model``; ApiError 400 naming the bad field."""
     body = await request.get_data(as_text=False)
     try:  # not quart's get_json: bytes that are not UTF-8, or nesting too deep, escaped it as a 500
-        data = json.loads(body)
+        data = loads_unique(body)
+    except RepeatedKey as exc:  # {"agent": "web-1", ..., "agent": "db-1"} ran on db-1
+        raise ApiError(400, "invalid_body", f"request body: {exc}") from None
     except (ValueError, RecursionError):
         raise ApiError(400, "invalid_body", "request body is not valid JSON (UTF-8)") from None
     if not isinstance(data, dict):

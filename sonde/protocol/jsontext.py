@@ -61,3 +61,24 @@ def valid_unicode(value: Any) -> Any:
     if isinstance(value, list):
         return [valid_unicode(item) for item in value]
     return value
+
+
+class RepeatedKey(ValueError):
+    """A JSON object names one key twice: which value was meant is a guess (Python keeps the last)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {json.dumps(key)} appears twice in one object: send each key once")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise RepeatedKey(key)
+        found[key] = value
+    return found
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """``json.loads``, refusing an object that repeats a key (`RepeatedKey`, a ValueError)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from sonde.protocol.jsontext import encodable, escapes_lone_surrogate, valid_text, valid_unicode
+from sonde.protocol.jsontext import (
+    RepeatedKey,
+    encodable,
+    escapes_lone_surrogate,
+    loads_unique,
+    valid_text,
+    valid_unicode,
+)
 
 
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["str", "bytes"])
@@ -44,3 +51,12 @@ def test_every_string_of_a_result_is_made_valid_keys_included() -> None:
     bad = "\udcff"
     result = {"a": [bad, {bad: 1, "n": 2.5, "t": True, "z": None}]}
     assert valid_unicode(result) == {"a": ["\\xff", {"\\xff": 1, "n": 2.5, "t": True, "z": None}]}
+
+
+def test_an_object_repeating_a_key_is_refused_at_any_depth() -> None:
+    assert loads_unique('{"a": 1, "b": {"c": [1, {"d": 2}]}}') == {"a": 1, "b": {"c": [1, {"d": 2}]}}
+    for text in ('{"a": 1, "a": 2}', '{"a": {"b": 1, "b": 1}}', '[{"x": 0}, {"y": 1, "y": 1}]'):
+        with pytest.raises(RepeatedKey):
+            loads_unique(text)
+    with pytest.raises(ValueError, match='the key "a" appears twice'):
+        loads_unique(b'{"a": 1, "a": 2}')

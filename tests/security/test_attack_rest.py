@@ -117,6 +117,7 @@ def test_no_request_to_the_rest_api_gets_a_server_error(tmp_path: Path) -> None:
                 (b"[" * 5000 + b"]" * 5000, "not valid JSON"),
                 (b'{"token":"\\ud800"}', "lone UTF-16 surrogate"),
                 (json.dumps({"token": 1}).encode(), "token"),
+                (b'{"token":"enr_a","token":"enr_b"}', 'the key "token" appears twice'),
             ]:
                 answer = anonymous.post("/api/v1/agents/enroll", content=body)
                 assert answer.status_code == 400, answer.text
@@ -127,6 +128,11 @@ def test_no_request_to_the_rest_api_gets_a_server_error(tmp_path: Path) -> None:
             assert answer.status_code == 404
             assert "Unknown agent" in answer.json()["error"]["message"]
             assert http.get("/api/v1/agents").status_code == 200
+            # which of two values was meant is a guess: the last one ran, on another agent
+            twice = b'{"agent":"web-1","probe":"system.memory.usage","params":{},"agent":"db-1"}'
+            answer = http.post("/api/v1/probe", content=twice)
+            assert answer.status_code == 400, answer.text
+            assert 'the key "agent" appears twice' in answer.json()["error"]["message"]
 
 
 def test_strangers_cannot_fill_the_audit_log(tmp_path: Path) -> None:
