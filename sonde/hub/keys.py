@@ -62,7 +62,7 @@ def _check_api_key_args(name: str, role: str, policy: object) -> None:
     if role == "admin" and policy:
         raise ValueError(
             "an admin key reaches every agent and probe whatever its policy says: "
-            "give --agents / --probes (a policy) to a member key instead"
+            "give a policy (agents and probes: --agents / --probes on the command line) to a member key instead"
         )
 
 
