@@ -27,6 +27,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from sonde.packs.packages import install_hint
 from sonde.protocol.names import PROBE_NAME_PATTERN
 
 if typing.TYPE_CHECKING:
@@ -88,7 +89,7 @@ class Requirements:
 
     def missing(self) -> list[str]:
         """What is absent on this machine, as short phrases."""
-        gaps = [f"command {c!r}" for c in self.commands if shutil.which(c) is None]
+        gaps = [f"command {c!r}{install_hint(c)}" for c in self.commands if shutil.which(c) is None]
         gaps += [f"file {f!r}" for f in self.files if not os.path.exists(f)]
         return gaps
 

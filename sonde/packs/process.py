@@ -12,6 +12,7 @@ from functools import partial
 import trio
 
 from sonde.packs.base import ProbeUnavailable
+from sonde.packs.packages import install_hint
 
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 STDERR_MAX_BYTES = 64 * 1024
@@ -39,19 +40,6 @@ async def _read_capped(stream: trio.abc.ReceiveStream, limit: int) -> tuple[byte
             return b"".join(chunks)[:limit], True
 
 
-# The package that brings each optional command a probe runs (README: "Optional commands").
-DEBIAN_PACKAGES = {
-    "ping": "iputils-ping",
-    "traceroute": "traceroute",
-    "lsblk": "util-linux",
-    "lscpu": "util-linux",
-    "dmesg": "util-linux",
-    "nginx": "nginx",
-    "systemctl": "systemd",
-    "journalctl": "systemd",
-}
-
-
 async def run_command(
     argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 ) -> CommandOutput:
@@ -66,9 +54,7 @@ async def run_command(
         raise ValueError("empty command")
     executable = shutil.which(argv[0])
     if executable is None:
-        package = DEBIAN_PACKAGES.get(argv[0])
-        hint = f" (Debian and Ubuntu: apt install {package})" if package else ""
-        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine{hint}")
+        raise ProbeUnavailable(f"command {argv[0]!r} is not installed on this machine{install_hint(argv[0])}")
     if not os.access(executable, os.X_OK):
         raise ProbeUnavailable(f"command {argv[0]!r} may not be run by this user")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}

@@ -1,6 +1,6 @@
 """Every probe that runs a command answers, when the command is missing, with the package to install.
 
-The README's "Optional commands" promises it; `sonde.packs.process.DEBIAN_PACKAGES` keeps it.
+The README's "Optional commands" promises it; `sonde.packs.packages.DEBIAN_PACKAGES` keeps it.
 Each probe of the packs that run commands is run for real with an empty PATH.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
-from sonde.packs.process import DEBIAN_PACKAGES
+from sonde.packs.packages import DEBIAN_PACKAGES
 from sonde.packs.registry import load_packs
 
 REGISTRY = load_packs()
@@ -61,3 +61,15 @@ async def test_a_missing_command_is_named_with_its_package(
     if error is not None and MISSING in error.message:
         command = error.message.split("'")[1]
         assert error.message.endswith(f"(Debian and Ubuntu: apt install {DEBIAN_PACKAGES[command]})")
+
+
+@pytest.mark.parametrize("pack", ["nginx", "systemd"])
+def test_a_pack_not_detected_for_a_missing_command_names_its_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pack: str
+) -> None:
+    """`sonde packs list` says why a pack does not apply: the package to install, as a probe's refusal does."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    found = REGISTRY.packs[pack].detection()
+    assert not found.detected
+    command = REGISTRY.packs[pack].requires.commands[0]
+    assert f"command {command!r} (Debian and Ubuntu: apt install {DEBIAN_PACKAGES[command]})" in found.reason
