@@ -28,10 +28,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import NoReturn
 
 import trio
-import trio_websocket
 
 from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProtocolError, SignatureError
@@ -46,22 +45,13 @@ from sonde.protocol.messages import (
     ProbeResponse,
 )
 from sonde.protocol.signing import StaleFrame
+from sonde.transport import CLOSE_NORMAL, CLOSE_POLICY, LinkClosed, Transport
 
 log = logging.getLogger(__name__)
 
 SEND_BUFFER_FRAMES = 32
 CANCEL_SEND_TIMEOUT_S = 2.0
 CLOSE_TIMEOUT_S = 1.0
-CLOSE_NORMAL = 1000
-CLOSE_POLICY = 1008
-
-
-class LinkClosed(Exception):
-    """The transport under a link is gone; ``code`` is the peer's close code when it sent one."""
-
-    def __init__(self, reason: str = "", code: int | None = None) -> None:
-        super().__init__(reason)
-        self.code = code
 
 
 class FrameRefused(LinkClosed):
@@ -69,56 +59,6 @@ class FrameRefused(LinkClosed):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, CLOSE_POLICY)
-
-
-def link_closed(exc: trio_websocket.ConnectionClosed) -> LinkClosed:
-    return LinkClosed(describe_close(exc.reason), exc.reason.code if exc.reason else None)
-
-
-def describe_close(reason: trio_websocket.CloseReason | None) -> str:
-    """A WebSocket close as a phrase: the peer's reason first, then the code."""
-    if reason is None:
-        return "connection closed"
-    if reason.reason:
-        return f"{reason.reason} (close code {reason.code})"
-    return f"connection closed ({reason.code} {reason.name})"
-
-
-class Transport(Protocol):
-    """A message-oriented connection carrying text frames."""
-
-    async def send_text(self, text: str) -> None: ...
-
-    async def receive_text(self) -> str:
-        """Next text frame; raises `LinkClosed` once the connection is gone."""
-        ...
-
-    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
-
-
-class WebSocketTransport:
-    """`Transport` over a trio-websocket connection (client or server side)."""
-
-    def __init__(self, ws: trio_websocket.WebSocketConnection) -> None:
-        self.ws = ws
-
-    async def send_text(self, text: str) -> None:
-        try:
-            await self.ws.send_message(text)
-        except trio_websocket.ConnectionClosed as exc:
-            raise link_closed(exc) from None
-
-    async def receive_text(self) -> str:
-        try:
-            message = await self.ws.get_message()
-        except trio_websocket.ConnectionClosed as exc:
-            raise link_closed(exc) from None
-        if isinstance(message, bytes):
-            raise LinkClosed("binary frames are not part of the protocol")
-        return message
-
-    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
-        await self.ws.aclose(code, reason)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import trio_websocket
 
 from sonde.connect_failures import describe_tls_failure
 from sonde.protocol.messages import MAX_FRAME_BYTES
-from sonde.runtime import LinkClosed, Transport, WebSocketTransport, describe_close
+from sonde.transport import LinkClosed, Transport, WebSocketTransport, describe_close
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,8 @@ from sonde.protocol.messages import (
     RejectPayload,
 )
 from sonde.protocol.signing import StaleFrame, private_key_from_text, public_key_from_text
-from sonde.runtime import CLOSE_NORMAL, Link, Transport, WebSocketTransport, open_link
+from sonde.runtime import Link, open_link
+from sonde.transport import CLOSE_NORMAL, Transport, WebSocketTransport
 
 log = logging.getLogger(__name__)
 

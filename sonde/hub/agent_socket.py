@@ -37,7 +37,8 @@ from sonde.protocol.messages import (
     utc_now,
 )
 from sonde.protocol.signing import public_key_from_text, verify_frame
-from sonde.runtime import CLOSE_POLICY, LinkClosed, Transport, open_link
+from sonde.runtime import open_link
+from sonde.transport import CLOSE_POLICY, LinkClosed, Transport
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub

@@ -34,7 +34,8 @@ from sonde.protocol.messages import (
     utc_now,
 )
 from sonde.protocol.signing import Ed25519PrivateKey, new_private_key, private_key_to_text, public_key_to_text
-from sonde.runtime import Link, Transport, WebSocketTransport, open_link
+from sonde.runtime import Link, open_link
+from sonde.transport import Transport, WebSocketTransport
 
 AGENT_ID = "agent-0001"
 

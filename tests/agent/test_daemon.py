@@ -31,7 +31,7 @@ from sonde.agent.main import EXIT_NOT_ENROLLED, EXIT_ROOT, agent_main, run_agent
 from sonde.protocol.errors import AgentUnavailable
 from sonde.protocol.messages import HubReject, JsonValue, ProbeRequest, ProbeRequestPayload, RejectPayload
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
-from sonde.runtime import Transport
+from sonde.transport import Transport
 from tests.agent.fakehub import AGENT_ID, FakeHub
 from tests.agent.probes import gone, registry_for_tests, wait_for_child
 from tests.e2e.procs import SONDE

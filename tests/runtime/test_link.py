@@ -25,7 +25,8 @@ from sonde.protocol.messages import (
     ProbeResponsePayload,
 )
 from sonde.protocol.signing import new_private_key
-from sonde.runtime import Link, Transport, open_link
+from sonde.runtime import Link, open_link
+from sonde.transport import Transport
 from tests.runtime.wspair import websocket_pair
 
 

@@ -21,7 +21,8 @@ from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed
 from sonde.protocol.messages import AgentHeartbeat, HeartbeatPayload, Message, utc_now
 from sonde.protocol.signing import new_private_key
-from sonde.runtime import CLOSE_POLICY, Link, MessageHandler, Transport, open_link
+from sonde.runtime import Link, MessageHandler, open_link
+from sonde.transport import CLOSE_POLICY, Transport
 from tests.runtime.test_link import ignore, probe_request
 from tests.runtime.wspair import websocket_pair
 

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 import trio_websocket
 
-from sonde.runtime import WebSocketTransport
+from sonde.transport import WebSocketTransport
 
 
 @asynccontextmanager

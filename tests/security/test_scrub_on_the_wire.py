@@ -23,7 +23,8 @@ from sonde.protocol.errors import ProbeFailed
 from sonde.protocol.messages import Message, ProbeRequest, ProbeRequestPayload
 from sonde.protocol.serve_lines import CallToolRequest, ErrorResponse, SuccessResponse, encode_line
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
-from sonde.runtime import CLOSE_NORMAL, Link, Transport, open_link
+from sonde.runtime import Link, open_link
+from sonde.transport import CLOSE_NORMAL, Transport
 from tests.runtime.wspair import websocket_pair
 
 DB_PASSWORD = "pg-Pa55w0rd-1"
