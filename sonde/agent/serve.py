@@ -1,6 +1,6 @@
 """`sonde serve --json`: a thin trio shell around the serve line protocol.
 
-How it works: one reader task splits stdin into lines (`RequestLineSplitter`,
+How it works: one reader task splits stdin into lines (`LineSplitter`,
 1 MiB cap) and decodes each (`parse_request`). What runs no probe (a bad
 line, tools/list, an unknown tool) is answered at once. A tools/call of an
 exposed tool goes into a bounded queue (`MAX_CALLS_WAITING`) that
@@ -34,15 +34,15 @@ from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry, load_packs
+from sonde.protocol.lines import LineSplitter, LineTooLong
 from sonde.protocol.serve_lines import (
     LINE_TOO_LONG,
+    MAX_REQUEST_LINE_BYTES,
     BadRequest,
     CallToolRequest,
     ErrorResponse,
-    LineTooLong,
     ListToolsRequest,
     ReadyLine,
-    RequestLineSplitter,
     ServeRequest,
     SuccessResponse,
     ToolDescription,
@@ -133,7 +133,7 @@ class Session:
 
     async def read_requests(self, requests: trio.abc.ReceiveStream) -> None:
         """Take every line of ``requests`` until end of input."""
-        splitter = RequestLineSplitter()
+        splitter = LineSplitter(MAX_REQUEST_LINE_BYTES)
         while chunk := await requests.receive_some(READ_CHUNK_BYTES):
             for event in splitter.feed(chunk):
                 await self.take_line(event)

@@ -7,6 +7,9 @@ from collections.abc import AsyncGenerator
 
 import trio
 
+from sonde.protocol.lines import LineSplitter
+from sonde.protocol.lines import LineTooLong as SplitterTooLong
+
 log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 65536
@@ -25,28 +28,18 @@ async def read_lines(
     An over-long line is not buffered: it is skipped and yielded as a `LineTooLong`
     value, so the caller can answer it and go on.
     """
-    buffer = bytearray()
-    skipping = False
-    while True:
-        chunk = await stream.receive_some(READ_CHUNK_BYTES)
-        if not chunk:
-            break
-        buffer += chunk
-        while (newline := buffer.find(b"\n")) >= 0:
-            line = bytes(buffer[:newline]).strip()
-            del buffer[: newline + 1]
-            if skipping:
-                skipping = False
-            elif line:
-                yield line
-        if len(buffer) > max_line_bytes and not skipping:
-            skipping = True
-            yield LineTooLong(f"a line longer than {max_line_bytes} bytes was skipped")
-        if skipping:
-            buffer.clear()
-    tail = bytes(buffer).strip()
-    if tail and not skipping:
-        yield tail
+    splitter = LineSplitter(max_line_bytes)
+    while chunk := await stream.receive_some(READ_CHUNK_BYTES):
+        for event in splitter.feed(chunk):
+            yield _line_or_skipped(event, max_line_bytes)
+    for event in splitter.end():
+        yield _line_or_skipped(event, max_line_bytes)
+
+
+def _line_or_skipped(event: bytes | SplitterTooLong, max_line_bytes: int) -> bytes | LineTooLong:
+    if isinstance(event, SplitterTooLong):
+        return LineTooLong(f"a line longer than {max_line_bytes} bytes was skipped")
+    return event.strip()
 
 
 async def write_lines(lines: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream) -> None:

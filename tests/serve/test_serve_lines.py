@@ -10,16 +10,16 @@ import pytest
 from pydantic import ValidationError
 
 from sonde.protocol.errors import RemoteProtocolError
+from sonde.protocol.lines import LINE_TOO_LONG_EVENT, LineSplitter
 from sonde.protocol.serve_lines import (
     INPUT_TOO_DEEP,
     INVALID_JSON,
-    LINE_TOO_LONG_EVENT,
+    MAX_REQUEST_LINE_BYTES,
     MISSING_TOOL_NAME,
     BadRequest,
     CallToolRequest,
     ListToolsRequest,
     ReadyLine,
-    RequestLineSplitter,
     ToolDescription,
     encode_line,
     error_response,
@@ -290,31 +290,31 @@ def test_newlines_inside_values_stay_escaped() -> None:
 
 
 def test_splitter_joins_chunks_and_skips_blank_lines() -> None:
-    splitter = RequestLineSplitter()
+    splitter = LineSplitter(MAX_REQUEST_LINE_BYTES)
     assert splitter.feed(b'{"a":') == []
     assert splitter.feed(b"1}\n\n   \n\r\n{}\n{") == [b'{"a":1}', b"{}"]
     assert splitter.end() == [b"{"]
 
 
 def test_splitter_end_without_partial_line() -> None:
-    splitter = RequestLineSplitter()
+    splitter = LineSplitter(MAX_REQUEST_LINE_BYTES)
     assert splitter.feed(b"x\n") == [b"x"]
     assert splitter.end() == []
 
 
 def test_splitter_accepts_a_line_at_the_cap() -> None:
-    splitter = RequestLineSplitter(max_line_bytes=8)
+    splitter = LineSplitter(max_line_bytes=8)
     assert splitter.feed(b"12345678") == []
     assert splitter.feed(b"\n") == [b"12345678"]
 
 
 def test_splitter_refuses_a_line_over_the_cap_in_one_chunk() -> None:
-    splitter = RequestLineSplitter(max_line_bytes=8)
+    splitter = LineSplitter(max_line_bytes=8)
     assert splitter.feed(b"123456789\nok\n") == [LINE_TOO_LONG_EVENT, b"ok"]
 
 
 def test_splitter_discards_the_rest_of_an_over_long_line() -> None:
-    splitter = RequestLineSplitter(max_line_bytes=8)
+    splitter = LineSplitter(max_line_bytes=8)
     assert splitter.feed(b"1234") == []
     assert splitter.feed(b"56789") == [LINE_TOO_LONG_EVENT]
     assert splitter.feed(b"more of the same line") == []
@@ -323,13 +323,13 @@ def test_splitter_discards_the_rest_of_an_over_long_line() -> None:
 
 
 def test_splitter_discards_an_over_long_last_line() -> None:
-    splitter = RequestLineSplitter(max_line_bytes=4)
+    splitter = LineSplitter(max_line_bytes=4)
     assert splitter.feed(b"123456") == [LINE_TOO_LONG_EVENT]
     assert splitter.end() == []
 
 
 def test_splitter_memory_stays_bounded() -> None:
-    splitter = RequestLineSplitter(max_line_bytes=1024)
+    splitter = LineSplitter(max_line_bytes=1024)
     events = []
     for _ in range(100):
         events += splitter.feed(b"x" * 1000)
