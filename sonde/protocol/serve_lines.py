@@ -1,10 +1,10 @@
-"""The `sonde serve --json` line protocol: pure models, request parsing, line splitting.
+"""The `sonde serve --json` line protocol: pure models and request parsing.
 
 One JSON object per line in each direction. The server first prints a ready
 line; then every request line gets exactly one response line carrying the
 request's ``id`` (``null`` when the id could not be read) and
 ``protocolVersion``. Nothing here does I/O: the serve shell feeds bytes to a
-`RequestLineSplitter`, hands each line to `parse_request` and writes what
+`sonde.protocol.lines.LineSplitter`, hands each line to `parse_request` and writes what
 `encode_line` returns.
 
 Error messages (the seed contract fixes the first three; the rest are ours):
