@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sonde.packs.system import files
-from sonde.packs.system.files import ListingParams, SizeWalk, SortKey, _list, tree_size
+from sonde.packs.system import dirsize, files
+from sonde.packs.system.dirsize import SizeWalk, tree_size
+from sonde.packs.system.files import ListingParams, SortKey, _list
 
 FILES = 50_000
 LIMIT = 10
@@ -82,7 +83,7 @@ def test_the_size_walk_stops_reading_at_its_budget(big_directory: Path) -> None:
 
 
 def test_the_size_walk_holds_one_descriptor_per_level_and_no_more_than_its_depth(tmp_path: Path) -> None:
-    deepest = tmp_path.joinpath("top", *["d"] * (files.MAX_WALK_DEPTH + 5))
+    deepest = tmp_path.joinpath("top", *["d"] * (dirsize.MAX_WALK_DEPTH + 5))
     deepest.mkdir(parents=True)
     parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -91,4 +92,4 @@ def test_the_size_walk_holds_one_descriptor_per_level_and_no_more_than_its_depth
     finally:
         os.close(parent)
     assert not size.complete
-    assert walk.unreadable == ["/".join(["top", *["d"] * files.MAX_WALK_DEPTH])]
+    assert walk.unreadable == ["/".join(["top", *["d"] * dirsize.MAX_WALK_DEPTH])]
