@@ -9,20 +9,26 @@ In a list of strings, the item after a secret flag (``--password``,
 programs (`sonde.agent.scrub_argv_programs`), from the item naming the program
 on (so ``sudo mysql -pX`` and ``timeout 30 redis-cli -a X`` are covered; sshpass's
 own options end at the program it runs, so ``sshpass -p X ssh -p 2222`` keeps the port):
-flags (mysql's, sshpass's, 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
+flags (mysql's (every MySQL and MariaDB client's, mariabackup's and xtrabackup's), sshpass's,
+7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
 xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
 the ldap tools' ``-w`` (ldappasswd's ``-a OLD`` and ``-s NEW`` too; after switches clustered
 with it, ``-xw``, ``-ZZxwPW``), ``docker login -p``,
 ``rdesktop``/``ncftp -p``, ``openssl -k``, the snmp tools' ``-A``/``-X``/``-c`` (the
 community, ``public`` too), ``zip``/``unzip``/``ipmitool``/``sqlcmd``/``bcp``, Sybase
-``isql``, ``sqsh`` and the mosquitto clients' ``-P``, the
+``isql``, ``sqsh`` and the mosquitto clients' ``-P``, ``ssh-keygen -P OLD -N NEW``,
+``curl --oauth2-bearer``, ``aws --sse-c-key``, ``rabbitmqadmin``'s and ``cqlsh``'s ``-p``,
+``consul``'s and ``nomad``'s ``-encrypt``, ``frpc -t``, valkey-cli's and keydb-cli's as
+redis-cli's, the
 password half of curl's and etcdctl's ``user:SECRET``, lftp's ``-u user,SECRET`` and the
 samba tools' (net's too) ``-U user%SECRET``); the password an item announces further on
 (``htpasswd -b file user SECRET``, ``isql DSN user SECRET``, redis-cli's ``AUTH [user]
 SECRET`` (``MIGRATE ... AUTH SECRET KEYS k``, ``AUTH2 user SECRET``), ``CONFIG SET
 requirepass SECRET`` and every ``>SECRET`` after ``ACL SETUSER``, ``rabbitmqctl add_user bob
 SECRET``, ``nmcli ... password SECRET``, ``aws configure set aws_secret_access_key SECRET``,
-``mysqladmin password SECRET``, ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
+``mysqladmin password SECRET`` (``mariadb-admin``'s too), ``wpa_passphrase SSID SECRET``,
+``ngrok config add-authtoken SECRET``, ``kubectl create secret ... --from-literal KEY=SECRET``
+(the value after the key), ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
 ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``); and the password of an Oracle logon (``sqlplus
 scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET catalog u/SECRET``; a path
 such as a script's argument ``reports/out.csv`` is not one). Such words are only words of their program:
@@ -42,6 +48,7 @@ from sonde.agent.scrub_argv_programs import (
     HIDE,
     HIDE_AFTER_COLON,
     HIDE_AFTER_COMMA,
+    HIDE_AFTER_EQUALS,
     HIDE_AFTER_PERCENT,
     HIDE_AFTER_PREFIX,
     HIDE_LOGON,
@@ -61,7 +68,12 @@ _LOGON = re.compile(
     r"(?P<password>\"[^\"]+\"|[^\s@\"'/]*)(?![^\s@])"
 )
 _VALUE = -1  # what a flag asks of the next item: it is the flag's value (-h auth), read as nothing else
-_USER_PASSWORD_SEPARATORS = {HIDE_AFTER_COLON: ":", HIDE_AFTER_PERCENT: "%", HIDE_AFTER_COMMA: ","}
+_USER_PASSWORD_SEPARATORS = {
+    HIDE_AFTER_COLON: ":",
+    HIDE_AFTER_PERCENT: "%",
+    HIDE_AFTER_COMMA: ",",
+    HIDE_AFTER_EQUALS: "=",
+}
 LOOK_AHEAD_ITEMS = 64  # how far a program's name or word looks for the password it announces
 
 
@@ -174,6 +186,9 @@ def _program_argument(
         action = HIDE_LOGON if logon and logon["key"] and _hides(item, HIDE_LOGON) else KEEP
     if action != KEEP:
         return flags, action, (), marks
+    subcommand = flags.subcommands.get(item.lower()) if flags.subcommands else None
+    if subcommand is not None:
+        return subcommand, KEEP, (), ()
     word = item.rsplit(".", 1)[-1].lower() if flags.words or flags.marks or flags.after_word else ""
     positions = flags.words.get(word) or _after_its_word(items, index, flags.after_word.get(word))
     if positions is not None:
@@ -269,13 +284,22 @@ def _flag_asks(flag: str, flags: ProgramFlags) -> int:
         return HIDE
     if flag in flags.user_password:
         return flags.user_password_action
+    if flag in flags.key_value:
+        return HIDE_AFTER_EQUALS
     if flag in flags.valued:
         return _VALUE
     return KEEP
 
 
 def _attached_value(item: str, flags: ProgramFlags) -> int:
-    """How to hide a password inside the flag item itself (``-pPW``, ``/p:PW``, ``-ubob:PW``, ``--user=bob:PW``)."""
+    """How to hide a password inside the flag item itself (``-pPW``, ``/p:PW``, ``-ubob:PW``,
+    ``--user=bob:PW``, ``--from-literal=KEY=PW``)."""
+    if flags.key_value:
+        flag, equals, literal = item.partition("=")
+        if equals and flag in flags.key_value:
+            key, found, secret = literal.partition("=")
+            hidden = found and not already_hidden(secret)
+            return HIDE_AFTER_PREFIX + len(flag) + len(key) + 2 if hidden else KEEP
     if item.startswith(flags.attached):
         prefix = max((prefix for prefix in flags.attached if item.startswith(prefix)), key=len)
         value = item[len(prefix) :]

@@ -23,14 +23,17 @@ from sonde.agent.scrub_commands import (
 )
 
 # What happens to an item of a list: kept, hidden whole, hidden after the first colon (curl's
-# user:SECRET), percent sign (smbclient's user%SECRET) or comma (lftp's user,SECRET), the
+# user:SECRET), percent sign (smbclient's user%SECRET), comma (lftp's user,SECRET) or equals
+# sign (a literal's KEY=SECRET), the
 # password of an Oracle logon hidden (user/SECRET@db), or hidden after its first N characters
 # (HIDE_AFTER_PREFIX + N: -pSECRET, -hpSECRET, /p:SECRET, ACL SETUSER's >SECRET).
 KEEP, HIDE, HIDE_AFTER_COLON, HIDE_AFTER_PERCENT, HIDE_AFTER_COMMA, HIDE_LOGON = 0, 1, 3, 4, 5, 6
+HIDE_AFTER_EQUALS = 7  # a literal's KEY=SECRET (kubectl create secret --from-literal KEY=SECRET)
 HIDE_AFTER_PREFIX = 16
 _NO_WORDS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 _NO_MARKS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 _NO_AFTER_WORD: Mapping[str, Mapping[str, tuple[int, ...]]] = MappingProxyType({})
+_NO_SUBCOMMANDS: Mapping[str, ProgramFlags] = MappingProxyType({})
 
 
 class ProgramFlags(NamedTuple):
@@ -69,6 +72,11 @@ class ProgramFlags(NamedTuple):
     # The letters of its flags taking no value that may come clustered before a password flag in
     # one item, read as that flag: ldapsearch -xw PW is -w PW, -ZZxwPW is -wPW (-xy FILE stays).
     switches: str = ""
+    # Flags whose value is KEY=SECRET, the secret after the "=" (--from-literal=KEY=SECRET too).
+    key_value: frozenset[str] = frozenset()
+    # A word after which the program's arguments are read with other flags: kubectl's "secret"
+    # (create secret generic NAME --from-literal=...; a configmap's literals are no secret).
+    subcommands: Mapping[str, ProgramFlags] = _NO_SUBCOMMANDS
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
@@ -93,18 +101,33 @@ _NMCLI_SECRETS = (
     "password", "psk", "leap-password", "private-key-password", "phase2-private-key-password", "pin",
     "wep-key0", "wep-key1", "wep-key2", "wep-key3",
 )  # fmt: skip
+# Every client of MySQL and MariaDB, and the backup tools, reads -pPW so.
+_MYSQL_CLIENTS = (
+    "mysql", "mysqldump", "mariadb", "mysqlcheck", "mysqlimport", "mysqlbinlog", "mysqlsh", "mysqlpump",
+    "mysql_upgrade", "mysqlshow", "mysqlslap", "mysql_secure_installation", "mariadb-dump",
+    "mariadb-check", "mariadb-import", "mariadb-binlog", "mariadb-upgrade", "mariadb-show",
+    "mariadb-slap", "mariadb-backup", "mariabackup", "xtrabackup",
+)  # fmt: skip
+_REDIS_CLI = ProgramFlags(
+    separate=frozenset({"-a"}),
+    # AUTH [user] PW and HELLO 3 AUTH user PW; MIGRATE ... AUTH PW [KEYS k] | AUTH2 user PW;
+    # CONFIG SET requirepass|masterauth PW
+    words={"auth": (1, 2), "auth2": (2,), "requirepass": (1,), "masterauth": (1,)},
+    stops=frozenset({"keys"}),
+    marks={"setuser": (">", "<")},  # ACL SETUSER u on >PW <PW (a #hash stays)
+    valued=frozenset(REDIS_CLI_VALUED),
+)
+# redis-benchmark's flags taking a value besides redis-cli's: -c CLIENTS, -P PIPELINE ...
+_REDIS_BENCHMARK = _REDIS_CLI._replace(
+    valued=frozenset({*REDIS_CLI_VALUED, "-c", "-P", "--threads", "--dbnum", "--precision", "--seed"})
+)
+_KUBECTL = ProgramFlags(subcommands={"secret": ProgramFlags(key_value=frozenset({"--from-literal"}))})
 PROGRAM_FLAGS: dict[str, ProgramFlags] = {
-    **dict.fromkeys(("mysql", "mysqldump", "mariadb", "mysqlcheck", "mysqlimport"), _MYSQL),
-    "mysqladmin": _MYSQL._replace(words={"password": (1,)}),  # mysqladmin password NEWPW
-    "redis-cli": ProgramFlags(
-        separate=frozenset({"-a"}),
-        # AUTH [user] PW and HELLO 3 AUTH user PW; MIGRATE ... AUTH PW [KEYS k] | AUTH2 user PW;
-        # CONFIG SET requirepass|masterauth PW
-        words={"auth": (1, 2), "auth2": (2,), "requirepass": (1,), "masterauth": (1,)},
-        stops=frozenset({"keys"}),
-        marks={"setuser": (">", "<")},  # ACL SETUSER u on >PW <PW (a #hash stays)
-        valued=frozenset(REDIS_CLI_VALUED),
-    ),
+    **dict.fromkeys(_MYSQL_CLIENTS, _MYSQL),
+    # mysqladmin password NEWPW
+    **dict.fromkeys(("mysqladmin", "mariadb-admin"), _MYSQL._replace(words={"password": (1,)})),
+    **dict.fromkeys(("redis-cli", "valkey-cli", "keydb-cli"), _REDIS_CLI),
+    **dict.fromkeys(("redis-benchmark", "valkey-benchmark", "keydb-benchmark"), _REDIS_BENCHMARK),
     # sshpass [-f FILE|-d FD|-p PW|-e] [-P PROMPT] [-v] PROGRAM ARGS: its options end at PROGRAM
     "sshpass": ProgramFlags(
         separate=frozenset({"-p"}),
@@ -139,7 +162,10 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         _LDAP,
     ),
     "ldappasswd": _LDAPPASSWD,
-    "curl": ProgramFlags(user_password=frozenset({"-u", "--user", "-U", "--proxy-user"})),
+    "curl": ProgramFlags(
+        separate=frozenset({"--oauth2-bearer"}),
+        user_password=frozenset({"-u", "--user", "-U", "--proxy-user"}),
+    ),
     "etcdctl": ProgramFlags(user_password=frozenset({"--user"})),
     # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
     "login": ProgramFlags(separate=frozenset({"-p"})),
@@ -190,6 +216,27 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
     "vault": ProgramFlags(marks={"login": ("",)}, valued=frozenset(VAULT_VALUED)),
     # nmcli dev wifi connect SSID password PW; nmcli con modify NAME wifi-sec.psk PW (802-1x.password ...)
     "nmcli": ProgramFlags(words=dict.fromkeys(_NMCLI_SECRETS, (1,))),
-    # aws configure set [profile.NAME.]aws_secret_access_key PW
-    "aws": ProgramFlags(words=dict.fromkeys(("aws_secret_access_key", "aws_session_token"), (1,))),
+    # aws configure set [profile.NAME.]aws_secret_access_key PW; aws s3 cp ... --sse-c-key KEY
+    "aws": ProgramFlags(
+        separate=frozenset({"--sse-c-key", "--sse-c-copy-source-key"}),
+        attached=("--sse-c-key=", "--sse-c-copy-source-key="),
+        words=dict.fromkeys(("aws_secret_access_key", "aws_session_token"), (1,)),
+    ),
+    # ssh-keygen -P OLDPASSPHRASE -N NEWPASSPHRASE (-N "": none)
+    "ssh-keygen": ProgramFlags(separate=frozenset({"-N", "-P"}), attached=("-N", "-P")),
+    # wpa_passphrase SSID PASSPHRASE (without it: read from stdin)
+    "wpa_passphrase": ProgramFlags(password_at=2),
+    # rabbitmqadmin -u USER -p PW (-P is its port); cqlsh -u USER -p PW
+    **dict.fromkeys(("rabbitmqadmin", "cqlsh"), _LOWER_P._replace(attached=("-p",))),
+    # consul|nomad agent -encrypt=KEY (a gossip key)
+    **dict.fromkeys(
+        ("consul", "nomad"),
+        ProgramFlags(separate=frozenset({"-encrypt", "--encrypt"}), attached=("-encrypt=", "--encrypt=")),
+    ),
+    # ngrok config add-authtoken TOKEN (ngrok 2: ngrok authtoken TOKEN), add-api-key KEY
+    "ngrok": ProgramFlags(words=dict.fromkeys(("add-authtoken", "authtoken", "add-api-key"), (1,))),
+    # frpc|frps -t TOKEN
+    **dict.fromkeys(("frpc", "frps"), ProgramFlags(separate=frozenset({"-t"}), attached=("-t",))),
+    # kubectl|oc create secret generic NAME --from-literal=KEY=SECRET
+    **dict.fromkeys(("kubectl", "oc"), _KUBECTL),
 }

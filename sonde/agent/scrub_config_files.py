@@ -5,7 +5,10 @@ its place among the others. They read lines as the program that owns the file re
 anchored at a line's start (maybe indented, maybe commented out: a directive put aside still
 holds a password): redis.conf's requirepass, nslcd's and slapd's bindpw/rootpw, a kickstart
 file's rootpw; debconf's answers (preseed files, debconf-set-selections' input) and its
-database records (passwords.dat); ~/.netrc and ~/.pgpass lines; .NET's appSettings. A
+database records (passwords.dat); ~/.netrc and ~/.pgpass lines; XML key-value pairs (.NET's
+appSettings, Spring's properties, Java's XML properties files); ifupdown's wpa-psk, msmtp's
+password, snmpd's communities and users, haproxy's stats auth and userlist passwords, Consul's
+and Nomad's gossip keys. A
 ``name: value`` or ``name=value`` line whose name says secret needs no rule here: the rules
 keyed by a field name (`sonde.agent.scrub_rules`) hide it. Every repetition is bounded and
 most are possessive: hostile text scrubs in linear time.
@@ -206,13 +209,143 @@ PGPASS_LINE = ShapeRule(
     lambda text, lower: _PGPASS_PORT.search(text) is not None,
 )
 
-# .NET appSettings: <add key="Password" value="SECRET" />, when the key names a secret.
-ADD_KEY_VALUE = ShapeRule(
-    "add_key_value",
+# XML key-value pairs whose key names a secret: .NET's appSettings (<add key="Password"
+# value="X" />), Spring's and Hibernate's properties (<property name="password" value="X"/>, maybe
+# with other attributes between; <property name="hibernate.connection.password">X</property>,
+# <property name="password"><value>X</value></property>), Java's XML properties files (<entry
+# key="db.password">X</entry>), <param name=... value=...>: the value attribute or the element's text.
+_XML_ATTRIBUTE = r"[ \t\r\n]++[\w:.-]{1,64}+[ \t]*=[ \t]*(?:\"[^\"<>\x00]{0,256}+\"|'[^'<>\x00]{0,256}+')"
+XML_KEY_VALUE = ShapeRule(
+    "xml_key_value",
     re.compile(
-        r"<(?i:add)[ \t]+(?i:key)[ \t]*=[ \t]*([\"'])(?P<name>[^\"'<>\x00]{1,200}+)\1[ \t]+(?i:value)[ \t]*=[ \t]*"
-        r"([\"'])(?!\[REDACTED\])(?P<value>[^\"'\x00]{1,4096}+)(?:\3|" + CUT + ")"
+        r"<(?P<tag>[A-Za-z][\w:.-]{0,64}+)[ \t\r\n]++(?i:key|name)[ \t]*=[ \t]*([\"'])(?P<name>[^\"'<>\x00]{1,200}+)\2"
+        r"(?:(?:" + _XML_ATTRIBUTE + r"){0,4}?[ \t\r\n]++(?i:value)[ \t]*=[ \t]*([\"'])(?!\[REDACTED\])"
+        r"(?P<value>[^\"'\x00]{1,4096}+)(?:\4|" + CUT + ")"
+        r"|[^<>\x00]{0,256}+(?<!/)>[ \t\r\n]{0,256}+(?:<value>[ \t\r\n]{0,256}+)?(?!\[REDACTED\])"
+        r"(?P<v2>[^<\s\x00][^<\x00]{0,4095}+)(?:</|" + CUT + "))"
     ),
-    contains_folded("<add"),
+    lambda text, lower: "<" in text and ("key" in lower or "name" in lower),
     lambda match: is_secret_name(match["name"]),
+)
+
+# ifupdown's Wi-Fi secrets in /etc/network/interfaces (wpa-psk PW, wpa-password, wpa-wep-key0 ...)
+# at a line's start, maybe indented: the rest of the line, as ifupdown hands it to wpa_supplicant;
+# commented out, one word that is no prose ("# wpa-psk is set below" stays).
+_WPA_SECRET = r"wpa-(?:psk|password|passphrase|private-key-passwd2?|wep-key[0-3])"
+IFUPDOWN_WPA_SECRET = ShapeRule(
+    "ifupdown_wpa_secret",
+    re.compile(
+        r"(?<![^\n\x00])[ \t]*+(?:"
+        + _WPA_SECRET
+        + r"[ \t]+"
+        + FRESH
+        + r"(?P<value>[^\s\x00](?:[^\r\n\x00]{0,4094}[^\s\x00])?)|"
+        + _COMMENTED
+        + _WPA_SECRET
+        + r"[ \t]+"
+        + FRESH
+        + r"(?!"
+        + _PROSE_THEN_WORDS
+        + r")(?P<v2>"
+        + QUOTED
+        + r"|[^\s\x00\"']{1,4096}+))"
+    ),
+    contains("wpa-"),
+)
+
+# What a word after "password" at a line's start says when it is no value: "password changed".
+_PASSWORD_STATES = (
+    "required", "expired", "changed", "updated", "incorrect", "correct", "invalid", "wrong",
+    "mismatch", "accepted", "rejected", "denied", "ok", "failed", "reset", "set", "unset", "none",
+    "empty", "missing", "prompt", "protected", "authentication", "login",
+)  # fmt: skip
+_NOT_A_PASSWORD = (
+    r"(?:(?i:"
+    + "|".join(re.escape(word) for word in sorted({*_PASSWORD_STATES, *_PROSE_WORDS}, key=len, reverse=True))
+    + r")[,.:;!]?[ \t]*(?:\r?\n|\x00|\Z))"
+)
+# A line "password PW" and nothing else (maybe indented or commented out): msmtp's msmtprc, a
+# ~/.netrc written one word pair a line ("machine h\n  login u\n  password PW"), fetchmail-like
+# rc files. Lowercase, one value (a word or quoted) that is no word of prose or a state ("password
+# changed", "password required") nor a mask ("password ********"); PAM's "password requisite
+# pam_unix.so" has more words.
+PASSWORD_LINE = ShapeRule(
+    "password_line",
+    re.compile(
+        r"(?<![^\n\x00])[ \t]*+(?:#[#; \t]{0,16}+)?password[ \t]++"
+        + FRESH
+        + r"(?!"
+        + _NOT_A_PASSWORD
+        + r")(?!(?:\"\"|''|\*++)[ \t]*(?:\r?\n|\x00|\Z))(?P<value>"
+        + QUOTED
+        + r"|[^\s\x00\"'][^\s\x00]{0,4095}+)[ \t]*+(?=\r?\n|\x00|\Z)"
+    ),
+    contains("password"),
+)
+
+# snmpd.conf's communities (a community is a password; "public" too): rocommunity, rwcommunity
+# (and their IPv6 forms) and trapcommunity COMMUNITY, com2sec[6] [-Cn CONTEXT] NAME SOURCE
+# COMMUNITY; at a line's start, maybe indented or commented out, no word of prose ("#
+# rocommunity is ..." stays; snmpd.conf's "#  rocommunity: a SNMPv1/SNMPv2c read-only access
+# community name" too).
+SNMPD_COMMUNITY = ShapeRule(
+    "snmpd_community",
+    re.compile(
+        r"(?<![^\n\x00])[ \t]*+(?:"
+        + _COMMENTED
+        + r")?(?i:(?:ro|rw)community6?|trapcommunity|com2sec6?(?:[ \t]+-Cn[ \t]+[^\s\x00]{1,256}+)?"
+        r"(?:[ \t]+[^\s\x00]{1,256}+){2})(?:[ \t]+-(?:Cn|V)[ \t]+[^\s\x00]{1,256}+){0,2}+[ \t]+"
+        + FRESH
+        + r"(?!"
+        + _PROSE_THEN_WORDS
+        + r")(?P<value>"
+        + QUOTED
+        + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095}+)"
+    ),
+    contains_folded("community", "com2sec"),
+)
+
+# snmpd.conf's SNMPv3 users: createUser [-e ENGINEID] NAME (MD5|SHA...) AUTHPASS [(DES|AES...)
+# [PRIVPASS]] (-l or -m before a localized key): each passphrase after its protocol.
+SNMPD_CREATE_USER = ShapeRule(
+    "snmpd_create_user",
+    re.compile(
+        r"(?<![^\n\x00])[ \t]*+(?:"
+        + _COMMENTED
+        + r")?createUser(?:[ \t]+-e[ \t]+[^\s\x00]{1,256}+)?[ \t]+[^\s\x00]{1,256}+"
+        r"(?P<value>[ \t]+(?i:MD5|SHA)[^\r\n\x00]{0,8192}+)"
+    ),
+    contains("createUser"),
+    inner=re.compile(
+        r"(?<![^ \t])(?i:MD5|SHA(?:-?\d{3})?|DES|AES(?:-?\d{3}C?)?)[ \t]+(?:-[lm][ \t]+)?"
+        + FRESH
+        + r"(?P<value>"
+        + QUOTED
+        + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095}+)"
+    ),
+)
+
+# haproxy.cfg: stats auth USER:PW, and a userlist's user NAME [insecure-]password PW|HASH.
+HAPROXY_PASSWORD = ShapeRule(
+    "haproxy_password",
+    re.compile(
+        r"(?<![^\n\x00])[ \t]*+(?:stats[ \t]+auth[ \t]+[^\s\x00:]{1,256}+:"
+        + FRESH
+        + r"(?P<value>[^\s\x00]{1,4096}+)|user[ \t]+[^\s\x00]{1,256}+[ \t]+(?:insecure-)?password[ \t]+"
+        + FRESH
+        + r"(?P<v2>[^\s\x00]{1,4096}+))"
+    ),
+    contains("stats", "password"),
+)
+
+# A gossip encryption key (Consul's and Nomad's "encrypt"): 16 or 32 bytes in base64, in a config
+# file (encrypt = "KEY", "encrypt": "KEY", encrypt: KEY) or a flag (-encrypt=KEY).
+GOSSIP_ENCRYPT_KEY = ShapeRule(
+    "gossip_encrypt_key",
+    re.compile(
+        r"(?<![\w.-])(?:-{1,2}|[\"']?)encrypt[\"']?[ \t]*[:=][ \t]*[\"']?"
+        + FRESH
+        + r"(?P<value>[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{43}=)(?![A-Za-z0-9+/=])"
+    ),
+    contains("encrypt"),
 )

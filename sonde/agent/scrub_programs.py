@@ -17,6 +17,7 @@ from sonde.agent.scrub_commands import (
     AFTER_SEMICOLON,
     COMMAND_END,
     COMMAND_START,
+    ECHOED,
     ISQL_VALUED,
     ITEM,
     ITEMS_END,
@@ -52,17 +53,24 @@ _WORD_VALUE = r"[^\s\x00\"'=-][^\s\x00\"']{0,4095}"
 # The gate of program_password_flag: "-P" for zip, unzip, ipmitool, sqlcmd, bcp and the
 # mosquitto clients (one needle, not six); "net " for samba's net.
 _FLAG_PROGRAMS = (
-    "redis-cli", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ", "lftp", "etcdctl",
-    "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl", "ETCDCTL_USER",
+    "redis-", "valkey-", "keydb-", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ",
+    "lftp", "etcdctl", "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl", "ETCDCTL_USER",
+    "ssh-keygen", "--sse-c", "rabbitmqadmin", "cqlsh", "encrypt", "frp",
 )  # fmt: skip
 # The gate of program_password_word: "alias" and "mc " for mc, "aws_se" for aws.
 _WORD_PROGRAMS = (
-    "redis-cli", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "alias", "mc ", "mc\t", "mcli", "vault",
-    "isql", "iusql",
+    "redis-", "valkey-", "keydb-", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "mariadb-admin", "alias",
+    "mc ", "mc\t", "mcli", "vault", "isql", "iusql", "wpa_passphrase", "ngrok",
 )  # fmt: skip
+# The Redis clients: redis-cli and its forks' (Valkey's, KeyDB's); their benchmarks take -a and
+# run AUTH alike.
+_REDIS_CLIENTS = r"(?:redis|valkey|keydb)-(?:cli|benchmark)"
+# A flag's value that is no empty string: ssh-keygen -N "" asks for no passphrase.
+_NOT_EMPTY = r"(?!(?:\"\"|'')(?![^\s\x00]))"
 
 # The password flags of known programs on a command line (within 200 characters of the
-# program's name, before a separator word: "a && b"): redis-cli -a, sshpass's own -p (before
+# program's name, before a separator word: "a && b"): redis-cli's -a (valkey-cli's, keydb-cli's and
+# their benchmarks' too), sshpass's own -p (before
 # the program it runs), the mongo tools' -p, the ldap tools' -w (ldappasswd's -a OLD, -s NEW;
 # maybe after switches clustered with it: -xw PW, -ZZxwPW),
 # curl's -u/--user/-U/--proxy-user and etcdctl's --user user:SECRET (its ETCDCTL_USER=
@@ -70,13 +78,14 @@ _WORD_PROGRAMS = (
 # -p, the samba tools' (net's too) -U user%SECRET, lftp -u user,SECRET, zip/unzip/ipmitool/
 # sqlcmd/bcp and the mosquitto clients' -P, 7z's and rar's -pSECRET (rar -hpSECRET; -p- is
 # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K, Sybase
-# isql's and sqsh's -P SECRET|-PSECRET; every one of them on the line. The argv form:
-# sonde.agent.scrub_argv.
+# isql's and sqsh's -P SECRET|-PSECRET, ssh-keygen -P OLD -N NEW (-N "": no passphrase), curl
+# --oauth2-bearer, aws --sse-c-key|--sse-c-copy-source-key, rabbitmqadmin's and cqlsh's -p,
+# consul's and nomad's -encrypt KEY|=KEY, frpc's and frps's -t; every one of them on the line.
+# The argv form: sonde.agent.scrub_argv.
 PROGRAM_PASSWORD_FLAG = ShapeRule(
     "program_password_flag",
     re.compile(
-        r"(?<![\w.-])(?:"
-        r"redis-cli" + REACH + r"{0,200}?[ \t]-a[ \t]+"
+        r"(?<![\w.-])(?:" + _REDIS_CLIENTS + REACH + r"{0,200}?[ \t]-a[ \t]+"
         r"|sshpass" + SSHPASS_OPTIONS + r"[ \t]+-p[ \t]*"
         r"|mongo(?:sh|dump|restore|export|import|stat|top)?" + REACH + r"{0,200}?[ \t]-p[ \t]+"
         r"|ldap(?:passwd(?![a-z])"
@@ -104,7 +113,13 @@ PROGRAM_PASSWORD_FLAG = ShapeRule(
         r"|(?:rdesktop|ncftp(?:get|put|ls|batch)?)(?=[ \t])" + REACH + r"{0,200}?[ \t]-p[ \t]+"
         r"|openssl" + REACH + r"{0,200}?[ \t]-[kK][ \t]+"
         r"|(?:iu?sql|sqsh)(?=[ \t])" + REACH + r"{0,200}?[ \t]-P[ \t]*"
-        r")" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
+        r"|ssh-keygen" + REACH + r"{0,200}?[ \t]-[NP][ \t]*"
+        r"|curl" + REACH + r"{0,200}?[ \t]--oauth2-bearer(?:[ \t]+|=)"
+        r"|aws" + REACH + r"{0,200}?[ \t]--sse-c(?:-copy-source)?-key(?:[ \t]+|=)"
+        r"|(?:rabbitmqadmin|cqlsh)(?=[ \t])" + REACH + r"{0,200}?[ \t]-p[ \t]*"
+        r"|(?:consul|nomad)(?=[ \t])" + REACH + r"{0,200}?[ \t]--?encrypt(?:[ \t]+|=)"
+        r"|frp[cs](?=[ \t])" + REACH + r"{0,200}?[ \t]-t[ \t]*"
+        r")" + FRESH + _NOT_EMPTY + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
     ),
     contains(*_FLAG_PROGRAMS),
     again=True,
@@ -116,7 +131,9 @@ PROGRAM_PASSWORD_FLAG = ShapeRule(
 # ping"): redis-cli AUTH [user] SECRET (HELLO 3 AUTH user SECRET; MIGRATE ... AUTH SECRET
 # KEYS k | AUTH2 user SECRET) and CONFIG SET requirepass|masterauth SECRET, rabbitmqctl
 # add_user|change_password [flags] USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws
-# configure set [profile.NAME.]aws_secret_access_key SECRET, mysqladmin password SECRET, mc
+# configure set [profile.NAME.]aws_secret_access_key SECRET, mysqladmin|mariadb-admin password
+# SECRET, ngrok config add-authtoken|add-api-key SECRET (ngrok authtoken SECRET), wpa_passphrase
+# SSID SECRET (valkey-cli and keydb-cli as redis-cli), mc
 # alias set NAME URL ACCESSKEY SECRET, mc admin user add ALIAS ACCESSKEY SECRET and mc config
 # host add ALIAS URL ACCESSKEY SECRET, vault login [flags] TOKEN [flags] (the last item of its
 # command but flags, or one with a token's shape: "ran: vault login s.X -no-print now"; at the
@@ -134,7 +151,9 @@ PROGRAM_PASSWORD_WORD = ShapeRule(
     "program_password_word",
     re.compile(
         r"(?<![\w.-])(?:"
-        r"redis-cli" + LATER + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
+        + _REDIS_CLIENTS
+        + LATER
+        + r"(?<![ \t]-[hpsaunridDt][ \t])(?:(?i:auth2)[ \t]+[^\s\x00]{1,256}+"
         # a user before the password, unless a separator glued to it ends the command there
         # ("AUTH PW; echo ok": a pass after reads "AUTH [REDACTED] echo" as user and password,
         # hiding "echo" too: over-redaction, not a leak)
@@ -153,7 +172,10 @@ PROGRAM_PASSWORD_WORD = ShapeRule(
         + r"(?:[\w-]{1,64}\.)?"
         r"(?:password|psk|leap-password|(?:phase2-)?private-key-password|pin|wep-key[0-3])"
         r"|aws" + LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
-        r"|mysqladmin" + LATER + r"password"
+        r"|(?:mysqladmin|mariadb-admin)" + LATER + r"password"
+        r"|ngrok" + LATER + r"(?:add-authtoken|authtoken|add-api-key)"
+        # wpa_passphrase SSID PASSPHRASE (no passphrase: it reads stdin; "< file" is none)
+        r"|wpa_passphrase[ \t]+(?:" + QUOTED + r"|[^\s\x00\"'<>|;&][^\s\x00]{0,255}+)(?=[ \t]+[^\s\x00<>])"
         r"|mc(?:li)?"
         + LATER
         + r"(?:alias[ \t]+set"
@@ -228,7 +250,7 @@ SNMP_SECRETS = ShapeRule(
 REDIS_ACL_PASSWORDS = ShapeRule(
     "redis_acl_passwords",
     re.compile(
-        r"redis-cli(?<![\w.-]redis-cli)"
+        r"(?:redis-cli(?<![\w.-]redis-cli)|valkey-cli(?<![\w.-]valkey-cli)|keydb-cli(?<![\w.-]keydb-cli))"
         + LATER
         + r"(?i:acl)[ \t]+(?i:setuser)(?P<value>[ \t]"
         + REACH
@@ -239,18 +261,20 @@ REDIS_ACL_PASSWORDS = ShapeRule(
 )
 
 # mysql -pSECRET on a command line (within 200 characters, before any other mysql or a separator
-# word); each of them.
+# word); each of them. Every client of MySQL and MariaDB (mysqldump, mariadb-dump, mysqlbinlog,
+# mysqlsh ...) and the backup tools (mariabackup, xtrabackup) read -p so.
 MYSQL_P = ShapeRule(
     "mysql_p",
     re.compile(
-        r"(?:mysql(?<![\w-]mysql)|mariadb(?<![\w-]mariadb))[\w-]*+"
+        r"(?:mysql(?<![\w-]mysql)|mariadb(?<![\w-]mariadb)|mariabackup(?<![\w-]mariabackup)"
+        r"|xtrabackup(?<![\w-]xtrabackup))[\w-]*+"
         r"(?:[^\r\n\x00 \tm]|m(?!ysql|ariadb)|[ \t](?!"
         + REACH_SEPARATOR
         + r"[ \t])){0,200}?[ \t]-p"
         + FRESH
         + r"(?P<value>[^\s\x00\"']+)"
     ),
-    contains("mysql", "mariadb"),
+    contains("mysql", "mariadb", "mariabackup", "xtrabackup"),
     again=True,
 )
 
@@ -308,4 +332,50 @@ HTPASSWD_B = ShapeRule(
         + r"(?P<v2>[^\s\x00]{1,4096}+))"
     ),
     contains("htpasswd", "mosquitto_passwd"),
+)
+
+# kubectl create secret ... --from-literal=KEY=SECRET (oc's alike): the value of each literal,
+# after its key (maybe quoted whole: --from-literal="KEY=SECRET"); a configmap's stay.
+KUBECTL_SECRET_LITERALS = ShapeRule(
+    "kubectl_secret_literals",
+    re.compile(
+        r"(?<![\w.-])(?:kubectl|oc)(?=[ \t])"
+        + REACH
+        + r"{0,200}?[ \t]secret(?P<value>[ \t]"
+        + REACH
+        + r"{1,8192}+)"
+    ),
+    contains("--from-literal"),
+    inner=re.compile(
+        r"(?<![^ \t])--from-literal(?:=|[ \t]+)(?:\"[^\s\x00=\"]{1,253}+="
+        + FRESH
+        + r"(?P<value>[^\"\r\n\x00]{1,4096}+)"
+        r"|'[^\s\x00=']{1,253}+=" + FRESH + r"(?P<v2>[^'\r\n\x00]{1,4096}+)"
+        r"|[^\s\x00=\"']{1,253}+=" + FRESH + r"(?P<v3>" + QUOTED + r"|[^\s\x00\"']{1,4096}+))"
+    ),
+)
+
+# chpasswd's input on its command line: echo|printf USER:PW ... | [sudo] chpasswd, chpasswd <<<
+# USER:PW; each USER:PW of it (echo -e "a:PW1\nb:PW2").
+_CHPASSWD = r"(?:sudo(?:[ \t]+-[^\s\x00]{1,64}+)*+[ \t]+)?(?:/usr)?(?:/s?bin/)?chpasswd(?![\w.-])"
+_CHPASSWD_INPUT = r"(?:" + QUOTED + r"|[^\s\x00\"'|;&<>][^\s\x00|;&<>]{0,4095}+)"
+CHPASSWD_INPUT = ShapeRule(
+    "chpasswd_input",
+    re.compile(
+        r"(?:"
+        + ECHOED
+        + r"|(?<![\w.-])printf[ \t]{1,16}+(?:--[ \t]{1,16}+)?)(?P<value>"
+        + _CHPASSWD_INPUT
+        + r")(?=[ \t]*\|[ \t]*"
+        + _CHPASSWD
+        + r")|(?<![\w.-])chpasswd(?:[ \t]+-[^\s\x00<]{1,64}+){0,8}+[ \t]*<<<[ \t]*(?P<v2>"
+        + _CHPASSWD_INPUT
+        + r")"
+    ),
+    contains("chpasswd"),
+    inner=re.compile(
+        r"(?:(?<=[\s\"'<])|(?<=\\n)|(?<![^\n\x00]))[^\s\x00:\"'\\]{1,256}+:"
+        + FRESH
+        + r"(?P<value>(?:[^\r\n\x00\"'\\]|\\(?!n))+)"
+    ),
 )

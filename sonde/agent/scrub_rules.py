@@ -12,18 +12,21 @@ string and match anchored at the start of that word; `is_secret_name` then
 decides whether the name is secret (a flag that takes no value, `SWITCHES`,
 hides nothing after it). The rules keyed by a shape (tokens, key
 blocks, URL passwords in `sonde.agent.scrub_shapes`; configuration files' directives and
-records in `sonde.agent.scrub_config_files`; programs' password flags and words in
-`sonde.agent.scrub_programs`) run in the order `SHAPE_RULES` lists them.
+records in `sonde.agent.scrub_config_files`; credential files' lines and password hashes in
+`sonde.agent.scrub_credential_files`; programs' password flags and words in
+`sonde.agent.scrub_programs`) run in the order `SHAPE_RULES` lists them. A name's value may be
+percent-encoded or its name bracketed (`sonde.agent.scrub_assignments`).
 
 Rules run one after the other, each over the output of the one before, and
 never match a value that is already ``[REDACTED]``, so a secret is counted
 once and scrubbing twice changes nothing more. No rule hides anything across a
 NUL (`SEPARATOR`), so the scrubber joins every string of a result with NULs and
-scans them in one go: the per-string cost of ~15 rules is paid once. (Only one
-rule reads on across NULs: a probe's answer gives the path of debconf's passwords.dat and
-the file's lines as strings of their own.) A redaction replaces only the
-secret: ``postgres://app:[REDACTED]@db``, ``password="[REDACTED]"``,
-``Bearer [REDACTED]``, ``ghp_[REDACTED]``; a private key block is replaced whole.
+scans them in one go: the per-string cost of ~15 rules is paid once. (Only the rules
+reading a file named before its lines read on across NULs: a probe's answer gives the path of
+debconf's passwords.dat, pppd's chap-secrets ... and the file's lines as strings of their
+own.) A redaction replaces only the secret: ``postgres://app:[REDACTED]@db``,
+``password="[REDACTED]"``, ``Bearer [REDACTED]``, ``ghp_[REDACTED]``; a private key block is
+replaced whole.
 """
 
 from __future__ import annotations
@@ -31,17 +34,35 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from sonde.agent.scrub_assignments import ENCODED_ASSIGN, NAME_START, after_percent_byte, bracketed_match
 from sonde.agent.scrub_config_files import (
-    ADD_KEY_VALUE,
     CONFIG_DIRECTIVE,
     DEBCONF_DB_VALUE,
     DEBCONF_PASSWORD,
     DEBCONF_PASSWORDS_DAT_VALUES,
+    GOSSIP_ENCRYPT_KEY,
+    HAPROXY_PASSWORD,
+    IFUPDOWN_WPA_SECRET,
     NETRC_PASSWORD,
+    PASSWORD_LINE,
     PGPASS_LINE,
+    SNMPD_COMMUNITY,
+    SNMPD_CREATE_USER,
+    XML_KEY_VALUE,
+)
+from sonde.agent.scrub_credential_files import (
+    CRYPT_HASH,
+    PGBOUNCER_USERLIST_LINE,
+    PPP_SECRETS_LINES,
+    RSYNCD_SECRETS_LINES,
+    SASL_PASSWD_FILE_LINES,
+    SASL_PASSWD_LINE,
+    SCHEME_HASH_LINE,
 )
 from sonde.agent.scrub_programs import (
+    CHPASSWD_INPUT,
     HTPASSWD_B,
+    KUBECTL_SECRET_LITERALS,
     MYSQL_P,
     ORACLE_LOGIN,
     PROGRAM_PASSWORD_FLAG,
@@ -73,6 +94,10 @@ SEPARATOR = "\x00"  # no rule hides across a NUL: strings joined with it are scr
 SHAPE_RULES: tuple[ShapeRule, ...] = (
     *KEY_AND_TOKEN_RULES,
     CONFIG_DIRECTIVE,
+    IFUPDOWN_WPA_SECRET,
+    SNMPD_COMMUNITY,
+    SNMPD_CREATE_USER,
+    HAPROXY_PASSWORD,
     DEBCONF_PASSWORD,
     DEBCONF_DB_VALUE,
     DEBCONF_PASSWORDS_DAT_VALUES,
@@ -86,15 +111,27 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     ORACLE_LOGIN,
     RMAN_LOGONS,
     PGPASS_LINE,
-    ADD_KEY_VALUE,
+    XML_KEY_VALUE,
     REDIS_COMMAND_PASSWORD,
     HTPASSWD_B,
+    KUBECTL_SECRET_LITERALS,
+    CHPASSWD_INPUT,
+    PASSWORD_LINE,
+    GOSSIP_ENCRYPT_KEY,
+    SASL_PASSWD_LINE,
+    PGBOUNCER_USERLIST_LINE,
+    PPP_SECRETS_LINES,
+    RSYNCD_SECRETS_LINES,
+    SASL_PASSWD_FILE_LINES,
+    SCHEME_HASH_LINE,
+    CRYPT_HASH,
 )
 
 # --- rules keyed by a field name -------------------------------------------------
 
 STEMS = (
-    "pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt", "sessid", "sessionid", "pkcs12"
+    "pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "jwt", "sessid", "sessionid", "pkcs12",
+    "psk",
 )  # fmt: skip
 _NAME_RUN = re.compile(r"[\w.-]{0,80}")
 _HEADER_NAMES = ("authorization", "proxy-authorization", "cookie", "set-cookie")
@@ -115,8 +152,9 @@ _HASHED = (
     r"(?:[^\s\x00\"'<>{]{1,128}+)?\{[A-Za-z0-9._-]{1,32}+\}[^\s\x00\"'<>]{1,4096}+"
     r"(?:\r?\n [^\s\x00\"'<>]{1,4096}+(?=\r?\n|\x00|\Z)){0,64}+"
 )
+# A name may start with a digit (nmcli's "802-1x.password:"), or right after a percent-encoded byte.
 _ASSIGN = re.compile(
-    r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?![/:]))[ \t]*)"
+    NAME_START + r"(?P<name>-{0,2}\w[\w.-]{0,80}+)(?P<sep>\\?[\"']?[ \t]*(?::=|=>|=|:(?![/:]))[ \t]*)"
     r"(?!(?:\\?[\"'])?(?:" + SCHEME + r")?\[REDACTED\])(?![|>][-+]?[ \t]*(?:\r?\n|\x00|$))(?!-----BEGIN)"
     r"(?P<value>" + QUOTED + "|" + _HASHED + "|(?:" + SCHEME + ")?" + BARE + ")"
 )
@@ -158,8 +196,8 @@ def lowercase(text: str) -> str:
 
 
 def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
-    """The header, assignment, flag, XML element, YAML block or LDIF base64 value whose name
-    starts at ``start``, if any."""
+    """The header, assignment, flag, XML element, YAML block, LDIF base64 value, encoded or
+    bracketed assignment whose name starts at ``start``, if any."""
     if start > 0 and text[start - 1] == "<":
         element = _XML.match(text, start - 1)
         if element is not None:
@@ -175,6 +213,10 @@ def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
         match = _YAML_BLOCK.match(text, start)
     if match is None:
         match = _LDIF_BASE64.match(text, start)
+    if match is None:
+        match = ENCODED_ASSIGN.match(text, start)
+    if match is None and start > 1 and text[start - 1] in "['\"":
+        match = bracketed_match(text, start)
     return match
 
 
@@ -193,14 +235,21 @@ SWITCHES = frozenset({"pre-hashed-password"})
 
 def _named_value_is_secret(match: re.Match[str]) -> bool:
     value = match["value"].strip("\\\"'")
-    if not value or set(value) == {"*"}:
+    if not value or set(value) == {"*"} or value.strip() == REDACTED:  # <secret>\n[REDACTED]\n</secret>
         return False
     name = match["name"].lstrip("-")
     if match.re is _FLAG and name.lower() in SWITCHES:
         return False
     if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
         return False
+    if _USING_PASSWORD.match(match.string, max(0, match.start() - 6), match.end()):
+        return False
     return is_secret_name(name)
+
+
+# MySQL's and MariaDB's "Access denied for user 'u'@'h' (using password: YES)": whether a
+# password was sent, no password.
+_USING_PASSWORD = re.compile(r"(?i:using )password: (?:YES|NO)\Z")
 
 
 def _stem_hits(lower: str) -> list[int]:
@@ -234,15 +283,18 @@ def _named_matches(text: str, lower: str) -> Iterator[re.Match[str]]:
         start = hit - (back.end() - back.start())
         done = forward.end()
         if not is_secret_name(text[start:done].lstrip("-")):
-            continue
+            start = after_percent_byte(text, start)
+            if not is_secret_name(text[start:done]):
+                continue
         match = _named_match(text, lower, start)
         if match is not None and _named_value_is_secret(match):
             done = match.end()
             yield match
 
 
-# Groups that frame a value (template: a debconf record's, checked with its name).
-_NOT_VALUES = frozenset({"name", "sep", "indent", "tag", "template"})
+# Groups that frame a value (template: a debconf record's, checked with its name; quote: the
+# encoded quote before an encoded JSON value).
+_NOT_VALUES = frozenset({"name", "sep", "indent", "tag", "template", "quote"})
 
 
 def _value_span(match: re.Match[str]) -> tuple[int, int]:

@@ -11,9 +11,11 @@ group is redacted (the whole match when it has none), or, for a rule with an
 literal or a rare character so the regex engine skips from one candidate to the
 next, and every repetition is bounded: hostile text scrubs in linear time.
 
-The rules here: key blocks, URL passwords, cloud and vendor tokens, HTTP auth schemes
+The rules here: key blocks, URL passwords (percent-encoded too), cloud and vendor tokens,
+secret URLs (Slack's and Discord's webhooks, Telegram's bot tokens), HTTP auth schemes
 (`KEY_AND_TOKEN_RULES`), and passwords in SQL and Redis statements. Configuration files'
-rules are in `sonde.agent.scrub_config_files`, programs' command lines' in
+rules are in `sonde.agent.scrub_config_files`, credential files' and password hashes' in
+`sonde.agent.scrub_credential_files`, programs' command lines' in
 `sonde.agent.scrub_programs` (written in the grammar of `sonde.agent.scrub_commands`).
 """
 
@@ -136,17 +138,33 @@ def long_with(char: str, min_chars: int = 15) -> Callable[[str, str], bool]:
     return lambda text, lower: len(text) >= min_chars and char in text
 
 
+# What a key block's BEGIN and END lines name: a private key, or an OpenVPN key.
+_KEY_KIND = r"(?:[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?| OpenVPN [A-Za-z0-9 -]{1,40}?)"
+_PCT = r"%(?:25)?"  # a percent-encoded byte's "%", maybe encoded again ("%253A")
+
+
+def _telegram_bot_id_before(match: re.Match[str]) -> bool:
+    """True when a bot's numeric id (maybe after "bot", as in its API URLs) is right before the match."""
+    return _TELEGRAM_BOT_ID.search(match.string, max(0, match.start() - 20), match.start()) is not None
+
+
+_TELEGRAM_BOT_ID = re.compile(r"(?:(?<![\w-])bot|(?<![\w:.-]))\d{5,16}+\Z")
+
 # Credentials by their own shape, in the order they run (the private key block first: see
 # `sonde.agent.scrub_rules.scrub_text`).
 KEY_AND_TOKEN_RULES = (
-    # PEM / OpenSSH / PGP private key blocks, to the END line or, when cut short, to the end.
+    # PEM / OpenSSH / PGP private key blocks, RFC 4716's (SSH.com's "---- BEGIN SSH2 ENCRYPTED
+    # PRIVATE KEY ----") and OpenVPN's shared keys (tls-auth's "Static key V1", tls-crypt-v2's
+    # client and server keys), to the END line or, when cut short, to the end; and a static key's
+    # hex lines before its END line at a text's start (a tail of ta.key without its BEGIN line).
     ShapeRule(
         "private_key_block",
         re.compile(
-            r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            r"[^\x00]*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|(?=\x00)|\Z)"
+            r"-(?:----BEGIN" + _KEY_KIND + r"-----|--- BEGIN" + _KEY_KIND + r" ----)"
+            r"[^\x00]*?(?:-(?:----END" + _KEY_KIND + r"-----|--- END" + _KEY_KIND + r" ----)|(?=\x00)|\Z)"
+            r"|(?<![^\x00])(?:[0-9a-f]{32}\r?\n){1,16}+-----END OpenVPN Static key V1-----"
         ),
-        contains("PRIVATE KEY"),
+        contains("PRIVATE KEY", "OpenVPN"),
     ),
     # The private half of a PuTTY .ppk file.
     ShapeRule(
@@ -177,6 +195,22 @@ KEY_AND_TOKEN_RULES = (
         "go_dsn_password",
         re.compile(r":" + FRESH + r"(?P<value>[^\s\x00/:]{1,256})@(?:tcp|unix)\("),
         contains("@tcp(", "@unix("),
+    ),
+    # The same percent-encoded in a URL's parameter (an access log's ?next=https%3A%2F%2Fu%3APW%40h,
+    # once or twice): the password between an encoded ":" and "@".
+    ShapeRule(
+        "encoded_url_password",
+        re.compile(
+            _PCT + r"3[Aa]" + _PCT + r"2[Ff]" + _PCT + r"2[Ff]"
+            r"(?:[^\s\x00%/?#@:\"'<>&]|%(?!(?:25)?(?:3[Aa]|40|2[Ff]))[0-9A-Fa-f]{2}){1,256}+"
+            + _PCT
+            + r"3[Aa]"
+            + FRESH
+            + r"(?P<value>(?:[^\s\x00%/?#@\"'<>&]|%(?!(?:25)?(?:40|2[Ff]|3[Ff]|23|26))[0-9A-Fa-f]{2}){1,1024}+)"
+            + _PCT
+            + r"40"
+        ),
+        contains_folded("%3a%2f%2f", "%253a%252f%252f"),
     ),
     # JSON Web Tokens, whole.
     ShapeRule(
@@ -226,6 +260,8 @@ KEY_AND_TOKEN_RULES = (
             r"|(?<=xox[abposr]-)(?<![\w-]xox[abposr]-)(?P<v2>[A-Za-z0-9-]{10,})"
             r"|(?<=sk-)(?<![\w-]sk-)(?P<v3>(?:proj-|ant-[a-z]{3,5}\d\d-)?[A-Za-z0-9_-]{20,})"
             r"|(?<=pypi-)(?<![\w-]pypi-)(?P<v4>AgE[A-Za-z0-9_-]{50,})"
+            # age's secret keys: AGE-SECRET-KEY-1 and the key in bech32 (the prefix stays)
+            r"|(?<=AGE-SECRET-KEY-)(?<![\w-]AGE-SECRET-KEY-)1(?P<v5>[02-9AC-HJ-NP-Z]{50,100})"
             r")"
         ),
         long_with("-"),
@@ -247,6 +283,24 @@ KEY_AND_TOKEN_RULES = (
         "slack_webhook",
         re.compile(r"hooks\.slack\.com/services/" + FRESH + r"(?P<value>[A-Za-z0-9/]+)"),
         contains("hooks.slack.com/services/"),
+    ),
+    # Discord webhooks: the token after the webhook's id is the credential.
+    ShapeRule(
+        "discord_webhook",
+        re.compile(
+            r"discord(?:app)?\.com/api/(?:v\d{1,2}/)?webhooks/\d{5,30}+/"
+            + FRESH
+            + r"(?P<value>[\w-]{20,256}+)"
+        ),
+        contains("discord"),
+    ),
+    # Telegram bot tokens (ID:AA...: the part after the colon), alone or in the bot API's URLs
+    # (https://api.telegram.org/botID:AA.../sendMessage); the bot's id stays.
+    ShapeRule(
+        "telegram_bot_token",
+        re.compile(r":(?P<value>AA[A-Za-z0-9_-]{30,40}+)(?![A-Za-z0-9_-])"),
+        contains(":AA"),
+        _telegram_bot_id_before,
     ),
     # Signed-URL query parameters: Azure SAS sig=, S3/GCS presigned signatures, credentials and tokens.
     ShapeRule(

@@ -8,18 +8,20 @@ secret when
 - a part is a secret word (``password``, ``passwd``, ``passphrase``, ``secret``,
   ``token``, ``credentials``, ``authorization``, ``apikey``, the LDAP directives
   ``bindpw``, ``rootpw`` and ``rootbindpw``, slapd's debconf question ``adminpw`` ...), or
-- the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie``, ``jwt`` or ``authtok``
+- the LAST part is ``pass``, ``pw``, ``pwd``, ``auth``, ``cookie``, ``jwt``, ``authtok`` or ``psk``
   (``db_pass``, ``mysql_pwd``, ``basic_auth``, ``Set-Cookie``, sssd's
-  ``ldap_default_authtok``; not ``ldap_default_authtok_type``) or ends with
+  ``ldap_default_authtok``, a Wi-Fi key's ``wpa_psk``; not ``ldap_default_authtok_type`` or
+  ``psk_identity``) or ends with
   ``password passwd passphrase secret token`` (``PGPASSWORD``,
   ``clientsecret``, ``authtoken``), or
 - two adjacent parts are ``<qualifier> key`` for a qualifier in
   `KEY_QUALIFIERS` (``api_key``, ``AccessKey``, ``x-api-key``, ``private_key``,
-  ``AccountKey``, ``session_key``),
+  ``AccountKey``, ``session_key``, wpa_supplicant's ``wep_key0``),
 
 unless its LAST part describes the secret instead of holding it
 (`DESCRIPTOR_WORDS`: ``password_policy``, ``token_count``, ``private_key_path``,
-``auth_method``, ``secret_name``) or it is the shell's ``PWD``/``OLDPWD``. A few
+``auth_method``, ``secret_name``, NetworkManager's ``psk-flags``) or it is the shell's
+``PWD``/``OLDPWD``. A few
 environment variables whose one word the rules above cannot read are named
 outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``), and so are a few LDAP attributes holding keys
 or hashes (`SECRET_ATTRIBUTE_NAMES`: ``krbPrincipalKey``, ``krbMKey``; ``krbPrincipalName``
@@ -49,16 +51,16 @@ SECRET_WORDS = frozenset(
     }
 )  # fmt: skip
 # Secret only as the LAST part: db_pass, SMTP_PASS, mysql_pwd, basic_auth, session_cookie, sssd's
-# ldap_default_authtok; elsewhere they are too common (pass_rate, gcloud-auth-plugin,
-# cookie_domain, jwt_issuer).
-SECRET_LAST_WORDS = frozenset({"pass", "pw", "pwd", "auth", "cookie", "cookies", "jwt", "authtok"})
+# ldap_default_authtok, wpa_psk; elsewhere they are too common (pass_rate, gcloud-auth-plugin,
+# cookie_domain, jwt_issuer, psk_identity).
+SECRET_LAST_WORDS = frozenset({"pass", "pw", "pwd", "auth", "cookie", "cookies", "jwt", "authtok", "psk"})
 # A LAST part ending with one of these is secret too: PGPASSWORD, dbpassword, clientsecret, authtoken.
 SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token")
 # "<qualifier> key" is secret: api_key, AccessKey, x-api-key, private_key, AccountKey.
 KEY_QUALIFIERS = frozenset(
     {
         "api", "access", "private", "secret", "auth", "account", "session", "encryption",
-        "signing", "master", "client", "shared", "hmac",
+        "signing", "master", "client", "shared", "hmac", "wep",
     }
 )  # fmt: skip
 # A last part that says the value describes a secret instead of holding it.
@@ -71,7 +73,7 @@ DESCRIPTOR_WORDS = frozenset(
         "timeout", "algorithm", "format", "url", "uri", "endpoint", "host", "port", "user",
         "username", "stdin", "env", "command", "cmd", "helper", "provider", "source", "scope",
         "changed", "lifetime", "history", "strength", "prompt", "server", "servers", "service",
-        "domain", "realm", "header", "hint", "label", "encryption",
+        "domain", "realm", "header", "hint", "label", "encryption", "flags",
     }
 )  # fmt: skip
 # The shell's working-directory variables (case-sensitive), not passwords.

@@ -71,6 +71,25 @@ DIGITALOCEAN = "do" + "p_v1_" + "b7d03a6947b217efb6f3ec3bd3504582b7d03a6947b217e
 DOCKER_HUB = "dck" + "r_pat_" + "2b3e36beeb386dfdaacb9b46004ccb7c"
 GOOGLE_API = "AI" + "za" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"
 GOOGLE_OAUTH = "ya" + "29." + "a0AfH6SMBx3kP9qZ2vL7wN4rT1yU8oI5eW0sD"
+OPENVPN_HEX = "\n".join(
+    [
+        "5feceb66ffc86f38d952786c6d696c79",
+        "6b86b273ff34fce19d6b804eff5a3f57",
+        "d4735e3a265e16eee03f59718b9b5d03",
+        "4e07408562bedb8b60ce05c1decfe3ad",
+    ]
+    * 4
+)
+TLS_CRYPT_V2_BODY = "pKvURIxJVi2CgRXROh/M6pJ/UrTVRZKX+LQ+QtqJI4vBNibkPcs43bCCSIkn7JBP"
+SSH2_BODY = "P2/56wAAAi4AAAA3aWYtbW9kbntzaWdue3JzYS1wa2NzMS1zaGExfSxlbmNyeXB0e3JzYS"
+AGE_KEY = "AGE-SECRET-" + "KEY-1" + "GYS8LU7CDXLPCMQU3WX5PPPQCDMPWULWKWWAJP6XTJ84MVNJLEZ70E6THH"
+TELEGRAM_SECRET = "AA" + "HdqTcvCH1vGWJxfSeofSAs0K5PALDsawq"
+TELEGRAM_SECRET_2 = "AA" + "L4NUyv_D8FnyVVdBZdzst6iAxQa2H9uZ0"
+DISCORD_TOKEN = "_t1sAq6DdWXLgEJKC5Bjf" + "iOXslIVUgVil6p-8ODnxr1YhNga3CcCySEU52c5cDyp2HmQ"
+GOSSIP_KEY = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s="
+SHA512_CRYPT = "rounds=5000$saltsalt$Jb0ZlOqY8hE0t0pbjd8.nPIjqA3mGAn1g8GTdYMb7e4d3q8K8C8nXq7pDGx9C9PSdaYPxMvcP3Q6ZXqcBuD1d/"
+YESCRYPT = "j9T$F5Jx5fExrKuJdx0pxV8gq1$D2oDyzVBcBq6c2Z5Ba7lvjHTPjIVAybqI5dBgQdsF89"
+BCRYPT = "05$c4WoMPo3SXsafkva.HHa6uXQZWr7oboPiC2bT/r7q1BB8I2s0BRqC"
 
 SECRETS: tuple[SecretCase, ...] = (
     # --- private key blocks
@@ -1804,6 +1823,649 @@ SECRETS: tuple[SecretCase, ...] = (
         "# requirepass [REDACTED] old\n#masterauth [REDACTED] was rotated in May\n",
         redactions=2,
     ),
+    # --- Wi-Fi keys: wpa_supplicant, hostapd, ifupdown, NetworkManager
+    SecretCase(
+        "wpa_supplicant_psk_quoted",
+        'network={\n\tssid="HomeNet"\n\tpsk="WifiPassw0rd123"\n\tkey_mgmt=WPA-PSK\n}\n',
+        "WifiPassw0rd123",
+        'network={\n\tssid="HomeNet"\n\tpsk="[REDACTED]"\n\tkey_mgmt=WPA-PSK\n}\n',
+    ),
+    SecretCase(
+        "wpa_supplicant_psk_hex",
+        'network={\n\tssid="Office"\n\tpsk=7f9c2ba4e88f827d616045507605853ed73b8093f6efbc88eb1a6eacfa66ef26\n}',
+        "7f9c2ba4e88f827d616045507605853ed73b8093f6efbc88eb1a6eacfa66ef26",
+        'network={\n\tssid="Office"\n\tpsk=[REDACTED]\n}',
+    ),
+    SecretCase(
+        "wpa_supplicant_wep_key",
+        'network={\n\tssid="Legacy"\n\tkey_mgmt=NONE\n\twep_key0="WepKey12345ab"\n\twep_tx_keyidx=0\n}',
+        "WepKey12345ab",
+    ),
+    SecretCase(
+        "hostapd_wpa_psk",
+        "interface=wlan0\nssid=GuestNet\nwpa=2\nwpa_psk=3fa8c2d1e0b94f7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b\n",
+        "3fa8c2d1e0b94f7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b",
+    ),
+    SecretCase(
+        "ifupdown_wpa_psk",
+        "auto wlan0\niface wlan0 inet dhcp\n    wpa-ssid HomeNet\n    wpa-psk DebianWifi99\n",
+        "DebianWifi99",
+        "auto wlan0\niface wlan0 inet dhcp\n    wpa-ssid HomeNet\n    wpa-psk [REDACTED]\n",
+    ),
+    SecretCase(
+        "ifupdown_wpa_psk_passphrase_with_blanks",
+        "iface wlan1 inet dhcp\n\twpa-ssid Cafe\n\twpa-psk my wifi pass phrase  \n",
+        "my wifi pass phrase",
+        "iface wlan1 inet dhcp\n\twpa-ssid Cafe\n\twpa-psk [REDACTED]  \n",
+    ),
+    SecretCase(
+        "ifupdown_wpa_password_commented_out",
+        "iface wlan0 inet dhcp\n#   wpa-psk OldWifiPass1\n    wpa-password EapWifiPass2\n",
+        "WifiPass",
+        "iface wlan0 inet dhcp\n#   wpa-psk [REDACTED]\n    wpa-password [REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "networkmanager_keyfile_psk",
+        "[wifi]\nmode=infrastructure\nssid=HomeNet\n\n[wifi-security]\nkey-mgmt=wpa-psk\npsk=NmKeyfilePass1\n",
+        "NmKeyfilePass1",
+        "[wifi]\nmode=infrastructure\nssid=HomeNet\n\n[wifi-security]\nkey-mgmt=wpa-psk\npsk=[REDACTED]\n",
+    ),
+    SecretCase(
+        "nmcli_show_secrets_psk",
+        "802-11-wireless.ssid:                   HomeNet\n"
+        "802-11-wireless-security.key-mgmt:      wpa-psk\n"
+        "802-11-wireless-security.psk:           NmcliPsk99\n"
+        "802-11-wireless-security.psk-flags:     0 (none)\n",
+        "NmcliPsk99",
+        "802-11-wireless.ssid:                   HomeNet\n"
+        "802-11-wireless-security.key-mgmt:      wpa-psk\n"
+        "802-11-wireless-security.psk:           [REDACTED]\n"
+        "802-11-wireless-security.psk-flags:     0 (none)\n",
+    ),
+    SecretCase(
+        "nmcli_terse_eap_password",
+        "802-1x.eap:peap\n802-1x.identity:alice\n802-1x.password:EapTerse1\n",
+        "EapTerse1",
+        "802-1x.eap:peap\n802-1x.identity:alice\n802-1x.password:[REDACTED]\n",
+    ),
+    # --- key blocks: OpenVPN's shared keys, RFC 4716 private keys, age keys
+    SecretCase(
+        "openvpn_static_key",
+        f"#\n# 2048 bit OpenVPN static key\n#\n-----BEGIN OpenVPN Static key V1-----\n{OPENVPN_HEX}\n"
+        "-----END OpenVPN Static key V1-----\n",
+        "6b86b273ff34fce19d6b804eff5a3f57",
+        "#\n# 2048 bit OpenVPN static key\n#\n[REDACTED]\n",
+    ),
+    SecretCase(
+        "openvpn_inline_tls_crypt",
+        f"remote vpn.example.com 1194\n<tls-crypt>\n-----BEGIN OpenVPN Static key V1-----\n{OPENVPN_HEX}\n"
+        "-----END OpenVPN Static key V1-----\n</tls-crypt>\nkey-direction 1\n",
+        "d4735e3a265e16eee03f59718b9b5d03",
+        "remote vpn.example.com 1194\n<tls-crypt>\n[REDACTED]\n</tls-crypt>\nkey-direction 1\n",
+    ),
+    SecretCase(
+        "openvpn_tls_crypt_v2_client_key",
+        f"<tls-crypt-v2>\n-----BEGIN OpenVPN tls-crypt-v2 client key-----\n{TLS_CRYPT_V2_BODY}\n"
+        "-----END OpenVPN tls-crypt-v2 client key-----\n</tls-crypt-v2>",
+        TLS_CRYPT_V2_BODY,
+        "<tls-crypt-v2>\n[REDACTED]\n</tls-crypt-v2>",
+    ),
+    SecretCase(
+        "openvpn_static_key_cut_short",
+        "head of ta.key: -----BEGIN OpenVPN Static key V1-----\n5feceb66ffc86f38d952786c6d696c79\n6b86b2…",
+        "5feceb66ffc86f38d952786c6d696c79",
+        "head of ta.key: [REDACTED]",
+    ),
+    SecretCase(
+        "ssh2_encrypted_private_key",
+        f'---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key-20240501"\n{SSH2_BODY}\n'
+        "---- END SSH2 ENCRYPTED PRIVATE KEY ----\n",
+        SSH2_BODY,
+        "[REDACTED]\n",
+    ),
+    SecretCase(
+        "ssh2_private_key_in_json",
+        f'{{"file": "id_rsa.ssh2", "text": "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\\n{SSH2_BODY}\\n'
+        '---- END SSH2 ENCRYPTED PRIVATE KEY ----\\n"}',
+        SSH2_BODY,
+        '{"file": "id_rsa.ssh2", "text": "[REDACTED]\\n"}',
+    ),
+    SecretCase(
+        "age_secret_key_file",
+        f"==> /etc/sops/age/keys.txt <==\n# created: 2024-05-01T10:00:00Z\n{AGE_KEY}\n",
+        AGE_KEY[16:],
+        "==> /etc/sops/age/keys.txt <==\n# created: 2024-05-01T10:00:00Z\nAGE-SECRET-KEY-1[REDACTED]\n",
+    ),
+    SecretCase(
+        "age_secret_key_in_env",
+        f"Environment=SOPS_AGE_KEY={AGE_KEY} SOPS_CONFIG=/etc/sops.yaml",
+        AGE_KEY[16:],
+        "Environment=SOPS_AGE_KEY=AGE-SECRET-KEY-1[REDACTED] SOPS_CONFIG=/etc/sops.yaml",
+    ),
+    # --- mail and dial-up credential files: postfix's sasl_passwd, pppd's secrets, msmtprc
+    SecretCase(
+        "postfix_sasl_passwd_gmail",
+        "[smtp.gmail.com]:587 alice@gmail.com:GmailAppPw12345\n",
+        "GmailAppPw12345",
+        "[smtp.gmail.com]:587 alice@gmail.com:[REDACTED]\n",
+    ),
+    SecretCase(
+        "postfix_sasl_passwd_bracketed_relay",
+        "# relay of the ISP\n[mail.isp.example]    username:IspPass77\n",
+        "IspPass77",
+        "# relay of the ISP\n[mail.isp.example]    username:[REDACTED]\n",
+    ),
+    SecretCase(
+        "postfix_sasl_passwd_sender_dependent",
+        "@example.com\trelayuser:SenderDep1\nbob@example.org bob@example.org:Sender Dep 2\n",
+        "Sender",
+        "@example.com\trelayuser:[REDACTED]\nbob@example.org bob@example.org:[REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "postfix_sasl_passwd_file_plain_relay",
+        "==> /etc/postfix/sasl_passwd <==\nsmtp.example.com alice:SaslPlain1\n",
+        "SaslPlain1",
+        "==> /etc/postfix/sasl_passwd <==\nsmtp.example.com alice:[REDACTED]\n",
+    ),
+    SecretCase(
+        "ppp_chap_secrets",
+        "# Secrets for authentication using CHAP\n# client\tserver\tsecret\t\t\tIP addresses\n"
+        "alice\t*\tChapSecret77\t*\n",
+        "ChapSecret77",
+        "# Secrets for authentication using CHAP\n# client\tserver\tsecret\t\t\tIP addresses\n"
+        "alice\t*\t[REDACTED]\t*\n",
+    ),
+    SecretCase(
+        "ppp_chap_secrets_quoted_with_addresses",
+        '$ cat /etc/ppp/chap-secrets\n"bob"  pptpd  "Chap Secret 2"  10.0.0.2 10.0.0.3\n'
+        "carol pptpd ChapSecret3 !10.0.0.9\n",
+        "Chap",
+        '$ cat /etc/ppp/chap-secrets\n"bob"  pptpd  "[REDACTED]"  10.0.0.2 10.0.0.3\n'
+        "carol pptpd [REDACTED] !10.0.0.9\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "ppp_pap_secrets",
+        "==> /etc/ppp/pap-secrets <==\n# Secrets for authentication using PAP\ndave * PapSecret9\n",
+        "PapSecret9",
+        "==> /etc/ppp/pap-secrets <==\n# Secrets for authentication using PAP\ndave * [REDACTED]\n",
+    ),
+    SecretCase(
+        "msmtprc_password",
+        "account gmail\nhost smtp.gmail.com\nport 587\nauth on\nuser alice@gmail.com\npassword MsmtpPass1\n",
+        "MsmtpPass1",
+        "account gmail\nhost smtp.gmail.com\nport 587\nauth on\nuser alice@gmail.com\npassword [REDACTED]\n",
+    ),
+    SecretCase(
+        "msmtprc_password_quoted_indented",
+        'account work\n  user bob\n  password "Msmtp Pass 2"\n',
+        "Msmtp Pass 2",
+        'account work\n  user bob\n  password "[REDACTED]"\n',
+    ),
+    SecretCase(
+        "netrc_one_pair_a_line",
+        "machine ftp.example.com\n  login alice\n  password NetrcLines1\n",
+        "NetrcLines1",
+        "machine ftp.example.com\n  login alice\n  password [REDACTED]\n",
+    ),
+    # --- services' credentials: pgbouncer, snmpd, haproxy, rsyncd, php-fpm
+    SecretCase(
+        "pgbouncer_userlist_plain",
+        '"appuser" "PlainPgbPass42"\n"admin" "Pgb""Quoted"\n',
+        "PgbPass42",
+        '"appuser" "[REDACTED]"\n"admin" "[REDACTED]"\n',
+        redactions=2,
+    ),
+    SecretCase(
+        "pgbouncer_userlist_md5",
+        '"stats" "md5a1b2c3d4e5f60718293a4b5c6d7e8f90"',
+        "md5a1b2c3d4e5f60718293a4b5c6d7e8f90",
+        '"stats" "[REDACTED]"',
+    ),
+    SecretCase(
+        "pgbouncer_userlist_scram",
+        '"replicator" "SCRAM-SHA-256$4096:c2FsdHNhbHQ=$c3RvcmVkS2V5:c2VydmVyS2V5"\n',
+        "c3RvcmVkS2V5",
+        '"replicator" "[REDACTED]"\n',
+    ),
+    SecretCase(
+        "snmpd_rocommunity",
+        "sysLocation Server Room\nrocommunity S3cretCommunity default\n",
+        "S3cretCommunity",
+        "sysLocation Server Room\nrocommunity [REDACTED] default\n",
+    ),
+    SecretCase(
+        "snmpd_rwcommunity_with_source",
+        "  rwcommunity RwSecret55 10.0.0.0/8\nrocommunity6 public ::1\n",
+        "RwSecret55",
+        "  rwcommunity [REDACTED] 10.0.0.0/8\nrocommunity6 [REDACTED] ::1\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "snmpd_com2sec",
+        "com2sec readonly  default         C0m2secPw\ngroup MyROGroup v2c readonly\n",
+        "C0m2secPw",
+        "com2sec readonly  default         [REDACTED]\ngroup MyROGroup v2c readonly\n",
+    ),
+    SecretCase(
+        "snmpd_create_user",
+        "createUser admin SHA AuthPass12345 AES PrivPass12345\nrwuser admin priv\n",
+        "Pass12345",
+        "createUser admin SHA [REDACTED] AES [REDACTED]\nrwuser admin priv\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "snmpd_create_user_engine_quoted",
+        'createUser -e 0x80001f8880c71100000000000000 bob SHA-512 "Auth Pass 1" AES-256 "Priv Pass 1"',
+        "Pass 1",
+        'createUser -e 0x80001f8880c71100000000000000 bob SHA-512 "[REDACTED]" AES-256 "[REDACTED]"',
+        redactions=2,
+    ),
+    SecretCase(
+        "haproxy_stats_auth",
+        "listen stats\n    bind *:8404\n    stats enable\n    stats auth admin:HaproxyPass77\n",
+        "HaproxyPass77",
+        "listen stats\n    bind *:8404\n    stats enable\n    stats auth admin:[REDACTED]\n",
+    ),
+    SecretCase(
+        "haproxy_userlist_insecure_password",
+        "userlist admins\n    user bob insecure-password HaproxyPlain1\n    group ops users bob\n",
+        "HaproxyPlain1",
+        "userlist admins\n    user bob insecure-password [REDACTED]\n    group ops users bob\n",
+    ),
+    SecretCase(
+        "rsyncd_secrets",
+        "==> /etc/rsyncd.secrets <==\nalice:RsyncSecret77\n# the backup group\n@backup:RsyncGroup1\n",
+        "Rsync",
+        "==> /etc/rsyncd.secrets <==\nalice:[REDACTED]\n# the backup group\n@backup:[REDACTED]\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "php_fpm_env_password",
+        "[www]\nuser = www-data\nenv[DB_HOST] = db\nenv[DB_PASSWORD] = PhpFpmPass1\n",
+        "PhpFpmPass1",
+        "[www]\nuser = www-data\nenv[DB_HOST] = db\nenv[DB_PASSWORD] = [REDACTED]\n",
+    ),
+    SecretCase(
+        "php_fpm_admin_value_password",
+        "php_admin_value[mysqli.default_pw] = PhpAdminPw1\nphp_admin_value[memory_limit] = 256M\n",
+        "PhpAdminPw1",
+        "php_admin_value[mysqli.default_pw] = [REDACTED]\nphp_admin_value[memory_limit] = 256M\n",
+    ),
+    SecretCase(
+        "php_array_config_password",
+        "$cfg['Servers'][$i]['user'] = 'pma';\n$cfg['Servers'][$i]['password'] = 'PmaPass1';\n",
+        "PmaPass1",
+        "$cfg['Servers'][$i]['user'] = 'pma';\n$cfg['Servers'][$i]['password'] = '[REDACTED]';\n",
+    ),
+    # --- Java: Spring's and Hibernate's XML properties, Java's XML properties files
+    SecretCase(
+        "spring_property_value",
+        '<bean id="ds" class="org.apache.commons.dbcp2.BasicDataSource">\n'
+        '  <property name="username" value="app"/>\n  <property name="password" value="SpringXml1"/>\n</bean>',
+        "SpringXml1",
+        '<bean id="ds" class="org.apache.commons.dbcp2.BasicDataSource">\n'
+        '  <property name="username" value="app"/>\n  <property name="password" value="[REDACTED]"/>\n</bean>',
+    ),
+    SecretCase(
+        "spring_property_other_attributes",
+        '<property name="password" type="java.lang.String" value="SpringXml3" />',
+        "SpringXml3",
+        '<property name="password" type="java.lang.String" value="[REDACTED]" />',
+    ),
+    SecretCase(
+        "spring_property_value_element",
+        '<property name="password">\n    <value>SpringXml2</value>\n</property>',
+        "SpringXml2",
+        '<property name="password">\n    <value>[REDACTED]</value>\n</property>',
+    ),
+    SecretCase(
+        "hibernate_property_text",
+        '<property name="hibernate.connection.username">app</property>\n'
+        '<property name="hibernate.connection.password">HibernatePw1</property>',
+        "HibernatePw1",
+        '<property name="hibernate.connection.username">app</property>\n'
+        '<property name="hibernate.connection.password">[REDACTED]</property>',
+    ),
+    SecretCase(
+        "java_xml_properties_entry",
+        '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE properties SYSTEM "http://java.sun.com/dtd/properties.dtd">\n'
+        '<properties>\n  <entry key="db.user">app</entry>\n  <entry key="db.password">PropsXml1</entry>\n</properties>',
+        "PropsXml1",
+        '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE properties SYSTEM "http://java.sun.com/dtd/properties.dtd">\n'
+        '<properties>\n  <entry key="db.user">app</entry>\n  <entry key="db.password">[REDACTED]</entry>\n</properties>',
+    ),
+    SecretCase(
+        "xml_param_name_value",
+        "<param name='apiToken' value='XmlParamTok1'/>",
+        "XmlParamTok1",
+        "<param name='apiToken' value='[REDACTED]'/>",
+    ),
+    # --- password hashes: crypt(3)'s $ID$ (the ID stays), {SCHEME} hashes after a user
+    SecretCase(
+        "htpasswd_apr1",
+        "alice:$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/\n",
+        "HqJZimcKQFAMYayBlzkrA/",
+        "alice:$apr1$[REDACTED]\n",
+    ),
+    SecretCase(
+        "htpasswd_bcrypt",
+        f"bob:$2y${BCRYPT}\n",
+        BCRYPT,
+        "bob:$2y$[REDACTED]\n",
+    ),
+    SecretCase(
+        "htpasswd_sha",
+        "carol:{SHA}kGByAB793z4R5tK1eC9Hd/4Dhzk=\n",
+        "kGByAB793z4R5tK1eC9Hd/4Dhzk=",
+        "carol:{SHA}[REDACTED]\n",
+    ),
+    SecretCase(
+        "shadow_sha512",
+        f"root:*:19800:0:99999:7:::\nbob:$6${SHA512_CRYPT}:19800:0:99999:7:::\n",
+        SHA512_CRYPT,
+        "root:*:19800:0:99999:7:::\nbob:$6$[REDACTED]:19800:0:99999:7:::\n",
+    ),
+    SecretCase(
+        "shadow_yescrypt",
+        f"alice:$y${YESCRYPT}:19800:0:99999:7:::",
+        YESCRYPT,
+        "alice:$y$[REDACTED]:19800:0:99999:7:::",
+    ),
+    SecretCase(
+        "shadow_md5_and_locked_sha256",
+        "old:$1$abcdefgh$I5tZm9u0Vhfq2nbQG1Jf/1:19000:0:99999:7:::\n"
+        "gone:!$5$saltsalt$5B8vYYiY.CVt1RlTTf8KbXBH3hsxY/GNooZF3CBTK36:19000:0:99999:7:::\n",
+        "I5tZm9u0Vhfq2nbQG1Jf/1",
+        "old:$1$[REDACTED]:19000:0:99999:7:::\ngone:!$5$[REDACTED]:19000:0:99999:7:::\n",
+        redactions=2,
+    ),
+    SecretCase(
+        "argon2_hash_in_json",
+        '{"user": "dave", "hash": "$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG"}',
+        "RdescudvJCsgt3ub+b+dWRWJTmaaJObG",
+        '{"user": "dave", "hash": "$argon2id$[REDACTED]"}',
+    ),
+    SecretCase(
+        "dovecot_passwd_file_plain",
+        "eve:{PLAIN}DovecotPlain1:1000:1000::/home/eve::\n",
+        "DovecotPlain1",
+        "eve:{PLAIN}[REDACTED]:1000:1000::/home/eve::\n",
+    ),
+    # --- secret URLs: Telegram bot tokens, Discord webhooks
+    SecretCase(
+        "telegram_bot_api_url",
+        f"POST https://api.telegram.org/bot123456789:{TELEGRAM_SECRET}/sendMessage 200",
+        TELEGRAM_SECRET,
+        "POST https://api.telegram.org/bot123456789:[REDACTED]/sendMessage 200",
+    ),
+    SecretCase(
+        "telegram_bot_file_url",
+        f"GET https://api.telegram.org/file/bot5912345678:{TELEGRAM_SECRET_2}/photos/file_1.jpg",
+        TELEGRAM_SECRET_2,
+        "GET https://api.telegram.org/file/bot5912345678:[REDACTED]/photos/file_1.jpg",
+    ),
+    SecretCase(
+        "telegram_bare_token",
+        f"notify: using token 5912345678:{TELEGRAM_SECRET_2} for chat -100123",
+        TELEGRAM_SECRET_2,
+        "notify: using token 5912345678:[REDACTED] for chat -100123",
+    ),
+    SecretCase(
+        "discord_webhook",
+        f"POST https://discord.com/api/webhooks/123456789012345678/{DISCORD_TOKEN} 204",
+        DISCORD_TOKEN,
+        "POST https://discord.com/api/webhooks/123456789012345678/[REDACTED] 204",
+    ),
+    SecretCase(
+        "discordapp_webhook_versioned",
+        f'"url": "https://ptb.discordapp.com/api/v10/webhooks/987654321098765432/{DISCORD_TOKEN}?wait=true"',
+        DISCORD_TOKEN,
+        '"url": "https://ptb.discordapp.com/api/v10/webhooks/987654321098765432/[REDACTED]?wait=true"',
+    ),
+    # --- credentials percent-encoded in a URL (access logs): key%3Dvalue, https%3A%2F%2Fuser%3Apw%40
+    SecretCase(
+        "access_log_encoded_password",
+        '10.0.0.5 - - [01/May/2024:10:00:00 +0000] "GET /login?next=%2Fhome%3Fuser%3Dalice%26password%3DHunter2Enc'
+        ' HTTP/1.1" 302 0',
+        "Hunter2Enc",
+        '10.0.0.5 - - [01/May/2024:10:00:00 +0000] "GET /login?next=%2Fhome%3Fuser%3Dalice%26password%3D[REDACTED]'
+        ' HTTP/1.1" 302 0',
+    ),
+    SecretCase(
+        "access_log_encoded_password_then_more",
+        "GET /sso?next=%2Fapp%3Fpass%3DNestedPw1%26lang%3Den HTTP/1.1",
+        "NestedPw1",
+        "GET /sso?next=%2Fapp%3Fpass%3D[REDACTED]%26lang%3Den HTTP/1.1",
+    ),
+    SecretCase(
+        "access_log_double_encoded_api_key",
+        "GET /r?u=%252Fapi%253Fapi_key%253DDoubleEnc1%2526x%253D1 HTTP/1.1",
+        "DoubleEnc1",
+        "GET /r?u=%252Fapi%253Fapi_key%253D[REDACTED]%2526x%253D1 HTTP/1.1",
+    ),
+    SecretCase(
+        "access_log_encoded_json_password",
+        "GET /track?data=%7B%22user%22%3A%22bob%22%2C%22password%22%3A%22JsonEncPw1%22%7D HTTP/1.1",
+        "JsonEncPw1",
+        "GET /track?data=%7B%22user%22%3A%22bob%22%2C%22password%22%3A%22[REDACTED]%22%7D HTTP/1.1",
+    ),
+    SecretCase(
+        "access_log_encoded_url_password",
+        '"GET /redirect?to=https%3A%2F%2Falice%3AUrlEncPass1%40host.example.com%2F HTTP/1.1" 302',
+        "UrlEncPass1",
+        '"GET /redirect?to=https%3A%2F%2Falice%3A[REDACTED]%40host.example.com%2F HTTP/1.1" 302',
+    ),
+    SecretCase(
+        "access_log_double_encoded_url_password",
+        "GET /r?u=https%253A%252F%252Fbob%253AUrlEnc%2521Pass2%2540db.example.com%253A5432 HTTP/1.1",
+        "UrlEnc%2521Pass2",
+        "GET /r?u=https%253A%252F%252Fbob%253A[REDACTED]%2540db.example.com%253A5432 HTTP/1.1",
+    ),
+    # --- chpasswd's input on its command line
+    SecretCase(
+        "chpasswd_echo_pipe",
+        'echo "alice:ChpasswdPass1" | chpasswd',
+        "ChpasswdPass1",
+        'echo "alice:[REDACTED]" | chpasswd',
+    ),
+    SecretCase(
+        "chpasswd_echo_sudo",
+        "+ echo 'deploy:Chpasswd Pass 2' | sudo /usr/sbin/chpasswd",
+        "Chpasswd Pass 2",
+        "+ echo 'deploy:[REDACTED]' | sudo /usr/sbin/chpasswd",
+    ),
+    SecretCase(
+        "chpasswd_echo_e_two_users",
+        'echo -e "alice:ChpwA1\\nbob:ChpwB2" | chpasswd',
+        "Chpw",
+        'echo -e "alice:[REDACTED]\\nbob:[REDACTED]" | chpasswd',
+        redactions=2,
+    ),
+    SecretCase(
+        "chpasswd_printf",
+        "printf 'carol:PrintfPw1\\n' | chpasswd -c SHA512",
+        "PrintfPw1",
+        "printf 'carol:[REDACTED]\\n' | chpasswd -c SHA512",
+    ),
+    SecretCase(
+        "chpasswd_here_string",
+        'chpasswd <<< "alice:ChpasswdPass3"\nsudo chpasswd <<<dave:ChpasswdPass4',
+        "ChpasswdPass",
+        'chpasswd <<< "alice:[REDACTED]"\nsudo chpasswd <<<dave:[REDACTED]',
+        redactions=2,
+    ),
+    SecretCase(
+        "chpasswd_echo_bare",
+        "echo alice:BareChpw1 | chpasswd",
+        "BareChpw1",
+        "echo alice:[REDACTED] | chpasswd",
+    ),
+    # --- programs' secrets on a command line (their argv forms: test_scrubber.test_argv_lists)
+    SecretCase(
+        "ssh_keygen_new_passphrase",
+        "ssh-keygen -t ed25519 -N NewKeyPass1 -f ~/.ssh/id_ed25519",
+        "NewKeyPass1",
+        "ssh-keygen -t ed25519 -N [REDACTED] -f ~/.ssh/id_ed25519",
+    ),
+    SecretCase(
+        "ssh_keygen_change_passphrase",
+        "ssh-keygen -p -P OldKeyPass1 -N 'New Key Pass 2' -f ~/.ssh/id_rsa",
+        "KeyPass",
+        "ssh-keygen -p -P [REDACTED] -N '[REDACTED]' -f ~/.ssh/id_rsa",
+        redactions=2,
+    ),
+    SecretCase(
+        "wpa_passphrase_command",
+        "wpa_passphrase HomeNet WpaPassphrase9 >> /etc/wpa_supplicant/wpa_supplicant.conf",
+        "WpaPassphrase9",
+        "wpa_passphrase HomeNet [REDACTED] >> /etc/wpa_supplicant/wpa_supplicant.conf",
+    ),
+    SecretCase(
+        "wpa_passphrase_quoted",
+        'sudo wpa_passphrase "Cafe Guest" "wpa pass phrase"',
+        "wpa pass phrase",
+        'sudo wpa_passphrase "Cafe Guest" "[REDACTED]"',
+    ),
+    SecretCase(
+        "curl_oauth2_bearer",
+        "curl -s --oauth2-bearer OauthTok3nValue https://api.example.com/v1/me",
+        "OauthTok3nValue",
+        "curl -s --oauth2-bearer [REDACTED] https://api.example.com/v1/me",
+    ),
+    SecretCase(
+        "aws_sse_c_key",
+        "aws s3 cp s3://b/k . --sse-c AES256 --sse-c-key SseCustomerKey1234567890abcdef",
+        "SseCustomerKey1234567890abcdef",
+        "aws s3 cp s3://b/k . --sse-c AES256 --sse-c-key [REDACTED]",
+    ),
+    SecretCase(
+        "aws_sse_c_copy_source_key",
+        "aws s3 cp s3://a/k s3://b/k --sse-c-copy-source AES256 --sse-c-copy-source-key=SseSrcKey12345",
+        "SseSrcKey12345",
+        "aws s3 cp s3://a/k s3://b/k --sse-c-copy-source AES256 --sse-c-copy-source-key=[REDACTED]",
+    ),
+    SecretCase(
+        "rabbitmqadmin_password",
+        "rabbitmqadmin -H rabbit -P 15672 -u admin -p RabbitAdm1n list queues",
+        "RabbitAdm1n",
+        "rabbitmqadmin -H rabbit -P 15672 -u admin -p [REDACTED] list queues",
+    ),
+    SecretCase(
+        "cqlsh_password",
+        "cqlsh 10.0.0.5 9042 -u cassandra -p CassPass99 -e 'DESCRIBE KEYSPACES'",
+        "CassPass99",
+        "cqlsh 10.0.0.5 9042 -u cassandra -p [REDACTED] -e 'DESCRIBE KEYSPACES'",
+    ),
+    SecretCase(
+        "consul_agent_encrypt",
+        f"consul agent -server -bootstrap-expect=3 -encrypt={GOSSIP_KEY} -data-dir=/opt/consul",
+        GOSSIP_KEY,
+        "consul agent -server -bootstrap-expect=3 -encrypt=[REDACTED] -data-dir=/opt/consul",
+    ),
+    SecretCase(
+        "nomad_agent_encrypt",
+        "nomad agent -server -encrypt NomadGossipKey123",
+        "NomadGossipKey123",
+        "nomad agent -server -encrypt [REDACTED]",
+    ),
+    SecretCase(
+        "consul_config_encrypt",
+        f'datacenter = "dc1"\nencrypt = "{GOSSIP_KEY}"\n',
+        GOSSIP_KEY,
+        'datacenter = "dc1"\nencrypt = "[REDACTED]"\n',
+    ),
+    SecretCase(
+        "consul_json_encrypt",
+        f'{{"datacenter": "dc1", "encrypt": "{GOSSIP_KEY}", "server": true}}',
+        GOSSIP_KEY,
+        '{"datacenter": "dc1", "encrypt": "[REDACTED]", "server": true}',
+    ),
+    SecretCase(
+        "ngrok_add_authtoken",
+        "ngrok config add-authtoken 2abcDEF3ghiJKL4mnoPQR5stuVWX6yz_7ABCdefGHIjklMN",
+        "2abcDEF3ghiJKL4mnoPQR5stuVWX6yz_7ABCdefGHIjklMN",
+        "ngrok config add-authtoken [REDACTED]",
+    ),
+    SecretCase(
+        "ngrok_v2_authtoken",
+        "./ngrok authtoken NgrokV2Token123",
+        "NgrokV2Token123",
+        "./ngrok authtoken [REDACTED]",
+    ),
+    SecretCase(
+        "frpc_token",
+        "frpc tcp -s frps.example.com:7000 -t FrpToken123 -l 22 -r 6000",
+        "FrpToken123",
+        "frpc tcp -s frps.example.com:7000 -t [REDACTED] -l 22 -r 6000",
+    ),
+    SecretCase(
+        "kubectl_create_secret_from_literal",
+        "kubectl -n prod create secret generic db --from-literal=username=app --from-literal=api=KubeLiteral1",
+        "KubeLiteral1",
+        "kubectl -n prod create secret generic db --from-literal=username=[REDACTED] "
+        "--from-literal=api=[REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "kubectl_create_secret_from_literal_quoted",
+        "kubectl create secret generic api --from-literal=token='S!B\\*d$zDsb=' --from-literal \"key=Kube Lit 2\"",
+        "Kube Lit 2",
+        "kubectl create secret generic api --from-literal=token='[REDACTED]' --from-literal \"key=[REDACTED]\"",
+        redactions=2,
+    ),
+    SecretCase(
+        "mariadb_admin_password_word",
+        "mariadb-admin -uroot -pOldMaria1 password NewMariaPw2",
+        "MariaPw2",
+        "mariadb-admin -uroot -p[REDACTED] password [REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "mariabackup_password",
+        "mariabackup --backup --target-dir=/backup --user=root -pMariaBak1",
+        "MariaBak1",
+        "mariabackup --backup --target-dir=/backup --user=root -p[REDACTED]",
+    ),
+    SecretCase(
+        "xtrabackup_password",
+        "xtrabackup --backup -uroot -pXtraBak1 --target-dir=/data/backups",
+        "XtraBak1",
+        "xtrabackup --backup -uroot -p[REDACTED] --target-dir=/data/backups",
+    ),
+    SecretCase(
+        "valkey_cli_password",
+        "valkey-cli -h cache -a ValkeyPw1 --no-auth-warning ping",
+        "ValkeyPw1",
+        "valkey-cli -h cache -a [REDACTED] --no-auth-warning ping",
+    ),
+    SecretCase(
+        "keydb_cli_auth_and_config",
+        "keydb-cli AUTH default KeydbAuth1\nkeydb-cli CONFIG SET requirepass KeydbReq1",
+        "Keydb",
+        "keydb-cli AUTH default [REDACTED]\nkeydb-cli CONFIG SET requirepass [REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "redis_benchmark_password",
+        "redis-benchmark -h cache -a BenchPw1 -c 50 -n 100000 -q",
+        "BenchPw1",
+        "redis-benchmark -h cache -a [REDACTED] -c 50 -n 100000 -q",
+    ),
+    SecretCase(
+        "valkey_benchmark_password",
+        "valkey-benchmark -a ValkeyBench1 -t set,get",
+        "ValkeyBench1",
+        "valkey-benchmark -a [REDACTED] -t set,get",
+    ),
+    SecretCase(
+        "valkey_cli_acl_setuser",
+        "valkey-cli ACL SETUSER bob on >ValkeyAcl1 ~cache:* +get",
+        "ValkeyAcl1",
+        "valkey-cli ACL SETUSER bob on >[REDACTED] ~cache:* +get",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -2190,6 +2852,194 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "#masterauth and requirepass are ignored with an aclfile\n; masterauth is read by replicas only",
         "prose words after the directive's name",
     ),
+    # Wi-Fi: key management names, flags, files, prose, empty keys
+    LookAlike(
+        "wpa_supplicant_key_mgmt",
+        'network={\n\tssid="HomeNet"\n\tkey_mgmt=WPA-PSK\n\tproto=RSN\n\tpairwise=CCMP\n\twep_tx_keyidx=0\n}',
+        "psk as a key-management value, a key index",
+    ),
+    LookAlike(
+        "networkmanager_secret_flags",
+        "[wifi-security]\nkey-mgmt=wpa-psk\npsk-flags=1\n\n[802-1x]\npassword-flags=2\n",
+        "psk-flags and password-flags say where the secret is kept (an agent), not what it is",
+    ),
+    LookAlike(
+        "nmcli_secrets_hidden",
+        "802-11-wireless-security.psk:           <hidden>\n802-11-wireless-security.psk-flags:     0 (none)",
+        "nmcli without --show-secrets",
+    ),
+    LookAlike(
+        "hostapd_psk_file", "wpa_psk_file=/etc/hostapd/hostapd.wpa_psk\nwpa_key_mgmt=WPA-PSK", "a file"
+    ),
+    LookAlike(
+        "wpa_psk_empty",
+        'psk=""\npsk=\n# wpa-psk is the passphrase, 8 to 63 characters\n',
+        "empty keys, and prose after a commented-out directive",
+    ),
+    LookAlike(
+        "psk_in_prose",
+        "The psk option sets the WPA pre-shared key; see wpa_supplicant.conf(5).",
+        "the key's name in documentation",
+    ),
+    # key blocks: public keys, OpenVPN's own words, age's public keys and docs
+    LookAlike(
+        "ssh2_public_key_block",
+        '---- BEGIN SSH2 PUBLIC KEY ----\nComment: "rsa-key-20240501"\nAAAAB3NzaC1yc2EAAAADAQABAAABAQC7\n'
+        "---- END SSH2 PUBLIC KEY ----",
+        "RFC 4716's public key",
+    ),
+    LookAlike(
+        "openvpn_log_and_directives",
+        "OpenVPN 2.6.3 x86_64-pc-linux-gnu [SSL (OpenSSL)] [LZO] [LZ4]\ntls-auth /etc/openvpn/ta.key 1\n"
+        "tls-crypt-v2 /etc/openvpn/client.key\nkey-direction 1",
+        "OpenVPN's version line and key file paths",
+    ),
+    LookAlike(
+        "age_public_key_and_docs",
+        "# public key: age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p\n"
+        "identity files hold lines starting with AGE-SECRET-KEY-1",
+        "age's public key, the secret key's prefix in prose",
+    ),
+    # mail and dial-up: postfix's other maps, msmtp's other directives, PAM, pppd's comments
+    LookAlike(
+        "postfix_transport_and_relay_maps",
+        "bob@example.com smtp:[mail.example.com]:587\n@example.com [smtp.example.com]:587\n"
+        "relayhost = [smtp.gmail.com]:587\nsmtp_sasl_auth_enable = yes",
+        "a transport map, a sender-dependent relay map, main.cf",
+    ),
+    LookAlike(
+        "host_port_lines",
+        "Listen 127.0.0.1:8080\nserver backend1.example.com:8080 weight=5;\ndb1.example.com state:OK\n"
+        '10.0.0.1 - - [01/May/2024:10:00:00 +0000] "GET / HTTP/1.1" 200 612',
+        "host and colon lines that are no sasl_passwd",
+    ),
+    LookAlike(
+        "msmtprc_without_password",
+        "account gmail\nhost smtp.gmail.com\nauth on\npasswordeval gpg --no-tty -q -d ~/.msmtp-password.gpg\n",
+        "msmtp's passwordeval runs a command",
+    ),
+    LookAlike(
+        "password_state_lines",
+        'password changed\npassword   requisite   pam_pwquality.so retry=3\npassword is required\npassword ""\n'
+        "  password ********",
+        "a state, PAM's password stack, prose, an empty or masked password",
+    ),
+    LookAlike(
+        "ppp_secrets_comments_only",
+        "# Secrets for authentication using CHAP\n# client\tserver\tsecret\t\t\tIP addresses\n",
+        "pppd's header comment alone",
+    ),
+    LookAlike(
+        "ppp_secrets_prose",
+        "Edit /etc/ppp/chap-secrets as root, then restart pppd.\n"
+        "Each line of it gives a client, a server, a secret and addresses.",
+        "the file named in prose",
+    ),
+    # services: pgbouncer, snmpd, haproxy, rsyncd, php-fpm settings without secrets
+    LookAlike(
+        "pgbouncer_settings",
+        'auth_file = /etc/pgbouncer/userlist.txt\nauth_type = scram-sha-256\n"appuser" ""',
+        "the userlist's path, an empty password",
+    ),
+    LookAlike(
+        "snmpd_conf_docs",
+        "#  rocommunity: a SNMPv1/SNMPv2c read-only access community name\n"
+        "#   createUser username (MD5|SHA) passphrase [DES|AES] [passphrase]\n"
+        "# rocommunity is not needed with SNMPv3\nview systemonly included .1.3.6.1.2.1.1\n"
+        "rouser authPrivUser authpriv -V systemonly",
+        "snmpd.conf's comments, views and users without their passphrases",
+    ),
+    LookAlike(
+        "haproxy_stats_settings",
+        "listen stats\n    stats enable\n    stats uri /stats\n    stats refresh 10s\n    stats admin if LOCALHOST",
+        "stats directives without auth",
+    ),
+    LookAlike(
+        "rsyncd_conf",
+        "secrets file = /etc/rsyncd.secrets\n[backup]\n    path = /srv/backup\n    auth users = alice",
+        "the secrets file named in rsyncd.conf",
+    ),
+    LookAlike(
+        "php_fpm_settings",
+        "env[PATH] = /usr/local/bin:/usr/bin:/bin\nphp_admin_value[memory_limit] = 256M\n"
+        "$cfg['Servers'][$i]['auth_type'] = 'cookie';",
+        "bracketed names that are no secret",
+    ),
+    # Java: properties without a secret value
+    LookAlike(
+        "spring_properties_without_secret",
+        '<property name="username" value="app"/>\n<property name="passwordEncoder" ref="bcryptEncoder"/>\n'
+        '<entry key="password.minLength">12</entry>\n<entry key="db.password"></entry>\n'
+        '<property name="password" value=""/>',
+        "no secret value: a reference, a policy, empty values",
+    ),
+    # hashes: locked accounts, the schemes named in prose
+    LookAlike(
+        "shadow_locked_accounts",
+        "daemon:*:19800:0:99999:7:::\nbin:!:19800::::::\nsshd:!*:19800::::::\nENCRYPT_METHOD SHA512",
+        "no hash: locked accounts, login.defs",
+    ),
+    LookAlike(
+        "crypt_ids_in_prose",
+        "echo $1$2 and crypt(3) hashes start with $6$ for SHA-512 and $y$ for yescrypt",
+        "a shell's arguments, the scheme ids in prose",
+    ),
+    # secret URLs: placeholders, channels
+    LookAlike(
+        "telegram_and_discord_docs",
+        "https://api.telegram.org/bot{token}/sendMessage\nhttps://core.telegram.org/bots/api#sendmessage\n"
+        "https://discord.com/api/webhooks/{webhook.id}/{webhook.token}\n"
+        "https://discord.com/channels/123456789012345678/987654321098765432",
+        "placeholders, docs and a channel's URL",
+    ),
+    LookAlike("clock_times", "10:00:05 up 3 days, 12:34:56 load average: 0.10", "colons and digits"),
+    # URL-encoded: a port, a name in a path, a name that is no secret
+    LookAlike(
+        "encoded_urls_without_credentials",
+        "redirect_uri=https%3A%2F%2Fapp.example.com%3A8443%2Fcallback\nGET /docs/password%20reset HTTP/1.1\n"
+        "GET /login?passwordless%3Dtrue HTTP/1.1",
+        "an encoded port, a path, a name ending otherwise",
+    ),
+    # chpasswd from a file, a pipe to another program
+    LookAlike(
+        "chpasswd_from_a_file",
+        "chpasswd < users.txt\nchpasswd -e < /root/hashes\necho 'alice:x' | grep alice",
+        "no password on the line",
+    ),
+    # programs: prompts, no secret flags, configmaps
+    LookAlike(
+        "ssh_keygen_without_passphrase",
+        'ssh-keygen -t ed25519 -N "" -f ~/.ssh/id_ed25519\nssh-keygen -lf ~/.ssh/id_ed25519.pub\n'
+        "ssh-keygen -t rsa -N '' -C deploy",
+        '-N "": no passphrase',
+    ),
+    LookAlike(
+        "programs_without_secrets",
+        "wpa_passphrase HomeNet < /run/wifi-pass\naws s3 cp a s3://b/ --sse-c AES256\n"
+        "rabbitmqadmin -H rabbit -P 15672 list queues\ncqlsh 10.0.0.5 9042 -e 'DESCRIBE KEYSPACES'\n"
+        "consul keygen\nngrok http 8080\nfrpc -c /etc/frp/frpc.toml\nencrypt = true",
+        "a passphrase on stdin, an algorithm, a port, no secret",
+    ),
+    LookAlike(
+        "kubectl_configmap_literal",
+        "kubectl create configmap app --from-literal=LOG_LEVEL=debug\nkubectl get secret db -o yaml",
+        "a configmap's literal; reading a secret",
+    ),
+    LookAlike(
+        "redis_forks_without_password",
+        "valkey-cli -h cache -p 6380 info memory\nredis-benchmark -t set,get -n 100000 -q\nkeydb-cli get auth",
+        "no -a, a key named auth",
+    ),
+    LookAlike(
+        "mariadb_access_denied_yes",
+        "ERROR 1045 (28000): Access denied for user 'root'@'127.0.0.1' (using password: YES)",
+        "whether a password was sent",
+    ),
+    LookAlike(
+        "mysql_access_denied_no",
+        "[Warning] Access denied for user 'app'@'localhost' (using password: NO)",
+        "whether a password was sent",
+    ),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -2265,4 +3115,21 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike(
         "grep_cluster_w", ("grep", "-rw", "needle", "/srv"), "clusters are read for ldap tools only"
     ),
+    ArgvLookAlike("ssh_keygen_no_passphrase", ("ssh-keygen", "-t", "ed25519", "-N", "", "-f", "k"), "empty"),
+    ArgvLookAlike("ssh_keygen_fingerprint", ("ssh-keygen", "-lf", "k.pub"), "no passphrase"),
+    ArgvLookAlike("wpa_passphrase_stdin", ("wpa_passphrase", "HomeNet"), "the passphrase comes on stdin"),
+    ArgvLookAlike("rabbitmqadmin_port", ("rabbitmqadmin", "-P", "15672", "list", "queues"), "-P is the port"),
+    ArgvLookAlike("aws_sse_c_algorithm", ("aws", "s3", "cp", "a", "b", "--sse-c", "AES256"), "an algorithm"),
+    ArgvLookAlike(
+        "kubectl_configmap",
+        ("kubectl", "create", "configmap", "app", "--from-literal=LOG_LEVEL=debug"),
+        "no secret",
+    ),
+    ArgvLookAlike("kubectl_get_secret", ("kubectl", "get", "secret", "db", "-o", "yaml"), "reads it"),
+    ArgvLookAlike("ngrok_http", ("ngrok", "http", "8080"), "no token"),
+    ArgvLookAlike("frpc_config", ("frpc", "-c", "/etc/frp/frpc.toml"), "a config file"),
+    ArgvLookAlike("consul_dev", ("consul", "agent", "-dev"), "no key"),
+    ArgvLookAlike("mariadb_dump_prompt", ("mariadb-dump", "-u", "root", "-p", "shop"), "-p prompts"),
+    ArgvLookAlike("valkey_host_named_auth", ("valkey-cli", "-h", "auth", "ping"), "a host named auth"),
+    ArgvLookAlike("redis_benchmark_counts", ("redis-benchmark", "-c", "50", "-n", "1000", "-q"), "numbers"),
 )

@@ -189,6 +189,13 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
 
 # --- argv lists ---------------------------------------------------------------------
 
+# The clients of MySQL and MariaDB (and the backup tools) that read -pPW, beyond mysql itself.
+MYSQL_CLIENTS = (
+    "mariadb-dump", "mariadb-admin", "mariadb-check", "mariadb-import", "mariabackup", "mariadb-backup",
+    "mariadb-binlog", "mariadb-upgrade", "mariadb-show", "mariadb-slap", "xtrabackup", "mysqlbinlog",
+    "mysqlsh", "mysqlpump", "mysql_upgrade", "mysqlshow", "mysqlslap", "mysql_secure_installation",
+)  # fmt: skip
+
 
 @pytest.mark.parametrize(
     ("argv", "expected", "count"),
@@ -661,6 +668,102 @@ def test_nothing_to_redact_returns_the_value_itself(scrubber: Scrubber) -> None:
             ["env", "ETCDCTL_USER=root:" + REDACTED, "etcdctl", "get", "/k"],
             1,
         ),
+        # every client of MySQL and MariaDB, and the backup tools, reads -pPW
+        *(
+            ([name, "-uroot", "-ppw119", "x"], [name, "-uroot", "-p" + REDACTED, "x"], 1)
+            for name in MYSQL_CLIENTS
+        ),
+        (
+            ["mariadb-admin", "-uroot", "-ppw120", "password", "pw121"],
+            ["mariadb-admin", "-uroot", "-p" + REDACTED, "password", REDACTED],
+            2,
+        ),
+        # Redis's forks and benchmarks: -a, AUTH, CONFIG SET requirepass, ACL SETUSER
+        *(
+            ([name, "-h", "c", "-a", "pw122", "ping"], [name, "-h", "c", "-a", REDACTED, "ping"], 1)
+            for name in ("valkey-cli", "keydb-cli", "redis-benchmark", "valkey-benchmark", "keydb-benchmark")
+        ),
+        (["valkey-cli", "AUTH", "app", "pw123"], ["valkey-cli", "AUTH", "app", REDACTED], 1),
+        (
+            ["keydb-cli", "CONFIG", "SET", "requirepass", "pw124"],
+            ["keydb-cli", "CONFIG", "SET", "requirepass", REDACTED],
+            1,
+        ),
+        (
+            ["valkey-cli", "ACL", "SETUSER", "bob", ">pw125"],
+            ["valkey-cli", "ACL", "SETUSER", "bob", ">" + REDACTED],
+            1,
+        ),
+        (
+            ["redis-benchmark", "-c", "50", "-a", "pw126", "-n", "10"],
+            ["redis-benchmark", "-c", "50", "-a", REDACTED, "-n", "10"],
+            1,
+        ),
+        # ssh-keygen -P OLD -N NEW (-N "": no passphrase)
+        (
+            ["ssh-keygen", "-t", "ed25519", "-N", "pw127", "-f", "k"],
+            ["ssh-keygen", "-t", "ed25519", "-N", REDACTED, "-f", "k"],
+            1,
+        ),
+        (
+            ["ssh-keygen", "-p", "-Ppw128", "-N", "pw129", "-f", "k"],
+            ["ssh-keygen", "-p", "-P" + REDACTED, "-N", REDACTED, "-f", "k"],
+            2,
+        ),
+        (["ssh-keygen", "-N", "", "-f", "k"], ["ssh-keygen", "-N", "", "-f", "k"], 0),
+        (["wpa_passphrase", "HomeNet", "pw130"], ["wpa_passphrase", "HomeNet", REDACTED], 1),
+        (
+            ["curl", "--oauth2-bearer", "pw131", "https://x"],
+            ["curl", "--oauth2-bearer", REDACTED, "https://x"],
+            1,
+        ),
+        (
+            ["aws", "s3", "cp", "a", "s3://b/k", "--sse-c", "AES256", "--sse-c-key", "pw132"],
+            ["aws", "s3", "cp", "a", "s3://b/k", "--sse-c", "AES256", "--sse-c-key", REDACTED],
+            1,
+        ),
+        (
+            ["aws", "s3", "cp", "s3://a/k", "b", "--sse-c-copy-source-key=pw133"],
+            ["aws", "s3", "cp", "s3://a/k", "b", "--sse-c-copy-source-key=" + REDACTED],
+            1,
+        ),
+        (
+            ["rabbitmqadmin", "-u", "admin", "-p", "pw134", "list", "queues"],
+            ["rabbitmqadmin", "-u", "admin", "-p", REDACTED, "list", "queues"],
+            1,
+        ),
+        (
+            ["cqlsh", "db", "-u", "cassandra", "-ppw135"],
+            ["cqlsh", "db", "-u", "cassandra", "-p" + REDACTED],
+            1,
+        ),
+        (["consul", "agent", "-encrypt=pw136"], ["consul", "agent", "-encrypt=" + REDACTED], 1),
+        (["nomad", "agent", "-encrypt", "pw137"], ["nomad", "agent", "-encrypt", REDACTED], 1),
+        (["ngrok", "config", "add-authtoken", "pw138"], ["ngrok", "config", "add-authtoken", REDACTED], 1),
+        (["ngrok", "authtoken", "pw139"], ["ngrok", "authtoken", REDACTED], 1),
+        (["frpc", "tcp", "-t", "pw140", "-l", "22"], ["frpc", "tcp", "-t", REDACTED, "-l", "22"], 1),
+        # kubectl create secret: each --from-literal's value, after its key
+        (
+            ["kubectl", "create", "secret", "generic", "db", "--from-literal=dsn=pw141"],
+            ["kubectl", "create", "secret", "generic", "db", "--from-literal=dsn=" + REDACTED],
+            1,
+        ),
+        (
+            ["oc", "-n", "p", "create", "secret", "generic", "db", "--from-literal", "api=pw142"],
+            ["oc", "-n", "p", "create", "secret", "generic", "db", "--from-literal", "api=" + REDACTED],
+            1,
+        ),
+        (
+            ["kubectl", "create", "secret", "generic", "db", "--from-literal=empty="],
+            ["kubectl", "create", "secret", "generic", "db", "--from-literal=empty="],
+            0,
+        ),
+        # kubectl runs other programs: theirs are read as theirs
+        (
+            ["kubectl", "exec", "db", "--", "mariadb-dump", "-ppw143"],
+            ["kubectl", "exec", "db", "--", "mariadb-dump", "-p" + REDACTED],
+            1,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -813,6 +916,28 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["env", "SSHPASS=pw1", "sshpass", "-e", "ssh", "h"],
         ["env", "ETCDCTL_USER=root:pw1", "etcdctl", "get", "/k"],
         ["env", "ETCDCTL_USER=root", "etcdctl", "get", "/k"],
+        ["mariadb-admin", "-uroot", "-ppw1", "password", "pw2"],
+        ["mariabackup", "--backup", "-ppw1"],
+        ["xtrabackup", "--backup", "-uroot", "-ppw1"],
+        ["valkey-cli", "-a", "pw1", "AUTH", "bob", "pw2"],
+        ["keydb-cli", "CONFIG", "SET", "requirepass", "pw1"],
+        ["redis-benchmark", "-a", "pw1", "-q"],
+        ["valkey-cli", "ACL", "SETUSER", "bob", ">pw1", ">pw2"],
+        ["ssh-keygen", "-p", "-P", "pw1", "-N", "pw2", "-f", "k"],
+        ["ssh-keygen", "-Ppw1", "-Npw2"],
+        ["wpa_passphrase", "HomeNet", "pw1"],
+        ["wpa_passphrase", "HomeNet"],
+        ["curl", "--oauth2-bearer", "pw1", "https://x"],
+        ["aws", "s3", "cp", "a", "b", "--sse-c-key", "pw1", "--sse-c-copy-source-key", "pw2"],
+        ["rabbitmqadmin", "-u", "admin", "-p", "pw1", "list", "queues"],
+        ["rabbitmqadmin", "-P", "15672", "list", "queues"],
+        ["cqlsh", "-u", "cassandra", "-ppw1"],
+        ["consul", "agent", "-encrypt=pw1"],
+        ["nomad", "agent", "-encrypt", "pw1"],
+        ["ngrok", "config", "add-authtoken", "pw1"],
+        ["frpc", "-t", "pw1"],
+        ["kubectl", "create", "secret", "generic", "s", "--from-literal=a=pw1", "--from-literal=b=pw2"],
+        ["kubectl", "create", "configmap", "c", "--from-literal=a=b"],
     ],
 )
 def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
@@ -1576,6 +1701,73 @@ HOSTILE_TEXTS = {
     "commented_requirepass_prose": "\n# requirepass is" * (HOSTILE_SIZE // 17),
     "commented_requirepass_words": "\n# requirepass x y" * (HOSTILE_SIZE // 18),
     "debconf_db_confirmations": "Name: a/verify\nValue: y\n" * (HOSTILE_SIZE // 24),
+    # OpenVPN's and RFC 4716's key blocks, age keys
+    "openvpn_heads": "-----BEGIN OpenVPN Static key V1-----" * (HOSTILE_SIZE // 37),
+    "openvpn_kinds": "-----BEGIN OpenVPN " + "a " * (HOSTILE_SIZE // 2),
+    "openvpn_orphan_hex": ("5feceb66ffc86f38d952786c6d696c79\n" * 17 + "OpenVPN\x00") * (HOSTILE_SIZE // 570),
+    "ssh2_heads": "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----" * (HOSTILE_SIZE // 42),
+    "age_prefixes": "AGE-SECRET-KEY-1" * (HOSTILE_SIZE // 16),
+    "age_long": "AGE-SECRET-KEY-1" + "Q" * HOSTILE_SIZE,
+    # Telegram tokens, Discord webhooks, percent-encoded credentials
+    "telegram_colons": ":AA" * (HOSTILE_SIZE // 3),
+    "telegram_ids": ("bot" + "1" * 30 + ":AA" + "a" * 33 + " ") * (HOSTILE_SIZE // 70),
+    "telegram_long": "1234567:AA" + "a" * HOSTILE_SIZE,
+    "discord_heads": "discord.com/api/webhooks/1/" * (HOSTILE_SIZE // 27),
+    "discord_ids": "discord.com/api/webhooks/" + "1" * HOSTILE_SIZE,
+    "encoded_url_heads": "%3A%2F%2F" * (HOSTILE_SIZE // 9),
+    "encoded_url_users": "%3A%2F%2F" + "a" * HOSTILE_SIZE + "%3A",
+    "encoded_url_passwords": "%3A%2F%2Fa%3A" + "%41" * (HOSTILE_SIZE // 3),
+    "encoded_assigns": "password%3D" * (HOSTILE_SIZE // 11),
+    "encoded_assign_values": "password%3D" + "%41" * (HOSTILE_SIZE // 3),
+    "encoded_json_heads": "password%22%3A%22" * (HOSTILE_SIZE // 17),
+    "encoded_name_prefixes": "%3Fpass" * (HOSTILE_SIZE // 7),
+    "bracketed_names": "env[DB_PASSWORD]" * (HOSTILE_SIZE // 16),
+    # directives: ifupdown's wpa-psk, "password PW" lines, snmpd, haproxy, gossip keys
+    "wpa_lines": "\nwpa-psk x" * (HOSTILE_SIZE // 10),
+    "wpa_blanks": "\nwpa-psk x" + " " * HOSTILE_SIZE + "y",
+    "wpa_comments": "\n# wpa-psk " * (HOSTILE_SIZE // 11),
+    "password_lines": "\npassword x y" * (HOSTILE_SIZE // 13),
+    "password_blanks": "\npassword" + " " * HOSTILE_SIZE + "x",
+    "snmpd_lines": "\nrocommunity " * (HOSTILE_SIZE // 13),
+    "com2sec_words": "com2sec" + " a" * (HOSTILE_SIZE // 2),
+    "create_user_protocols": "\ncreateUser a SHA" + " SHA x" * (HOSTILE_SIZE // 6),
+    "create_user_heads": "\ncreateUser a b" * (HOSTILE_SIZE // 15),
+    "haproxy_lines": "\nstats auth a:" * (HOSTILE_SIZE // 14),
+    "haproxy_users": "\nuser a password " * (HOSTILE_SIZE // 17),
+    "gossip_heads": "encrypt=" * (HOSTILE_SIZE // 8),
+    "gossip_values": "encrypt = " + "A" * HOSTILE_SIZE,
+    # XML key-value pairs
+    "xml_property_heads": '<property name="password" ' * (HOSTILE_SIZE // 26),
+    "xml_entry_long": '<entry key="password">' + "x" * HOSTILE_SIZE,
+    "xml_attributes": '<p name="password"' + ' a="b"' * (HOSTILE_SIZE // 6) + ">",
+    "xml_value_heads": '<entry key="password"><value>' * (HOSTILE_SIZE // 29),
+    # credential files: sasl_passwd, userlist.txt, pppd's and rsyncd's secrets, hashes
+    "sasl_lines": "\n[a]:1 b:" * (HOSTILE_SIZE // 10),
+    "sasl_values": "[a]:1 b:x" + " " * HOSTILE_SIZE + "y",
+    "sasl_senders": "\n" + "@" * HOSTILE_SIZE + " a:b",
+    "pgbouncer_lines": '\n"a" "' * (HOSTILE_SIZE // 6),
+    "pgbouncer_quotes": '"a" "' + '""' * (HOSTILE_SIZE // 2),
+    "ppp_lines": "chap-secrets" + "\na b c" * (HOSTILE_SIZE // 6),
+    "ppp_mentions": "chap-secrets\n" * (HOSTILE_SIZE // 13),
+    "ppp_long_fields": "chap-secrets\na b " + "c" * HOSTILE_SIZE,
+    "ppp_addresses": "chap-secrets\na b c" + " 1" * (HOSTILE_SIZE // 2) + " x",
+    "rsyncd_lines": "rsyncd.secrets" + "\na:b" * (HOSTILE_SIZE // 4),
+    "sasl_file_lines": "sasl_passwd" + "\na b:c" * (HOSTILE_SIZE // 6),
+    "crypt_heads": "$6$" * (HOSTILE_SIZE // 3),
+    "crypt_segments": "$6$" + "a$" * (HOSTILE_SIZE // 2),
+    "crypt_long": "$6$" + "a" * HOSTILE_SIZE + "_",
+    "scheme_hash_lines": "\na:{SHA}" * (HOSTILE_SIZE // 8),
+    # programs: chpasswd's input, kubectl's literals, the new flags and words
+    "chpasswd_echoes": "echo a:b " * (HOSTILE_SIZE // 9) + "| chpasswd",
+    "chpasswd_here_strings": "chpasswd <<< " * (HOSTILE_SIZE // 13),
+    "chpasswd_pairs": 'echo "' + "a:b\\n" * (HOSTILE_SIZE // 6) + '" | chpasswd',
+    "kubectl_literals": "kubectl create secret" + " --from-literal=a=b" * (HOSTILE_SIZE // 19),
+    "kubectl_heads": "kubectl secret --from-literal " * (HOSTILE_SIZE // 30),
+    "ssh_keygen_flags": "ssh-keygen" + " -N" * (HOSTILE_SIZE // 3),
+    "frp_words": "frpc -t " * (HOSTILE_SIZE // 8),
+    "wpa_passphrase_words": "wpa_passphrase a " * (HOSTILE_SIZE // 17),
+    "ngrok_words": "ngrok authtoken " * (HOSTILE_SIZE // 16),
+    "valkey_auths": "valkey-cli" + " auth" * (HOSTILE_SIZE // 5),
 }
 
 
@@ -1592,6 +1784,9 @@ HOSTILE_ARGVS = {
     "mc_user_adds": ["mc"] + ["user", "add"] * HOSTILE_SIZE_ITEMS,
     "mc_host_adds": ["mc"] + ["host", "add"] * HOSTILE_SIZE_ITEMS,
     "sshpass_programs": ["sshpass", "-p", "x"] + ["ssh", "sshpass"] * HOSTILE_SIZE_ITEMS,
+    "kubectl_secrets": ["kubectl"] + ["secret", "--from-literal"] * HOSTILE_SIZE_ITEMS,
+    "ngrok_authtokens": ["ngrok"] + ["authtoken"] * HOSTILE_SIZE_ITEMS,
+    "wpa_passphrases": ["wpa_passphrase"] * HOSTILE_SIZE_ITEMS,
 }
 
 
