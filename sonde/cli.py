@@ -10,13 +10,18 @@ from __future__ import annotations
 import os
 import sys
 
+from sonde.interrupts import EXIT_INTERRUPTED, stop_taking_interrupts
+
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped reading
 
 
 def main() -> None:
     try:
         result = run(sys.argv[1:])
+        stop_taking_interrupts()  # done, and said: a Ctrl-C now would only make it look failed
         sys.stdout.flush()  # here, not at exit, where a closed stdout is a traceback
+    except KeyboardInterrupt:  # Ctrl-C before the command handles SIGINT itself (while importing, say)
+        sys.exit(EXIT_INTERRUPTED)  # quietly, as the shell's `^C` says it all
     except BrokenPipeError:
         # the reader went away (`sonde hub key list | head -1`): stop quietly, as tools do on
         # SIGPIPE; stdout goes to /dev/null so that Python's own flush at exit finds nothing to fail on
@@ -32,7 +37,7 @@ def run(argv: list[str]) -> int:
 
     result = fast_command(argv)
     if result is None:
-        from sonde.commands import app
+        from sonde.commands import run_app
 
-        result = app(argv, result_action="return_value")
-    return result if isinstance(result, int) else 0
+        result = run_app(argv)
+    return result

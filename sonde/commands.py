@@ -26,6 +26,19 @@ app.command(packs_app)
 app.command(hub_app)
 
 
+def run_app(argv: list[str]) -> int:
+    """Parse ``argv`` and run its command; its exit code (0 when it returned none), or 2 for a
+    usage mistake of `sonde hub` that cyclopts would say obscurely (`sonde.commands_usage`)."""
+    from sonde.commands_usage import hub_usage_mistake
+
+    mistake = hub_usage_mistake(argv, [name for name in hub_app if not name.startswith("-")])
+    if mistake is not None:
+        print(f"sonde hub: {mistake}", file=sys.stderr)
+        return 2
+    result = app(argv, result_action="return_value")
+    return result if isinstance(result, int) else 0
+
+
 DataDir = Annotated[  # `hub` and `up` say what theirs holds in their docstrings
     Path | None, Parameter(name="--data-dir", env_var="SONDE_DATA_DIR", converter=path_or_unset)
 ]
@@ -165,15 +178,16 @@ def enroll(
     """
     from sonde.agent.enroll import EnrollError
     from sonde.agent.enroll import enroll as do_enroll
+    from sonde.interrupts import stop_taking_interrupts
 
     def warn(text: str) -> None:
         print(f"sonde enroll: warning: {text}", file=sys.stderr)
 
-    try:
-        config = do_enroll(hub, token, name, replace=replace, warn=warn)
+    try:  # once the hub said yes, Ctrl-C waits: the identity is saved and said, exit 0
+        config = do_enroll(hub, token, name, replace=replace, warn=warn, enrolled=stop_taking_interrupts)
     except EnrollError as exc:
         print(f"sonde enroll: {exc}", file=sys.stderr)
-        return 1
+        return 2 if exc.malformed_argument else 1
     print(f"enrolled as {config.name} (agent id {config.agent_id}) with {config.hub_url}", file=sys.stderr)
     print("start the agent with `sonde start` (or `sonde service install` for systemd)", file=sys.stderr)
     return 0

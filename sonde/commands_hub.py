@@ -55,9 +55,10 @@ def data_dir_or_default(data_dir: Path | None) -> Path:
 def hub_backup(dest: Path, /, *, data_dir: AdminDataDir = None) -> int:
     """Copy the hub's database to DEST while the hub runs: one consistent moment, checked, 0600.
 
-    DEST may be a directory (the copy is named sonde-<UTC time>.db there); an existing file is
-    never replaced. Exits 0 with the copy made, 1 when none was, 2 for a DEST that cannot be used.
-    The copy holds the hub's signing key: keep it as private as the hub's TLS key.
+    DEST may be a directory (the copy is named `sonde-<UTC time>.db` there, a name no other copy
+    has); an existing file is never replaced. Exits 0 with the copy made, 1 when none was (DEST
+    exists, say), 2 for a DEST that cannot be used (in no directory). The copy holds the hub's
+    signing key: keep it as private as the hub's TLS key.
 
     Parameters
     ----------
@@ -101,7 +102,13 @@ def key_create(
 
 @key_app.command(name="list")
 def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir: AdminDataDir = None) -> int:
-    """List API keys (never their secrets)."""
+    """List API keys (never their secrets).
+
+    Parameters
+    ----------
+    json
+        Print JSON instead of a table.
+    """
     from sonde.hub import admin, admin_credentials
 
     return admin.run_admin(admin_credentials.key_list, data_dir_or_default(data_dir), json)
@@ -109,7 +116,13 @@ def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir:
 
 @key_app.command(name="revoke")
 def key_revoke(key_id: str, /, *, data_dir: AdminDataDir = None) -> int:
-    """Revoke an API key, by its id or by the key itself (never shown or recorded)."""
+    """Revoke an API key, by its id or by the key itself (never shown or recorded).
+
+    Parameters
+    ----------
+    key_id
+        The key's id (as `sonde hub key list` shows it), or the key itself (sonde_...).
+    """
     from sonde.hub import admin, admin_credentials
 
     return admin.run_admin(admin_credentials.key_revoke, data_dir_or_default(data_dir), key_id)
@@ -154,7 +167,13 @@ def token_list(
 
 @token_app.command(name="revoke")
 def token_revoke(token: str, /, *, data_dir: AdminDataDir = None) -> int:
-    """Revoke an enrollment token, by its id or by the token itself, so it can no longer enroll an agent."""
+    """Revoke an enrollment token, by its id or by the token itself, so it can no longer enroll an agent.
+
+    Parameters
+    ----------
+    token
+        The token's id (as `sonde hub token list` shows it), or the token itself (enr_...).
+    """
     from sonde.hub import admin, admin_credentials
 
     return admin.run_admin(admin_credentials.token_revoke, data_dir_or_default(data_dir), token)
@@ -162,7 +181,15 @@ def token_revoke(token: str, /, *, data_dir: AdminDataDir = None) -> int:
 
 @agent_admin_app.command(name="accept")
 def agent_accept(name: str, /, *, data_dir: AdminDataDir = None) -> int:
-    """Accept an agent's changed attestation (it is held as degraded until then)."""
+    """Accept an agent's changed attestation (it is held as degraded until then).
+
+    Exits 1 when the agent has none waiting: there is nothing to accept.
+
+    Parameters
+    ----------
+    name
+        The agent's name or id.
+    """
     from sonde.hub import admin, admin_agents
 
     return admin.run_admin(admin_agents.agent_accept, data_dir_or_default(data_dir), name)
@@ -170,10 +197,51 @@ def agent_accept(name: str, /, *, data_dir: AdminDataDir = None) -> int:
 
 @agent_admin_app.command(name="remove")
 def agent_remove(name: str, /, *, data_dir: AdminDataDir = None) -> int:
-    """Remove an agent, by name or id: a running hub cuts it off within seconds and refuses it after."""
+    """Remove an agent, by name or id: a running hub cuts it off within seconds and refuses it after.
+
+    Parameters
+    ----------
+    name
+        The agent's name or id.
+    """
     from sonde.hub import admin, admin_agents
 
     return admin.run_admin(admin_agents.agent_remove, data_dir_or_default(data_dir), name)
+
+
+@agent_admin_app.command(name="tag")
+def agent_tag(
+    name: str,
+    /,
+    *tags: Annotated[str, Parameter(allow_leading_hyphen=True)],  # "-x": a tag to refuse, with why
+    add: Annotated[tuple[str, ...], Parameter(name="--add", negative_iterable="")] = (),
+    remove: Annotated[tuple[str, ...], Parameter(name="--remove", negative_iterable="")] = (),
+    clear: Annotated[bool, Parameter(negative="")] = False,
+    data_dir: AdminDataDir = None,
+) -> int:
+    """Set an agent's tags (replacing them), or add, remove or clear some, as PUT /api/v1/agents/{id}/tags does.
+
+    A leading # is dropped and a tag is kept once, whatever its case (the first spelling stays).
+    A running hub uses the new tags within a few seconds (key policies, tag filters).
+    Exits 1 when no agent has that name, or when --remove names a tag it does not have.
+
+    Parameters
+    ----------
+    name
+        The agent's name or id.
+    tags
+        The tags it has from now on (replacing all it had).
+    add
+        A tag to give it, keeping the others; repeat for more.
+    remove
+        A tag to take from it, keeping the others; repeat for more.
+    clear
+        Take every tag from it.
+    """
+    from sonde.hub import admin, admin_agents, admin_tags
+
+    change = admin_tags.TagChange(set_to=tags, add=add, remove=remove, clear=clear)
+    return admin.run_admin(admin_agents.agent_tag, data_dir_or_default(data_dir), name, change)
 
 
 @agent_admin_app.command(name="list")
@@ -219,3 +287,45 @@ def audit_prune(*, older_than: Duration, data_dir: AdminDataDir = None) -> int:
     from sonde.hub import admin, admin_audit
 
     return admin.run_admin(admin_audit.audit_prune, data_dir_or_default(data_dir), older_than)
+
+
+@audit_app.command(name="list")
+def audit_list(
+    *,
+    agent: str | None = None,
+    key: str | None = None,
+    action: str | None = None,
+    since: Annotated[str | None, Parameter(allow_leading_hyphen=True)] = None,
+    until: Annotated[str | None, Parameter(allow_leading_hyphen=True)] = None,
+    limit: int = 100,
+    json: Annotated[bool, Parameter(negative="")] = False,
+    data_dir: AdminDataDir = None,
+) -> int:
+    """List audit entries, newest first, with the filters of GET /api/v1/audit; only reads the database.
+
+    A running hub goes on writing meanwhile, and a read-only backup copy will do.
+
+    Parameters
+    ----------
+    agent
+        Only entries with this target (an agent's name, mostly).
+    key
+        Only entries by this actor: an API key's id, or cli, hub, agent.
+    action
+        Only entries whose action starts with this (mcp.call., rest.agent., cli.).
+    since
+        Only entries at or after this: a duration ago (90s, 15m, 2h, 7d) or a time
+        (2026-01-31T09:15:00Z; without Z, this machine's local time).
+    until
+        Only entries before this, given as --since is.
+    limit
+        At most this many, the newest (1 to 1000).
+    json
+        Print JSON ({"entries": [...], "truncated": ...}, as GET /api/v1/audit answers) instead of a table.
+    """
+    from sonde.hub import admin, admin_audit_list
+
+    query = admin_audit_list.AuditListing(
+        agent=agent, key=key, action=action, since=since, until=until, limit=limit
+    )
+    return admin.run_admin(admin_audit_list.audit_list, data_dir_or_default(data_dir), query, json)

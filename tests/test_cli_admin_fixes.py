@@ -289,7 +289,7 @@ def test_a_bad_agent_name_states_the_rule_as_enroll_does(tmp_path: Path, data_di
         timeout=60,
         check=False,
     )
-    assert enrolled.returncode == 1
+    assert enrolled.returncode == 2  # a usage error, as the hub's command says it
     assert enrolled.stderr.strip() == f"sonde enroll: {invalid_agent_name('bad/name')}"
 
 

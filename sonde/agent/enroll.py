@@ -30,6 +30,7 @@ from sonde.agent.identity import active_packs, attestation, default_agent_name, 
 from sonde.connect_failures import describe_tls_failure
 from sonde.hub_url import normalize_hub_url as base_hub_url
 from sonde.name_rules import invalid_agent_name
+from sonde.not_a_hub import not_a_hub_url
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import describe_validation_error
 from sonde.protocol.enrollment import TOKEN_PATTERN, EnrollRequest, EnrollResponse, ErrorResponse
@@ -49,6 +50,10 @@ MAX_ANSWER_BYTES = 256 * 1024
 ANSWER_SNIPPET_CHARS = 200
 
 
+# the codes of an argument that could never enroll (`sonde enroll` exits 2 for them, a usage error)
+MALFORMED_ARGUMENT_CODES = frozenset({"invalid_url", "invalid_token", "invalid_name"})
+
+
 class EnrollError(Exception):
     """Enrollment failed; ``code`` is the hub's error code or one of ours, ``message`` says why."""
 
@@ -56,6 +61,11 @@ class EnrollError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+    @property
+    def malformed_argument(self) -> bool:
+        """Whether an argument as given could never enroll (a usage error), not a refusal."""
+        return self.code in MALFORMED_ARGUMENT_CODES
 
 
 def enroll(
@@ -68,6 +78,7 @@ def enroll(
     registry: PackRegistry | None = None,
     replace: bool = True,
     warn: Callable[[str], None] = log.warning,
+    enrolled: Callable[[], None] = lambda: None,
 ) -> AgentConfig:
     """Enroll this machine with the hub at ``hub_url`` and save the identity; returns the config.
 
@@ -76,10 +87,13 @@ def enroll(
     no) and writes nothing in that case; without ``replace``, also when this
     machine is enrolled already (before the token is spent). What the operator
     should know but does not stop it (the hub's clock far from this machine's)
-    goes to ``warn``. Blocks for at most about ``timeout_s`` per network operation.
+    goes to ``warn``. ``enrolled`` is called once the hub has enrolled this machine, before the
+    identity is saved (`sonde enroll` stops taking Ctrl-C there: cut short, the save would lose
+    an identity the hub holds). Blocks for at most about ``timeout_s`` per network operation.
     """
     hub_url = normalize_hub_url(hub_url)
     token = token.strip()  # pasted with the newline `sonde hub token create` printed after it
+    check_arguments(token, name)  # a usage error first, before anything is read or asked
     existing = read_existing(config_path)
     if existing is not None and existing.enrolled and not replace:
         raise EnrollError(
@@ -97,6 +111,7 @@ def enroll(
     if existing is not None and existing.agent_id is not None:
         log.info("re-enrolling: agent %s will be replaced once the hub accepts", existing.agent_id)
     answer = post_enroll(hub_url, request, timeout_s, warn)
+    enrolled()
     try:
         identity = AgentConfig(
             hub_url=hub_url,
@@ -152,12 +167,17 @@ def read_existing(config_path: Path | None) -> AgentConfig | None:
         raise EnrollError("bad_config", str(exc)) from None
 
 
-def build_request(token: str, name: str, public_key: str, registry: PackRegistry) -> EnrollRequest:
-    """The enrollment body for this machine; `EnrollError` for a malformed token or name."""
+def check_arguments(token: str, name: str | None) -> None:
+    """`EnrollError` for a token or an agent name that could never enroll (None: the hostname's)."""
     if not re.fullmatch(TOKEN_PATTERN, token):
         raise EnrollError("invalid_token", "the enrollment token is malformed (16-128 of A-Z a-z 0-9 _ -)")
-    if not re.fullmatch(NAME_PATTERN, name):
+    if name is not None and not re.fullmatch(NAME_PATTERN, name):
         raise EnrollError("invalid_name", invalid_agent_name(name))
+
+
+def build_request(token: str, name: str, public_key: str, registry: PackRegistry) -> EnrollRequest:
+    """The enrollment body for this machine; `EnrollError` for a malformed token or name."""
+    check_arguments(token, name)
     facts = machine_facts()
     try:
         return EnrollRequest(
@@ -273,11 +293,7 @@ def hub_refusal(hub_url: str, status: int, body: bytes) -> EnrollError:
     A 404 is never the hub's enrollment endpoint speaking (it answers no 404 of its own): the URL
     leads to some other path or server, whatever the body says."""
     if status == 404:
-        return EnrollError(
-            "http_404",
-            f"{hub_url} is not a Sonde hub's base URL: POST {hub_url}{ENROLL_PATH} answered 404 Not Found. "
-            "Give the URL `sonde hub` prints as 'listening on' (http(s)://HOST:PORT, with no path after it)",
-        )
+        return EnrollError("http_404", not_a_hub_url(hub_url, f"POST {hub_url}{ENROLL_PATH}"))
     try:
         error = ErrorResponse.model_validate_json(body).error
     except ValidationError:

@@ -3,7 +3,9 @@
 They go into ``~/.sonde/config.json`` through `save_config`, which keeps every
 other key (an enrolled agent's identity stays as it was) and the mode 0600.
 Before saving, the key is tried once with ``GET /api/v1/agents``: a key the
-hub refuses is not saved; a hub that cannot be reached only earns a warning.
+hub refuses is not saved, nor is a URL under which no hub answers (a 404, as
+`sonde enroll` says it); a hub that cannot be reached only earns a warning.
+Exit codes: 0 saved, 1 refused or not saved, 2 a malformed URL or key.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from sonde.agent.config import AgentConfig, ConfigError, config_path, load_confi
 from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
 from sonde.hub_url import normalize_hub_url
+from sonde.not_a_hub import not_a_hub_url
 
 CHECK_TIMEOUT_S = 10.0
+AGENTS_PATH = "/api/v1/agents"
 
 
 def say(message: str) -> None:
@@ -29,16 +33,23 @@ class KeyRefused(Exception):
     """The hub answered 401 or 403 for the key."""
 
 
+class NotAHub(Exception):
+    """No hub answers under the URL: ``GET /api/v1/agents`` there is a 404."""
+
+
 def check_key(hub_url: str, api_key: str) -> str:
     """Try the key with ``GET /api/v1/agents``; return a line saying what the hub answered.
 
-    Raises `KeyRefused` for 401/403 and `httpx2.HTTPError` when the hub cannot be reached.
+    Raises `KeyRefused` for 401/403, `NotAHub` for a 404 (the hub answers that route, so the URL
+    leads elsewhere), and `httpx2.HTTPError` when the hub cannot be reached.
     """
     headers = {"Authorization": f"Bearer {api_key}"}
     with httpx2.Client(timeout=CHECK_TIMEOUT_S) as client:
-        response = client.get(f"{hub_url}/api/v1/agents", headers=headers)
+        response = client.get(f"{hub_url}{AGENTS_PATH}", headers=headers)
     if response.status_code in (401, 403):
         raise KeyRefused(f"the hub at {hub_url} refused this API key (HTTP {response.status_code})")
+    if response.status_code == 404:
+        raise NotAHub(not_a_hub_url(hub_url, f"GET {hub_url}{AGENTS_PATH}"))
     if response.status_code != 200:
         return f"could not check the key: the hub answered HTTP {response.status_code}"
     try:
@@ -65,8 +76,12 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
     path = path or config_path()
     try:
         hub_url, key = normalize_hub_url(hub), check_api_key(api_key)
+    except ValueError as exc:  # a URL or key that could never work: a usage error
+        say(str(exc))
+        return 2
+    try:
         refusal = enrolled_elsewhere(path, hub_url)
-    except (ValueError, ConfigError) as exc:
+    except ConfigError as exc:
         say(str(exc))
         return 1
     if refusal:
@@ -77,6 +92,9 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
             say(check_key(hub_url, key))
         except KeyRefused as exc:
             say(f"{exc}; nothing saved. Check the key, or create one with `sonde hub key create`.")
+            return 1
+        except NotAHub as exc:
+            say(f"{exc}; nothing saved")
             return 1
         except httpx2.HTTPError as exc:
             tls = describe_tls_failure(exc)

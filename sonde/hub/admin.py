@@ -1,8 +1,9 @@
 """The plumbing the hub admin actions share (`sonde hub key|token|agent|audit|backup ...`).
 
-The actions (`sonde.hub.admin_credentials`, `sonde.hub.admin_audit`, `sonde.hub.admin_agents`,
-`sonde.hub.backup`) work directly on the SQLite file (WAL lets them run beside a live hub),
-print the secret alone on stdout so scripts can capture it, and everything else on stderr.
+The actions (`sonde.hub.admin_credentials`, `sonde.hub.admin_audit`, `sonde.hub.admin_audit_list`,
+`sonde.hub.admin_agents`, `sonde.hub.backup`) work directly on the SQLite file (WAL lets them run
+beside a live hub), print the secret alone on stdout so scripts can capture it, and everything
+else on stderr.
 Here: finding and opening the hub's database without ever creating one, checking an argument
 before it reaches SQL, putting an action on the audit chain, and `run_admin`, which turns a
 database that cannot be used, or a bad argument, into a message and an exit code.

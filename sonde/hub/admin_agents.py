@@ -1,28 +1,43 @@
-"""Hub admin actions on enrolled agents (`sonde hub agent accept|remove|list`).
+"""Hub admin actions on enrolled agents (`sonde hub agent accept|remove|tag|list`).
 
 Accept an agent's changed attestation, remove an agent (a running hub cuts it off within
-seconds), list them, on the hub's data directory; each change and its audit row are written
-together, or neither.
+seconds), set its tags, list them, on the hub's data directory; each change and its audit row
+are written together, or neither.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 from sonde.echo import echoed
 from sonde.hub.admin import checked_argument, err, open_hub_database, record
+from sonde.hub.admin_tags import TagChange, TagsUnchanged, changed_tags
 from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
+from sonde.name_rules import AGENT_NAME_RULE
+from sonde.protocol.names import NAME_PATTERN
+
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+def checked_agent(name: str) -> str:
+    """``name`` when an agent could have it as its name or id (the hub's ids are names too);
+    ValueError (a usage error, exit 2) otherwise, unlike a name no agent has (exit 1)."""
+    checked_argument("agent name", name)
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"invalid agent name or id {echoed(name)}: an agent name is {AGENT_NAME_RULE}")
+    return name
 
 
 def agent_accept(data_dir: Path, name: str) -> int:
-    """Accept a held agent's new attestation as its baseline."""
+    """Accept a held agent's new attestation as its baseline; 1 when none waits (nothing to accept)."""
     from sonde.hub.agent_records import find_agent_by_name, get_agent
     from sonde.hub.attestation import accept_pending
 
-    checked_argument("agent name", name)
+    checked_agent(name)
     db = open_hub_database(data_dir)
     try:
         agent = find_agent_by_name(db, name) or get_agent(db, name)
@@ -32,7 +47,7 @@ def agent_accept(data_dir: Path, name: str) -> int:
         pending = agent.pending_attestation
         if pending is None:
             err(f"agent {agent.name} has no changed attestation waiting; nothing to accept")
-            return 0
+            return 1
         with write_transaction(db):
             accept_pending(db, agent.id)
             record(db, "attestation.accept", agent.name, accepted=pending)
@@ -48,7 +63,7 @@ def agent_remove(data_dir: Path, name: str) -> int:
     from sonde.hub.agent_records import delete_agent
     from sonde.hub.agent_removal import find_agent, removal_audit
 
-    checked_argument("agent name or id", name)
+    checked_agent(name)
     db = open_hub_database(data_dir)
     try:
         with write_transaction(db):  # the removal and its audit entry, or neither
@@ -65,6 +80,39 @@ def agent_remove(data_dir: Path, name: str) -> int:
     err(
         f"removed agent {agent.name} ({agent.id}); a running hub cuts it off within a few seconds and "
         "refuses it from then on (re-enrolling it needs a new token)"
+    )
+    return 0
+
+
+def agent_tag(data_dir: Path, name: str, change: TagChange) -> int:
+    """Set, add, remove or clear an agent's tags (by name or id), as `PUT /api/v1/agents/{id}/tags`
+    does (normalized by `normalize_tags`), with its audit row (`cli.agent.tags`, REST's facts):
+    1 when no agent has that name or ``--remove`` names a tag it lacks (nothing changed then)."""
+    from sonde.hub.agent_records import set_tags
+    from sonde.hub.agent_removal import find_agent
+
+    checked_agent(name)
+    change.check()
+    db = open_hub_database(data_dir)
+    try:
+        with write_transaction(db):  # read, change and record in one transaction: no change lost
+            agent = find_agent(db, name)
+            if agent is None:
+                err(f"no agent named {echoed(name)} (see `sonde hub agent list`)")
+                return 1
+            tags = changed_tags(agent.name, agent.tags, change)
+            updated = set_tags(db, agent.id, tags)
+            assert updated is not None  # found in this same transaction
+            record(db, "cli.agent.tags", agent.name, tags=updated.tags)
+    except TagsUnchanged as unchanged:
+        err(str(unchanged))
+        return unchanged.exit_code
+    finally:
+        db.close()
+    were = ", ".join(agent.tags) or "none"
+    err(
+        f"tags of agent {agent.name}: {', '.join(updated.tags) or 'none'} (were: {were}); "
+        "a running hub uses them within a few seconds"
     )
     return 0
 

@@ -2,7 +2,8 @@
 
 `audit_verify` only reads the database, so a backup copy or a read-only mount will do, and
 its exit code tells a broken chain from one that could not be checked. `audit_prune` cuts
-rows from the start of the log in short batches while a running hub goes on writing.
+rows from the start of the log in short batches while a running hub goes on writing. Reading
+the rows (`sonde hub audit list`) is `sonde.hub.admin_audit_list`'s.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from sonde.hub.db import write_transaction
 from sonde.hub.durations import parse_duration
 from sonde.hub.enrollment_tokens import (
     ENROLLMENT_TOKEN_PREFIX,
+    MAX_TOKEN_TTL_S,
+    MIN_TOKEN_TTL_S,
     EnrollmentTokenRecord,
     TokenNotRevocable,
     create_enrollment_token,
@@ -129,6 +131,9 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         ttl_s = parse_duration(ttl)
     except ValueError as exc:
         err(f"--ttl: {exc}")
+        return 2
+    if not MIN_TOKEN_TTL_S <= ttl_s <= MAX_TOKEN_TTL_S:  # said as typed, not in seconds
+        err(f"--ttl must be 60s to 7d, not {ttl.strip()}")
         return 2
     if name is not None:
         checked_argument("agent name", name, limit=MAX_AGENT_NAME_CHARS)

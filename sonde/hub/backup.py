@@ -7,7 +7,11 @@ included. The copy is written beside DEST under a temporary name, created 0600
 (it holds the hub's signing key and every key's hash), made one self-contained
 file (no ``-wal`` beside it), checked (SQLite's integrity check and the audit
 chain), flushed to disk and only then renamed to DEST. An existing DEST is never
-overwritten; a directory as DEST gets a file named for the moment.
+overwritten; a directory as DEST gets a file named for the moment, to the millisecond, with a
+counter after it when a copy of that same moment is there already.
+
+Once the copy has its name, the command is past undoing: Ctrl-C no longer stops it, so the copy
+is audited and said, and the exit is 0 (`stop_taking_interrupts`).
 
 Taking a copy is on the audit log (``cli.hub.backup``): whoever has one can pose
 as this hub to its agents.
@@ -27,8 +31,14 @@ from sqlite_utils import Database
 from sonde.hub.admin import err, existing_database, open_hub_database, record
 from sonde.hub.audit import verify_audit
 from sonde.hub.db import open_database_read_only, write_transaction
+from sonde.interrupts import stop_taking_interrupts
 
 BACKUP_MODE = 0o600
+MAX_SAME_MOMENT = 1000  # copies of one millisecond in one directory: past that, something loops
+
+
+class DestinationTaken(Exception):
+    """The file a copy would be written to exists (a refusal, exit 1: nothing is ever replaced)."""
 
 
 @dataclass(frozen=True)
@@ -41,22 +51,31 @@ class Copied:
     chain_problem: str | None  # None: the copy's audit chain verifies
 
 
-def backup_name(at: float) -> str:
-    """The file name a directory given as DEST gets: ``sonde-20261126T051500Z.db``."""
-    return time.strftime("sonde-%Y%m%dT%H%M%SZ.db", time.gmtime(at))
+def backup_name(at: float, counter: int = 1) -> str:
+    """The file name a directory given as DEST gets: ``sonde-20261126T051500.123Z.db``, then
+    ``sonde-20261126T051500.123Z-2.db`` and on for more copies of that same millisecond."""
+    millis = int(at * 1000) % 1000
+    moment = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at)) + f".{millis:03d}Z"
+    return f"sonde-{moment}.db" if counter == 1 else f"sonde-{moment}-{counter}.db"
 
 
 def destination(dest: Path, at: float) -> Path:
-    """Where the copy goes: ``dest``, or a file named for ``at`` inside it when it is a directory.
-    Raises ValueError when that file exists (a copy is never written over anything)."""
-    target = dest / backup_name(at) if dest.is_dir() else dest
-    if target.exists() or target.is_symlink():
-        raise ValueError(
-            f"{target} exists: a backup never replaces a file; name another, or move that one away"
+    """Where the copy goes: ``dest``, or in it when it is a directory a file named for ``at`` that
+    no file there has. Raises `DestinationTaken` when ``dest`` is a file that exists (a copy is
+    never written over anything), ValueError when it is in no directory (a usage error)."""
+    if dest.is_dir():
+        for counter in range(1, MAX_SAME_MOMENT + 1):
+            target = dest / backup_name(at, counter)
+            if not (target.exists() or target.is_symlink()):
+                return target
+        raise DestinationTaken(f"{dest} holds {MAX_SAME_MOMENT} copies of this moment already")
+    if dest.exists() or dest.is_symlink():
+        raise DestinationTaken(
+            f"{dest} exists: a backup never replaces a file; name another, or move that one away"
         )
-    if not target.parent.is_dir():
-        raise ValueError(f"{target.parent} is not a directory: make it first")
-    return target
+    if not dest.parent.is_dir():
+        raise ValueError(f"{dest.parent} is not a directory: make it first")
+    return dest
 
 
 def copy_database(source: Path, partial: Path) -> Copied:
@@ -87,29 +106,47 @@ def copy_database(source: Path, partial: Path) -> Copied:
     return copied
 
 
-def write_durably(partial: Path, target: Path) -> None:
-    """Flush ``partial`` to disk and rename it to ``target``, then flush the directory entry."""
+def flush(partial: Path) -> None:
+    """Put ``partial``'s bytes on the disk."""
     fd = os.open(partial, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.link(partial, target)  # fails if target appeared meanwhile: still never replaced
+
+
+def publish(partial: Path, dest: Path, target: Path, at: float) -> Path:
+    """Give ``partial`` its name, ``target`` (or, into a directory, the next free one should
+    another copy of this moment take it meanwhile), and flush the directory entry; returns the
+    name. Raises `DestinationTaken` when ``dest`` is a file that appeared meanwhile."""
+    while True:
+        try:
+            os.link(partial, target)  # never replaces a file, even one made since `destination`
+            break
+        except FileExistsError:
+            if not dest.is_dir():
+                raise DestinationTaken(f"{target} exists: a backup never replaces a file") from None
+            target = destination(dest, at)
+    stop_taking_interrupts()  # the copy is in place: what is left is saying so, not undoing it
     partial.unlink()
     directory = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+    return target
 
 
 def hub_backup(data_dir: Path, dest: Path) -> int:
     """`sonde hub backup DEST`: exit 0 with a copy at DEST (its audit chain checked), 1 when no
-    copy was made (nothing is left behind then), 2 for a DEST that cannot be used."""
+    copy was made (DEST exists, say; nothing is left behind then), 2 for a DEST in no directory."""
     source = existing_database(data_dir)
     started = time.time()
     try:
         target = destination(dest, started)
+    except DestinationTaken as exc:
+        err(f"sonde hub: {exc}")
+        return 1
     except ValueError as exc:
         err(f"sonde hub: {exc}")
         return 2
@@ -117,7 +154,11 @@ def hub_backup(data_dir: Path, dest: Path) -> int:
     try:
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
         copied = copy_database(source, partial)
-        write_durably(partial, target)
+        flush(partial)
+        target = publish(partial, dest, target, started)
+    except DestinationTaken as exc:
+        err(f"sonde hub: no backup made: {exc}")
+        return 1
     except ValueError as exc:
         err(f"sonde hub: no backup made: {exc}; restore {source} from an earlier backup")
         return 1

@@ -209,6 +209,38 @@ def test_malformed_token_or_name_never_reaches_the_hub(hub: ScriptedHub, tmp_pat
     assert hub.received == []
 
 
+def test_a_malformed_token_or_name_is_said_first_as_a_usage_error(hub: ScriptedHub, tmp_path: Path) -> None:
+    """Before the config is read: a machine enrolled already, or a broken config, is not the
+    mistake to report for an argument that could never enroll (`sonde enroll` exits 2 for it)."""
+    path = tmp_path / "config.json"
+    key = private_key_to_text(new_private_key())
+    identity = AgentConfig(hub_url=hub.url, agent_id="a1", name="web-1", private_key=key)
+    save_config(identity.model_copy(update={"hub_public_key": HUB_PUBLIC_KEY}), path)  # enrolled
+    with pytest.raises(EnrollError) as caught:
+        enroll(hub.url, "short", "web-1", config_path=path, replace=False, registry=registry_for_tests())
+    assert (caught.value.code, caught.value.malformed_argument) == ("invalid_token", True)
+    path.write_text("{broken")
+    with pytest.raises(EnrollError) as caught:
+        do_enroll(hub, path, name="bad name")
+    assert (caught.value.code, caught.value.malformed_argument) == ("invalid_name", True)
+    assert hub.received == []
+
+
+def test_enrolled_is_called_once_the_hub_said_yes_before_the_identity_is_saved(
+    hub: ScriptedHub, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    seen: list[bool] = []
+    hub.answer_error(403, "token_used", "used")
+    with pytest.raises(EnrollError):
+        do_enroll(hub, path, enrolled=lambda: seen.append(path.exists()))
+    assert seen == []  # refused: nothing was enrolled
+    hub.answer_success()
+    do_enroll(hub, path, enrolled=lambda: seen.append(path.exists()))
+    assert seen == [False]
+    assert path.exists()
+
+
 def test_broken_config_fails_before_the_token_is_spent(hub: ScriptedHub, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text("{broken")

@@ -137,7 +137,7 @@ def test_login_refuses_to_repoint_an_agent_enrolled_elsewhere(
 )
 def test_login_validates_before_writing(tmp_path: Path, hub: str, key: str) -> None:
     path = tmp_path / "config.json"
-    assert login(hub, key, check=False, path=path) == 1
+    assert login(hub, key, check=False, path=path) == 2  # a usage error
     assert not path.exists()
 
 

@@ -93,6 +93,8 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
         ["token", "list"],
         ["token", "revoke", "t1"],
         ["agent", "accept", "web-1"],
+        ["agent", "tag", "web-1", "prod"],
+        ["audit", "list"],
     ):
         done = sonde_hub(tmp_path, *args)
         assert done.returncode == (3 if args == ["audit", "verify"] else 1)  # verify: "not checked"

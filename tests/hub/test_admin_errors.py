@@ -25,7 +25,9 @@ EVERY_COMMAND = (
     ["token", "list"],
     ["token", "revoke", "t1"],
     ["agent", "accept", "web-1"],
+    ["agent", "tag", "web-1", "prod"],
     ["audit", "verify"],
+    ["audit", "list"],
     ["audit", "prune", "--older-than", "30d"],
 )
 

@@ -1,0 +1,125 @@
+"""`sonde hub audit list`: the audit log read from the CLI, with the filters of ``GET /api/v1/audit``.
+
+It only reads the database (`open_database_read_only`, as `sonde hub audit verify`), so it runs
+beside a hub that goes on writing, and on a read-only backup copy. The rows are REST's
+(`query_audit_page`): newest first, the newest ``--limit`` of those that match, and whether older
+ones match too. ``--since`` and ``--until`` take a duration ago (``2h``) or a time (ISO 8601).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sonde.echo import clipped, echoed
+from sonde.hub.admin import checked_argument, err, existing_database
+from sonde.hub.audit_prune import utc_text
+from sonde.hub.audit_query import MAX_QUERY_LIMIT, query_audit_page
+from sonde.hub.db import open_database_read_only
+from sonde.hub.durations import parse_duration
+
+MAX_FILTER_CHARS = 64  # as GET /api/v1/audit takes them
+DETAIL_SHOWN_CHARS = 200  # of a row's detail in the table; --json has all of it
+_DURATION = re.compile(r"-?\d+(?:\.\d+)?[smhd]")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+MOMENT_FORMS = (
+    "a duration ago (90s, 15m, 2h, 7d) or a time (2026-01-31T09:15:00Z; without Z, in this machine's "
+    "local time)"
+)
+
+
+@dataclass(frozen=True)
+class AuditListing:
+    """What `sonde hub audit list` was asked for, as typed."""
+
+    agent: str | None = None
+    key: str | None = None
+    action: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 100
+
+
+def moment(flag: str, text: str, now: float) -> float:
+    """The unix time ``text`` names: a duration before ``now``, or an ISO 8601 time. ValueError
+    saying which forms there are (a bare number is refused: seconds ago, or a unix time?)."""
+    shown = echoed(text)
+    text = text.strip()
+    if _NUMBER.fullmatch(text):
+        raise ValueError(f"{flag}: {shown} needs a unit: give {MOMENT_FORMS}")
+    if _DURATION.fullmatch(text):
+        try:
+            return now - parse_duration(text)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):  # month 13, or a year past the clock's reach
+        raise ValueError(f"{flag}: {shown} is neither a duration nor a time: give {MOMENT_FORMS}") from None
+
+
+def query_filters(asked: AuditListing, now: float) -> dict[str, Any]:
+    """The keyword arguments of `query_audit_page` for ``asked``; ValueError for a usage error."""
+    for what, value in (("agent name", asked.agent), ("actor", asked.key), ("action", asked.action)):
+        if value is not None:
+            checked_argument(what, value, limit=MAX_FILTER_CHARS)
+    if not 1 <= asked.limit <= MAX_QUERY_LIMIT:
+        raise ValueError(f"--limit must be 1 to {MAX_QUERY_LIMIT}, not {asked.limit}")
+    since = None if asked.since is None else moment("--since", asked.since, now)
+    until = None if asked.until is None else moment("--until", asked.until, now)
+    if since is not None and until is not None and since >= until:
+        raise ValueError(
+            f"--since ({asked.since}) must come before --until ({asked.until}): the range holds no time"
+        )
+    return {
+        "agent": asked.agent,
+        "actor": asked.key,
+        "action_prefix": asked.action,
+        "since": since,
+        "until": until,
+        "limit": asked.limit,
+    }
+
+
+def audit_list(data_dir: Path, asked: AuditListing, as_json: bool) -> int:
+    """Print the audit rows ``asked`` for, newest first, only reading the database; exit 0 (none
+    matching is an empty list), 2 for a bad filter (ValueError, said by `run_admin`)."""
+    filters = query_filters(asked, time.time())
+    db = open_database_read_only(existing_database(data_dir))
+    try:
+        rows, more = query_audit_page(db, **filters)
+    finally:
+        db.close()
+    if as_json:
+        print(json.dumps({"entries": rows, "truncated": more}, indent=2))
+        return 0
+    print(f"{'SEQ':>7} {'TIME':20} {'ACTOR':34} {'ACTION':28} {'TARGET':32} {'OUTCOME':9} DETAIL")
+    for row in rows:
+        print(table_row(row))
+    if not rows:
+        err("no audit entries match")
+    elif more:
+        err(
+            f"(the newest {len(rows)} entries; older entries match too: raise --limit, at most "
+            f"{MAX_QUERY_LIMIT}, or narrow it with --since and --until)"
+        )
+    return 0
+
+
+def table_row(row: dict[str, Any]) -> str:
+    """One audit row on one line; its detail as compact JSON, cut short (``--json`` has it whole)."""
+    detail = json.dumps(row["detail"], separators=(",", ":"), ensure_ascii=False) if row["detail"] else "-"
+    return (
+        f"{row['seq']:>7} {utc_text(row['ts']):20} {one_line(row['actor']):34} {one_line(row['action']):28} "
+        f"{one_line(row['target'] or '-'):32} {one_line(row['outcome']):9} {clipped(detail, DETAIL_SHOWN_CHARS)}"
+    )
+
+
+def one_line(text: str) -> str:
+    """``text`` for a table cell: as it is when printable, else escaped as in JSON (no line breaks)."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]

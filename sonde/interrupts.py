@@ -1,0 +1,23 @@
+"""Ctrl-C (SIGINT) in a one-shot `sonde` command.
+
+Until a command's work is done, Ctrl-C stops it: `sonde.cli.main` turns the KeyboardInterrupt
+into exit 130 (128 + SIGINT, what a shell reports), quietly, wherever it lands (in the imports
+of the first tenth of a second too). Once the work is done, or past the point where cutting it
+short would lose it (an enrollment the hub made, a backup in place), Ctrl-C no longer counts:
+`stop_taking_interrupts` makes the process ignore it, so what was done is said and exits 0.
+"""
+
+from __future__ import annotations
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+
+
+def stop_taking_interrupts() -> None:
+    """Ignore SIGINT from now on in this process: its work is done, or can no longer be cut short
+    without losing it. Only the main thread may change it: called elsewhere (a library call in a
+    worker thread), this does nothing."""
+    import signal  # here: `sonde.cli` imports this module, and `sonde serve --json` starts fast
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,0 +1,52 @@
+"""Tags set from the CLI reach a running hub (`sonde.hub.tag_changes`): the real `sonde hub agent
+tag` changes the database file beside an in-process hub, whose view of the agent (what key
+policies and tag filters read) takes the new tags at its next look; a change it already has,
+or one of an agent it no longer holds, is left alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import trio
+
+from sonde.hub.agent_records import insert_agent
+from sonde.hub.config import HubConfig
+from sonde.hub.core import open_hub
+from sonde.hub.db import open_database
+from sonde.hub.tag_changes import audit_seq_before, notice_tag_changes
+from tests.e2e.procs import base_env
+from tests.hub.test_agent_records import make_agent
+
+
+async def sonde_hub_cli(data_dir: Path, *args: str) -> None:
+    argv = [sys.executable, "-m", "sonde", "hub", *args, "--data-dir", str(data_dir)]
+    done = await trio.run_process(argv, env=base_env(data_dir / "home"), capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+async def test_tags_set_from_the_cli_reach_the_hubs_view(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "sonde.db")
+    try:
+        web, other = make_agent("web-1", tags=["prod"]), make_agent("db-1", tags=["db"])
+        insert_agent(db, web)
+        insert_agent(db, other)
+    finally:
+        db.close()
+    async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
+        start = await hub.store.read(audit_seq_before, float("inf"))
+        await sonde_hub_cli(tmp_path, "agent", "tag", "web-1", "--add", "canary")
+        assert hub.fleet.records[web.id].tags == ["prod"]  # the file changed, not the hub
+        changed, after = await notice_tag_changes(hub, start)
+        assert changed == ["web-1"]
+        assert hub.fleet.records[web.id].tags == ["prod", "canary"]
+        assert hub.fleet.records[other.id].tags == ["db"]
+        assert await notice_tag_changes(hub, after) == ([], after)  # nothing new since
+        assert await notice_tag_changes(hub, start) == ([], after)  # seen again: nothing to change
+
+        await sonde_hub_cli(tmp_path, "agent", "remove", "db-1")
+        hub.fleet.forget(other.id, "removed")  # as `cut_off_removed_agents` does
+        await sonde_hub_cli(tmp_path, "agent", "tag", "web-1", "web")
+        changed, _ = await notice_tag_changes(hub, after)
+        assert changed == ["web-1"]
+        assert hub.fleet.records[web.id].tags == ["web"]

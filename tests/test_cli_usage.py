@@ -1,0 +1,117 @@
+"""`sonde hub`'s usage mistakes said with what to do: an option of the hub put before an admin
+command (`sonde hub --data-dir DIR key list`), a word that is no command of `sonde hub`; and help
+and messages that show what was meant (the backup's file name, every flag described, a TTL as typed)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sonde.hub.db import open_database
+from tests.e2e.procs import SONDE, base_env
+from tests.subprocs import run_any
+
+
+def sonde(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_any([*SONDE, *args], env=base_env(tmp_path / "home"), timeout=60)
+
+
+def flat(text: str) -> str:
+    """Help text as one line: the panels' borders and line breaks gone."""
+    return " ".join(text.replace("│", " ").split())
+
+
+@pytest.mark.parametrize(
+    ("args", "fixed"),
+    [
+        (["--data-dir", "/tmp/x", "key", "list"], "sonde hub key list --data-dir /tmp/x"),
+        (["--data-dir=/tmp/x", "agent", "list", "--json"], "sonde hub agent list --json --data-dir=/tmp/x"),
+        (["--log-level", "DEBUG", "audit", "verify"], "sonde hub audit verify --log-level DEBUG"),
+        (["--data-dir", "/tmp/a b", "backup", "/tmp/c"], "sonde hub backup /tmp/c --data-dir '/tmp/a b'"),
+    ],
+    ids=" ".join,
+)
+def test_a_hub_option_before_a_command_says_to_put_it_after(
+    tmp_path: Path, args: list[str], fixed: str
+) -> None:
+    done = sonde(tmp_path, "hub", *args)
+    assert done.returncode == 2, done.stderr
+    command = args[2] if "=" not in args[0] else args[1]
+    assert f"sonde hub: {command!r} comes after options of `sonde hub` itself" in done.stderr
+    assert f"put the command first: {fixed}" in done.stderr
+    assert "Unused Tokens" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["hub", "--help"], ["hub", "--bind", "127.0.0.1:0"], ["nonsense"], ["--bind", "127.0.0.1:0", "hub"]],
+)
+def test_a_word_that_is_no_command_of_sonde_hub_is_refused_with_or_without_help(
+    tmp_path: Path, args: list[str]
+) -> None:
+    done = sonde(tmp_path, "hub", *args)
+    assert done.returncode == 2, done.stderr
+    word = next(arg for arg in args if not arg.startswith("-") and ":" not in arg)
+    assert (
+        f"sonde hub: no command {word!r}: the commands of `sonde hub` are agent, audit, backup, key"
+        in done.stderr
+    )
+    assert "with options alone, `sonde hub` runs the hub" in done.stderr
+    assert "Usage:" not in done.stdout
+    assert not (tmp_path / "home" / ".local").exists()  # no hub was started
+
+
+@pytest.mark.parametrize(
+    "args", [["hub", "--help"], ["hub", "key", "list", "--help"], ["hub", "--bind", "0:0", "--help"]]
+)
+def test_help_is_still_help(tmp_path: Path, args: list[str]) -> None:
+    done = sonde(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: sonde hub")
+
+
+def test_backup_help_names_the_file_it_makes() -> None:
+    done = run_any([*SONDE, "hub", "backup", "--help"], env=base_env(Path("/nonexistent")))
+    assert "the copy is named sonde-<UTC time>.db there" in flat(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["hub", "key", "list"],
+        ["hub", "key", "revoke"],
+        ["hub", "token", "revoke"],
+        ["hub", "agent", "accept"],
+        ["hub", "agent", "remove"],
+        ["hub", "agent", "list"],
+        ["hub", "agent", "tag"],
+        ["hub", "audit", "list"],
+        ["hub", "backup"],
+    ],
+    ids=" ".join,
+)
+def test_every_parameter_of_an_admin_command_is_described(command: list[str]) -> None:
+    done = run_any([*SONDE, *command, "--help"], env=base_env(Path("/nonexistent")))
+    assert done.returncode == 0, done.stderr
+    for line in done.stdout.splitlines():
+        # a parameter's first line: its name (`*  NAME` for an argument, `--flag METAVAR` for an
+        # option), then its description; what cyclopts adds by itself is in brackets
+        match = re.match(r"│ (?:\*  )?((?:--|[A-Z])[\w-]*(?: [A-Z.]+)?)(.*)│", line)
+        if match:
+            said = re.sub(r"\[[^]]*\]", "", match.group(2)).strip()
+            assert said, f"`sonde {' '.join(command)} --help`: {match.group(1)!r} has no description"
+
+
+@pytest.mark.parametrize(
+    ("ttl", "shown"), [("8d", "8d"), ("30s", "30s"), ("0.5m", "0.5m"), ("604801", "604801")]
+)
+def test_a_ttl_out_of_range_is_shown_as_typed(tmp_path: Path, ttl: str, shown: str) -> None:
+    open_database(tmp_path / "data" / "sonde.db").close()
+    done = sonde(tmp_path, "hub", "token", "create", "--ttl", ttl, "--data-dir", str(tmp_path / "data"))
+    assert done.returncode == 2, done.stderr
+    assert f"--ttl must be 60s to 7d, not {shown}" in done.stderr
+    assert ".0 s" not in done.stderr
