@@ -3,7 +3,9 @@
 A POST to ``/mcp`` is bounded before the SDK sees it: an authenticated key, at
 most `MAX_MCP_IN_FLIGHT_PER_KEY` such requests of that key being served (and
 `MAX_MCP_IN_FLIGHT` in all), a body of at most `MAX_MCP_BODY_BYTES` read whole
-within `MCP_BODY_DEADLINE_S`. Each refusal is immediate and says why.
+within `MCP_BODY_DEADLINE_S`. Each refusal is immediate and says why, in the JSON
+error shape; so does the SDK's refusal of a Host or Origin (DNS-rebinding protection),
+replaced with one naming the ``--allowed-host`` that admits it (`sonde.hub.mcp_refusals`).
 
 It owns the lifespan: the MCP session manager runs for exactly as long as
 Quart's lifespan, and a startup failure is reported as
@@ -13,7 +15,6 @@ with MCP broken.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving
+from sonde.hub.mcp_refusals import RebindingAnswer, RebindingLog, send_json
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.tools import all_tools
 
@@ -51,8 +53,6 @@ MCP_BODY_DEADLINE_S = 30.0  # to send a whole request body, from its headers on
 MAX_MCP_IN_FLIGHT_PER_KEY = 256
 MAX_MCP_IN_FLIGHT = 1024
 BUSY_RETRY_AFTER_S = 1
-# The SDK's DNS-rebinding check: 403 "Invalid Origin header", 421 "Invalid Host header".
-REBINDING_REFUSALS = frozenset({403, 421})
 
 
 class BodyTooLarge(Exception):
@@ -149,22 +149,6 @@ def is_mcp_path(path: str) -> bool:
     return path == "/mcp" or path == "/mcp/"
 
 
-async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
-    data = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
 def has_request_body(scope: Scope) -> bool:
     """Whether the request says a body follows (a length above 0, or chunks)."""
     for name, value in scope["headers"]:
@@ -211,6 +195,7 @@ class RootApp:
         self.quart_app = quart_app
         self.progress_tools = frozenset(spec.name for spec in all_tools() if spec.reports_progress)
         self.in_flight = McpInFlight()
+        self.rebinding_log = RebindingLog()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and has_request_body(scope):
@@ -231,13 +216,10 @@ class RootApp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         client = (scope.get("client") or ("?",))[0]
         caller = await self.hub.keys.authenticate(headers.get("authorization"))
-        refused_as: list[int] = []
 
         async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
-                if message["status"] in REBINDING_REFUSALS:
-                    refused_as.append(message["status"])
             await send(message)
 
         if caller is None:
@@ -249,15 +231,16 @@ class RootApp:
             "path": "/mcp",
             "headers": lowercase_host(scope["headers"]),
         }
+        answer = RebindingAnswer(send_with_headers, headers, client, self.rebinding_log)
         try:
             if scope["method"] == "POST":
-                await self.serve_mcp_post(scope, headers, caller.key_id, receive, send_with_headers)
+                await self.serve_mcp_post(scope, headers, caller.key_id, receive, answer.send)
             else:
-                await self.mcp.handle_request(scope, receive, send_with_headers)
+                await self.mcp.handle_request(scope, receive, answer.send)
         finally:
-            if refused_as:  # the SDK's DNS-rebinding check: a valid key, from a page it must not serve
+            if answer.refused:  # the SDK's DNS-rebinding check: a valid key, from a page it must not serve
                 with trio.CancelScope(shield=True):
-                    await self.audit_rebinding(caller.key_id, client, headers, refused_as[0])
+                    await self.audit_rebinding(caller.key_id, client, headers, answer.refused)
 
     async def refuse_unauthenticated(self, scope: Scope, client: str, send: Any) -> None:
         retry = self.hub.keys.failures.retry_after(client)
@@ -296,8 +279,7 @@ class RootApp:
             [(b"www-authenticate", BEARER_CHALLENGE.encode())],
         )
 
-    async def audit_rebinding(self, key_id: str, client: str, headers: dict[str, str], status: int) -> None:
-        reason = "origin" if status == 403 else "host"
+    async def audit_rebinding(self, key_id: str, client: str, headers: dict[str, str], reason: str) -> None:
         detail = {"client": client, "reason": reason, reason: headers.get(reason, "")}
         await self.hub.audit(key_id, "mcp.request", None, "denied", detail=detail, unauthenticated=True)
 

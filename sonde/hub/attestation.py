@@ -9,9 +9,10 @@ connect the new one is compared:
 - a different code hash under the same agent version, or packs added or
   removed without a version change, is unexplained: the agent is held as
   ``degraded``, the old baseline is kept, and its probes are refused until an
-  admin accepts the new state; reconnecting with the same claim while held changes
-  nothing and is not audited again (a churning agent cannot flood the audit log), a
-  different claim is held and audited anew;
+  admin accepts the new state; the hold is audited and logged as a warning (what changed,
+  the command that accepts it); reconnecting with the same claim while held changes
+  nothing and is not audited nor logged again (a churning agent cannot flood the audit
+  log), a different claim is held, audited and logged anew;
 - the first connect after enrollment sets the baseline (no false alarm even
   if the packs detected at start differ from those at enrollment).
 
@@ -24,6 +25,7 @@ notices within `CHECK_ACCEPTED_EVERY_S` and records a connected agent ``online``
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +33,7 @@ import trio
 
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
 from sonde.hub.audit import audit_entry
+from sonde.hub.config import default_data_dir
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -91,12 +94,32 @@ async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, An
 
 
 async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: list[str]) -> AgentRecord:
+    """Hold ``record`` as degraded for the new claim ``claimed``: stored, audited and logged once
+    (a reconnect with the same claim never comes here)."""
     entry = audit_entry("hub", "attestation.held", record.name, "degraded", detail={"changes": changes})
     updated = await hub.write_audited(
         lambda db: update_agent(db, record.id, status="degraded", pending_attestation=claimed),
         lambda _: entry,
     )
+    # what agent_overview's pending_changes will say: the claim against the accepted baseline
+    pending = compare(record.attestation, claimed, first_connect=False).changes or changes
+    if record.id == hub.local_agent_id:  # `sonde up` accepts it at once, and says so
+        return updated or record
+    log.warning(
+        "agent %s is held as degraded: its attestation changed since it was accepted (%s), and its "
+        "probes are refused until an admin accepts it: `%s`",
+        record.name,
+        "; ".join(pending),
+        accept_command(hub, record.name),
+    )
     return updated or record
+
+
+def accept_command(hub: Hub, name: str) -> str:
+    """The command that accepts ``name``'s held claim on this hub's data directory."""
+    data_dir = hub.config.data_dir
+    where = "" if data_dir == default_data_dir() else f" --data-dir {shlex.quote(str(data_dir))}"
+    return f"sonde hub agent accept {name}{where}"
 
 
 def accept_pending(db: Any, agent_id: str, *, connected: bool = False) -> AgentRecord | None:

@@ -53,6 +53,7 @@ from sqlite_utils import Database
 from sonde.hub.audit import AuditEntry, append_audit, append_many
 from sonde.hub.audit_budget import UnauthenticatedBudget
 from sonde.hub.db import write_transaction
+from sonde.hub.db_errors import LASTING_FAILURE_CODES, LOCK_CODES, primary_code_in
 from sonde.hub.errors import is_damaged_database
 from sonde.hub.store import Store, StoreCommitFailed
 
@@ -290,24 +291,9 @@ def _append_with_change(
     return result
 
 
-# SQLite's primary result codes for a database that did not take a write, whatever was written
-DATABASE_FAILED_CODES = frozenset(
-    {
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-        sqlite3.SQLITE_READONLY,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_CORRUPT,
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_NOTADB,
-    }
-)
-
-
 def _database_failed(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in DATABASE_FAILED_CODES
+    """The database did not take a write, whatever was written: locked, or a lasting failure."""
+    return primary_code_in(exc, LASTING_FAILURE_CODES | LOCK_CODES)
 
 
 def _write_failed(exc: sqlite3.Error) -> StoreCommitFailed:

@@ -33,7 +33,10 @@ from sonde.hub.db import get_meta, open_database, set_meta, write_transaction
 from sonde.hub.fleet import Fleet
 from sonde.hub.free_space import watch_free_space
 from sonde.hub.keys import count_active_admin_keys, create_api_key
+from sonde.hub.logs import say
 from sonde.hub.store import Store, open_store
+from sonde.hub.tag_changes import watch_tag_changes
+from sonde.hub.write_health import retry_writes
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.signing import (
     Ed25519PrivateKey,
@@ -61,6 +64,8 @@ class Hub:
     signing_key: Ed25519PrivateKey
     packs: PackRegistry
     started_at: float = field(default_factory=time.time)
+    # `sonde up`'s own agent, in this process: a change of its claim is accepted at once, not held
+    local_agent_id: str | None = None
 
     def __post_init__(self) -> None:
         self.audit_queue = AuditQueue(self.store)
@@ -195,17 +200,18 @@ class FirstKeyNotShown(Exception):
     """The first admin key was made, but its file could not be written: nobody will ever see it."""
 
 
-def announce_admin_key(secret: str, data_dir: Path, key_id: str) -> None:
+def announce_admin_key(secret: str, data_dir: Path, key_id: str, log_format: str = "text") -> None:
     """Show the first admin key on a terminal, and never put it in a log.
 
-    With stderr a terminal the key is printed there. Otherwise stderr is a log (the
-    journal under systemd, a file) that others may read or ship: the key goes to a
-    file only this user can read, `FIRST_KEY_FILE` in the data directory, and the log
-    says where.
+    With stderr a terminal (and text logs) the key is printed there. Otherwise stderr is a
+    log (the journal under systemd, a file, JSON lines for a shipper) that others may read
+    or ship: the key goes to a file only this user can read, `FIRST_KEY_FILE` in the data
+    directory, and the log says where (in json mode as one JSON record: `sonde.hub.logs.say`).
     """
     where = "" if data_dir == default_data_dir() else f" --data-dir {shlex.quote(str(data_dir))}"
-    more = f"  Create more with `sonde hub key create --name NAME{where}`.\n"
-    if sys.stderr.isatty():
+    create_more = f"sonde hub key create --name NAME{where}"
+    more = f"  Create more with `{create_more}`.\n"
+    if sys.stderr.isatty() and log_format == "text":
         print(
             f"\n  First start: created an admin API key. It is shown once and never again:\n\n    {secret}\n\n{more}",
             file=sys.stderr,
@@ -229,12 +235,19 @@ def announce_admin_key(secret: str, data_dir: Path, key_id: str) -> None:
             f"then make an admin key with `sonde hub key create --name admin --role admin{where}` and "
             f"revoke the unshown one with `sonde hub key revoke {key_id}{where}`"
         ) from exc
-    print(
+    if log_format == "json":
+        message = (
+            f"first start: created an admin API key; it is not logged (logs are read by others): it is in "
+            f"{path}, readable by this user only. Read it, keep it somewhere safe, then delete that file. "
+            f"Create more with `{create_more}`"
+        )
+        say(message, log_format, logger=__name__, keyFile=str(path), keyId=key_id)
+        return
+    say(
         f"\n  First start: created an admin API key. stderr is not a terminal, so it is not printed\n"
         f"  here (logs are read by others): it is in {path}, readable by this user only.\n"
         f"  Read it, keep it somewhere safe, then delete that file.\n{more}",
-        file=sys.stderr,
-        flush=True,
+        log_format,
     )
 
 
@@ -249,9 +262,11 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(hub.audit_queue.run)
+                nursery.start_soon(retry_writes, store)  # while writes fail: when do they work again?
                 nursery.start_soon(watch_free_space, config.db_path.parent)
                 nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
                 nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
+                nursery.start_soon(watch_tag_changes, hub)  # by `sonde hub agent tag`
                 nursery.start_soon(fleet.keep_last_seen_written, config.last_seen_write_every_s)
                 if config.audit_keep_s is not None:
                     nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)

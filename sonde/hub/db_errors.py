@@ -13,6 +13,24 @@ from typing import NoReturn
 from sonde.hub.db_files import file_system_full, restore_advice, start_over_advice
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# SQLite's primary result codes for a write the database refused for a reason that lasts
+LASTING_FAILURE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+LOCK_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def primary_code_in(exc: BaseException, codes: frozenset[int]) -> bool:
+    """Whether ``exc`` is a SQLite error whose primary result code is one of ``codes``."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and isinstance(code, int) and code & 0xFF in codes
 
 
 class DatabaseUnusable(sqlite3.DatabaseError):

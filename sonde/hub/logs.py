@@ -2,6 +2,11 @@
 
 Called after the mcp SDK is imported and built (it configures root logging
 in places), with ``force=True`` so our settings win.
+
+With ``--log-format json`` every line on the hub's stderr is one JSON object, for a log
+shipper that reads line by line: the log records, Python's warnings, and what the hub
+says whatever the log level (`say`: the URL it listens on, where the first admin key
+is, that it is shutting down), which text mode prints as plain lines for a person.
 """
 
 from __future__ import annotations
@@ -10,19 +15,23 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 from sonde.log_levels import TextFormatter
+
+FIELDS_ATTRIBUTE = "sonde_fields"  # a record's extra JSON fields (`say`)
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        entry.update(getattr(record, FIELDS_ATTRIBUTE, None) or {})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
@@ -32,8 +41,25 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
+        logging.captureWarnings(True)  # a library's warning is a record too, not a text line
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for noisy in ("hypercorn.access", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    # its "Invalid Host header: NAME" says nothing of the fix; the hub logs its own line (`sonde.hub.asgi`)
+    logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
+
+
+def say(
+    text: str, log_format: str, *, logger: str = "sonde.hub", level: int = logging.INFO, **fields: Any
+) -> None:
+    """Put ``text`` on stderr whatever the log level: as it is in text mode; in json mode as one
+    JSON record (of ``level``) with ``fields`` beside the message. ``text`` may span lines in
+    text mode only: give json mode its own one-line wording."""
+    if log_format != "json":
+        print(text, file=sys.stderr, flush=True)
+        return
+    record = logging.getLogger(logger).makeRecord(logger, level, "", 0, text, (), None)
+    setattr(record, FIELDS_ATTRIBUTE, fields)
+    print(JsonFormatter().format(record), file=sys.stderr, flush=True)

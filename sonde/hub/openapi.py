@@ -90,7 +90,7 @@ ROUTES: list[Route] = [
         "get",
         "/api/v1/health",
         "health",
-        "Liveness; 503 while calls are refused (the audit log cannot be written); no fleet details",
+        "Liveness; 503 while the hub cannot write its database or its audit log (a full disk, an I/O error); no fleet details",
         "anyone",
         Health,
         ok=(200, 503),

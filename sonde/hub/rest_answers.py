@@ -32,7 +32,7 @@ class Health(Answer):
     # absent when ok, never null: the document says an optional string, with no default
     problem: str | SkipJsonSchema[None] = Field(
         default=None,
-        description="Why calls are refused; only when degraded",
+        description="Why the hub is degraded (its database or audit log cannot be written); only when degraded",
         json_schema_extra=_no_default,
     )
 

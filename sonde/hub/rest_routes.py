@@ -94,8 +94,8 @@ def rest_openapi() -> dict[str, Any]:
 def install_key_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/health")
     async def health() -> tuple[dict[str, Any], int]:
-        if hub.audit_queue.failure is not None:  # for monitoring: calls are refused meanwhile
-            problem = "the audit log cannot be written; calls are refused until it can (see the hub's log)"
+        problem = health_problem(hub)  # for monitoring: writes or calls are refused meanwhile
+        if problem is not None:
             return {"status": "degraded", "version": __version__, "problem": problem}, 503
         return {"status": "ok", "version": __version__}, 200
 
@@ -185,6 +185,23 @@ def install_key_routes(app: QuartTrio, hub: Hub) -> None:
                 404, "not_found", f"{exc.message}; GET /api/v1/enrollment-tokens lists them"
             ) from None
         return {"revoked": token.id}
+
+
+def health_problem(hub: Hub) -> str | None:
+    """Why the hub is degraded, with SQLite's words; None while its database takes writes."""
+    audit_failure = hub.audit_queue.failure
+    if audit_failure is not None:
+        return (
+            f"the audit log cannot be written ({audit_failure}); calls are refused until it can "
+            "(see the hub's log)"
+        )
+    store_failure = hub.store.health.failure
+    if store_failure is not None:
+        return (
+            f"the hub cannot write its database ({store_failure}); changes are refused (503) until "
+            "a write works again (see the hub's log; often: free disk space where sonde.db is)"
+        )
+    return None
 
 
 def install_agent_routes(app: QuartTrio, hub: Hub) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import errno
 import gc
+import logging
 import signal
 import socket
 import sqlite3
-import sys
 from pathlib import Path
 
 import trio
@@ -15,6 +15,7 @@ import trio
 from sonde.hub.audit_prune import MIN_PRUNE_AGE_S
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
 from sonde.hub.durations import parse_duration
+from sonde.hub.logs import configure_logging, say
 from sonde.hub.proxies import parse_trusted_proxies
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 from sonde.log_levels import checked_log_level
@@ -116,8 +117,8 @@ async def run_until_signal(config: HubConfig) -> None:
                     await govern_gc(CONNECTIONS)
 
             nursery.start_soon(govern)
-            async for _ in signals:
-                print("sonde hub: shutting down", file=sys.stderr, flush=True)
+            async for signum in signals:
+                say("sonde hub: shutting down", config.log_format, signal=signal.Signals(signum).name)
                 shutdown.set()
                 break
             governor.cancel()  # the hub itself shuts down gracefully
@@ -134,7 +135,6 @@ def run_hub(config: HubConfig) -> int:
     import mcp.server.lowlevel  # noqa: F401  (import first: the SDK may touch logging)
 
     from sonde.hub.data_dir import claim_data_dir
-    from sonde.hub.logs import configure_logging
     from sonde.hub.open_files import raise_open_file_limit
 
     configure_logging(config.log_format, config.log_level)
@@ -146,7 +146,7 @@ def run_hub(config: HubConfig) -> int:
         # from walking every object a large fleet left behind (5 s of a 5,000-agent hub's exit).
         gc.freeze()
     except Exception as exc:  # the process boundary: say why, exit non-zero
-        print(f"sonde hub: stopped: {stop_reason(exc, config)}", file=sys.stderr)
+        say(f"sonde hub: stopped: {stop_reason(exc, config)}", config.log_format, level=logging.ERROR)
         return 1
     return 0
 

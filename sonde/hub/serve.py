@@ -7,7 +7,6 @@ on, so tests bind port 0 and never race.
 from __future__ import annotations
 
 import logging
-import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,6 +17,7 @@ from hypercorn.trio import serve
 from sonde.hub.asgi import RootApp
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, announce_admin_key, bootstrap_admin_key, open_hub
+from sonde.hub.logs import say
 from sonde.hub.mcp_server import build_session_manager, close_event_streams, transport_security
 from sonde.hub.proxies import ForwardedClientApp
 from sonde.hub.rest import create_rest_app
@@ -91,8 +91,13 @@ async def serve_hub(
             first_key = await hub.store.write(bootstrap_admin_key)
             if first_key is not None:
                 key_id, secret = first_key
-                announce_admin_key(secret, config.data_dir, key_id)
-            print(f"sonde hub listening on {url}  (MCP: {url}/mcp)", file=sys.stderr, flush=True)
+                announce_admin_key(secret, config.data_dir, key_id, config.log_format)
+            say(
+                f"sonde hub listening on {url}  (MCP: {url}/mcp)",
+                config.log_format,
+                url=url,
+                mcpUrl=f"{url}/mcp",
+            )
             if hub_ready is not None:
                 await hub_ready.send(hub)
             task_status.started(url)

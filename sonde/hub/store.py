@@ -24,6 +24,9 @@ Ops run in a worker thread and must not open or end transactions themselves
 (``write_transaction`` / ``db.atomic()`` nest as savepoints and are fine); they should
 return plain values, not lazy iterators over the connection.
 
+After each batch the writer tells the store's `WriteHealth` whether the database took it
+(`sonde.hub.write_health`): what ``GET /api/v1/health`` says of the database.
+
 Memory bound: at most WRITE_QUEUE_SIZE queued ops plus one batch in flight.
 """
 
@@ -57,6 +60,7 @@ from sonde.hub.store_batches import (
     fail_leftovers,
     take_batch,
 )
+from sonde.hub.write_health import WriteHealth
 
 WRITE_QUEUE_SIZE = 1024
 READ_THREADS = 4
@@ -133,6 +137,7 @@ class Store:
         self._readers = _ReadConnections(path)
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._closed = False
+        self.health = WriteHealth()  # whether the database takes writes, for GET /api/v1/health
 
     async def write(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(db, *args, **kwargs)`` in the writer and wait until its batch is committed.
@@ -214,7 +219,7 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     try:
         body_error: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_run_writer, writer, receive, store._counters)
+            nursery.start_soon(_run_writer, writer, receive, store._counters, store.health)
             try:
                 yield store
             except Exception as exc:  # not handled: re-raised below, unwrapped from the nursery's group
@@ -253,7 +258,10 @@ class _Writer:
 
 
 async def _run_writer(
-    writer: _Writer, receive: trio.MemoryReceiveChannel[WriteOp], counters: WriteCounters
+    writer: _Writer,
+    receive: trio.MemoryReceiveChannel[WriteOp],
+    counters: WriteCounters,
+    health: WriteHealth,
 ) -> None:
     """Take batches off the queue and commit them, until the queue is closed and empty."""
     limiter = trio.CapacityLimiter(1)
@@ -262,6 +270,9 @@ async def _run_writer(
         # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
         # callers always hear how it ended, even when the store is being cancelled.
         with trio.CancelScope(shield=True):
+            changes = writer.db.conn.total_changes  # the writer's thread is idle between batches
             results = await trio.to_thread.run_sync(commit_batch, writer.db, batch, limiter=limiter)
+            wrote = writer.db.conn.total_changes > changes  # a change made, and kept unless a result says not
             await trio.to_thread.run_sync(writer.reopen_if_read_only, results, limiter=limiter)
+        health.batch_done(results, wrote)  # before the callers wake: what they answer, /health says too
         deliver(batch, results, counters)

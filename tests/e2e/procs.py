@@ -25,7 +25,7 @@ from tests.subprocs import run_ok
 SONDE = [sys.executable, "-m", "sonde"]
 URL_LINE = re.compile(r"sonde hub listening on (\S+)")
 KEY_LINE = re.compile(r"^\s+(sonde_[A-Za-z0-9_-]+)\s*$")
-KEY_FILE_LINE = re.compile(r"it is in (.+), readable by this user only\.$")
+KEY_FILE_LINE = re.compile(r"it is in (.+?), readable by this user only\.")  # a text line, or JSON's message
 
 
 def first_admin_key(proc: Proc, data_dir: Path) -> str:

@@ -52,11 +52,6 @@ def test_the_cli_and_rest_set_tags_alike_and_the_audit_reads_alike(tmp_path: Any
         assert "cli.agent.tags" in table.stdout.splitlines()[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the hub starts `sonde.hub.tag_changes.watch_tag_changes` only once sonde/hub/core.py's "
-    "open_hub starts it beside cut_off_removed_agents (a file this change could not edit)",
-)
 def test_a_running_hub_uses_the_tags_set_from_the_cli(tmp_path: Any) -> None:
     with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
         agent = enroll_agent(hub, tmp_path, "web-1")

@@ -75,16 +75,31 @@ def reconnect(hub: RunningHub, agent: EnrolledAgent) -> None:
         agent.stop()
 
 
-def test_a_held_agent_reconnecting_with_the_same_claim_is_audited_once(tmp_path: Path) -> None:
+HELD_WARNING = r"WARNING +sonde\.hub\.attestation: agent foxtrot is held as degraded"
+
+
+def test_a_held_agent_reconnecting_with_the_same_claim_is_audited_and_logged_once(tmp_path: Path) -> None:
     with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
         agent = held_agent(hub, tmp_path, "foxtrot")
         assert len(held_rows(hub, "foxtrot")) == 1
+        # the operator hears of it in the hub's log, with what changed and the command that accepts it
+        # (before, only "agent foxtrot (...) online": the hold was on the audit log alone)
+        [warning] = [line for line in hub.proc.lines if re.search(HELD_WARNING, line)]
+        assert "packs: {" in warning, warning  # as agent_overview's pending_changes
+        assert "'toolcheck'" in warning, warning  # the pack that appeared
+        assert f"`sonde hub agent accept foxtrot --data-dir {hub.data_dir}`" in warning, warning
         for _ in range(3):
             reconnect(hub, agent)
         assert status_of(hub, "foxtrot") == "degraded"
         assert len(held_rows(hub, "foxtrot")) == 1
-        # a different claim while held is held again, and audited
+        assert times_logged(hub, HELD_WARNING) == 1
+        # a different claim while held is held again, audited and logged
         agent.env = with_site(agent.env, write_test_pack(tmp_path / "site2"))
         reconnect(hub, agent)
         wait_until(lambda: len(held_rows(hub, "foxtrot")) == 2)
         assert status_of(hub, "foxtrot") == "degraded"
+        assert times_logged(hub, HELD_WARNING) == 2
+        with hub.client() as http:
+            overview = http.get("/api/v1/agents/foxtrot").json()
+        last = [line for line in hub.proc.lines if re.search(HELD_WARNING, line)][-1]
+        assert "; ".join(overview["attestation"]["pending_changes"]) in last, (overview, last)

@@ -39,6 +39,8 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
                 assert any(
                     "accepted the changed attestation of the local agent" in line for line in proc.lines
                 ), "\n".join(proc.lines)
+                # and it is not told to an operator as held, with a command to accept it
+                assert not any("is held as degraded" in line for line in proc.lines), "\n".join(proc.lines)
         finally:
             assert proc.stop() == 0
     # every run reuses the same key and the same agent identity

@@ -1,0 +1,132 @@
+"""`/mcp`'s refusals in the hub's JSON error shape, and the DNS-rebinding ones made actionable.
+
+Every refusal the hub makes itself on ``/mcp`` (401, 408, 413, 429, ...) is
+``{"error": {"code", "message"}}``, as REST's are (`send_json`). The SDK's check of
+the Host and Origin headers (`sonde.hub.mcp_server.transport_security`) answers with
+a bare text body instead, ``Invalid Host header`` (421) or ``Invalid Origin header``
+(403), and logs only the value. `RebindingAnswer` stands in front of the SDK's
+``send``: it swallows that answer and sends the JSON shape, whose message names the
+header, its value and the ``--allowed-host`` that would admit it; the hub logs the
+same advice (the SDK's own line is silenced: `sonde.hub.logs`), once a minute per
+header value at most, with a count, as one misconfigured proxy sends many.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from sonde.echo import echoed
+
+log = logging.getLogger("sonde.hub.asgi")
+
+# The SDK's DNS-rebinding check: 421 "Invalid Host header", 403 "Invalid Origin header".
+REBINDING_REFUSALS = {421: "host", 403: "origin"}
+REBINDING_CODES = {"host": "host_not_allowed", "origin": "origin_not_allowed"}
+# what --allowed-host can name: a host name or address, with a port or without
+ALLOWABLE_HOST = re.compile(r"^(?:[a-z0-9._-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
+LOG_EVERY_S = 60.0
+
+
+async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer with ``body`` as JSON (and ``headers``)."""
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def allowed_host_for(header: str, value: str) -> str | None:
+    """The ``--allowed-host`` value that admits this Host or Origin value; None if it names no host."""
+    name = value.strip().lower()
+    if header == "origin":
+        scheme, _, name = name.partition("://")
+        if scheme not in ("http", "https"):
+            return None
+    return name if ALLOWABLE_HOST.match(name) else None
+
+
+def rebinding_advice(header: str, value: str) -> str:
+    """Why a request with this Host or Origin was refused, and what admits it."""
+    shown = echoed(value) if value else "(none)"
+    if header == "host":
+        why = (
+            f"the Host header {shown} is not a name this hub answers to on /mcp (a defence against "
+            "DNS rebinding: it answers to the address it listens on, loopback names and each --allowed-host)"
+        )
+    else:
+        why = (
+            f"the Origin header {shown} is not this hub's: a web page from another site may not call "
+            "/mcp (a defence against DNS rebinding)"
+        )
+    name = allowed_host_for(header, value)
+    if name is None:
+        return f"{why}; that value names no host --allowed-host could admit"
+    return (
+        f"{why}. If clients reach the hub by that name (behind a reverse proxy, say), start the hub "
+        f"with --allowed-host {name} (or add it to SONDE_ALLOWED_HOSTS)"
+    )
+
+
+class RebindingLog:
+    """The hub's log line of a rebinding refusal: at once, then once a minute per header value
+    with how many were refused since."""
+
+    def __init__(self) -> None:
+        self._said_at: dict[tuple[str, str], float] = {}
+        self._since: dict[tuple[str, str], int] = {}
+
+    def refused(self, header: str, value: str, client: str, message: str) -> None:
+        key = (header, value[:256])
+        now = time.monotonic()
+        self._since[key] = self._since.get(key, 0) + 1
+        if now - self._said_at.get(key, -LOG_EVERY_S) < LOG_EVERY_S:
+            return
+        if len(self._said_at) >= 1024:  # bounded: a client inventing names cannot grow it
+            self._said_at.clear()
+            self._since = {key: self._since[key]}
+        count, self._since[key], self._said_at[key] = self._since[key], 0, now
+        more = f" ({count} such requests since the last line)" if count > 1 else ""
+        log.warning("refused an MCP request from %s%s: %s", client, more, message)
+
+
+class RebindingAnswer:
+    """The ``send`` of one ``/mcp`` request, in front of the SDK's: its DNS-rebinding refusal
+    is replaced by the JSON error shape (`rebinding_advice`); any other answer passes as it is.
+    ``refused`` is the header it refused (``host``, ``origin``), once it has."""
+
+    def __init__(self, send: Any, headers: dict[str, str], client: str, said: RebindingLog) -> None:
+        self._send = send
+        self._headers = headers
+        self._client = client
+        self._said = said
+        self._status = 0
+        self.refused: str | None = None
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] in REBINDING_REFUSALS:
+            self._status = message["status"]
+            self.refused = REBINDING_REFUSALS[self._status]
+            return  # the SDK's text answer: ours goes out in its place, with its last body part
+        if self.refused is None:
+            await self._send(message)
+            return
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            value = self._headers.get(self.refused, "")
+            advice = rebinding_advice(self.refused, value)
+            self._said.refused(self.refused, value, self._client, advice)
+            body = {"error": {"code": REBINDING_CODES[self.refused], "message": advice}}
+            await send_json(self._send, self._status, body, [])
