@@ -21,6 +21,7 @@ from sonde.agent.scrub_commands import (
     REDIS_CLI_VALUED,
     VAULT_VALUED,
 )
+from sonde.agent.scrub_password_tools import OPENSSL_PASSWD_VALUED
 
 # What happens to an item of a list: kept, hidden whole, hidden after the first colon (curl's
 # user:SECRET), percent sign (smbclient's user%SECRET), comma (lftp's user,SECRET) or equals
@@ -191,7 +192,10 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         ProgramFlags(attached=("/p:", "/password:", "/gp:")),
     ),
     **dict.fromkeys(("rdesktop", "ncftp", "ncftpget", "ncftpput", "ncftpls", "ncftpbatch"), _LOWER_P),
-    "openssl": ProgramFlags(separate=frozenset({"-k", "-K"})),  # enc -k PW, -K HEXKEY (-kfile: a file)
+    # enc -k PW, -K HEXKEY (-kfile: a file); passwd [-6] [-salt SALT] PW (-stdin, -in FILE: elsewhere)
+    "openssl": ProgramFlags(
+        separate=frozenset({"-k", "-K"}), words={"passwd": (1,)}, valued=frozenset(OPENSSL_PASSWD_VALUED)
+    ),
     **dict.fromkeys(_SNMP_TOOLS, _SNMP),
     # unixODBC: isql DSN [USER [PW]]; Sybase/SAP ASE: isql -U USER -P PW|-PPW -S SERVER; sqsh
     # likewise (a flag after -P: an empty password)

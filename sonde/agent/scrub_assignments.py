@@ -1,8 +1,12 @@
-"""Assignments the rules keyed by a field name read in other syntaxes: percent-encoded in a URL
-and with the name in brackets.
+"""Assignments the rules keyed by a field name read in other syntaxes: percent-encoded in a URL,
+with the name in brackets, annotated with a type, a value in LDIF's base64 or a YAML block.
 
 `sonde.agent.scrub_rules` finds a secret name where a stem occurs and tries its patterns
-anchored at the name's start; when none of its own matches, it tries these: ``ENCODED_ASSIGN``
+anchored at the name's start. ``ANNOTATED_ASSIGN`` goes first: a Python or TypeScript annotated
+assignment (``password: str = "X"``, ``api_key: Optional[str] = "X"``) holds its value after
+the ``=``, not in its type (an unquoted name, ``True``, ``None``, a constant, or a call is no
+secret: `is_code`). When none of its own matches, it tries ``YAML_BLOCK`` (``password: |`` and
+the lines indented under it), ``LDIF_BASE64`` (``userPassword:: BASE64``), ``ENCODED_ASSIGN``
 (``password%3DX`` in an access log's query string, encoded once or twice, and JSON's
 ``%22password%22%3A%22X%22``) and `bracketed_match` (php-fpm's ``env[DB_PASSWORD] = X``, a PHP
 array's ``$cfg['password'] = 'X';``). A name right after a percent-encoded byte ("%3Fpass") is
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from sonde.agent.scrub_shapes import FRESH
+from sonde.agent.scrub_shapes import BARE, FRESH, QUOTED
 
 # Where a name starts: not inside a word, or right after a percent-encoded byte ("%26password=").
 NAME_START = r"(?:(?<![\w.-])|(?<=%[0-9A-Fa-f]{2})|(?<=%25[0-9A-Fa-f]{2}))"
@@ -80,3 +84,78 @@ def after_percent_byte(text: str, start: int) -> int:
 
 
 _PERCENT_BYTE = re.compile(r"(?:25)?[0-9A-Fa-f]{2}")
+
+
+# A type annotation before a value: a class or a dotted name (Final, Optional[str], typing.Any,
+# SecretStr), a builtin type (str, string ...), maybe subscripted and in a union (str | None).
+_TYPE = (
+    r"(?:[A-Z][\w.]{0,64}+|(?:str|int|float|bool|bytes|dict|list|tuple|set|string|number|boolean|any|object)"
+    r"(?![\w.]))(?:\[[\w.,\[\] |]{0,256}\])?(?:[ \t]*\|[ \t]*[\w.]{1,64}+(?:\[[\w.,\[\] |]{0,256}\])?){0,4}+"
+)
+ANNOTATED_ASSIGN = re.compile(
+    NAME_START
+    + r"(?P<name>\w[\w.-]{0,80}+)(?P<sep>[ \t]*:[ \t]*"
+    + _TYPE
+    + r"[ \t]+=[ \t]+)(?P<value>\[REDACTED\]|"  # hidden already: no secret, and no other match
+    + QUOTED
+    + "|"
+    + BARE
+    + ")"
+)
+_CODE_NAME = re.compile(r"[A-Za-z_][\w.]{0,4095}")  # True, None, a constant: code, unquoted
+# Calls reading an environment variable, maybe with a default that scrub_app_configs' env_default hides.
+_ENV_READERS = frozenset({"env", "getenv", "getenv_docker", "os.getenv", "os.environ.get", "ENV.fetch"})
+
+
+# nsswitch.conf's "passwd: files systemd" names where accounts come from, not a password.
+NSS_SOURCES = frozenset(
+    {
+        "files", "compat", "db", "nis", "nisplus", "ldap", "sss", "systemd", "winbind", "hesiod",
+        "extrausers", "altfiles", "usrfiles", "cache", "mymachines", "[notfound=return]",
+    }
+)  # fmt: skip
+# MySQL's and MariaDB's "Access denied for user 'u'@'h' (using password: YES)": whether a
+# password was sent, no password.
+_USING_PASSWORD = re.compile(r"(?i:using )password: (?:YES|NO)\Z")
+
+
+def says_no_secret(match: re.Match[str], name: str, value: str) -> bool:
+    """Whether a secret name's ``value`` (unquoted) is none: nsswitch's sources, MySQL's
+    "(using password: YES)", code (`is_code`)."""
+    if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
+        return True
+    return bool(_USING_PASSWORD.match(match.string, max(0, match.start() - 6), match.end())) or is_code(match)
+
+
+def is_code(match: re.Match[str]) -> bool:
+    """Whether a name's value is code, no secret: a call reading an environment variable
+    (``password => env('DB_PASSWORD', ...)``), or an `ANNOTATED_ASSIGN`'s name or call
+    (``HAS_PSK: Final[bool] = True``, ``mode: int = HIDE_ALL``, ``token: str = Field(...)``): in
+    code a string is quoted."""
+    call = match.string.startswith("(", match.end())
+    if call and match["value"] in _ENV_READERS:
+        return True
+    if match.re is not ANNOTATED_ASSIGN:
+        return False
+    return call or _CODE_NAME.fullmatch(match["value"]) is not None
+
+
+# An LDIF value in base64 after "::" (ldapsearch and slapcat print userPassword so, and any value
+# starting with "{" or not ASCII: "userPassword:: e1NTSEF9..."): the value whole, with the lines
+# it is folded onto (indented: the LDIF may sit in a YAML block). At least one blank after "::",
+# as LDIF tools print it: "Auth::Token" in code is a scope, not a value. A line a probe cut ends
+# with its "…".
+_BASE64_LINE = r"[A-Za-z0-9+/]{1,4096}+={0,2}+…?"
+LDIF_BASE64 = re.compile(
+    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80}+)::[ ]{1,16}+(?P<value>"
+    + _BASE64_LINE
+    + r"(?:[ \t]{0,16}+\r?\n[ \t]{1,64}+"
+    + _BASE64_LINE
+    + r"(?=[ \t]{0,16}+(?:\r?\n|\x00|\Z))){0,256}+)(?![^\s\x00])"
+)
+# A YAML block scalar (password: |, key: >-): the lines indented under it.
+YAML_BLOCK = re.compile(
+    r"(?P<name>[A-Za-z_][\w.-]{0,80}+)[\"']?[ \t]*:[ \t]*[|>][-+0-9]{0,2}[ \t]*\r?\n(?P<indent>[ \t]++)"
+    + FRESH
+    + r"(?P<value>[^\r\n\x00]{1,4096}+(?:\r?\n(?P=indent)[^\r\n\x00]{0,4096}+){0,200}+)"
+)

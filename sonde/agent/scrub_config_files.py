@@ -7,8 +7,8 @@ holds a password): redis.conf's requirepass, nslcd's and slapd's bindpw/rootpw, 
 file's rootpw; debconf's answers (preseed files, debconf-set-selections' input) and its
 database records (passwords.dat); ~/.netrc and ~/.pgpass lines; XML key-value pairs (.NET's
 appSettings, Spring's properties, Java's XML properties files); ifupdown's wpa-psk, msmtp's
-password, snmpd's communities and users, haproxy's stats auth and userlist passwords, Consul's
-and Nomad's gossip keys. A
+password, snmpd's communities (its trap sinks' and snmptrapd's too) and users, haproxy's stats
+auth and userlist passwords, Consul's and Nomad's gossip keys. A
 ``name: value`` or ``name=value`` line whose name says secret needs no rule here: the rules
 keyed by a field name (`sonde.agent.scrub_rules`) hide it. Every repetition is bounded and
 most are possessive: hostile text scrubs in linear time.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_commands import ECHOED
+from sonde.agent.scrub_programs import SNMP_FLAG_VALUES
 from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule, contains, contains_folded
 from sonde.agent.secret_names import is_secret_name, name_parts
 
@@ -259,11 +260,15 @@ _PASSWORD_STATES = (
     "mismatch", "accepted", "rejected", "denied", "ok", "failed", "reset", "set", "unset", "none",
     "empty", "missing", "prompt", "protected", "authentication", "login",
 )  # fmt: skip
-_NOT_A_PASSWORD = (
-    r"(?:(?i:"
+_PROSE_OR_STATE = (
+    r"(?i:"
     + "|".join(re.escape(word) for word in sorted({*_PASSWORD_STATES, *_PROSE_WORDS}, key=len, reverse=True))
-    + r")[,.:;!]?[ \t]*(?:\r?\n|\x00|\Z))"
+    + ")"
 )
+_NOT_A_PASSWORD = r"(?:" + _PROSE_OR_STATE + r"[,.:;!]?[ \t]*(?:\r?\n|\x00|\Z))"
+# A word of prose or a state where a value would be, wherever it is on its line ("user alice
+# with password reset" in a log): the rules of sonde.agent.scrub_app_configs skip it.
+PROSE_OR_STATE_WORD = r"(?:" + _PROSE_OR_STATE + r"[,.:;!]?(?![^\s\x00]))"
 # A line "password PW" and nothing else (maybe indented or commented out): msmtp's msmtprc, a
 # ~/.netrc written one word pair a line ("machine h\n  login u\n  password PW"), fetchmail-like
 # rc files. Lowercase, one value (a word or quoted) that is no word of prose or a state ("password
@@ -285,24 +290,37 @@ PASSWORD_LINE = ShapeRule(
 
 # snmpd.conf's communities (a community is a password; "public" too): rocommunity, rwcommunity
 # (and their IPv6 forms) and trapcommunity COMMUNITY, com2sec[6] [-Cn CONTEXT] NAME SOURCE
-# COMMUNITY; at a line's start, maybe indented or commented out, no word of prose ("#
-# rocommunity is ..." stays; snmpd.conf's "#  rocommunity: a SNMPv1/SNMPv2c read-only access
-# community name" too).
+# COMMUNITY, the trap sinks' trapsink|trap2sink|informsink HOST COMMUNITY [PORT], snmptrapd.conf's
+# authCommunity TYPES COMMUNITY [SOURCE ...] (a synopsis' "[COMMUNITY" is none); at a line's
+# start, maybe indented or commented out, no word of prose ("# rocommunity is ..." stays;
+# snmpd.conf's "#  rocommunity: a SNMPv1/SNMPv2c read-only access community name" too).
 SNMPD_COMMUNITY = ShapeRule(
     "snmpd_community",
     re.compile(
         r"(?<![^\n\x00])[ \t]*+(?:"
         + _COMMENTED
         + r")?(?i:(?:ro|rw)community6?|trapcommunity|com2sec6?(?:[ \t]+-Cn[ \t]+[^\s\x00]{1,256}+)?"
-        r"(?:[ \t]+[^\s\x00]{1,256}+){2})(?:[ \t]+-(?:Cn|V)[ \t]+[^\s\x00]{1,256}+){0,2}+[ \t]+"
+        r"(?:[ \t]+[^\s\x00]{1,256}+){2}|authcommunity[ \t]+(?:log|execute|net)(?:,(?:log|execute|net)){0,2}+"
+        r"|(?:trap2?|inform)sink[ \t]+(?!"
+        + _PROSE_THEN_WORDS
+        + r")[^\s\x00]{1,256}+)(?:[ \t]+-(?:Cn|V)[ \t]+[^\s\x00]{1,256}+){0,2}+[ \t]+"
         + FRESH
         + r"(?!"
         + _PROSE_THEN_WORDS
         + r")(?P<value>"
         + QUOTED
-        + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095}+)"
+        + r"|[^\s\x00\"'\[-][^\s\x00\"']{0,4095}+)"
     ),
-    contains_folded("community", "com2sec"),
+    contains_folded("community", "com2sec", "sink"),
+)
+
+# snmpd.conf's trapsess [-v VERSION] [-c COMMUNITY | -u USER -a SHA -A AUTHPASS -x AES -X
+# PRIVPASS ...] HOST: each secret flag's value, as the snmp tools read them.
+SNMPD_TRAPSESS = ShapeRule(
+    "snmpd_trapsess",
+    re.compile(r"(?<![^\n\x00])[ \t]*+(?:" + _COMMENTED + r")?trapsess(?P<value>[ \t][^\r\n\x00]{1,8192}+)"),
+    contains("trapsess"),
+    inner=SNMP_FLAG_VALUES,
 )
 
 # snmpd.conf's SNMPv3 users: createUser [-e ENGINEID] NAME (MD5|SHA...) AUTHPASS [(DES|AES...)
@@ -339,13 +357,24 @@ HAPROXY_PASSWORD = ShapeRule(
 )
 
 # A gossip encryption key (Consul's and Nomad's "encrypt"): 16 or 32 bytes in base64, in a config
-# file (encrypt = "KEY", "encrypt": "KEY", encrypt: KEY) or a flag (-encrypt=KEY).
+# file (encrypt = "KEY", "encrypt": "KEY", encrypt: KEY) or a flag (-encrypt=KEY); and any quoted
+# value of "encrypt" in HCL or JSON (encrypt = "X", "encrypt": "X"), where it is always the key
+# (one of another length, or not base64, is a key all the same), but a boolean, a template or a
+# variable's reference ("${var.gossip_key}", "{{ key ... }}"); YAML's "encrypt: sha512_crypt"
+# (Ansible's vars_prompt) names an algorithm.
+_NOT_A_KEY = r"(?!(?i:true|false|yes|no|on|off)\"|\$\{|\{\{)"
 GOSSIP_ENCRYPT_KEY = ShapeRule(
     "gossip_encrypt_key",
     re.compile(
-        r"(?<![\w.-])(?:-{1,2}|[\"']?)encrypt[\"']?[ \t]*[:=][ \t]*[\"']?"
+        r"(?<![\w.-])(?:(?:-{1,2}|[\"']?)encrypt[\"']?[ \t]*[:=][ \t]*[\"']?"
         + FRESH
         + r"(?P<value>[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{43}=)(?![A-Za-z0-9+/=])"
+        + r"|(?:encrypt[ \t]*=|\"encrypt\"[ \t]*:)[ \t]*\""
+        + FRESH
+        + _NOT_A_KEY
+        + r"(?P<v2>(?:[^\"\\\r\n\x00]|\\[^\r\n\x00]){1,4096}+)(?:\"|"
+        + CUT
+        + "))"
     ),
     contains("encrypt"),
 )

@@ -21,25 +21,45 @@ _LINE_START = r"(?<![^\n\x00])[ \t]{0,64}+"
 _LINE_END = r"(?=\r?\n|\x00|\Z)"
 _REST_OF_LINE = r"[^\s\x00](?:[^\r\n\x00]{0,4094}[^\s\x00])?"  # to the line's end, blanks after it left
 _FILE_LINES_MAX = 65536  # lines of a file read after its mention
+_FILE_CONTENT_MAX = 1 << 21  # characters of a file's content after its path (a probe reads 1 MiB at most)
 
 
 def _lines_of(files: str, line: str) -> re.Pattern[str]:
     """A mention of one of ``files``, then (as ``value``) the run of lines after it (across a
     result's NULs too) that read as the file's: ``line``, a comment or a blank line. A line
     mentioning one of ``files`` again ends the run (and starts another): "$ cat
-    /etc/ppp/chap-secrets" is no line of the file."""
+    /etc/ppp/chap-secrets" is no line of the file. A string that is a path to one of ``files``
+    (a probe's "path") is followed by the file's content (as ``content``): every line of it, a
+    line of another shape before a secret's (a note without "#") ending no run."""
     return re.compile(
-        r"(?:"
+        r"(?<![^\x00])[^\s\x00]{0,4096}?(?:"
         + files
-        + r")[^\n\x00]{0,4096}+(?P<value>(?:[\n\x00](?![^\n\x00]{0,4096}?(?:"
+        + r")\x00(?P<content>[^\x00]{1,"
+        + str(_FILE_CONTENT_MAX)
+        + r"}+"
+        + _run_of(files, line, 0)
+        + r")|(?:"
+        + files
+        + r")[^\n\x00]{0,4096}+(?P<value>"
+        + _run_of(files, line, 1)
+        + ")"
+    )
+
+
+def _run_of(files: str, line: str, least: int) -> str:
+    """At least ``least`` lines after the one before that read as the file's (see `_lines_of`)."""
+    return (
+        r"(?:[\n\x00](?![^\n\x00]{0,4096}?(?:"
         + files
         + r"))(?:"
         + line
         + r"|[ \t]{0,64}+(?:#[^\r\n\x00]{0,4096}+)?\r?"
         + _LINE_END
-        + r")){1,"
+        + r")){"
+        + str(least)
+        + ","
         + str(_FILE_LINES_MAX)
-        + r"}+)"
+        + r"}+"
     )
 
 

@@ -17,7 +17,6 @@ from sonde.agent.scrub_commands import (
     AFTER_SEMICOLON,
     COMMAND_END,
     COMMAND_START,
-    ECHOED,
     ISQL_VALUED,
     ITEM,
     ITEMS_END,
@@ -231,8 +230,12 @@ PROGRAM_PASSWORD_WORD = ShapeRule(
     again=True,
 )
 
-# The snmp tools' -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (all of them in its command; the
-# default community "public" too: a community is a password). snmpd's -c is its config file.
+# The values of the snmp tools' secret flags: -A AUTHPASS, -X PRIVPASS and -c COMMUNITY (the
+# default community "public" too: a community is a password); snmpd.conf's trapsess reads them so.
+SNMP_FLAG_VALUES = re.compile(
+    r"(?<![^ \t])-[AXc][ \t]*" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
+)
+# The snmp tools' secret flags, all of them in its command. snmpd's -c is its config file.
 SNMP_SECRETS = ShapeRule(
     "snmp_secrets",
     re.compile(
@@ -240,9 +243,7 @@ SNMP_SECRETS = ShapeRule(
         r"|test|netstat|usm|vacm)(?P<value>[ \t]" + REACH + r"{1,8192}+)"
     ),
     contains("snmp"),
-    inner=re.compile(
-        r"(?<![^ \t])-[AXc][ \t]*" + FRESH + r"(?P<value>" + QUOTED + r"|[^\s\x00\"'-][^\s\x00\"']{0,4095})"
-    ),
+    inner=SNMP_FLAG_VALUES,
 )
 
 # redis-cli ACL SETUSER user [rules]: every >SECRET (a password added) and <SECRET (one
@@ -352,30 +353,5 @@ KUBECTL_SECRET_LITERALS = ShapeRule(
         + r"(?P<value>[^\"\r\n\x00]{1,4096}+)"
         r"|'[^\s\x00=']{1,253}+=" + FRESH + r"(?P<v2>[^'\r\n\x00]{1,4096}+)"
         r"|[^\s\x00=\"']{1,253}+=" + FRESH + r"(?P<v3>" + QUOTED + r"|[^\s\x00\"']{1,4096}+))"
-    ),
-)
-
-# chpasswd's input on its command line: echo|printf USER:PW ... | [sudo] chpasswd, chpasswd <<<
-# USER:PW; each USER:PW of it (echo -e "a:PW1\nb:PW2").
-_CHPASSWD = r"(?:sudo(?:[ \t]+-[^\s\x00]{1,64}+)*+[ \t]+)?(?:/usr)?(?:/s?bin/)?chpasswd(?![\w.-])"
-_CHPASSWD_INPUT = r"(?:" + QUOTED + r"|[^\s\x00\"'|;&<>][^\s\x00|;&<>]{0,4095}+)"
-CHPASSWD_INPUT = ShapeRule(
-    "chpasswd_input",
-    re.compile(
-        r"(?:"
-        + ECHOED
-        + r"|(?<![\w.-])printf[ \t]{1,16}+(?:--[ \t]{1,16}+)?)(?P<value>"
-        + _CHPASSWD_INPUT
-        + r")(?=[ \t]*\|[ \t]*"
-        + _CHPASSWD
-        + r")|(?<![\w.-])chpasswd(?:[ \t]+-[^\s\x00<]{1,64}+){0,8}+[ \t]*<<<[ \t]*(?P<v2>"
-        + _CHPASSWD_INPUT
-        + r")"
-    ),
-    contains("chpasswd"),
-    inner=re.compile(
-        r"(?:(?<=[\s\"'<])|(?<=\\n)|(?<![^\n\x00]))[^\s\x00:\"'\\]{1,256}+:"
-        + FRESH
-        + r"(?P<value>(?:[^\r\n\x00\"'\\]|\\(?!n))+)"
     ),
 )

@@ -13,9 +13,11 @@ decides whether the name is secret (a flag that takes no value, `SWITCHES`,
 hides nothing after it). The rules keyed by a shape (tokens, key
 blocks, URL passwords in `sonde.agent.scrub_shapes`; configuration files' directives and
 records in `sonde.agent.scrub_config_files`; credential files' lines and password hashes in
-`sonde.agent.scrub_credential_files`; programs' password flags and words in
-`sonde.agent.scrub_programs`) run in the order `SHAPE_RULES` lists them. A name's value may be
-percent-encoded or its name bracketed (`sonde.agent.scrub_assignments`).
+`sonde.agent.scrub_credential_files`; applications' own (PHP's define, web.xml, fetchmail,
+ipsec.secrets) in `sonde.agent.scrub_app_configs`; programs' password flags and words in
+`sonde.agent.scrub_programs`, the input of chpasswd and passwd and openssl passwd's plaintexts in
+`sonde.agent.scrub_password_tools`) run in the order `SHAPE_RULES` lists them. A name's value may
+be percent-encoded, its name bracketed or annotated with a type (`sonde.agent.scrub_assignments`).
 
 Rules run one after the other, each over the output of the one before, and
 never match a value that is already ``[REDACTED]``, so a secret is counted
@@ -34,7 +36,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from sonde.agent.scrub_assignments import ENCODED_ASSIGN, NAME_START, after_percent_byte, bracketed_match
+from sonde.agent.scrub_app_configs import (
+    ENV_DEFAULT,
+    FETCHMAIL_PASSWORD,
+    IPSEC_SECRET,
+    PHP_DEFINE,
+    WEB_XML_PARAM,
+)
+from sonde.agent.scrub_assignments import (
+    ANNOTATED_ASSIGN,
+    ENCODED_ASSIGN,
+    LDIF_BASE64,
+    NAME_START,
+    YAML_BLOCK,
+    after_percent_byte,
+    bracketed_match,
+    says_no_secret,
+)
 from sonde.agent.scrub_config_files import (
     CONFIG_DIRECTIVE,
     DEBCONF_DB_VALUE,
@@ -48,6 +66,7 @@ from sonde.agent.scrub_config_files import (
     PGPASS_LINE,
     SNMPD_COMMUNITY,
     SNMPD_CREATE_USER,
+    SNMPD_TRAPSESS,
     XML_KEY_VALUE,
 )
 from sonde.agent.scrub_credential_files import (
@@ -59,8 +78,8 @@ from sonde.agent.scrub_credential_files import (
     SASL_PASSWD_LINE,
     SCHEME_HASH_LINE,
 )
+from sonde.agent.scrub_password_tools import CHPASSWD_INPUT, OPENSSL_PASSWD, PASSWD_STDIN
 from sonde.agent.scrub_programs import (
-    CHPASSWD_INPUT,
     HTPASSWD_B,
     KUBECTL_SECRET_LITERALS,
     MYSQL_P,
@@ -97,6 +116,7 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     IFUPDOWN_WPA_SECRET,
     SNMPD_COMMUNITY,
     SNMPD_CREATE_USER,
+    SNMPD_TRAPSESS,
     HAPROXY_PASSWORD,
     DEBCONF_PASSWORD,
     DEBCONF_DB_VALUE,
@@ -105,6 +125,7 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     PROGRAM_PASSWORD_FLAG,
     PROGRAM_PASSWORD_WORD,
     SNMP_SECRETS,
+    OPENSSL_PASSWD,
     REDIS_ACL_PASSWORDS,
     MYSQL_P,
     SQL_PASSWORD,
@@ -112,11 +133,17 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     RMAN_LOGONS,
     PGPASS_LINE,
     XML_KEY_VALUE,
+    WEB_XML_PARAM,
+    PHP_DEFINE,
+    ENV_DEFAULT,
     REDIS_COMMAND_PASSWORD,
     HTPASSWD_B,
     KUBECTL_SECRET_LITERALS,
     CHPASSWD_INPUT,
+    PASSWD_STDIN,
+    FETCHMAIL_PASSWORD,
     PASSWORD_LINE,
+    IPSEC_SECRET,
     GOSSIP_ENCRYPT_KEY,
     SASL_PASSWD_LINE,
     PGBOUNCER_USERLIST_LINE,
@@ -166,25 +193,6 @@ _XML = re.compile(
     r"<(?P<name>[A-Za-z_][\w:.-]{0,80}+)>" + FRESH + r"(?P<value>[^<\x00]{1,4096}+)"
     r"(?:</(?P=name)>|(?=<[^<>\x00]{0,80}+(?:\x00|\Z))|" + CUT + ")"  # or cut before (or in) its end tag
 )
-# An LDIF value in base64 after "::" (ldapsearch and slapcat print userPassword so, and any value
-# starting with "{" or not ASCII: "userPassword:: e1NTSEF9..."): the value whole, with the lines
-# it is folded onto (indented: the LDIF may sit in a YAML block). At least one blank after "::",
-# as LDIF tools print it: "Auth::Token" in code is a scope, not a value. A line a probe cut ends
-# with its "…".
-_BASE64_LINE = r"[A-Za-z0-9+/]{1,4096}+={0,2}+…?"
-_LDIF_BASE64 = re.compile(
-    r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80}+)::[ ]{1,16}+(?P<value>"
-    + _BASE64_LINE
-    + r"(?:[ \t]{0,16}+\r?\n[ \t]{1,64}+"
-    + _BASE64_LINE
-    + r"(?=[ \t]{0,16}+(?:\r?\n|\x00|\Z))){0,256}+)(?![^\s\x00])"
-)
-# A YAML block scalar (password: |, key: >-): the lines indented under it.
-_YAML_BLOCK = re.compile(
-    r"(?P<name>[A-Za-z_][\w.-]{0,80}+)[\"']?[ \t]*:[ \t]*[|>][-+0-9]{0,2}[ \t]*\r?\n(?P<indent>[ \t]++)"
-    + FRESH
-    + r"(?P<value>[^\r\n\x00]{1,4096}+(?:\r?\n(?P=indent)[^\r\n\x00]{0,4096}+){0,200}+)"
-)
 
 
 def lowercase(text: str) -> str:
@@ -206,27 +214,20 @@ def _named_match(text: str, lower: str, start: int) -> re.Match[str] | None:
         header = _HEADER.match(text, start)
         if header is not None:
             return header
-    match = _ASSIGN.match(text, start)
+    match = ANNOTATED_ASSIGN.match(text, start)
+    if match is None:
+        match = _ASSIGN.match(text, start)
     if match is None and text.startswith("-", start):
         match = _FLAG.match(text, start)
     if match is None:
-        match = _YAML_BLOCK.match(text, start)
+        match = YAML_BLOCK.match(text, start)
     if match is None:
-        match = _LDIF_BASE64.match(text, start)
+        match = LDIF_BASE64.match(text, start)
     if match is None:
         match = ENCODED_ASSIGN.match(text, start)
     if match is None and start > 1 and text[start - 1] in "['\"":
         match = bracketed_match(text, start)
     return match
-
-
-# nsswitch.conf's "passwd: files systemd" names where accounts come from, not a password.
-NSS_SOURCES = frozenset(
-    {
-        "files", "compat", "db", "nis", "nisplus", "ldap", "sss", "systemd", "winbind", "hesiod",
-        "extrausers", "altfiles", "usrfiles", "cache", "mymachines", "[notfound=return]",
-    }
-)  # fmt: skip
 
 
 # Flags named like secrets that take no value: "add_user --pre-hashed-password bob HASH" (rabbitmqctl).
@@ -240,16 +241,7 @@ def _named_value_is_secret(match: re.Match[str]) -> bool:
     name = match["name"].lstrip("-")
     if match.re is _FLAG and name.lower() in SWITCHES:
         return False
-    if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
-        return False
-    if _USING_PASSWORD.match(match.string, max(0, match.start() - 6), match.end()):
-        return False
-    return is_secret_name(name)
-
-
-# MySQL's and MariaDB's "Access denied for user 'u'@'h' (using password: YES)": whether a
-# password was sent, no password.
-_USING_PASSWORD = re.compile(r"(?i:using )password: (?:YES|NO)\Z")
+    return not says_no_secret(match, name, value) and is_secret_name(name)
 
 
 def _stem_hits(lower: str) -> list[int]:

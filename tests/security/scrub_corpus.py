@@ -2466,6 +2466,257 @@ SECRETS: tuple[SecretCase, ...] = (
         "ValkeyAcl1",
         "valkey-cli ACL SETUSER bob on >[REDACTED] ~cache:* +get",
     ),
+    # WordPress's wp-config.php and PHP's define('NAME', 'VALUE') whose NAME says secret
+    SecretCase(
+        "wordpress_db_password_define",
+        "define( 'DB_NAME', 'wordpress' );\ndefine( 'DB_USER', 'wp' );\n"
+        "define( 'DB_PASSWORD', 'WpPass123' );\ndefine( 'DB_HOST', 'localhost' );",
+        "WpPass123",
+        "define( 'DB_NAME', 'wordpress' );\ndefine( 'DB_USER', 'wp' );\n"
+        "define( 'DB_PASSWORD', '[REDACTED]' );\ndefine( 'DB_HOST', 'localhost' );",
+    ),
+    SecretCase(
+        "wordpress_keys_and_salts",
+        "define( 'AUTH_KEY',         'r^Jq|3B+ZVh~8@<K,W!x 1AuthKey' );\n"
+        "define( 'SECURE_AUTH_KEY',  'Zx;0)9w=Hk[4p`M2SecAuthKey' );\n"
+        "define( 'LOGGED_IN_KEY',    'q@V?3s$Lw*8fLoggedInKey' );\n"
+        "define( 'NONCE_KEY',        'y:2{G/Nk6&NonceKey' );\n"
+        "define( 'AUTH_SALT',        'p#8Xz.AuthSalt' );\n"
+        "define( 'SECURE_AUTH_SALT', 'D-4m]wSecAuthSalt' );\n"
+        "define( 'LOGGED_IN_SALT',   'u%7c>LoggedInSalt' );\n"
+        "define( 'NONCE_SALT',       't~1e,NonceSalt' );",
+        "LoggedInSalt",
+        "define( 'AUTH_KEY',         '[REDACTED]' );\n"
+        "define( 'SECURE_AUTH_KEY',  '[REDACTED]' );\n"
+        "define( 'LOGGED_IN_KEY',    '[REDACTED]' );\n"
+        "define( 'NONCE_KEY',        '[REDACTED]' );\n"
+        "define( 'AUTH_SALT',        '[REDACTED]' );\n"
+        "define( 'SECURE_AUTH_SALT', '[REDACTED]' );\n"
+        "define( 'LOGGED_IN_SALT',   '[REDACTED]' );\n"
+        "define( 'NONCE_SALT',       '[REDACTED]' );",
+        redactions=8,
+    ),
+    SecretCase(
+        "php_define_double_quoted_and_upper_case",
+        "define(\"SMTP_PASS\", \"PhpSmtp1\");\nDEFINE('API_TOKEN','PhpTok2', true);",
+        "PhpSmtp1",
+        "define(\"SMTP_PASS\", \"[REDACTED]\");\nDEFINE('API_TOKEN','[REDACTED]', true);",
+        redactions=2,
+    ),
+    # a secret variable's default: WordPress's docker image, Laravel, Django
+    SecretCase(
+        "env_default_values",
+        "define( 'DB_PASSWORD', getenv_docker('WORDPRESS_DB_PASSWORD', 'DockerWpPw1') );\n"
+        "    'password' => env('DB_PASSWORD', 'LaravelPw1'),\n"
+        'DB_PASSWORD = os.environ.get("DB_PASSWORD", "DjangoPw1")',
+        "LaravelPw1",
+        "define( 'DB_PASSWORD', getenv_docker('WORDPRESS_DB_PASSWORD', '[REDACTED]') );\n"
+        "    'password' => env('DB_PASSWORD', '[REDACTED]'),\n"
+        'DB_PASSWORD = os.environ.get("DB_PASSWORD", "[REDACTED]")',
+        redactions=3,
+    ),
+    # fetchmail's rc file: password or pass, quoted or not, on the poll line or a user's
+    SecretCase(
+        "fetchmailrc_poll_password",
+        'poll mail.example.com user "alice" password "FetchPw1"',
+        "FetchPw1",
+        'poll mail.example.com user "alice" password "[REDACTED]"',
+    ),
+    SecretCase(
+        "fetchmailrc_pass_bare",
+        "poll pop.example.com protocol pop3 user alice pass FetchPw2 is alice here",
+        "FetchPw2",
+        "poll pop.example.com protocol pop3 user alice pass [REDACTED] is alice here",
+    ),
+    SecretCase(
+        "fetchmailrc_user_line",
+        "poll imap.example.com proto imap\n    user 'bob' there with password FetchPw3 is bob here options ssl keep",
+        "FetchPw3",
+        "poll imap.example.com proto imap\n    user 'bob' there with password [REDACTED] is bob here options ssl keep",
+    ),
+    SecretCase(
+        "fetchmailrc_password_line_with_options",
+        'poll mail.example.net with proto IMAP\n  username "carol@example.net"\n  password "Fetch Pw4" options ssl',
+        "Fetch Pw4",
+        'poll mail.example.net with proto IMAP\n  username "carol@example.net"\n  password "[REDACTED]" options ssl',
+    ),
+    SecretCase(
+        "fetchmailrc_poll_options_then_password",
+        "poll mail.example.org via 10.0.0.9 port 995 auth password password FetchPw5",
+        "FetchPw5",
+        "poll mail.example.org via 10.0.0.9 port 995 auth password password [REDACTED]",
+    ),
+    SecretCase(
+        "fetchmailrc_password_line_bare",
+        "poll mail.example.com\n    user alice\n    password FetchPw6 is alice here",
+        "FetchPw6",
+        "poll mail.example.com\n    user alice\n    password [REDACTED] is alice here",
+    ),
+    # Java web.xml's context and init params, env entries
+    SecretCase(
+        "web_xml_context_param",
+        "<context-param>\n    <param-name>db.password</param-name>\n"
+        "    <param-value>WebXmlPw1</param-value>\n</context-param>",
+        "WebXmlPw1",
+        "<context-param>\n    <param-name>db.password</param-name>\n"
+        "    <param-value>[REDACTED]</param-value>\n</context-param>",
+    ),
+    SecretCase(
+        "web_xml_init_param_one_line",
+        "<init-param><param-name>password</param-name><param-value>WebXmlPw2</param-value></init-param>",
+        "WebXmlPw2",
+        "<init-param><param-name>password</param-name><param-value>[REDACTED]</param-value></init-param>",
+    ),
+    SecretCase(
+        "web_xml_env_entry",
+        "<env-entry>\n  <env-entry-name>jdbc/apiToken</env-entry-name>\n"
+        "  <env-entry-type>java.lang.String</env-entry-type>\n"
+        "  <env-entry-value>WebXmlTok3</env-entry-value>\n</env-entry>",
+        "WebXmlTok3",
+        "<env-entry>\n  <env-entry-name>jdbc/apiToken</env-entry-name>\n"
+        "  <env-entry-type>java.lang.String</env-entry-type>\n"
+        "  <env-entry-value>[REDACTED]</env-entry-value>\n</env-entry>",
+    ),
+    # passwd reading the password on its standard input
+    SecretCase(
+        "passwd_stdin_echo",
+        'echo "PasswdStdin1" | passwd --stdin alice',
+        "PasswdStdin1",
+        'echo "[REDACTED]" | passwd --stdin alice',
+    ),
+    SecretCase(
+        "passwd_stdin_printf_sudo",
+        "printf 'PasswdStdin2\\n' | sudo passwd --stdin bob",
+        "PasswdStdin2",
+        "printf '[REDACTED]' | sudo passwd --stdin bob",
+    ),
+    SecretCase(
+        "passwd_stdin_here_string",
+        "passwd --stdin alice <<< PasswdStdin3",
+        "PasswdStdin3",
+        "passwd --stdin alice <<< [REDACTED]",
+    ),
+    SecretCase(
+        "passwd_echo_twice",
+        'echo -e "PasswdStdin4\\nPasswdStdin4" | passwd carol',
+        "PasswdStdin4",
+        'echo -e "[REDACTED]" | passwd carol',
+    ),
+    SecretCase(
+        "passwd_stdin_printf_format",
+        "printf '%s\\n' 'PasswdStdin5' | /usr/bin/passwd --stdin dave",
+        "PasswdStdin5",
+        "printf '%s\\n' '[REDACTED]' | /usr/bin/passwd --stdin dave",
+    ),
+    # openssl passwd's plaintext arguments (-stdin and -in read it elsewhere)
+    SecretCase(
+        "openssl_passwd_salt",
+        "openssl passwd -6 -salt xyz OpensslPw1",
+        "OpensslPw1",
+        "openssl passwd -6 -salt xyz [REDACTED]",
+    ),
+    SecretCase(
+        "openssl_passwd_quoted_in_substitution",
+        "useradd -m -p \"$(openssl passwd -1 'Openssl Pw2')\" alice\n"
+        'usermod -p "$(openssl passwd -6 OpensslPw3)" bob',
+        "OpensslPw3",
+        "useradd -m -p \"$(openssl passwd -1 '[REDACTED]')\" alice\n"
+        'usermod -p "$(openssl passwd -6 [REDACTED])" bob',
+        redactions=2,
+    ),
+    SecretCase(
+        "openssl_passwd_several",
+        "openssl passwd -apr1 -salt s3 OpensslPw4 OpensslPw5",
+        "OpensslPw5",
+        "openssl passwd -apr1 -salt s3 [REDACTED] [REDACTED]",
+        redactions=2,
+    ),
+    # strongSwan's and libreswan's ipsec.secrets
+    SecretCase(
+        "ipsec_secrets_psk",
+        '# /etc/ipsec.secrets - strongSwan IPsec secrets file\n: PSK "IpsecPsk1"',
+        "IpsecPsk1",
+        '# /etc/ipsec.secrets - strongSwan IPsec secrets file\n: PSK "[REDACTED]"',
+    ),
+    SecretCase(
+        "ipsec_secrets_any_psk",
+        '%any : PSK "IpsecPsk2"\n2001:db8::1 : PSK "IpsecPsk3"',
+        "IpsecPsk",
+        '%any : PSK "[REDACTED]"\n2001:db8::1 : PSK "[REDACTED]"',
+        redactions=2,
+    ),
+    SecretCase(
+        "ipsec_secrets_hosts_base64_psk",
+        "moon.strongswan.org sun.strongswan.org : PSK 0sv+NkxY9LLZvwj4qCC2o/gGrWDF2d21jL",
+        "v+NkxY9LLZvwj4qCC2o",
+        "moon.strongswan.org sun.strongswan.org : PSK [REDACTED]",
+    ),
+    SecretCase(
+        "ipsec_secrets_xauth_and_eap",
+        ': XAUTH alice "IpsecXauth1"\nbob : XAUTH "IpsecXauth2"\ncarol@strongswan.org : EAP "IpsecEap1"',
+        "Ipsec",
+        ': XAUTH alice "[REDACTED]"\nbob : XAUTH "[REDACTED]"\ncarol@strongswan.org : EAP "[REDACTED]"',
+        redactions=3,
+    ),
+    SecretCase(
+        "ipsec_secrets_rsa_passphrase",
+        ': RSA moonKey.pem "IpsecRsaPass1"\n: ECDSA /etc/ipsec.d/private/ec.pem IpsecEcPass2',
+        "Ipsec",
+        ': RSA moonKey.pem "[REDACTED]"\n: ECDSA /etc/ipsec.d/private/ec.pem [REDACTED]',
+        redactions=2,
+    ),
+    # snmptrapd's and snmpd's trap communities
+    SecretCase(
+        "snmptrapd_auth_community",
+        "authCommunity log,execute,net TrapCommunity1\nauthCommunity log TrapCommunity2 10.0.0.0/8",
+        "TrapCommunity",
+        "authCommunity log,execute,net [REDACTED]\nauthCommunity log [REDACTED] 10.0.0.0/8",
+        redactions=2,
+    ),
+    SecretCase(
+        "snmpd_trap_sinks",
+        "trap2sink 10.0.0.1 SinkCommunity1\ntrapsink nms.example.com SinkCommunity2 162\n"
+        "informsink 10.0.0.2 InformCommunity1",
+        "SinkCommunity",
+        "trap2sink 10.0.0.1 [REDACTED]\ntrapsink nms.example.com [REDACTED] 162\ninformsink 10.0.0.2 [REDACTED]",
+        redactions=3,
+    ),
+    SecretCase(
+        "snmpd_trapsess",
+        "trapsess -v 2c -c TrapsessCommunity1 nms.example.com:162\n"
+        "trapsess -v 3 -u traps -a SHA -A TrapsessAuth1 -l authPriv -x AES -X TrapsessPriv1 nms",
+        "Trapsess",
+        "trapsess -v 2c -c [REDACTED] nms.example.com:162\n"
+        "trapsess -v 3 -u traps -a SHA -A [REDACTED] -l authPriv -x AES -X [REDACTED] nms",
+        redactions=3,
+    ),
+    # Consul's and Nomad's gossip key in HCL or JSON: any quoted value, not only a 16/32-byte one
+    SecretCase(
+        "consul_hcl_encrypt_any_length",
+        'datacenter = "dc1"\nencrypt = "aGVsbG8gd29ybGQgdGhpcyBpcyAyNCBi"\nserver = true',
+        "aGVsbG8gd29ybGQgdGhpcyBpcyAyNCBi",
+        'datacenter = "dc1"\nencrypt = "[REDACTED]"\nserver = true',
+    ),
+    SecretCase(
+        "nomad_json_encrypt_passphrase",
+        '{"server": {"enabled": true, "encrypt": "gossip-k3y-from-vault-2024"}}',
+        "gossip-k3y-from-vault-2024",
+        '{"server": {"enabled": true, "encrypt": "[REDACTED]"}}',
+    ),
+    # a Python or TypeScript annotated assignment: the value after "=", not the type
+    SecretCase(
+        "python_annotated_password",
+        'class Settings(BaseSettings):\n    password: str = "PyAnnot1"\n    api_key: Optional[str] = "PyAnnot2"',
+        "PyAnnot",
+        'class Settings(BaseSettings):\n    password: str = "[REDACTED]"\n    api_key: Optional[str] = "[REDACTED]"',
+        redactions=2,
+    ),
+    SecretCase(
+        "typescript_annotated_token",
+        "private readonly apiToken: string = 'TsAnnot1';",
+        "TsAnnot1",
+        "private readonly apiToken: string = '[REDACTED]';",
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -3040,6 +3291,84 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "[Warning] Access denied for user 'app'@'localhost' (using password: NO)",
         "whether a password was sent",
     ),
+    # PHP's define: empty, a call or a variable, WordPress's sample placeholder, a name that is no secret
+    LookAlike(
+        "php_defines_without_secrets",
+        "define( 'DB_PASSWORD', '' );\ndefine( 'DB_PASSWORD', getenv('WORDPRESS_DB_PASSWORD') );\n"
+        "define('DB_PASSWORD', $_ENV['DB_PASSWORD']);\ndefine(\"DB_PASSWORD\", \"$password\");\n"
+        "define( 'AUTH_KEY',         'put your unique phrase here' );\ndefine( 'WP_DEBUG', false );\n"
+        "define('PASSWORD_RESET_URL', 'https://example.com/reset');\n"
+        "Set the define('DB_PASSWORD', ...) line in wp-config.php",
+        "empty, a call, variables, the sample's placeholder, a URL's name, prose",
+    ),
+    # a variable read without a default, a default that is no secret
+    LookAlike(
+        "env_reads_without_secret_defaults",
+        "password = os.getenv('APP_PASSWORD')\n    'password' => env('DB_PASSWORD'),\n"
+        "    'host' => env('DB_HOST', '127.0.0.1'),\n    'password' => env('DB_PASSWORD', ''),",
+        "no default, a host's, empty",
+    ),
+    # fetchmail: no password (it prompts), prose
+    LookAlike(
+        "fetchmail_without_password",
+        'poll mail.example.com protocol imap user alice\npoll mail.example.com user "alice" password ""\n'
+        "user alice changed her password yesterday\nuser alice with password reset\n"
+        "# fetchmail sends the password in clear unless ssl is set\npassword is not set here",
+        "fetchmail prompts, an empty password, prose",
+    ),
+    # web.xml: params that are no secret, a placeholder, empty
+    LookAlike(
+        "web_xml_params_without_secrets",
+        "<param-name>contextConfigLocation</param-name>\n<param-value>/WEB-INF/app.xml</param-value>\n"
+        "<param-name>passwordPolicy</param-name><param-value>strict</param-value>\n"
+        "<param-name>password</param-name><param-value>${db.password}</param-value>\n"
+        "<param-name>password</param-name><param-value></param-value>",
+        "other params, a placeholder, empty",
+    ),
+    # passwd: from a variable, a file, no pipe
+    LookAlike(
+        "passwd_without_a_password",
+        'echo "$NEW_PASSWORD" | passwd --stdin alice\npasswd --stdin alice < /root/pw.txt\n'
+        "printf '%s\\n' \"$PW\" | passwd --stdin alice\npasswd -l alice\n"
+        'echo "changing password" && passwd alice\necho done | tee passwd.log',
+        "a variable, a file, prose",
+    ),
+    # openssl passwd: from stdin or a file, a variable
+    LookAlike(
+        "openssl_passwd_without_plaintext",
+        'openssl passwd -6 -stdin < pw.txt\nopenssl passwd -6 -in /root/pw.txt\nopenssl passwd -6 "$PW"\n'
+        "openssl passwd -help\nopenssl passwd [-1|-5|-6|-apr1] [-salt string] [-stdin] {password}",
+        "the plaintext read elsewhere, a synopsis",
+    ),
+    # ipsec.secrets: a key without passphrase or prompting for one, an empty PSK, charon's log
+    LookAlike(
+        "ipsec_secrets_without_secrets",
+        ': RSA moonKey.pem\n: RSA moonKey.pem %prompt\n: PSK ""\ninclude /etc/ipsec.d/*.secrets\n'
+        "charon: 05[CFG] loading secrets from '/etc/ipsec.secrets'\n"
+        "charon: 05[CFG]   loaded IKE secret for %any\n"
+        "charon: 10[IKE] authentication of 'moon' (myself) with pre-shared key successful",
+        "no passphrase, a prompt, empty, a log",
+    ),
+    # snmpd: a sink with the default community, the docs' synopsis, prose
+    LookAlike(
+        "snmp_trap_sinks_without_community",
+        "trap2sink localhost\n#   trapsink HOST [COMMUNITY [PORT]]\n# trap2sink: where to send SNMPv2c traps\n"
+        "authCommunity TYPES COMMUNITY [SOURCE [OID | -v VIEW ]]\nauthtrapenable 1\ntrapsess -v 2c nms",
+        "no community, a synopsis, prose",
+    ),
+    # gossip: booleans, empty, templates and variables, ansible's algorithm
+    LookAlike(
+        "encrypt_settings_without_keys",
+        'encrypt = ""\n"encrypt": false\n"encrypt": "true"\nencrypt = "${var.gossip_key}"\n'
+        'encrypt = "{{ key \\"consul/gossip\\" }}"\nencrypt: sha512_crypt\nencrypt = var.gossip_key',
+        "no key: a flag, empty, a reference, an algorithm",
+    ),
+    # an annotation is no value
+    LookAlike(
+        "python_annotations",
+        "HAS_PSK: Final[bool] = True\npassword: Optional[str] = None\nUSE_TOKEN: bool = False",
+        "a type and a flag",
+    ),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -3132,4 +3461,6 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike("mariadb_dump_prompt", ("mariadb-dump", "-u", "root", "-p", "shop"), "-p prompts"),
     ArgvLookAlike("valkey_host_named_auth", ("valkey-cli", "-h", "auth", "ping"), "a host named auth"),
     ArgvLookAlike("redis_benchmark_counts", ("redis-benchmark", "-c", "50", "-n", "1000", "-q"), "numbers"),
+    ArgvLookAlike("openssl_passwd_stdin", ("openssl", "passwd", "-6", "-stdin"), "read on stdin"),
+    ArgvLookAlike("openssl_passwd_in", ("openssl", "passwd", "-6", "-in", "pw.txt"), "read from a file"),
 )

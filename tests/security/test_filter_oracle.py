@@ -156,3 +156,44 @@ def test_a_grep_built_to_backtrack_does_not_freeze_the_agent() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
+
+
+# Credential files whose lines' secrets only the file's name tells: a note of another shape
+# before them ended the run of the file's lines, so a filter judging them (the probe's other lines
+# left out) matched a right guess at the secret, and the lines sent (that note among them) showed it.
+CREDENTIAL_FILES = {
+    "rsyncd.secrets": ["# rsync users", "managed by puppet", f"alice:{SECRET}", "@backup:other-pw1"],
+    "sasl_passwd": ["smtp.example.com", f"smtp.example.com alice:{SECRET}"],
+    "chap-secrets": ["# client server secret IP", "managed by puppet: do not edit", f"alice * {SECRET} *"],
+    "pap-secrets": ["managed by puppet: do not edit", f'"alice" pptpd "{SECRET}" 10.0.0.2'],
+}
+CREDENTIAL_GUESSES = (SECRET, SECRET[:5], f"alice:{SECRET[:3]}", "hunx", "alice:hunx", f"* {SECRET[:4]}")
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+@pytest.mark.parametrize("name", CREDENTIAL_FILES)
+async def test_a_filter_cannot_confirm_a_guess_at_a_credential_files_secret(
+    tmp_path: Path, probe: str, name: str
+) -> None:
+    directory = tmp_path / "etc"
+    directory.mkdir()
+    path = directory / name
+    path.write_text("".join(line + "\n" for line in CREDENTIAL_FILES[name]))
+    daemon = daemon_for(directory)
+    scrubber = Scrubber()
+
+    async def lines(contains: str | None) -> list[str]:
+        params: dict[str, Any] = {"path": str(path)}
+        if contains is not None:
+            params["contains"] = contains
+        found = await execute_probe(daemon.registry, probe, params, daemon.ctx)
+        sent, _ = scrubber.scrub(found.result)  # as the runner sends it
+        return [str(line) for line in sent["lines"]]
+
+    for guess in CREDENTIAL_GUESSES:
+        assert await lines(guess) == [], guess  # right or wrong, a guess at the secret finds nothing
+    everything = await lines(None)
+    assert len(everything) == len(CREDENTIAL_FILES[name])
+    assert not any(SECRET[:6] in line or "other-pw1" in line for line in everything), everything
+    assert [line for line in everything if "alice" in line] == await lines("alice")
+    assert all("[REDACTED]" in line for line in await lines("alice"))

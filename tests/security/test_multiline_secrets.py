@@ -249,3 +249,46 @@ async def test_every_value_files_read_reads_from_passwords_dat_is_hidden(tmp_pat
         content = (await probe(tmp_path, "system.files.read", path=str(path)))["content"]
         assert (GENERATED_VALUE not in content) == hidden, name
         assert "Value: hunter2-admin" not in content  # its question's name says password
+
+
+# Key blocks of other kinds whose BEGIN line a tail may leave out of reach: RFC 4716's (SSH.com's,
+# PuTTY's export), OpenVPN's static key (tls-auth, tls-crypt) and tls-crypt-v2 client key.
+SSH2_KEY = [
+    "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----",
+    'Comment: "rsa-key-20240501"',
+    *[f"P2/56wAAAi4AAAA3aWYtbW9kbntzaWdue3JzYS1wa2NzMS1zaGExfSxlbmNyeXB0e3JzYS{i:04d}" for i in range(12)],
+    "---- END SSH2 ENCRYPTED PRIVATE KEY ----",
+]
+OPENVPN_STATIC_KEY = [
+    "-----BEGIN OpenVPN Static key V1-----",
+    *[f"5feceb66ffc86f38d952786c6d69{i:04x}" for i in range(16)],
+    "-----END OpenVPN Static key V1-----",
+]
+OPENVPN_TLS_CRYPT_V2_KEY = [
+    "-----BEGIN OpenVPN tls-crypt-v2 client key-----",
+    *[f"YmFzZTY0dGxzY3J5cHR2MmNsaWVudGtleWJvZHlsaW5lZm9ydGVzdGluZ3Bh{i:04d}" for i in range(8)],
+    "-----END OpenVPN tls-crypt-v2 client key-----",
+]
+
+
+@pytest.mark.parametrize(
+    "key", [SSH2_KEY, OPENVPN_STATIC_KEY, OPENVPN_TLS_CRYPT_V2_KEY], ids=["ssh2", "static", "tls-crypt-v2"]
+)
+@pytest.mark.parametrize("count", [5, 8, 12])
+async def test_a_tail_starting_inside_any_key_block_hides_its_body(
+    tmp_path: Path, key: list[str], count: int
+) -> None:
+    """The BEGIN line is further back than the scrubber's context reaches: the END line, whatever
+    kind of key it ends, hides every line up to it."""
+    path = write(tmp_path, key[:1] + ["filler"] * 300 + key[1:] + ORDINARY[:3])
+    lines = (await probe(tmp_path, "system.logs.tail", path=str(path), lines=count))["lines"]
+    body = key[1:-1]
+    assert [line for line in lines if any(secret[-20:] in line for secret in body)] == []
+    assert lines[-3:] == ORDINARY[:3]
+    # docker's log lines, cut inside the key, alike
+    payload = "".join(
+        f"2024-05-06T10:10:58.{i:09d}Z {line}\n" for i, line in enumerate([*key[2:], *ORDINARY[:3]])
+    )
+    texts = [line.text for line in log_lines(payload.encode(), multiplexed=False, redact=SCRUBBER.redacted)]
+    assert [text for text in texts if any(secret[-20:] in text for secret in body)] == []
+    assert texts[-3:] == ORDINARY[:3]

@@ -764,6 +764,13 @@ MYSQL_CLIENTS = (
             ["kubectl", "exec", "db", "--", "mariadb-dump", "-p" + REDACTED],
             1,
         ),
+        # openssl passwd's plaintext (-salt's value stays), a "=" in it too
+        (
+            ["openssl", "passwd", "-6", "-salt", "xyz", "pw144"],
+            ["openssl", "passwd", "-6", "-salt", "xyz", REDACTED],
+            1,
+        ),
+        (["sudo", "openssl", "passwd", "-1", "pw145=="], ["sudo", "openssl", "passwd", "-1", REDACTED], 1),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -1768,6 +1775,49 @@ HOSTILE_TEXTS = {
     "wpa_passphrase_words": "wpa_passphrase a " * (HOSTILE_SIZE // 17),
     "ngrok_words": "ngrok authtoken " * (HOSTILE_SIZE // 16),
     "valkey_auths": "valkey-cli" + " auth" * (HOSTILE_SIZE // 5),
+    # PHP's define, web.xml's params, fetchmail, ipsec.secrets
+    "php_define_heads": "define('PASSWORD', " * (HOSTILE_SIZE // 20),
+    "php_define_long": "define('PASSWORD', '" + "x" * HOSTILE_SIZE,
+    "env_default_heads": "env('PASSWORD', " * (HOSTILE_SIZE // 16),
+    "env_default_unclosed": "os.environ.get('PASSWORD', '" + "x" * HOSTILE_SIZE,
+    "php_define_escapes": 'define("PASSWORD", "' + "\\" * HOSTILE_SIZE,
+    "web_xml_heads": "<param-name>password</param-name>" * (HOSTILE_SIZE // 34),
+    "web_xml_blanks": "<param-name>password</param-name>" + " " * HOSTILE_SIZE + "<param-value>x",
+    "web_xml_value_blanks": "<param-name>password</param-name><param-value>x" + " " * HOSTILE_SIZE + "y",
+    "web_xml_types": "<env-entry-name>password</env-entry-name>" + "<env-entry-type>" * (HOSTILE_SIZE // 16),
+    "fetchmail_poll_words": "\npoll a" + " b" * (HOSTILE_SIZE // 2) + " password x",
+    "fetchmail_poll_lines": ("\npoll a" + " b" * 30 + " password") * (HOSTILE_SIZE // 77),
+    "fetchmail_users": "user " * (HOSTILE_SIZE // 5),
+    "fetchmail_noise": "user a" + " with" * (HOSTILE_SIZE // 5) + " password x",
+    "fetchmail_bare_lines": "\npassword x" + " " * HOSTILE_SIZE + "y",
+    "fetchmail_password_lines": '\npassword "' * (HOSTILE_SIZE // 11),
+    "ipsec_selectors": "a " * (HOSTILE_SIZE // 2) + ": PSK x",
+    "ipsec_selector_lines": ("a " * 20 + "\n") * (HOSTILE_SIZE // 41) + ": PSK",
+    "ipsec_heads": "\n: XAUTH " * (HOSTILE_SIZE // 10),
+    "ipsec_long_words": ": XAUTH " + "a" * HOSTILE_SIZE,
+    # snmpd's sinks and trapsess, gossip keys of any shape
+    "snmp_sink_heads": "\ntrap2sink a" * (HOSTILE_SIZE // 12),
+    "snmp_auth_community_types": "\nauthCommunity log,net" * (HOSTILE_SIZE // 22),
+    "trapsess_flags": "\ntrapsess" + " -c" * (HOSTILE_SIZE // 3),
+    "encrypt_quotes": 'encrypt = "' * (HOSTILE_SIZE // 11),
+    "encrypt_long": '"encrypt": "' + "a" * HOSTILE_SIZE,
+    # passwd's input, openssl passwd's plaintexts
+    "passwd_echo_words": "echo" + " a" * (HOSTILE_SIZE // 2) + " | passwd",
+    "passwd_printf_formats": "printf '%s' " * (HOSTILE_SIZE // 12) + "| passwd",
+    "passwd_here_strings": "passwd <<< " * (HOSTILE_SIZE // 11),
+    "passwd_items": "passwd" + " a" * (HOSTILE_SIZE // 2) + " <<< x",
+    "openssl_passwd_flags": "openssl passwd" + " -salt x" * (HOSTILE_SIZE // 8) + " y",
+    "openssl_passwd_hidden": "openssl passwd" + " [REDACTED]" * (HOSTILE_SIZE // 11) + " y",
+    "openssl_passwd_values": "openssl passwd" + " y" * (HOSTILE_SIZE // 2),
+    # annotated assignments
+    "annotated_brackets": "password: Optional[" + "[" * HOSTILE_SIZE + " = x",
+    "annotated_unions": "password: str" + " | str" * (HOSTILE_SIZE // 6) + " = x",
+    "annotated_heads": "password: str = " * (HOSTILE_SIZE // 16),
+    # a credential file's path as a string of its own, then its content
+    "credential_paths": "\x00/etc/rsyncd.secrets" * (HOSTILE_SIZE // 20),
+    "credential_path_prefixes": ("\x00" + "a" * 4000) * (HOSTILE_SIZE // 4001) + "rsyncd.secrets",
+    "credential_contents": "\x00/etc/rsyncd.secrets\x00" + "a:b\nx y\n" * (HOSTILE_SIZE // 8),
+    "credential_content_runs": "/etc/chap-secrets\x00x\x00" + "a b c\x00" * (HOSTILE_SIZE // 6),
 }
 
 

@@ -76,6 +76,37 @@ def test_the_same_lines_in_another_file_stay(scrubber: Scrubber, field: str) -> 
     assert scrubber.scrub(result) == (result, 0)
 
 
+# A note of another shape (no "#") before a secret's line: a probe's answer names the file by its
+# path, so every line of its content (or of its lines, read on from the first) is the file's.
+NOTED_CREDENTIAL_FILES = [
+    (
+        "/etc/rsyncd.secrets",
+        ["managed by puppet", "alice:pw1_rsync"],
+        ["managed by puppet", f"alice:{REDACTED}"],
+    ),
+    (
+        "/etc/postfix/sasl_passwd",
+        ["smtp.example.com", "smtp.example.com alice:pw1_sasl"],
+        ["smtp.example.com", f"smtp.example.com alice:{REDACTED}"],
+    ),
+    (
+        "/etc/ppp/pap-secrets",
+        ["see the_wiki", "carol * pw1_pap"],
+        ["see the_wiki", f"carol * {REDACTED}"],
+    ),
+]
+
+
+@pytest.mark.parametrize("field", ["content", "lines"])
+@pytest.mark.parametrize(("path", "lines", "expected"), NOTED_CREDENTIAL_FILES)
+def test_a_note_in_a_credential_file_read_by_its_path_hides_nothing_less(
+    scrubber: Scrubber, field: str, path: str, lines: list[str], expected: list[str]
+) -> None:
+    body: Any = lines if field == "lines" else "\n".join(lines) + "\n"
+    hidden: Any = expected if field == "lines" else "\n".join(expected) + "\n"
+    assert scrubber.scrub({"path": path, field: body}) == ({"path": path, field: hidden}, 1)
+
+
 def test_a_credential_files_run_ends_at_a_line_of_another_shape(scrubber: Scrubber) -> None:
     text = "==> /etc/ppp/chap-secrets <==\nalice * pw1_chap *\nThis line is prose, not a line of the file.\nx y z\n"
     assert scrubber.scrub_text(text) == (

@@ -40,7 +40,13 @@ TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
 # (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
 CONTEXT_LINES = 256
 BATCH_CHARS = 1024 * 1024  # lines judged (scrubbed as one text) at a time, at most about
-_KEY_END = re.compile(r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+# A key block's END line: a private key's (PEM, OpenSSH, PGP), RFC 4716's (SSH.com's "---- END
+# SSH2 ENCRYPTED PRIVATE KEY ----") and OpenVPN's static and tls-crypt-v2 keys' ("-----END OpenVPN
+# Static key V1-----"). Found without its BEGIN line, it hides every line up to it.
+_KEY_END = re.compile(
+    r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|---- END[ A-Z0-9]{0,40}PRIVATE KEY ----"
+    r"|-----END OpenVPN [A-Za-z0-9 -]{1,40}-----"
+)
 
 # Checked by Python's re (`PythonPattern`): the Rust engine spends ~8 MiB on the {0,4095} repeat.
 AbsolutePath = Annotated[
@@ -166,16 +172,30 @@ def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: 
 def as_lines_of(path: Path, redact: Callable[[str], str]) -> Callable[[str], str]:
     """``redact`` reading each text as lines of ``path``, as the agent's last scrub reads an
     answer that names its file before its lines: a rule keyed by the file (every value of
-    debconf's passwords.dat is a password) hides in the lines a filter judges what it hides in
-    the lines sent, so a `contains` guess at such a value matches nothing."""
+    debconf's passwords.dat, every line's secret in rsyncd's secrets or postfix's sasl_passwd)
+    hides in the lines a filter judges what it hides in the lines sent, so a `contains` guess at
+    such a value matches nothing. Each line scrubbed on its own (`_each`) is read as the file's
+    line right after its name, whatever lines are sent before it."""
     if redact is unredacted:
         return redact
-    named = f"{path}\x00"  # no rule hides across a NUL: the path gives context and is cut off after
+    return _FileLines(f"{path}\x00", redact)  # no rule hides across a NUL: the path is cut off after
 
-    def scoped(text: str) -> str:
-        return redact(named + text).partition("\x00")[2]
 
-    return scoped
+@dataclass(frozen=True)
+class _FileLines:
+    """`as_lines_of`'s ``redact``: ``named`` (the path and a NUL) gives context, then is cut off."""
+
+    named: str
+    redact: Callable[[str], str]
+
+    def __call__(self, text: str) -> str:
+        return self.redact(self.named + text).partition("\x00")[2]
+
+    def each(self, lines: list[str]) -> list[str]:
+        """Each of ``lines`` as the file's line right after its name (the name before each)."""
+        if any("\x00" in line for line in lines):
+            return [self(line) for line in lines]
+        return self.redact("".join(self.named + line + "\x00" for line in lines)).split("\x00")[1::2]
 
 
 class _Judge:
@@ -222,10 +242,12 @@ def redact_lines(lines: list[str], redact: Callable[[str], str], context: int = 
     The lines are scrubbed as ONE text, so a secret spanning lines (a key block, a
     YAML block scalar) is hidden on each of them ("[REDACTED]" for a line it swallows
     whole); the first ``context`` lines only give context (the lines before a tail).
-    A private key's END line left (its BEGIN line was not among ``lines``) hides every
-    line up to it. A line that scrubbed on its own shows the same is returned as it is
-    (the agent's last scrub hides and counts its secrets); the others come scrubbed on their
-    own as well, so that last scrub finds nothing more in them.
+    A key's END line left (its BEGIN line was not among ``lines``) hides every line up to
+    it. A line that scrubbed on its own shows the same, without its file's name too, is
+    returned as it is (the agent's last scrub hides and counts its secrets); the others (a
+    secret spanning lines, or one only its file's name tells, which the last scrub could miss
+    after a line of another shape) come scrubbed on their own as well, so that last scrub finds
+    nothing more in them.
     """
     return _scrubbed_lines(lines, redact, context)[1]
 
@@ -243,17 +265,21 @@ def _scrubbed_lines(
     if orphan is not None:
         sent = [REDACTED] * (orphan + 1) + sent[orphan + 1 :]
     raw = lines[context:]
-    if sent is lines:
-        return _each(raw, redact), raw
-    shown = _each(sent[context:], redact)
     alone = _each(raw, redact)
+    shown = alone if sent is lines else _each(sent[context:], redact)
+    # what the agent's last scrub finds in a line without its file's name before it
+    bare = _each(raw, redact.redact) if isinstance(redact, _FileLines) else alone
     return shown, [
-        line if seen == by_itself else seen for line, seen, by_itself in zip(raw, shown, alone, strict=True)
+        line if seen == by_itself == plain else seen
+        for line, seen, by_itself, plain in zip(raw, shown, alone, bare, strict=True)
     ]
 
 
 def _each(lines: list[str], redact: Callable[[str], str]) -> list[str]:
-    """Each of ``lines`` scrubbed on its own, as the agent scrubs a result's strings."""
+    """Each of ``lines`` scrubbed on its own, as the agent scrubs a result's strings (as its
+    file's lines, each right after the file's name, for `as_lines_of`'s)."""
+    if isinstance(redact, _FileLines):
+        return redact.each(lines)
     if any("\x00" in line for line in lines):
         return [redact(line) for line in lines]
     return redact("\x00".join(lines)).split("\x00")  # no rule crosses a NUL
