@@ -229,7 +229,7 @@ async def test_a_member_key_cannot_take_an_agents_last_probe_slots(fleet: Shared
     created = hub.cli("hub", "key", "create", "--name", "busy-member")
     assert created.returncode == 0, created.stderr
     member = created.stdout.strip()
-    slow = {"agent": "alpha", "probe": "system.cpu.usage", "params": {"interval_s": 4}}
+    slow = {"agent": "alpha", "probe": "system.cpu.usage", "params": {"interval_s": 5}}
     member_status: list[int] = []
 
     async def post(key: str, body: dict[str, Any], into: list[int]) -> None:
@@ -240,7 +240,11 @@ async def test_a_member_key_cannot_take_an_agents_last_probe_slots(fleet: Shared
     async with trio.open_nursery() as nursery:
         for _ in range(60):
             nursery.start_soon(post, member, slow, member_status)
-        await trio.sleep(2)  # the member's probes hold their slots for 4 s
+        with trio.fail_after(30):  # 56 in flight: the 4 past the members' share are answered at once
+            while True:
+                if member_status.count(503) == 4:
+                    break
+                await trio.sleep(0.05)
         busy_answer: list[int] = []
         await post(member, slow, busy_answer)
         admin_answer: list[int] = []
