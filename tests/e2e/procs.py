@@ -7,7 +7,9 @@ is killed when its context ends.
 from __future__ import annotations
 
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -210,3 +212,26 @@ def wait_until(predicate: object, timeout: float = 15.0, interval: float = 0.1) 
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+@contextmanager
+def on_a_terminal(args: list[str], env: dict[str, str], until: re.Pattern[str]) -> Iterator[str]:
+    """Run ``sonde ARGS`` with its stderr on a pseudo-terminal; yield what it wrote up to the first
+    match of ``until`` (at most 30 s), while it runs; it is stopped after the block."""
+    controller, terminal = pty.openpty()
+    popen = subprocess.Popen(
+        [*SONDE, *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal
+    )
+    os.close(terminal)
+    seen = ""
+    try:
+        deadline = time.monotonic() + 30
+        while not until.search(seen) and time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if ready:
+                seen += os.read(controller, 4096).decode(errors="replace")
+        yield seen
+    finally:
+        popen.terminate()
+        popen.wait(10)
+        os.close(controller)

@@ -7,19 +7,24 @@ where. On a terminal it is printed once, as before.
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from sonde.hub.db import open_database
-from tests.e2e.procs import KEY_LINE, SONDE, URL_LINE, base_env, first_admin_key, running_hub, spawn
+from tests.e2e.procs import (
+    KEY_LINE,
+    SONDE,
+    URL_LINE,
+    base_env,
+    first_admin_key,
+    on_a_terminal,
+    running_hub,
+    spawn,
+)
 
 
 def audit_rows(data_dir: Path, action_like: str) -> list[tuple[str, str, str | None, str]]:
@@ -55,22 +60,8 @@ def test_with_stderr_a_log_the_key_is_in_a_private_file_and_on_the_audit_chain(t
 
 def test_on_a_terminal_the_key_is_printed_once_and_no_file_is_written(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    controller, terminal = pty.openpty()
-    popen = subprocess.Popen(
-        [*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)],
-        env=base_env(tmp_path / "home"),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=terminal,
-    )
-    os.close(terminal)
-    seen = ""
-    try:
-        deadline = time.monotonic() + 30
-        while not URL_LINE.search(seen) and time.monotonic() < deadline:
-            ready, _, _ = select.select([controller], [], [], 1)
-            if ready:
-                seen += os.read(controller, 4096).decode(errors="replace")
+    args = ["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    with on_a_terminal(args, base_env(tmp_path / "home"), URL_LINE) as seen:
         url = URL_LINE.search(seen)
         assert url is not None, seen
         keys = [m.group(1) for line in seen.splitlines() if (m := KEY_LINE.search(line))]
@@ -81,10 +72,6 @@ def test_on_a_terminal_the_key_is_printed_once_and_no_file_is_written(tmp_path: 
         assert answer.status_code == 200
         assert not (data_dir / "first-admin-key").exists()
         assert re.search(r"shown once and never again", seen)
-    finally:
-        popen.terminate()
-        popen.wait(10)
-        os.close(controller)
 
 
 def test_an_earlier_key_file_is_rewritten_private(tmp_path: Path) -> None:

@@ -9,19 +9,15 @@ them. Text mode keeps them as they were (tests/e2e/test_first_key.py).
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
+import re
 import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.procs import SONDE, base_env, running_hub
+from tests.e2e.procs import base_env, on_a_terminal, running_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -68,26 +64,9 @@ def test_every_stderr_line_of_a_json_hub_is_one_json_object(tmp_path: Path) -> N
 def test_a_json_hub_on_a_terminal_keeps_the_first_key_out_of_its_log(tmp_path: Path) -> None:
     # JSON lines are for a shipper even when stderr is a terminal: the key goes to the file
     data_dir = tmp_path / "data"
-    controller, terminal = pty.openpty()
-    popen = subprocess.Popen(
-        [*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), "--log-format", "json"],
-        env=base_env(tmp_path / "home"),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=terminal,
-    )
-    os.close(terminal)
-    seen = ""
-    try:
-        deadline = time.monotonic() + 30
-        while "sonde hub listening on" not in seen and time.monotonic() < deadline:
-            ready, _, _ = select.select([controller], [], [], 1)
-            if ready:
-                seen += os.read(controller, 4096).decode(errors="replace")
-    finally:
-        popen.terminate()
-        popen.wait(10)
-        os.close(controller)
+    args = ["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), "--log-format", "json"]
+    with on_a_terminal(args, base_env(tmp_path / "home"), re.compile("sonde hub listening on")) as seen:
+        pass
     said = records([line for line in seen.replace("\r\n", "\n").splitlines() if line.strip()])
     key = (data_dir / "first-admin-key").read_text().strip()
     assert key.startswith("sonde_")
