@@ -27,8 +27,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# One pytest worker per core, at most 4 (`TEST_WORKERS=` runs them in one process). Tests sharing
+# the machine's services are kept on one worker, one after another (tests/conftest.py).
+TEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
+
+# The tests start hundreds of sonde processes: byte-compile sonde first, as an install does
+# (an editable install does not, and with PYTHONDONTWRITEBYTECODE set every start compiles it).
 pytest: $(STAMP) test-tools
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m compileall -q sonde
+	$(BIN)/pytest -q $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Tools some tests drive for real: Debian's Chromium for the dashboard (never a downloaded
 # browser) and iputils' ping for the ping probe. Under CI=true (root on Debian) the missing

@@ -7,6 +7,7 @@ under ``CI=true`` the same gap is a failure, so CI can never pass by skipping.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +39,18 @@ def open_dir() -> Iterator[Path]:
             if path.is_dir() and not path.is_symlink():
                 path.chmod(0o755)
         shutil.rmtree(made)
+
+
+# Test files whose tests share what this machine runs for everyone: the database servers'
+# global counters and sessions (counted by the tests), nginx, the npm tools' cache. Under
+# pytest-xdist (`make test`: --dist loadgroup) they run on one worker, one after another.
+SHARED_SERVICES = re.compile(r"test_(mysql|postgres|redis|nginx|conformance|inspector)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SHARED_SERVICES.match(item.path.name):
+            item.add_marker(pytest.mark.xdist_group("machine-services"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

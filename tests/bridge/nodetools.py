@@ -10,6 +10,7 @@ fail under ``CI=true`` (`tests.conftest.require`).
 
 from __future__ import annotations
 
+import fcntl
 import platform
 import shutil
 import subprocess
@@ -27,7 +28,15 @@ STAMP = ".sonde-installed"
 
 
 def npm_install(spec: str, prefix: Path) -> Path:
-    """Install ``spec`` into ``prefix`` unless its stamp says it is there; return ``prefix/node_modules``."""
+    """Install ``spec`` into ``prefix`` unless its stamp says it is there; return ``prefix/node_modules``.
+    One process installs at a time (a lock beside the prefix): pytest's workers share ``.cache/``."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with (prefix.parent / f"{prefix.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _npm_install(spec, prefix)
+
+
+def _npm_install(spec: str, prefix: Path) -> Path:
     stamp = prefix / STAMP
     if stamp.exists() and stamp.read_text() == spec:
         return prefix / "node_modules"
