@@ -29,12 +29,13 @@ SECRET``, ``nmcli ... password SECRET``, ``aws configure set aws_secret_access_k
 ``mysqladmin password SECRET`` (``mariadb-admin``'s too), ``wpa_passphrase SSID SECRET``,
 ``ngrok config add-authtoken SECRET``, ``kubectl create secret ... --from-literal KEY=SECRET``
 (the value after the key), ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
-ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``); and the password of an Oracle logon (``sqlplus
-scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET catalog u/SECRET``; a path
-such as a script's argument ``reports/out.csv`` is not one). Such words are only words of their program:
-``["user", "password", "host"]`` is left alone; nor is a value a flag takes a word
-(``redis-cli -h auth ping``), and a flag named like a secret that takes no value
-(``--pre-hashed-password``) leaves the next item alone.
+ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``); every
+plaintext ``openssl passwd`` hashes (``openssl passwd -1 PW1 PW2``); and the password of an
+Oracle logon (``sqlplus scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET
+catalog u/SECRET``; a path such as a script's argument ``reports/out.csv`` is not one). Such
+words are only words of their program: ``["user", "password", "host"]`` is left alone; nor
+is a value a flag takes a word (``redis-cli -h auth ping``), and a flag named like a secret
+that takes no value (``--pre-hashed-password``) leaves the next item alone.
 """
 
 from __future__ import annotations
@@ -179,6 +180,8 @@ def _program_argument(
     """
     item = items[index]
     action = _marked(item, marks) if marks else KEEP
+    if action == KEEP and flags.every_positional:
+        action = HIDE if _hides(item, HIDE) else KEEP
     if action == KEEP and flags.attached:
         action = _attached_value(item, flags)
     if action == KEEP and flags.logons:

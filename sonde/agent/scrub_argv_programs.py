@@ -78,6 +78,9 @@ class ProgramFlags(NamedTuple):
     # A word after which the program's arguments are read with other flags: kubectl's "secret"
     # (create secret generic NAME --from-literal=...; a configmap's literals are no secret).
     subcommands: Mapping[str, ProgramFlags] = _NO_SUBCOMMANDS
+    # Every positional item (flags and the values of `valued` ones skipped) is a password, "="
+    # in it too: openssl passwd's plaintexts (openssl passwd -1 PW1 PW2).
+    every_positional: bool = False
 
 
 _MYSQL = ProgramFlags(attached=("-p",))  # mysql's "-p PW" prompts; PW is then the database
@@ -192,9 +195,12 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         ProgramFlags(attached=("/p:", "/password:", "/gp:")),
     ),
     **dict.fromkeys(("rdesktop", "ncftp", "ncftpget", "ncftpput", "ncftpls", "ncftpbatch"), _LOWER_P),
-    # enc -k PW, -K HEXKEY (-kfile: a file); passwd [-6] [-salt SALT] PW (-stdin, -in FILE: elsewhere)
+    # enc -k PW, -K HEXKEY (-kfile: a file); passwd [-6] [-salt SALT] PW... (each positional item
+    # is hashed: a plaintext; -stdin, -in FILE read them elsewhere)
     "openssl": ProgramFlags(
-        separate=frozenset({"-k", "-K"}), words={"passwd": (1,)}, valued=frozenset(OPENSSL_PASSWD_VALUED)
+        separate=frozenset({"-k", "-K"}),
+        valued=frozenset(OPENSSL_PASSWD_VALUED),
+        subcommands={"passwd": ProgramFlags(valued=frozenset(OPENSSL_PASSWD_VALUED), every_positional=True)},
     ),
     **dict.fromkeys(_SNMP_TOOLS, _SNMP),
     # unixODBC: isql DSN [USER [PW]]; Sybase/SAP ASE: isql -U USER -P PW|-PPW -S SERVER; sqsh

@@ -103,6 +103,9 @@ ANNOTATED_ASSIGN = re.compile(
     + ")"
 )
 _CODE_NAME = re.compile(r"[A-Za-z_][\w.]{0,4095}")  # True, None, a constant: code, unquoted
+# A call as a bare value holds it: NAME(ARGUMENTS), or cut at its first blank or separator
+# (getenv(NAME, DEFAULT) is "getenv(NAME"); Pa(ss)word1 goes on after its group: no call.
+_CALL = re.compile(r"(?P<callee>[A-Za-z_][\w.]{0,4095}+)\([^()]{0,4096}+\)?")
 # Calls reading an environment variable, maybe with a default that scrub_app_configs' env_default hides.
 _ENV_READERS = frozenset({"env", "getenv", "getenv_docker", "os.getenv", "os.environ.get", "ENV.fetch"})
 
@@ -132,12 +135,14 @@ def is_code(match: re.Match[str]) -> bool:
     (``password => env('DB_PASSWORD', ...)``), or an `ANNOTATED_ASSIGN`'s name or call
     (``HAS_PSK: Final[bool] = True``, ``mode: int = HIDE_ALL``, ``token: str = Field(...)``): in
     code a string is quoted."""
-    call = match.string.startswith("(", match.end())
-    if call and match["value"] in _ENV_READERS:
+    value = match["value"]
+    call = _CALL.fullmatch(value)  # a bare value holds the call (BARE takes its arguments)
+    called = call is not None or match.string.startswith("(", match.end())
+    if called and (call["callee"] if call else value) in _ENV_READERS:
         return True
     if match.re is not ANNOTATED_ASSIGN:
         return False
-    return call or _CODE_NAME.fullmatch(match["value"]) is not None
+    return called or _CODE_NAME.fullmatch(value) is not None
 
 
 # An LDIF value in base64 after "::" (ldapsearch and slapcat print userPassword so, and any value

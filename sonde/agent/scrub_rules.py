@@ -11,7 +11,8 @@ start from the places where a secret-word stem (``pass``, ``token``, ``key`` ...
 string and match anchored at the start of that word; `is_secret_name` then
 decides whether the name is secret (a flag that takes no value, `SWITCHES`,
 hides nothing after it). The rules keyed by a shape (tokens, key
-blocks, URL passwords in `sonde.agent.scrub_shapes`; configuration files' directives and
+blocks, URL passwords in `sonde.agent.scrub_shapes`; private keys printed as numbers in
+`sonde.agent.scrub_key_text`; configuration files' directives and
 records in `sonde.agent.scrub_config_files`; credential files' lines and password hashes in
 `sonde.agent.scrub_credential_files`; applications' own (PHP's define, web.xml, fetchmail,
 ipsec.secrets) in `sonde.agent.scrub_app_configs`; programs' password flags and words in
@@ -78,6 +79,7 @@ from sonde.agent.scrub_credential_files import (
     SASL_PASSWD_LINE,
     SCHEME_HASH_LINE,
 )
+from sonde.agent.scrub_key_text import KEY_TEXT_RULES
 from sonde.agent.scrub_password_tools import CHPASSWD_INPUT, OPENSSL_PASSWD, PASSWD_STDIN
 from sonde.agent.scrub_programs import (
     HTPASSWD_B,
@@ -112,6 +114,7 @@ SEPARATOR = "\x00"  # no rule hides across a NUL: strings joined with it are scr
 # `scrub_text` runs it before the rules keyed by a field name, the others after them).
 SHAPE_RULES: tuple[ShapeRule, ...] = (
     *KEY_AND_TOKEN_RULES,
+    *KEY_TEXT_RULES,
     CONFIG_DIRECTIVE,
     IFUPDOWN_WPA_SECRET,
     SNMPD_COMMUNITY,

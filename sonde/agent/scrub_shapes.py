@@ -40,7 +40,25 @@ QUOTED = (
     + r"|'[^'\r\n\x00]{1,4096}+"
     + CUT
 )
-BARE = r"[^\s\x00\"'`,;&<>(){}\[\]]{1,4096}"
+# A bare value: a word to a blank, a quote or a separator (",;&<>"). A bracket group balanced
+# inside it is part of it (Pa(ss)word1, ab[1]cd, x{y}z), an unbalanced closer ends it
+# (f(password=x), {password: x}), and an opener never closed before the word's end takes the
+# rest of the word (abc(def: the opener is part of the secret). It starts with no bracket: a
+# list's or a map's "[...]", "{...}" and a template's "{password}" are no value.
+_BARE_CHAR = r"[^\s\x00\"'`,;&<>(){}\[\]]"
+_GROUPED = r"[^\s\x00\"'`&<>(){}\[\]]{0,256}+"  # a group's text: "," and ";" too
+BARE = (
+    _BARE_CHAR
+    + r"(?:"
+    + _BARE_CHAR
+    + r"|\("
+    + _GROUPED
+    + r"\)|\["
+    + _GROUPED
+    + r"\]|\{"
+    + _GROUPED
+    + r"\}|[(\[{](?![\"'`])[^\s\x00\"'`,;&<>]{0,4096}+){0,4095}+"
+)
 TOKEN_END = r"(?![A-Za-z0-9])"
 # An SQL string literal, its text the value: '...' ('' inside), E'...' (backslash escapes),
 # $$...$$ or $tag$...$tag$; hidden to the end of the text when it is cut before its close.

@@ -11,7 +11,8 @@ reports as ``meta.redactions``:
   ``password_policy``) has its whole value, whatever its type, replaced by
   ``[REDACTED]``; ``null``, ``""`` and empty containers are left alone;
 - every string (values and keys) is scanned by the text rules of
-  `sonde.agent.scrub_rules` (key blocks, cloud and vendor tokens, JWTs,
+  `sonde.agent.scrub_rules` (key blocks and private keys printed as numbers
+  (``openssl rsa -text``), cloud and vendor tokens, JWTs,
   bearer/basic credentials, URL and connection-string passwords,
   ``password=``-style assignments), then by the operator's own patterns;
 - in a list of strings (an argv), what `sonde.agent.scrub_argv` finds:

@@ -90,6 +90,48 @@ GOSSIP_KEY = "pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s="
 SHA512_CRYPT = "rounds=5000$saltsalt$Jb0ZlOqY8hE0t0pbjd8.nPIjqA3mGAn1g8GTdYMb7e4d3q8K8C8nXq7pDGx9C9PSdaYPxMvcP3Q6ZXqcBuD1d/"
 YESCRYPT = "j9T$F5Jx5fExrKuJdx0pxV8gq1$D2oDyzVBcBq6c2Z5Ba7lvjHTPjIVAybqI5dBgQdsF89"
 BCRYPT = "05$c4WoMPo3SXsafkva.HHa6uXQZWr7oboPiC2bT/r7q1BB8I2s0BRqC"
+# Private keys printed as numbers: `openssl rsa -in k.pem -text -noout` of a throwaway 512-bit key
+# made for this corpus (the public modulus stays, each private number goes), `openssl pkey -text`
+# of P-256 and Ed25519 keys, and FreeS/WAN's (libreswan's) inline RSA key in ipsec.secrets.
+RSA_TEXT_PUBLIC = (
+    "Private-Key: (512 bit, 2 primes)\nmodulus:\n"
+    "    00:bf:65:46:1c:c7:d3:38:0e:f2:3c:96:8a:fc:cf:\n"
+    "    bf:93:c6:e8:e4:b6:3c:50:53:42:73:95:83:ab:6e:\n"
+    "    6a:11:65:cb:a4:5e:6e:d7:fd:e8:8c:f7:72:21:ea:\n"
+    "    43:b8:d1:64:38:12:31:26:3b:e7:37:88:0c:34:7c:\n"
+    "    c4:9d:3f:b1:01\npublicExponent: 65537 (0x10001)\n"
+)
+RSA_TEXT_PRIVATE = (
+    ("privateExponent", "33:46:d8:af:e1:41:4f:65:81:b4:85:c8:9a:ce:b5:\n    ce:cb:9d:9d:98:cd:33:df:fa:8f:a8:e0:eb:ce:db:\n"
+     "    0f:e9:b4:51:c1:71:d8:1a:4e:30:af:ce:2f:5e:b5:\n    47:87:22:f4:b5:4a:63:d9:c7:7f:04:11:18:a0:77:\n    00:34:84:59"),
+    ("prime1", "00:fa:54:f8:12:5f:5c:8a:f0:ea:0a:36:48:d1:55:\n    e7:88:d9:a5:95:81:2f:24:2e:d9:05:3e:09:86:07:\n    07:d3:cf"),
+    ("prime2", "00:c3:ba:af:4c:25:de:e3:d9:9c:38:a9:cd:69:50:\n    63:f9:59:1d:0a:c9:b3:be:8f:8e:af:c3:40:30:9b:\n    f0:d2:2f"),
+    ("exponent1", "00:bd:e7:79:ad:ce:64:11:0f:44:2c:ed:13:7e:a2:\n    f1:9b:b2:a8:d7:eb:01:8d:2c:70:fc:76:1c:99:6d:\n    79:f5:a7"),
+    ("exponent2", "6d:b2:21:30:f2:40:9b:3e:88:b9:91:21:18:96:ff:\n    90:ee:0a:c2:d3:0c:b4:0e:4d:0f:e0:c4:06:fa:3e:\n    db:ed"),
+    ("coefficient", "00:e9:4e:80:ed:29:67:19:4f:9a:07:cd:f7:70:5c:\n    7c:83:a8:28:aa:70:cf:5c:20:52:5a:a4:21:a5:f2:\n    27:d2:20"),
+)  # fmt: skip
+RSA_TEXT = RSA_TEXT_PUBLIC + "".join(f"{label}:\n    {value}\n" for label, value in RSA_TEXT_PRIVATE)
+RSA_TEXT_HIDDEN = RSA_TEXT_PUBLIC + "".join(f"{label}:\n    [REDACTED]\n" for label, _ in RSA_TEXT_PRIVATE)
+EC_TEXT_PUBLIC = (
+    "pub:\n    04:4e:4a:de:7b:22:d7:e2:3a:e0:01:d2:b5:52:0d:\n    de:ef:9b:c7:d9:4f:14:0b:1c:3e:2a:b0:e3:c1:ea:\n"
+    "    31:cd:27:d8:0b:11:6c:66:3a:44:65:f2:6e:f5:5d:\n    27:41:fe:fd:a3:ec:c3:e6:fa:e1:f7:cd:79:c9:7e:\n"
+    "    f7:a4:b1:a4:4f\nASN1 OID: prime256v1\nNIST CURVE: P-256\n"
+)
+EC_TEXT_PRIVATE = "21:41:34:45:07:73:76:a1:58:78:07:48:e1:ef:87:\n    54:13:92:56:49:21:34:9e:b5:44:93:f4:70:92:3b:\n    3c:a6"
+LIBRESWAN_RSA_PUBLIC = (
+    ": RSA\t{\n\t# RSA 2048 bits   moon.example.com   Thu Jan  4 12:00:00 2024\n"
+    "\t# for signatures only, UNSAFE FOR ENCRYPTION\n\t#pubkey=0sAQOmD3c3cXNlcmtleWZvcnRlc3Rpbmdvbmx5\n"
+    "\tModulus: 0xa60f7737371735e6ad1b2e7d64f3a3\n\tPublicExponent: 0x03\n"
+    "\t# everything after this point is secret\n"
+)
+LIBRESWAN_RSA_PRIVATE = (
+    ("PrivateExponent", "0x6eb4f7a4cf64c3a2f1d9e8b7a6c5d4e3"),
+    ("Prime1", "0xd9c8b7a6f5e4d3c2b1a0"),
+    ("Prime2", "0xc3b2a1f0e9d8c7b6a5f4"),
+    ("Exponent1", "0s5oXPGaTtMtHQ"),
+    ("Exponent2", "0x82776b4f9be5da79c3f8"),
+    ("Coefficient", "0x1a2b3c4d5e6f7a8b9c0d"),
+)  # fmt: skip
 
 SECRETS: tuple[SecretCase, ...] = (
     # --- private key blocks
@@ -2717,6 +2759,77 @@ SECRETS: tuple[SecretCase, ...] = (
         "TsAnnot1",
         "private readonly apiToken: string = '[REDACTED]';",
     ),
+    # a bare value holding a balanced group (its closer inside the value), or an opener never
+    # closed (the rest of the word); an unbalanced closer still ends it: f(password=x)
+    SecretCase(
+        "bare_value_with_a_parenthesised_group",
+        "login ok password=Pa(ss)word1 user=bob",
+        "(ss)word1",
+        "login ok password=[REDACTED] user=bob",
+    ),
+    SecretCase(
+        "bare_values_with_brackets_and_braces",
+        "api_key=ab[1]cd\ntoken=x{y!}z;\nsecret=q(1)w[2]e{3!}r",
+        "[1]cd",
+        "api_key=[REDACTED]\ntoken=[REDACTED];\nsecret=[REDACTED]",
+        redactions=3,
+    ),
+    SecretCase(
+        "bare_value_with_an_opener_never_closed",
+        "password=abc(def next\napi_key=ab[cd)ef",
+        "(def",
+        "password=[REDACTED] next\napi_key=[REDACTED]",
+        redactions=2,
+    ),
+    SecretCase(
+        "bare_values_with_groups_inside_code",
+        "connect(user, password=Pw(1)x)\nf(password=Pw2x)\n{password: Pa(ss)w3}\n[password=ab[c]d]",
+        "(1)x",
+        "connect(user, password=[REDACTED])\nf(password=[REDACTED])\n{password: [REDACTED]}\n"
+        "[password=[REDACTED]]",
+        redactions=4,
+    ),
+    # private keys printed as numbers: each private number's hex lines (the labels and the
+    # public modulus stay)
+    SecretCase(
+        "openssl_rsa_text",
+        f"$ openssl rsa -in server.key -text -noout\n{RSA_TEXT}$ ",
+        "ce:cb:9d:9d:98:cd:33:df",
+        f"$ openssl rsa -in server.key -text -noout\n{RSA_TEXT_HIDDEN}$ ",
+        redactions=6,
+    ),
+    SecretCase(
+        "openssl_ec_pkey_text",
+        f"Private-Key: (256 bit)\npriv:\n    {EC_TEXT_PRIVATE}\n{EC_TEXT_PUBLIC}",
+        "54:13:92:56:49:21:34:9e",
+        f"Private-Key: (256 bit)\npriv:\n    [REDACTED]\n{EC_TEXT_PUBLIC}",
+    ),
+    SecretCase(
+        "openssl_ed25519_and_dh_text",
+        "ED25519 Private-Key:\npriv:\n    71:70:de:56:70:65:f0:ac:86:46:6a:38:8b:15:49:\n"
+        "    d6:9b:b1:3d:28:54:8b:28:39:09:2c:22:51:19:1b:\n    f6:38\n"
+        "pub:\n    70:fe:b6:bb:56:b8:30:86:ed:bb:59:c1:8a:d2:6f:\n"
+        "DH Private-Key: (2048 bit)\r\nprivate-key:\r\n    00:9d:4f:89:88:5d:e5:f2:4e:cd:55:dc:e9:42:1c:\r\n"
+        "    ad:8d:47:2c:cc:d8:41:19:a4:4d:d5:70:31:af\r\npublic-key:\r\n"
+        "    DH Private-Key: (2048 bit)\n    private-key:\n        5c:17:e2:0a:93:41:c8:7d:\n",
+        "d6:9b:b1:3d:28:54:8b:28",
+        "ED25519 Private-Key:\npriv:\n    [REDACTED]\n"
+        "pub:\n    70:fe:b6:bb:56:b8:30:86:ed:bb:59:c1:8a:d2:6f:\n"
+        "DH Private-Key: (2048 bit)\r\nprivate-key:\r\n    [REDACTED]\r\npublic-key:\r\n"
+        "    DH Private-Key: (2048 bit)\n    private-key:\n        [REDACTED]\n",
+        redactions=3,
+    ),
+    SecretCase(
+        "libreswan_inline_rsa_key",
+        LIBRESWAN_RSA_PUBLIC
+        + "".join(f"\t{name}: {value}\n" for name, value in LIBRESWAN_RSA_PRIVATE)
+        + "\t}\n",
+        "5oXPGaTtMtHQ",
+        LIBRESWAN_RSA_PUBLIC
+        + "".join(f"\t{name}: [REDACTED]\n" for name, _ in LIBRESWAN_RSA_PRIVATE)
+        + "\t}\n",
+        redactions=6,
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -3369,6 +3482,41 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "HAS_PSK: Final[bool] = True\npassword: Optional[str] = None\nUSE_TOKEN: bool = False",
         "a type and a flag",
     ),
+    # calls, and values starting with a bracket: code and lists, no secret's word
+    LookAlike(
+        "calls_and_bracketed_values",
+        "token: str = Field(...)\nsecret_key: str = Field(default=None)\npassword => env('DB_PASSWORD')\n"
+        "password = os.getenv(PASSWORD_VAR)\n'password' => env(\nsecrets: [db-password, api-key]\n"
+        "auth: {basic: true}\npassword=(see below)",
+        "calls, a list, a map, a parenthesised note",
+    ),
+    # public keys and certificates printed as numbers; labels that are no private number's
+    LookAlike(
+        "openssl_x509_text",
+        "        Serial Number:\n            77:b4:c7:d0:b4:ab:f2:b0:81:ef:40:d3:e4:6e:b5:36:1c:9e:13:ec\n"
+        "                Public-Key: (512 bit)\n                Modulus:\n"
+        "                    00:bf:65:46:1c:c7:d3:38:0e:f2:3c:96:8a:fc:cf:\n"
+        "                    c4:9d:3f:b1:01\n                Exponent: 65537 (0x10001)\n"
+        "                pub:\n                    04:be:b2:49:b7:55:4f:4a:84:f6:e6:df:2c:67:09:\n"
+        "                    fa:37:27:49:c1\n                ASN1 OID: prime256v1\n"
+        "    Signature Value:\n        16:69:17:dd:c5:86:4e:81:b1:99:20:c0:f1:68:98:49:06:5c:\n"
+        "        89:7e:8c:c0:0f:9d:f1:ee:27:5a",
+        "a certificate's serial, modulus, EC point and signature: public",
+    ),
+    LookAlike(
+        "openssl_public_key_text",
+        "Public-Key: (512 bit)\nModulus:\n    00:bf:65:46:1c:c7:d3:38:0e:f2:3c:96:8a:fc:cf:\n"
+        "    c4:9d:3f:b1:01\nExponent: 65537 (0x10001)\n"
+        "DH Parameters: (2048 bit)\n    prime:\n        00:ff:ff:ff:ff:ff:ff:ff:ff:ad:f8:54:58:a2:bb\n"
+        "    generator: 2 (0x2)",
+        "a public key and DH parameters",
+    ),
+    LookAlike(
+        "private_number_labels_without_hex",
+        "prime1: 17\ncoefficient: 0.95\nCoefficient: 0.95\nExponent1: 3\npriv:\n  ab: 1\n"
+        "privateExponent: 65537 (0x10001)\nprime2:\n  - 3\n  Modulus: 0xa60f77",
+        "numbers in prose or YAML, no private key's hex",
+    ),
 )
 
 ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
@@ -3463,4 +3611,15 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
     ArgvLookAlike("redis_benchmark_counts", ("redis-benchmark", "-c", "50", "-n", "1000", "-q"), "numbers"),
     ArgvLookAlike("openssl_passwd_stdin", ("openssl", "passwd", "-6", "-stdin"), "read on stdin"),
     ArgvLookAlike("openssl_passwd_in", ("openssl", "passwd", "-6", "-in", "pw.txt"), "read from a file"),
+    ArgvLookAlike("openssl_passwd_help", ("openssl", "passwd", "-help"), "no password"),
+    ArgvLookAlike(
+        "openssl_passwd_flags_only",
+        ("openssl", "passwd", "-1", "-stdin", "-noverify", "-quiet", "-table", "-reverse"),
+        "read on stdin, flags only",
+    ),
+    ArgvLookAlike(
+        "openssl_passwd_as_a_file",
+        ("openssl", "enc", "-in", "passwd", "-out", "x.enc"),
+        "a file named passwd",
+    ),
 )

@@ -23,7 +23,7 @@ from sonde.packs.nginx import PACK as NGINX
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM
 from sonde.packs.system.textfile import redact_lines
-from tests.security.scrub_corpus import RSA_BODY
+from tests.security.scrub_corpus import RSA_BODY, RSA_TEXT
 
 REGISTRY = PackRegistry.of([SYSTEM, NGINX])
 SCRUBBER = Scrubber()
@@ -292,3 +292,79 @@ async def test_a_tail_starting_inside_any_key_block_hides_its_body(
     texts = [line.text for line in log_lines(payload.encode(), multiplexed=False, redact=SCRUBBER.redacted)]
     assert [text for text in texts if any(secret[-20:] in text for secret in body)] == []
     assert texts[-3:] == ORDINARY[:3]
+
+
+def key_as_numbers() -> list[str]:
+    """`openssl rsa -text -noout` of the generated key, or the corpus's text when openssl is missing."""
+    try:
+        text = subprocess.run(
+            ["openssl", "rsa", "-text", "-noout"],
+            input="\n".join(KEY) + "\n",
+            capture_output=True,
+            check=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        text = RSA_TEXT
+    return text.strip().splitlines()
+
+
+KEY_NUMBERS = key_as_numbers()
+PRIVATE_LABELS = ("privateExponent:", "prime1:", "prime2:", "exponent1:", "exponent2:", "coefficient:")
+
+
+def _private_number_indexes() -> list[int]:
+    """The indexes of the hex lines of the key's private numbers (after a private label, up to the next label)."""
+    private, indexes = False, []
+    for index, line in enumerate(KEY_NUMBERS):
+        if not line.startswith(" "):
+            private = line in PRIVATE_LABELS
+        elif private:
+            indexes.append(index)
+    return indexes
+
+
+PRIVATE_INDEXES = _private_number_indexes()
+PRIVATE_NUMBERS = [KEY_NUMBERS[index].strip() for index in PRIVATE_INDEXES]
+NUMBERS_LOG = ORDINARY[:20] + KEY_NUMBERS + ORDINARY[20:]
+PUBLIC_IN_LOG = (
+    [True] * 20 + [index not in PRIVATE_INDEXES for index in range(len(KEY_NUMBERS))] + [True] * 20
+)
+
+
+def numbers_shown(lines: list[str]) -> list[str]:
+    """The private hex lines (longer than a byte or two) that ``lines`` show."""
+    return [line for line in lines if any(len(secret) > 8 and secret in line for secret in PRIVATE_NUMBERS)]
+
+
+@pytest.mark.parametrize("probe_name", ["system.logs.head", "system.logs.tail"])
+@pytest.mark.parametrize("count", [1, 3, 8, 20, 25, 35, 40, 50, 60, 70, 80, 100, 500])
+async def test_head_and_tail_hide_a_keys_private_numbers(tmp_path: Path, probe_name: str, count: int) -> None:
+    """A window starting or ending inside any of the numbers: the label before them is context
+    (256 lines, more than a key's number takes), so only the private numbers' lines go; the
+    labels, the public modulus and the log's lines stay in their place."""
+    path = write(tmp_path, NUMBERS_LOG)
+    lines = (await probe(tmp_path, probe_name, path=str(path), lines=count))["lines"]
+    assert numbers_shown(lines) == []
+    window = slice(None, count) if probe_name == "system.logs.head" else slice(-count, None)
+    expected, public = NUMBERS_LOG[window], PUBLIC_IN_LOG[window]
+    assert len(lines) == len(expected)
+    assert [sent for sent, kept in zip(lines, public, strict=True) if kept] == [
+        line for line, kept in zip(expected, public, strict=True) if kept
+    ]
+
+
+def test_docker_log_lines_cut_inside_a_keys_private_numbers_hide_them() -> None:
+    """A container's log has no lines before its window: cut inside a private number, its lines
+    are hidden by the label after them (the last number's, coefficient's, cannot be told)."""
+    last = KEY_NUMBERS.index("coefficient:")
+    for start in range(last + 1):
+        payload = "".join(
+            f"2024-05-06T10:10:58.{i:09d}Z {line}\n"
+            for i, line in enumerate([*KEY_NUMBERS[start:], *ORDINARY[:3]])
+        )
+        texts = [
+            line.text for line in log_lines(payload.encode(), multiplexed=False, redact=SCRUBBER.redacted)
+        ]
+        assert numbers_shown(texts) == [], start
+        assert texts[-3:] == ORDINARY[:3]

@@ -80,9 +80,9 @@ def test_the_whole_corpus_in_one_result(scrubber: Scrubber) -> None:
     scrubbed, count = scrubber.scrub(result)
     assert count == sum(case.redactions for case in SECRETS)
     assert scrubbed["ordinary"] == result["ordinary"]
-    wire = json.dumps(scrubbed["samples"])
-    for case in SECRETS:
-        assert json.dumps(case.secret)[1:-1] not in wire, case.name
+    for case, sample in zip(SECRETS, scrubbed["samples"], strict=True):
+        # each case's own sample: one's secret may be a word of another's text ("public")
+        assert json.dumps(case.secret)[1:-1] not in json.dumps(sample), case.name
     assert result["samples"][0]["line"] == SECRETS[0].text  # the input is not modified
 
 
@@ -771,6 +771,19 @@ MYSQL_CLIENTS = (
             1,
         ),
         (["sudo", "openssl", "passwd", "-1", "pw145=="], ["sudo", "openssl", "passwd", "-1", REDACTED], 1),
+        # openssl passwd hashes every positional argument: each is a plaintext (flags and the
+        # values of -salt, -in, -rand ... stay; -salt=X carries its value)
+        (["openssl", "passwd", "-1", "pw146", "pw147"], ["openssl", "passwd", "-1", REDACTED, REDACTED], 2),
+        (
+            ["openssl", "passwd", "-6", "-salt", "s4lt", "pw148", "-quiet", "pw149=", "-table", "pw150"],
+            ["openssl", "passwd", "-6", "-salt", "s4lt", REDACTED, "-quiet", REDACTED, "-table", REDACTED],
+            3,
+        ),
+        (
+            ["openssl", "passwd", "-salt=s4lt", "-apr1", "pw151", "-rand", "/dev/urandom", "pw152"],
+            ["openssl", "passwd", "-salt=s4lt", "-apr1", REDACTED, "-rand", "/dev/urandom", REDACTED],
+            2,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -875,6 +888,8 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["rar", "a", "-ppw1", "-hppw2"],
         ["etcdctl", "--user", "a:pw1", "--user", "b:pw2"],
         ["openssl", "enc", "-k", "pw1", "-K", "pw2"],
+        ["openssl", "passwd", "-1", "pw1", "pw2"],
+        ["openssl", "passwd", "-6", "-salt", "s4lt", "pw1", "-quiet", "pw2", "-table", "pw3"],
         ["ipmitool", "-P", "pw1", "-P", "pw2"],
         ["nmcli", "con", "modify", "x", "wifi-sec.psk", "pw1", "802-1x.password", "pw2"],
         ["mc", "admin", "user", "add", "myminio", "AKEXAMPLE", "pw1"],
@@ -1813,6 +1828,20 @@ HOSTILE_TEXTS = {
     "annotated_brackets": "password: Optional[" + "[" * HOSTILE_SIZE + " = x",
     "annotated_unions": "password: str" + " | str" * (HOSTILE_SIZE // 6) + " = x",
     "annotated_heads": "password: str = " * (HOSTILE_SIZE // 16),
+    # bare values holding bracket groups, openers never closed
+    "bare_openers": "password=a" + "(" * HOSTILE_SIZE,
+    "bare_groups": "password=a" + "(b)[c]{d}" * (HOSTILE_SIZE // 9),
+    "bare_unclosed_groups": ("password=a" + "(b" * 300 + " ") * (HOSTILE_SIZE // 611),
+    "bare_long_group": "password=a(" + "b" * HOSTILE_SIZE + ")",
+    "bare_group_heads": "password=a(b=" * (HOSTILE_SIZE // 13),
+    # private keys printed as numbers
+    "key_number_labels": "\npriv:\n    00:" * (HOSTILE_SIZE // 15),
+    "key_number_lines": "priv:\n" + "    00:11:\n" * (HOSTILE_SIZE // 11) + "x",
+    "key_number_long_line": "prime1:\n    00:" + "1" * HOSTILE_SIZE,
+    "key_number_tail_lines": "    00:11:\n" * (HOSTILE_SIZE // 11) + "pub",
+    "key_number_tail_strings": "\x00    00:11:\n    22" * (HOSTILE_SIZE // 18) + "\npub:",
+    "ipsec_inline_fields": "\nPrime1: 0x" * (HOSTILE_SIZE // 11),
+    "ipsec_inline_long": "Coefficient: 0x" + "a" * HOSTILE_SIZE + "!",
     # a credential file's path as a string of its own, then its content
     "credential_paths": "\x00/etc/rsyncd.secrets" * (HOSTILE_SIZE // 20),
     "credential_path_prefixes": ("\x00" + "a" * 4000) * (HOSTILE_SIZE // 4001) + "rsyncd.secrets",

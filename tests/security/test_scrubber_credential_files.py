@@ -7,6 +7,7 @@ a probe answers them: a file's path first, then its content (system.files.read) 
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -14,6 +15,12 @@ import pytest
 
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.system.textfile import redact_lines
+from tests.security.scrub_corpus import (
+    LIBRESWAN_RSA_PRIVATE,
+    LIBRESWAN_RSA_PUBLIC,
+    RSA_TEXT,
+    RSA_TEXT_PRIVATE,
+)
 
 REDACTED = "[REDACTED]"
 
@@ -210,3 +217,61 @@ def test_a_key_block_inside_an_element_named_secret_is_counted_once(scrubber: Sc
     for element in ("tls-auth", "secret"):
         text = f"<{element}>\n{block}\n</{element}>\nkey-direction 1"
         assert scrubber.scrub_text(text) == (f"<{element}>\n{REDACTED}\n</{element}>\nkey-direction 1", 1)
+
+
+# A private key printed as numbers (`openssl rsa -text -noout`; the corpus's throwaway key), its
+# lines as a line-based probe returns them from any line on, without the lines before.
+RSA_TEXT_LINES = RSA_TEXT.splitlines()
+RSA_PRIVATE_HEX = [value for _, value in RSA_TEXT_PRIVATE]
+
+
+def private_hex_shown(lines: list[str]) -> list[str]:
+    """The lines of ``lines`` showing a byte pair of a private number's hex lines."""
+    pairs = {pair for value in RSA_PRIVATE_HEX for line in value.split("\n") for pair in _pairs(line)}
+    return [line for line in lines if pairs & set(_pairs(line))]
+
+
+def _pairs(line: str) -> list[str]:
+    """The runs of two bytes ("33:46") in a hex line (a single byte is too short to tell)."""
+    octets = line.strip().strip(":").split(":")
+    return [f"{a}:{b}" for a, b in itertools.pairwise(octets) if len(a) == len(b) == 2]
+
+
+@pytest.mark.parametrize("start", range(len(RSA_TEXT_LINES)))
+def test_tailed_lines_of_a_key_printed_as_numbers_hide_its_private_numbers(
+    scrubber: Scrubber, start: int
+) -> None:
+    """From any line on: the label before a private number's hex lines, or (its label cut off)
+    the label after them, says it is private. A tail starting inside the last number
+    (coefficient, nothing of the key after it) reads as any hex block's: it is not told."""
+    tail = [*RSA_TEXT_LINES[start:], "2024-05-06 10:00:00 worker 1 ok"]
+    sent, _ = scrubber.scrub(redact_lines(tail, scrubber.redacted))
+    if start <= RSA_TEXT_LINES.index("coefficient:"):
+        assert private_hex_shown(sent) == []
+    public = [i for i, line in enumerate(tail) if not private_hex_shown([line])]
+    assert [sent[i] for i in public] == [tail[i] for i in public]  # labels, modulus, the log line stay
+
+
+# FreeS/WAN's inline RSA key in ipsec.secrets: each private field on its own line.
+IPSEC_SECRETS = [
+    *LIBRESWAN_RSA_PUBLIC.splitlines(),
+    *(f"\t{name}: {value}" for name, value in LIBRESWAN_RSA_PRIVATE),
+    "\t}",
+    '%any : PSK "pw1_ipsec"',
+]
+IPSEC_SECRETS_SENT = [
+    *LIBRESWAN_RSA_PUBLIC.splitlines(),
+    *(f"\t{name}: {REDACTED}" for name, _ in LIBRESWAN_RSA_PRIVATE),
+    "\t}",
+    f'%any : PSK "{REDACTED}"',
+]
+
+
+@pytest.mark.parametrize("start", range(len(IPSEC_SECRETS)))
+def test_tailed_lines_of_an_inline_rsa_key_in_ipsec_secrets_are_hidden(
+    scrubber: Scrubber, start: int
+) -> None:
+    """Each field's line says on its own that it is private: a tail from any line on hides what
+    the whole file hides (the public half, its comments and braces stay)."""
+    sent, _ = scrubber.scrub(redact_lines(IPSEC_SECRETS[start:], scrubber.redacted))
+    assert sent == IPSEC_SECRETS_SENT[start:]
