@@ -219,7 +219,7 @@ async def test_connection_counts_leave_out_the_probe(connections: list[Any]) -> 
     [finding] = [f for f in low.evaluate({"mysql.status.summary": busy}) if "max_connections" in f.title]
     assert finding.title == f"MySQL uses {busy['connection_usage_percent']:g}% of max_connections"
     assert finding.detail.startswith(
-        f"{connected} of {busy['max_connections']} connections, the probe's own not counted"
+        f"{connected} of {busy['max_connections']} connections, Sonde's own not counted"
     )
 
 

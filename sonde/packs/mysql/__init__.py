@@ -2,7 +2,8 @@
 
 Queries run through PyMySQL (pure Python) in a worker thread on a read-only
 session. Other users' threads in the process list are only visible with the
-PROCESS privilege: grant it to the agent's database user.
+PROCESS privilege, and every database's size only with a privilege on every table
+(SHOW VIEW ON *.* reads no data): grant them to the agent's database user.
 """
 
 from __future__ import annotations

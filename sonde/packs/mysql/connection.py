@@ -40,6 +40,12 @@ MISSING_DATABASE_HINT = "set it to a database on this server, or remove it: the 
 PRIVILEGE_HINT = "grant the agent's database user the PROCESS privilege (and SELECT on information_schema)"
 SONDE_PROGRAM = "sonde"  # every connection's program_name attribute
 SONDE_MARK = "/* sonde */"  # the start of every statement Sonde sends
+# A process list row that is one of Sonde's connections: running one of its statements (marked), or,
+# where performance_schema is on, any that named itself so on connecting (the table lists this login's
+# account's own only, and Sonde's connections are all of one account)
+SONDE_THREAD = f"""(COALESCE(INFO, '') LIKE '{SONDE_MARK}%%' OR ID IN (
+  SELECT PROCESSLIST_ID FROM performance_schema.session_account_connect_attrs
+  WHERE ATTR_NAME = 'program_name' AND ATTR_VALUE = '{SONDE_PROGRAM}'))"""
 
 Query = tuple[str, Sequence[Any]]
 T = TypeVar("T")
@@ -149,21 +155,6 @@ def _query(where: Endpoint, connection: Any, queries: Sequence[Query]) -> list[l
         return results
 
 
-def _refused(where: Endpoint, connection: Any, sql: str) -> bool:
-    """Whether the server refuses ``sql`` (no args) to this login for lack of a privilege."""
-    import pymysql
-
-    with _our_errors(where), connection.cursor() as cursor:
-        try:
-            cursor.execute(f"{SONDE_MARK} {sql.lstrip()}")
-        except pymysql.err.MySQLError as exc:
-            if exc.args and exc.args[0] in PRIVILEGE_DENIED:
-                return True
-            raise
-        cursor.fetchall()
-        return False
-
-
 def _close(connection: Any) -> None:
     with suppress(Exception):  # the server or the network may have gone: nothing left to release
         connection.close()
@@ -205,13 +196,6 @@ class Session:
         session can run nothing more.
         """
         return await self._in_thread(_query, queries)
-
-    async def refused(self, sql: str) -> bool:
-        """Whether the server refuses ``sql`` to this login for lack of a privilege (its other errors raise).
-
-        The server counts the refusal (MariaDB's ``Access_denied_errors``).
-        """
-        return await self._in_thread(_refused, sql)
 
     async def _in_thread(self, call: Callable[..., T], arg: Any) -> T:
         """``call(where, connection, arg)`` in a worker thread; cancelled, it cuts the connection."""

@@ -1,10 +1,11 @@
 """MySQL/MariaDB databases with their sizes, and the process list.
 
 Without the PROCESS privilege the process list holds the login's own user's
-threads only. Whether the login holds it, its own or through a role, is asked of
-the server: it reads ``information_schema.INNODB_TRX``, which both MySQL and
-MariaDB allow only with PROCESS. Lacking it, the answer says so, with about how
-many connections it cannot see.
+threads only; information_schema lists only the databases and tables the login
+holds a privilege on. What it holds, its own or through a role, is read from
+``SHOW GRANTS`` (`sonde.packs.mysql.visibility`), never tried: lacking it, each
+answer says what it could not see (about how many connections, or whether the
+number of databases can be known at all).
 """
 
 from __future__ import annotations
@@ -16,15 +17,8 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import (
-    SONDE_MARK,
-    SONDE_PROGRAM,
-    MysqlParams,
-    Session,
-    as_dict,
-    run_queries,
-    session,
-)
+from sonde.packs.mysql.connection import SONDE_THREAD, MysqlParams, Session, as_dict, run_queries, session
+from sonde.packs.mysql.visibility import SHOW_GRANTS, databases_visibility, global_privileges
 
 QUERY_MAX_CHARS = 1000
 DATABASES = """
@@ -36,11 +30,6 @@ FROM information_schema.SCHEMATA s
 LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
 WHERE %s OR s.SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
 GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name"""
-# Sonde's own other connections: running one of its statements (marked), or, where performance_schema
-# is on, any that named itself so on connecting (the table lists this login's account's own only)
-SONDE_THREAD = f"""(COALESCE(INFO, '') LIKE '{SONDE_MARK}%%' OR ID IN (
-  SELECT PROCESSLIST_ID FROM performance_schema.session_account_connect_attrs
-  WHERE ATTR_NAME = 'program_name' AND ATTR_VALUE = '{SONDE_PROGRAM}'))"""
 LISTED = "ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep') AND TIME >= %s"
 PROCESSES = f"""
 SELECT ID AS id, USER AS user, HOST AS host, DB AS db, COMMAND AS command, TIME AS time_s,
@@ -49,8 +38,6 @@ FROM information_schema.PROCESSLIST
 WHERE {LISTED} AND NOT {SONDE_THREAD}
 ORDER BY TIME DESC, ID LIMIT %s"""
 SONDE_THREADS = f"SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE {LISTED} AND {SONDE_THREAD}"
-# both MySQL and MariaDB let only a login with PROCESS (its own or a role's) read this table
-NEEDS_PROCESS = "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX"
 VISIBLE_THREADS = "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST"
 THREADS_CONNECTED = "SHOW GLOBAL STATUS LIKE 'Threads_connected'"
 
@@ -74,30 +61,41 @@ class Databases(Result):
     total: int
     total_size_bytes: int
     truncated: bool
+    sees_all_databases: bool
+    hidden_databases: int | None
+    visibility: str | None
 
 
-def databases_listing(rows: list[dict[str, Any]], limit: int) -> Databases:
-    """Totals over every row of ``rows``; the first ``limit`` rows listed."""
+def databases_listing(rows: list[dict[str, Any]], limit: int, grants: list[dict[str, Any]]) -> Databases:
+    """Totals over every row of ``rows``; the first ``limit`` rows listed; what `SHOW_GRANTS` ``grants`` hide."""
+    hidden, visibility = databases_visibility(global_privileges(grants))
     return Databases(
         databases=[Database(**row) for row in rows[:limit]],
         total=len(rows),
         total_size_bytes=sum(int(row["size_bytes"]) for row in rows),
         truncated=len(rows) > limit,
+        sees_all_databases=visibility is None,
+        hidden_databases=hidden,
+        visibility=visibility,
     )
 
 
 @PACK.probe(
     "mysql.databases.sizes",
     """MySQL/MariaDB databases, largest first: data plus index size in bytes, reclaimable
-    free bytes and table count (from information_schema; only databases this user can
-    see), with the number of databases and their total size, both over every database
-    included (system schemas only with include_system), not just the `limit` listed. Use
-    it for 'what fills the disk' on a database server.""",
+    free bytes and table count (from information_schema), with the number of databases
+    and their total size, both over every database included (system schemas only with
+    include_system), not just the `limit` listed. information_schema shows a login only
+    the databases and tables it holds a privilege on: unless it holds one on every table
+    (SHOW VIEW ON *.* is enough), `sees_all_databases` is false, `visibility` says what is
+    missing, and `hidden_databases` is how many databases are not listed: 0 with SHOW
+    DATABASES (every name listed, but the tables of the others read 0), null when that
+    cannot be known. Use it for 'what fills the disk' on a database server.""",
     timeout_s=20,
 )
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
-    [rows] = await run_queries(ctx, params, (DATABASES, (params.include_system,)))
-    return databases_listing(rows, params.limit)
+    rows, grants = await run_queries(ctx, params, (DATABASES, (params.include_system,)), (SHOW_GRANTS, ()))
+    return databases_listing(rows, params.limit, grants)
 
 
 class ProcessParams(MysqlParams):
@@ -157,10 +155,10 @@ def hidden_threads_note(hidden: int) -> str:
 async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
     listed = (params.include_sleeping, params.min_time_s)
     async with session(ctx, params) as connection:
-        rows, [sonde] = await connection.run(
-            (PROCESSES, (*listed, params.limit + 1)), (SONDE_THREADS, listed)
+        rows, [sonde], grants = await connection.run(
+            (PROCESSES, (*listed, params.limit + 1)), (SONDE_THREADS, listed), (SHOW_GRANTS, ())
         )
-        sees_all = not await connection.refused(NEEDS_PROCESS)
+        sees_all = global_privileges(grants).sees_all_threads
         hidden = None if sees_all else await hidden_thread_count(connection)
     return ProcessList(
         threads=[thread(row) for row in rows[: params.limit]],

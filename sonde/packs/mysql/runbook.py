@@ -29,7 +29,7 @@ def status_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         reading.get("connection_usage_percent"),
         probe,
         "MySQL uses {value} of max_connections",
-        f"{reading.get('threads_connected')} of {reading.get('max_connections')} connections, the probe's "
+        f"{reading.get('threads_connected')} of {reading.get('max_connections')} connections, Sonde's "
         f"own not counted (highest since start: {reading.get('max_used_connections')}); at the limit new "
         "clients get 'Too many connections'. See mysql.processes.list include_sleeping=true.",
     )

@@ -12,12 +12,15 @@ sample: one slow query finishing inside a 1 s sample is not "60 per minute".
 The summary gives the count that finished during the sample (with its length)
 and the rate since start (``Slow_queries`` / ``Uptime``, per minute).
 
-``Threads_connected`` and ``Threads_running`` count the connection that reads
-them: the probe's own, which is taken off both (as the postgres pack leaves its
-own session out), so an idle server reads 0 connections, not 1. Sonde's other
-connections (a runbook runs its probes at once) are not taken off: the process
-list tells them apart only while they run a statement, or where performance_schema
-is on (off by default on MariaDB), and it is another reading than the counters.
+``Threads_connected`` and ``Threads_running`` describe the clients' load, so
+Sonde's own connections are taken off both, as `mysql.processes.list` leaves them
+out and the postgres pack leaves out its sessions: the probe's own (so an idle
+server reads 0 connections, not 1), and its siblings (a runbook runs its probes at
+once), counted in ``sonde_threads``. The process list tells a sibling apart while
+it runs a statement (marked), or idle too where performance_schema is on (off by
+default on MariaDB); siblings are of the probe's own account, so a login without
+PROCESS sees them too. They are counted in the statement right after each
+``SHOW GLOBAL STATUS``: two readings, a moment apart, not one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import MysqlParams, as_dict, as_number, run_queries, session
+from sonde.packs.mysql.connection import (
+    SONDE_THREAD,
+    MysqlParams,
+    as_dict,
+    as_number,
+    run_queries,
+    session,
+)
 
 STATUS = "SHOW GLOBAL STATUS"
 VARIABLES = (
@@ -39,6 +49,11 @@ VARIABLES = (
     "'innodb_buffer_pool_size')"
 )
 OWN_CONNECTIONS = 1  # the probe's connection, counted in the Threads_connected (and _running) it reads
+# Sonde's other connections now, and of them those running a statement (as Threads_running counts them);
+# run without args, so SONDE_THREAD's '%%' stays two wildcards: the same match as one
+SONDE_SIBLINGS = f"""
+SELECT COUNT(*) AS connected, CAST(COALESCE(SUM(COMMAND <> 'Sleep'), 0) AS UNSIGNED) AS running
+FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND {SONDE_THREAD}"""
 # This connection's statements so far, this one included (as SHOW GLOBAL STATUS counts itself)
 SESSION_QUESTIONS = "SHOW SESSION STATUS LIKE 'Questions'"
 
@@ -58,6 +73,7 @@ class StatusSummary(Result):
     uptime_s: int
     threads_connected: int
     threads_running: int
+    sonde_threads: int
     max_connections: int
     connection_usage_percent: float
     max_used_connections: int
@@ -84,17 +100,20 @@ def summarize_status(
     variables: Mapping[str, str],
     elapsed_s: float,
     own_questions: int = 0,
+    siblings: Mapping[str, int] | None = None,
 ) -> StatusSummary:
     """The summary from two ``SHOW GLOBAL STATUS`` readings ``elapsed_s`` apart (the same one twice for 0).
 
     Each reading is taken over the probe's own connection, which is left out of the
-    connected and running threads and so of the percent used; ``own_questions`` is
-    how many of the statements between the readings were the probe's own.
+    connected and running threads and so of the percent used, as are ``siblings``
+    (`SONDE_SIBLINGS` beside the second reading: ``connected``, ``running``);
+    ``own_questions`` is how many of the statements between the readings were the probe's own.
     """
+    sonde = {"connected": 0, "running": 0, **(siblings or {})}
     uptime = max(_int(after, "uptime"), 1)
     max_connections = _int(variables, "max_connections") or 1
-    connected = max(_int(after, "threads_connected") - OWN_CONNECTIONS, 0)
-    running = max(_int(after, "threads_running") - OWN_CONNECTIONS, 0)
+    connected = max(_int(after, "threads_connected") - OWN_CONNECTIONS - int(sonde["connected"]), 0)
+    running = max(_int(after, "threads_running") - OWN_CONNECTIONS - int(sonde["running"]), 0)
     slow_delta = max(_int(after, "slow_queries") - _int(before, "slow_queries"), 0)
     questions_delta = max(_int(after, "questions") - _int(before, "questions") - own_questions, 0)
     refused = as_number(after.get("connection_errors_max_connections"))
@@ -103,6 +122,7 @@ def summarize_status(
         uptime_s=uptime,
         threads_connected=connected,
         threads_running=running,
+        sonde_threads=int(sonde["connected"]),
         max_connections=max_connections,
         connection_usage_percent=round(connected * 100 / max_connections, 1),
         max_used_connections=_int(after, "max_used_connections"),
@@ -128,29 +148,35 @@ def summarize_status(
     connections, queries per second over an `interval_s` sample and since start, slow
     queries (total since start, the average per minute since start, and how many finished
     during the sample of `sample_s` seconds: a count, never scaled up to a rate; null when
-    interval_s is 0), long_query_time and whether the slow query log is on. The probe's own
-    connection is left out of the connected and running threads and the percent used (the
-    highest use since start is the server's own count), and its own statements out of the
-    queries per second.
+    interval_s is 0), long_query_time and whether the slow query log is on. Sonde's own
+    connections are left out of the connected and running threads and the percent used
+    (the highest use since start is the server's own count): the probe's, and its siblings'
+    running beside it, which are counted in `sonde_threads` (told apart while they run a
+    statement, and idle too where performance_schema is on). The probe's own statements
+    are left out of the queries per second.
     Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )
 async def status_summary(ctx: ProbeContext, params: StatusParams) -> StatusSummary:
     async with session(ctx, params) as connection:
-        before_rows, session_before, variables = await connection.run(
-            (STATUS, ()), (SESSION_QUESTIONS, ()), (VARIABLES, ())
+        before_rows, [siblings], session_before, variables = await connection.run(
+            (STATUS, ()), (SONDE_SIBLINGS, ()), (SESSION_QUESTIONS, ()), (VARIABLES, ())
         )
         started = trio.current_time()
         own = 0
         if params.interval_s > 0:
             await trio.sleep(params.interval_s)
-            after_rows, session_after = await connection.run((STATUS, ()), (SESSION_QUESTIONS, ()))
+            after_rows, [siblings], session_after = await connection.run(
+                (STATUS, ()), (SONDE_SIBLINGS, ()), (SESSION_QUESTIONS, ())
+            )
             # this connection's statements after the first reading, through the second
             own = _int(as_dict(session_after), "questions") - _int(as_dict(session_before), "questions")
         else:
             after_rows = before_rows
         elapsed = trio.current_time() - started if params.interval_s > 0 else 0.0
-    return summarize_status(as_dict(before_rows), as_dict(after_rows), as_dict(variables), elapsed, own)
+    return summarize_status(
+        as_dict(before_rows), as_dict(after_rows), as_dict(variables), elapsed, own, siblings
+    )
 
 
 class InnodbSummary(Result):

@@ -22,6 +22,7 @@ from sonde.packs.postgres.visibility import (
     CLIENT_SESSIONS,
     DETAILS_HIDDEN,
     NOT_SONDE,
+    SEES_ALL,
     SEES_ALL_SESSIONS,
     visibility_note,
 )
@@ -59,10 +60,12 @@ ORDER BY {RUNNING_SINCE} LIMIT %s"""
 UNJUDGED = f"""
 SELECT {SEES_ALL_SESSIONS} AS sees_all, count(*) FILTER (WHERE {DETAILS_HIDDEN}) AS n
 FROM pg_stat_activity WHERE {CLIENTS} AND {NOT_SONDE}"""
+# every blocked session is found (pg_blocking_pids reads pg_locks, which hides nothing), even those whose
+# details this login may not see (hidden: their start times read NULL, so they come last)
 BLOCKED = f"""
-SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
-WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
-BLOCKERS = f"SELECT {SESSION_COLUMNS} FROM pg_stat_activity WHERE pid = ANY(%s)"
+SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids, {DETAILS_HIDDEN} AS hidden
+FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
+BLOCKERS = f"SELECT {SESSION_COLUMNS}, {DETAILS_HIDDEN} AS hidden FROM pg_stat_activity WHERE pid = ANY(%s)"
 # locks of prepared transactions (no session) are counted; Sonde's sessions' own are not
 LOCK_COUNTS = f"""
 SELECT l.mode, l.granted, count(*) AS n FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -242,6 +245,37 @@ class Locks(Result):
     blockers: list[Session]
     lock_counts: list[LockCount]
     truncated: bool
+    sees_all_sessions: bool
+    hidden_sessions: int
+    visibility: str | None
+
+
+def locks_listing(
+    blocked: list[dict[str, Any]],
+    blockers: list[dict[str, Any]],
+    counts: list[dict[str, Any]],
+    limit: int,
+    sees_all: bool,
+) -> Locks:
+    """The first ``limit`` `BLOCKED` rows, their `BLOCKERS` rows and the `LOCK_COUNTS`, with what is hidden."""
+    listed = blocked[:limit]
+    hidden = len({row["pid"] for row in [*listed, *blockers] if row["hidden"]})
+    consequence = (
+        f"{hidden} of the sessions listed, blocked or blocking, are other users': their state, wait, client "
+        "and times read null, and their query '<insufficient privilege>'. Blocked sessions and their "
+        "blockers are found all the same, and the lock counts are complete (pg_locks hides nothing)."
+    )
+    return Locks(
+        blocked=[
+            BlockedSession(**session(row).model_dump(), blocking_pids=row["blocking_pids"]) for row in listed
+        ],
+        blockers=[session(row) for row in blockers],
+        lock_counts=[LockCount(mode=row["mode"], granted=row["granted"], count=row["n"]) for row in counts],
+        truncated=len(blocked) > limit,
+        sees_all_sessions=sees_all,
+        hidden_sessions=hidden,
+        visibility=visibility_note(sees_all, consequence),
+    )
 
 
 @PACK.probe(
@@ -249,21 +283,18 @@ class Locks(Result):
     """Sessions waiting on a lock held by another, with the PIDs blocking them
     (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction');
     plus lock counts by mode, granted or waiting, leaving out the locks of Sonde's own
-    sessions (application 'sonde': this probe's and its siblings'). Use it for 'queries
-    hang' or 'deadlock'.""",
+    sessions (application 'sonde': this probe's and its siblings'). A login without
+    pg_monitor still finds every blocked session and its blockers, and counts every lock,
+    but of other users' sessions sees only the PID, user, database and application: state,
+    wait, client and times read null and the query '<insufficient privilege>';
+    `sees_all_sessions` is then false, `hidden_sessions` counts those listed and
+    `visibility` says so. Use it for 'queries hang' or 'deadlock'.""",
     timeout_s=15,
 )
 async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:
-    blocked, counts = await run_queries(ctx, params, (BLOCKED, (params.limit + 1,)), (LOCK_COUNTS, ()))
-    blocked = blocked[: params.limit + 1]
-    blocker_pids = sorted({pid for row in blocked for pid in row["blocking_pids"]})
-    [blockers] = await run_queries(ctx, params, (BLOCKERS, (blocker_pids,))) if blocker_pids else [[]]
-    return Locks(
-        blocked=[
-            BlockedSession(**session(row).model_dump(), blocking_pids=row["blocking_pids"])
-            for row in blocked[: params.limit]
-        ],
-        blockers=[session(row) for row in blockers],
-        lock_counts=[LockCount(mode=row["mode"], granted=row["granted"], count=row["n"]) for row in counts],
-        truncated=len(blocked) > params.limit,
+    blocked, counts, [sees] = await run_queries(
+        ctx, params, (BLOCKED, (params.limit + 1,)), (LOCK_COUNTS, ()), (SEES_ALL, ())
     )
+    blocker_pids = sorted({pid for row in blocked[: params.limit] for pid in row["blocking_pids"]})
+    [blockers] = await run_queries(ctx, params, (BLOCKERS, (blocker_pids,))) if blocker_pids else [[]]
+    return locks_listing(blocked, blockers, counts, params.limit, sees["sees_all"])

@@ -85,12 +85,18 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
 def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     blocked = reading.get("blocked", [])
     blockers = sorted({pid for row in blocked for pid in row["blocking_pids"]})
+    hidden = (
+        " Some of these sessions are other users', whose queries and states are hidden from the agent's "
+        "login: grant it pg_monitor."
+        if reading.get("hidden_sessions")
+        else ""
+    )
     return check(
         thresholds["blocked_queries"],
         len(blocked),
         "postgres.locks.blocked",
         "{value} PostgreSQL sessions are blocked by locks",
-        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on PIDs {blockers[:10]}.",
+        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on PIDs {blockers[:10]}.{hidden}",
     )
 
 

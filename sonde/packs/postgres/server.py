@@ -15,7 +15,7 @@ from sonde.packs.postgres.visibility import (
     CLIENT_SESSIONS,
     DETAILS_HIDDEN,
     NOT_SONDE,
-    SEES_ALL_SESSIONS,
+    SEES_ALL,
     visibility_note,
 )
 
@@ -35,7 +35,6 @@ SELECT d.datname AS name, pg_encoding_to_char(d.encoding) AS encoding, d.datallo
 FROM pg_database d LEFT JOIN ({CLIENTS_BY_DATABASE}) a ON a.datid = d.oid
 WHERE %s OR NOT d.datistemplate
 ORDER BY size_bytes DESC NULLS LAST, d.datname"""
-SEES_ALL = f"SELECT {SEES_ALL_SESSIONS} AS sees_all"
 IN_RECOVERY = "SELECT pg_is_in_recovery() AS in_recovery"
 # host(): the address alone ("10.0.0.2", not "10.0.0.2/32"), NULL for a unix socket
 REPLICAS = """

@@ -14,6 +14,9 @@ replication launcher); walsenders are listed, pid only, by
 no walsender is counted as a client session. A background worker connected to
 a database (a parallel or logical replication worker, an extension's) cannot be
 told from one without pg_monitor: the answers say so.
+
+``pg_locks`` and ``pg_blocking_pids()`` hide nothing from such a login: who holds
+and waits on which lock is seen in full, only not what those sessions are doing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ CLIENT_SESSIONS = f"""(backend_type = 'client backend' OR ({DETAILS_HIDDEN} AND 
 NOT_SONDE = f"application_name IS DISTINCT FROM '{SONDE_APPLICATION}'"
 # true for superusers and members of pg_read_all_stats (pg_monitor is one): every session in full
 SEES_ALL_SESSIONS = "pg_has_role('pg_read_all_stats', 'USAGE')"
+SEES_ALL = f"SELECT {SEES_ALL_SESSIONS} AS sees_all"
 HIDDEN_DETAILS = (
     "This login is not a superuser or member of pg_monitor (or pg_read_all_stats): of other users' "
     "sessions it sees the user, database and application only, not their state, query, client or "
