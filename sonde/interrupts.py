@@ -5,6 +5,9 @@ into exit 130 (128 + SIGINT, what a shell reports), quietly, wherever it lands (
 of the first tenth of a second too). Once the work is done, or past the point where cutting it
 short would lose it (an enrollment the hub made, a backup in place), Ctrl-C no longer counts:
 `stop_taking_interrupts` makes the process ignore it, so what was done is said and exits 0.
+Quietly, but for one case: where the other side may have acted on a request the command had
+sent (`sonde enroll` waiting for the hub's answer: the token may be spent), the command says
+so before it exits 130, and what to do (`sonde.agent.enroll.interrupted_advice`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The agent makes an Ed25519 key pair here and sends only the public key to
 its own public key, which the agent pins. Nothing is written to the config
 unless the hub said yes; a machine already enrolled keeps its old identity
 until then. This is a one-shot CLI action, so it is plain blocking code.
+Ctrl-C while the request is out is said (`interrupted_advice`): the hub may have
+used the token, and what to do then.
 """
 
 from __future__ import annotations
@@ -87,9 +89,11 @@ def enroll(
     no) and writes nothing in that case; without ``replace``, also when this
     machine is enrolled already (before the token is spent). What the operator
     should know but does not stop it (the hub's clock far from this machine's)
-    goes to ``warn``. ``enrolled`` is called once the hub has enrolled this machine, before the
-    identity is saved (`sonde enroll` stops taking Ctrl-C there: cut short, the save would lose
-    an identity the hub holds). Blocks for at most about ``timeout_s`` per network operation.
+    goes to ``warn``, and so does a Ctrl-C (KeyboardInterrupt, re-raised) while the request is out:
+    the hub may have used the token (`interrupted_advice`). ``enrolled`` is called once the hub
+    has enrolled this machine, before the identity is saved (`sonde enroll` stops taking Ctrl-C
+    there: cut short, the save would lose an identity the hub holds). Blocks for at most about
+    ``timeout_s`` per network operation.
     """
     hub_url = normalize_hub_url(hub_url)
     token = token.strip()  # pasted with the newline `sonde hub token create` printed after it
@@ -110,8 +114,12 @@ def enroll(
     request = build_request(token, name, public_key_to_text(key.public_key()), registry)
     if existing is not None and existing.agent_id is not None:
         log.info("re-enrolling: agent %s will be replaced once the hub accepts", existing.agent_id)
-    answer = post_enroll(hub_url, request, timeout_s, warn)
-    enrolled()
+    try:
+        answer = post_enroll(hub_url, request, timeout_s, warn)
+        enrolled()
+    except KeyboardInterrupt:
+        warn(interrupted_advice(name))
+        raise
     try:
         identity = AgentConfig(
             hub_url=hub_url,
@@ -133,6 +141,18 @@ def enroll(
         ) from None
     log.info("enrolled as %s (agent %s) with hub %s", answer.name, answer.agent_id, hub_url)
     return saved
+
+
+def interrupted_advice(name: str) -> str:
+    """What a Ctrl-C while the enrollment request is out leaves: the hub may have enrolled ``name``
+    and spent the token (the request may have reached it), but nothing is saved here; what to do."""
+    return (
+        f"interrupted while waiting for the hub's answer: the hub may have enrolled this machine as "
+        f"{name} and used the token, but nothing was saved here. To finish, run the same `sonde enroll` "
+        "again; if the hub answers that the token was already used, ask an admin for a new token for "
+        f"{name} (`sonde hub token create --name {name}`), which replaces what the hub holds, and "
+        "enroll with it"
+    )
 
 
 def check_can_save(path: Path) -> None:

@@ -3,8 +3,10 @@
 They go into ``~/.sonde/config.json`` through `save_config`, which keeps every
 other key (an enrolled agent's identity stays as it was) and the mode 0600.
 Before saving, the key is tried once with ``GET /api/v1/agents``: a key the
-hub refuses is not saved, nor is a URL under which no hub answers (a 404, as
-`sonde enroll` says it); a hub that cannot be reached only earns a warning.
+hub refuses is not saved, nor is a URL under which no hub answers: a 404, as
+`sonde enroll` says it, or a 200 that is not the hub's list of agents (JSON), said with
+what answered instead (another web server's page). A hub that cannot be reached only
+earns a warning.
 Exit codes: 0 saved, 1 refused or not saved, 2 a malformed URL or key.
 """
 
@@ -19,7 +21,7 @@ from sonde.agent.config import AgentConfig, ConfigError, config_path, load_confi
 from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
 from sonde.hub_url import normalize_hub_url
-from sonde.not_a_hub import not_a_hub_url
+from sonde.not_a_hub import described_answer, not_a_hub_url, not_the_hubs_answer
 
 CHECK_TIMEOUT_S = 10.0
 AGENTS_PATH = "/api/v1/agents"
@@ -34,14 +36,16 @@ class KeyRefused(Exception):
 
 
 class NotAHub(Exception):
-    """No hub answers under the URL: ``GET /api/v1/agents`` there is a 404."""
+    """No hub answers under the URL: ``GET /api/v1/agents`` there is a 404, or a 200 that is not
+    the hub's answer."""
 
 
 def check_key(hub_url: str, api_key: str) -> str:
     """Try the key with ``GET /api/v1/agents``; return a line saying what the hub answered.
 
     Raises `KeyRefused` for 401/403, `NotAHub` for a 404 (the hub answers that route, so the URL
-    leads elsewhere), and `httpx2.HTTPError` when the hub cannot be reached.
+    leads elsewhere) or a 200 that is not the hub's list of agents (another web server answered),
+    and `httpx2.HTTPError` when the hub cannot be reached.
     """
     headers = {"Authorization": f"Bearer {api_key}"}
     with httpx2.Client(timeout=CHECK_TIMEOUT_S) as client:
@@ -52,11 +56,27 @@ def check_key(hub_url: str, api_key: str) -> str:
         raise NotAHub(not_a_hub_url(hub_url, f"GET {hub_url}{AGENTS_PATH}"))
     if response.status_code != 200:
         return f"could not check the key: the hub answered HTTP {response.status_code}"
-    try:
-        count = len(response.json()["agents"])
-    except (ValueError, KeyError, TypeError):
-        return "could not check the key: the answer to GET /api/v1/agents was not the hub's"
+    agents = hubs_agents(response)
+    if agents is None:
+        answered = described_answer(
+            response.headers.get("content-type"), response.content, response.headers.get("server")
+        )
+        request = f"GET {hub_url}{AGENTS_PATH}"
+        raise NotAHub(not_the_hubs_answer(hub_url, request, 200, answered, "the hub's list of agents (JSON)"))
+    count = len(agents)
     return f"the hub accepted the key ({count} agent{'s' if count != 1 else ''} visible to it)"
+
+
+def hubs_agents(response: httpx2.Response) -> list[object] | None:
+    """The agents of the hub's answer to ``GET /api/v1/agents`` (JSON: ``{"agents": [...]}``);
+    None when ``response`` is not that answer."""
+    if not response.headers.get("content-type", "").lower().startswith("application/json"):
+        return None
+    try:
+        agents = response.json()["agents"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return agents if isinstance(agents, list) else None
 
 
 def enrolled_elsewhere(path: Path, hub_url: str) -> str | None:

@@ -25,7 +25,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving
-from sonde.hub.mcp_refusals import RebindingAnswer, RebindingLog, send_json
+from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.tools import all_tools
 
@@ -231,7 +231,7 @@ class RootApp:
             "path": "/mcp",
             "headers": lowercase_host(scope["headers"]),
         }
-        answer = RebindingAnswer(send_with_headers, headers, client, self.rebinding_log)
+        answer = SdkRefusalAnswer(send_with_headers, headers, client, self.rebinding_log)
         try:
             if scope["method"] == "POST":
                 await self.serve_mcp_post(scope, headers, caller.key_id, receive, answer.send)

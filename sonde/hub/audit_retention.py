@@ -9,7 +9,10 @@ a read snapshot and rows are deleted in short writes, so calls are served meanwh
 the freed pages go back to the file system. A chain that does not verify is not
 pruned (that would erase the evidence): the hub says so in its log each time. A row made
 after the cutoff (its clock was wrong) stops the cut before older rows: the hub warns once
-per such row, with the explanation `sonde hub audit prune` gives.
+per such row, with the explanation `sonde hub audit prune` gives. A prune the database
+refuses for a lasting reason (a full disk, an I/O error, a read-only or damaged file: what
+fails the store's own writes) makes ``GET /api/v1/health`` answer ``degraded`` until a write
+works again, a prune's or the store's (`sonde.hub.write_health`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import trio
 
 from sonde.hub.audit_prune import AuditPruned, kept_back_text, prune_and_give_back, utc_text
 from sonde.hub.db import open_database
+from sonde.hub.write_health import WriteHealth, lasting_failure
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +44,11 @@ def prune_older_than(db_path: Path, keep_s: float) -> tuple[AuditPruned, int | N
         db.close()
 
 
-async def keep_audit_for(db_path: Path, keep_s: float, every_s: float = CHECK_EVERY_S) -> None:
-    """Until cancelled: prune the audit rows older than ``keep_s`` now, then every ``every_s``."""
+async def keep_audit_for(
+    db_path: Path, keep_s: float, health: WriteHealth | None = None, every_s: float = CHECK_EVERY_S
+) -> None:
+    """Until cancelled: prune the audit rows older than ``keep_s`` now, then every ``every_s``.
+    ``health`` (the store's) hears of a prune refused for a lasting reason, and of one that wrote."""
     held_back = HeldBack()
     while True:
         try:
@@ -50,10 +57,25 @@ async def keep_audit_for(db_path: Path, keep_s: float, every_s: float = CHECK_EV
             log.error("audit retention: not pruning: %s; see `sonde hub audit verify`", exc)
         except sqlite3.Error as exc:  # locked for too long, the disk: the next round tries again
             log.warning("audit retention: could not prune this time (%s); trying again later", exc)
+            failure = prune_failure(exc)
+            if health is not None and failure is not None:
+                health.write_failed(failure)
         else:
             report_pruned(pruned, given_back, keep_s)
             held_back.report(pruned, keep_s)
+            if health is not None and (pruned.rows or pruned.finished):
+                health.wrote()
         await trio.sleep(every_s)
+
+
+def prune_failure(error: sqlite3.Error) -> str | None:
+    """What /health says of a prune that failed with ``error``, when the database refused it for
+    a reason that lasts (`lasting_failure`, of ``error`` or, once `sonde.hub.db` worded it, of
+    its cause): SQLite's words, naming the prune; None for anything else (another process's lock)."""
+    for said in (error, error.__cause__):
+        if said is not None and (words := lasting_failure(said)) is not None:
+            return f"pruning the audit log (--audit-keep): {words}"
+    return None
 
 
 def report_pruned(pruned: AuditPruned, given_back: int | None, keep_s: float) -> None:

@@ -269,7 +269,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
                 nursery.start_soon(watch_tag_changes, hub)  # by `sonde hub agent tag`
                 nursery.start_soon(fleet.keep_last_seen_written, config.last_seen_write_every_s)
                 if config.audit_keep_s is not None:
-                    nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s)
+                    nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s, store.health)
                 try:
                     yield hub
                 finally:

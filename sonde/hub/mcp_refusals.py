@@ -1,14 +1,19 @@
-"""`/mcp`'s refusals in the hub's JSON error shape, and the DNS-rebinding ones made actionable.
+"""`/mcp`'s refusals in the hub's JSON error shape, and the SDK's text ones made actionable.
 
 Every refusal the hub makes itself on ``/mcp`` (401, 408, 413, 429, ...) is
 ``{"error": {"code", "message"}}``, as REST's are (`send_json`). The SDK's check of
 the Host and Origin headers (`sonde.hub.mcp_server.transport_security`) answers with
 a bare text body instead, ``Invalid Host header`` (421) or ``Invalid Origin header``
-(403), and logs only the value. `RebindingAnswer` stands in front of the SDK's
+(403), and logs only the value. `SdkRefusalAnswer` stands in front of the SDK's
 ``send``: it swallows that answer and sends the JSON shape, whose message names the
 header, its value and the ``--allowed-host`` that would admit it; the hub logs the
 same advice (the SDK's own line is silenced: `sonde.hub.logs`), once a minute per
 header value at most, with a count, as one misconfigured proxy sends many.
+
+The SDK refuses a POST whose Content-Type is not JSON the same way, 400 ``Invalid
+Content-Type header``: that answer is replaced too, by one naming the header to send and
+the one sent (`content_type_advice`). Its refusal of an Accept header (406) is a JSON-RPC
+error naming the media types to accept, JSON already: it passes as it is.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ log = logging.getLogger("sonde.hub.asgi")
 # The SDK's DNS-rebinding check: 421 "Invalid Host header", 403 "Invalid Origin header".
 REBINDING_REFUSALS = {421: "host", 403: "origin"}
 REBINDING_CODES = {"host": "host_not_allowed", "origin": "origin_not_allowed"}
+# The SDK's check of a POST's Content-Type (in the same transport-security step): 400, in text.
+CONTENT_TYPE_REFUSAL = 400
+CONTENT_TYPE_CODE = "invalid_content_type"
 # what --allowed-host can name: a host name or address, with a port or without
 ALLOWABLE_HOST = re.compile(r"^(?:[a-z0-9._-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
 LOG_EVERY_S = 60.0
@@ -81,6 +89,24 @@ def rebinding_advice(header: str, value: str) -> str:
     )
 
 
+def takes_content_type(value: str | None) -> bool:
+    """Whether the SDK takes a POST with this Content-Type (it checks before anything else)."""
+    return value is not None and value.lower().startswith("application/json")
+
+
+def content_type_advice(value: str | None) -> str:
+    """Why a POST to /mcp with this Content-Type (None: none sent) was refused, and what to send."""
+    sent = f"this request's Content-Type was {echoed(value)}" if value else "this request sent none"
+    return (
+        "POST /mcp takes a JSON-RPC message: send it with Content-Type: application/json (and "
+        f"Accept: application/json, text/event-stream, as MCP clients do); {sent}"
+    )
+
+
+def _has_content_type(message: MutableMapping[str, Any]) -> bool:
+    return any(name.lower() == b"content-type" for name, _ in message.get("headers", []))
+
+
 class RebindingLog:
     """The hub's log line of a rebinding refusal: at once, then once a minute per header value
     with how many were refused since."""
@@ -103,30 +129,45 @@ class RebindingLog:
         log.warning("refused an MCP request from %s%s: %s", client, more, message)
 
 
-class RebindingAnswer:
+class SdkRefusalAnswer:
     """The ``send`` of one ``/mcp`` request, in front of the SDK's: its DNS-rebinding refusal
-    is replaced by the JSON error shape (`rebinding_advice`); any other answer passes as it is.
-    ``refused`` is the header it refused (``host``, ``origin``), once it has."""
+    (`rebinding_advice`) and its Content-Type refusal (`content_type_advice`) are replaced by
+    the JSON error shape, with the same status; any other answer passes as it is.
+    ``refused`` is the header it refused for DNS rebinding (``host``, ``origin``), once it has."""
 
     def __init__(self, send: Any, headers: dict[str, str], client: str, said: RebindingLog) -> None:
         self._send = send
         self._headers = headers
         self._client = client
         self._said = said
-        self._status = 0
+        self._status = 0  # of the SDK's text refusal being replaced
         self.refused: str | None = None
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start" and message["status"] in REBINDING_REFUSALS:
+        if message["type"] == "http.response.start" and self._is_text_refusal(message):
             self._status = message["status"]
-            self.refused = REBINDING_REFUSALS[self._status]
+            self.refused = REBINDING_REFUSALS.get(self._status)
             return  # the SDK's text answer: ours goes out in its place, with its last body part
-        if self.refused is None:
+        if not self._status:
             await self._send(message)
             return
         if message["type"] == "http.response.body" and not message.get("more_body", False):
-            value = self._headers.get(self.refused, "")
-            advice = rebinding_advice(self.refused, value)
-            self._said.refused(self.refused, value, self._client, advice)
-            body = {"error": {"code": REBINDING_CODES[self.refused], "message": advice}}
-            await send_json(self._send, self._status, body, [])
+            await send_json(self._send, self._status, self._refusal(), [])
+
+    def _is_text_refusal(self, start: MutableMapping[str, Any]) -> bool:
+        if start["status"] in REBINDING_REFUSALS:
+            return True
+        return (  # the SDK's other 400s (a body that is no JSON-RPC) are JSON already
+            start["status"] == CONTENT_TYPE_REFUSAL
+            and not _has_content_type(start)
+            and not takes_content_type(self._headers.get("content-type"))
+        )
+
+    def _refusal(self) -> dict[str, Any]:
+        if self.refused is None:
+            advice = content_type_advice(self._headers.get("content-type"))
+            return {"error": {"code": CONTENT_TYPE_CODE, "message": advice}}
+        value = self._headers.get(self.refused, "")
+        advice = rebinding_advice(self.refused, value)
+        self._said.refused(self.refused, value, self._client, advice)
+        return {"error": {"code": REBINDING_CODES[self.refused], "message": advice}}

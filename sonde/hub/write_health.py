@@ -7,6 +7,9 @@ lasts (a full disk, an I/O error, a read-only or damaged file) marks the databas
 failing, from that first failure until a batch commits a change. Another process
 holding the write lock is not such a reason: it passes by itself, and the store says so
 on its own. ``GET /api/v1/health`` answers ``degraded`` while it fails, for monitoring.
+The audit prune of ``--audit-keep`` writes on a connection of its own, beside the writer,
+and tells `WriteHealth` the same (`sonde.hub.audit_retention`): a prune refused for a lasting
+reason fails the database too, and a prune or a store write that commits clears it.
 
 A hub nobody calls writes nothing, and would be said failing long after an operator freed
 the disk: while failing, `retry_writes` writes a mark (the time, in ``meta``) every
@@ -70,14 +73,25 @@ class WriteHealth:
                 self._failed(failure)
                 return
         committed = any(not _store_refused(result) for result in results)  # a failed commit refuses all
-        if wrote and committed and self.failure is not None:
-            log.warning(
-                "the hub's database takes writes again, after %.0f s; GET /api/v1/health answers ok",
-                time.time() - (self.failing_since or time.time()),
-            )
-            self.failure = self.failing_since = None
-            self._failing = trio.Event()
-            self._working.set()
+        if wrote and committed:
+            self.wrote()
+
+    def write_failed(self, failure: str) -> None:
+        """A write made beside the store's writer (the audit prune, on a connection of its own)
+        was refused for a lasting reason (`lasting_failure`): ``failure`` says which and why."""
+        self._failed(failure)
+
+    def wrote(self) -> None:
+        """A write committed a change, the store's or one made beside it: the database takes writes."""
+        if self.failure is None:
+            return
+        log.warning(
+            "the hub's database takes writes again, after %.0f s; GET /api/v1/health answers ok",
+            time.time() - (self.failing_since or time.time()),
+        )
+        self.failure = self.failing_since = None
+        self._failing = trio.Event()
+        self._working.set()
 
     def _failed(self, failure: str) -> None:
         if self.failure is None:
