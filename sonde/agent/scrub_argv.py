@@ -119,7 +119,9 @@ def argv_plan(items: Sequence[Any]) -> list[int] | None:
             continue
         action = KEEP
         ahead: Sequence[int] = ()  # the indexes of the passwords further on that this item announces
-        if item[:1] == "-":
+        if item == "--" and flags.every_positional:  # openssl passwd -- -PW: the rest are plaintexts
+            ahead = range(index + 1, len(items))
+        elif item[:1] == "-":
             flag, clustered = _unclustered(item, flags)
             action = _attached_value(flag, flags)
             if action >= HIDE_AFTER_PREFIX:

@@ -111,3 +111,14 @@ OPENSSL_PASSWD = ShapeRule(
     lambda text, lower: "openssl" in text and "passwd" in text,
     again=True,
 )
+# openssl passwd ... -- PW...: after "--" every word is a plaintext, one starting with "-" too;
+# hidden to the command's end as one.
+OPENSSL_PASSWD_AFTER_END = ShapeRule(
+    "openssl_passwd_after_end",
+    re.compile(
+        r"(?<![\w.-])openssl[ \t]+passwd(?:[ \t]+[^\s\x00|;&<>]{1,4096}+){0,32}?[ \t]+--[ \t]+"
+        + FRESH
+        + r"(?P<value>[^\s\x00|;&<>][^\x00\r\n|;&<>]{0,4095}+)"
+    ),
+    lambda text, lower: "openssl" in text and "passwd" in text and " -- " in text,
+)

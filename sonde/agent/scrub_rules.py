@@ -80,7 +80,12 @@ from sonde.agent.scrub_credential_files import (
     SCHEME_HASH_LINE,
 )
 from sonde.agent.scrub_key_text import KEY_TEXT_RULES
-from sonde.agent.scrub_password_tools import CHPASSWD_INPUT, OPENSSL_PASSWD, PASSWD_STDIN
+from sonde.agent.scrub_password_tools import (
+    CHPASSWD_INPUT,
+    OPENSSL_PASSWD,
+    OPENSSL_PASSWD_AFTER_END,
+    PASSWD_STDIN,
+)
 from sonde.agent.scrub_programs import (
     HTPASSWD_B,
     KUBECTL_SECRET_LITERALS,
@@ -128,6 +133,7 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     PROGRAM_PASSWORD_FLAG,
     PROGRAM_PASSWORD_WORD,
     SNMP_SECRETS,
+    OPENSSL_PASSWD_AFTER_END,
     OPENSSL_PASSWD,
     REDIS_ACL_PASSWORDS,
     MYSQL_P,

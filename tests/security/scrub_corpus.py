@@ -2673,6 +2673,12 @@ SECRETS: tuple[SecretCase, ...] = (
         "openssl passwd -apr1 -salt s3 [REDACTED] [REDACTED]",
         redactions=2,
     ),
+    SecretCase(
+        "openssl_passwd_after_options_end",
+        "openssl passwd -6 -salt s5 -- -OpensslPw6 --OpensslPw7\nid",
+        "OpensslPw7",
+        "openssl passwd -6 -salt s5 -- [REDACTED]\nid",
+    ),
     # strongSwan's and libreswan's ipsec.secrets
     SecretCase(
         "ipsec_secrets_psk",

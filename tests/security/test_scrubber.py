@@ -784,6 +784,12 @@ MYSQL_CLIENTS = (
             ["openssl", "passwd", "-salt=s4lt", "-apr1", REDACTED, "-rand", "/dev/urandom", REDACTED],
             2,
         ),
+        # after "--" every item is a plaintext, one starting with "-" too
+        (
+            ["openssl", "passwd", "-1", "pw153", "--", "-pw154", "--pw155"],
+            ["openssl", "passwd", "-1", REDACTED, "--", REDACTED, REDACTED],
+            3,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
