@@ -33,6 +33,18 @@ def not_the_hubs_answer(hub_url: str, request: str, status: int, answered: str, 
     )
 
 
+def redirected(hub_url: str, request: str, status: int, location: str, path: str) -> str:
+    """Why ``hub_url`` is refused when ``request`` (for ``path``) under it answered a redirect
+    ``status`` to ``location``: the hub redirects nothing, so another server answers there; the
+    base URL the redirect leads to is said, for a proxy sending http to https."""
+    leads = location[: -len(path)] if path and location.endswith(path) else ""
+    there = f"; if the hub is served where it leads, that is {clipped(leads)}" if leads else ""
+    return (
+        f"{hub_url} is not a Sonde hub's base URL: {request} answered {status}, a redirect to "
+        f"{echoed(location)}, and the hub redirects nothing. {GIVE_THE_HUB_URL}{there}"
+    )
+
+
 def described_answer(content_type: str | None, body: bytes, server: str | None) -> str:
     """What a web server answered, for a person: an HTML page and its title, JSON and its keys,
     else its Content-Type; and the server it names (its ``Server`` header), if any."""

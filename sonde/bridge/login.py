@@ -21,7 +21,7 @@ from sonde.agent.config import AgentConfig, ConfigError, config_path, load_confi
 from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
 from sonde.hub_url import normalize_hub_url
-from sonde.not_a_hub import described_answer, not_a_hub_url, not_the_hubs_answer
+from sonde.not_a_hub import described_answer, not_a_hub_url, not_the_hubs_answer, redirected
 
 CHECK_TIMEOUT_S = 10.0
 AGENTS_PATH = "/api/v1/agents"
@@ -44,7 +44,8 @@ def check_key(hub_url: str, api_key: str) -> str:
     """Try the key with ``GET /api/v1/agents``; return a line saying what the hub answered.
 
     Raises `KeyRefused` for 401/403, `NotAHub` for a 404 (the hub answers that route, so the URL
-    leads elsewhere) or a 200 that is not the hub's list of agents (another web server answered),
+    leads elsewhere), a redirect (the hub makes none; not followed, the key would go along) or a
+    200 that is not the hub's list of agents (another web server answered),
     and `httpx2.HTTPError` when the hub cannot be reached.
     """
     headers = {"Authorization": f"Bearer {api_key}"}
@@ -54,6 +55,10 @@ def check_key(hub_url: str, api_key: str) -> str:
         raise KeyRefused(f"the hub at {hub_url} refused this API key (HTTP {response.status_code})")
     if response.status_code == 404:
         raise NotAHub(not_a_hub_url(hub_url, f"GET {hub_url}{AGENTS_PATH}"))
+    if response.is_redirect:  # not followed: the key would go wherever it points
+        location = response.headers.get("location", "")
+        request = f"GET {hub_url}{AGENTS_PATH}"
+        raise NotAHub(redirected(hub_url, request, response.status_code, location, AGENTS_PATH))
     if response.status_code != 200:
         return f"could not check the key: the hub answered HTTP {response.status_code}"
     agents = hubs_agents(response)

@@ -26,13 +26,17 @@ PAGE = b"<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body
 OTHER_API = b'{"status": "ok", "items": []}'
 
 
-def answering(content_type: str, body: bytes) -> type[BaseHTTPRequestHandler]:
+def answering(
+    content_type: str, body: bytes, status: int = 200, location: str = ""
+) -> type[BaseHTTPRequestHandler]:
     class Answer(BaseHTTPRequestHandler):
         server_version = "nginx/1.24.0"
         sys_version = ""
 
         def do_GET(self) -> None:
-            self.send_response(200)
+            self.send_response(status)
+            if location:
+                self.send_header("Location", location)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -45,9 +49,10 @@ def answering(content_type: str, body: bytes) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def web_server(content_type: str, body: bytes) -> Iterator[str]:
-    """A web server on 127.0.0.1 (a free port) answering 200 with ``body`` to every GET; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), answering(content_type, body))
+def web_server(content_type: str, body: bytes, status: int = 200, location: str = "") -> Iterator[str]:
+    """A web server on 127.0.0.1 (a free port) answering ``status`` with ``body`` (and a
+    ``location``, if any) to every GET; its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), answering(content_type, body, status, location))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -63,9 +68,9 @@ def login(home: Path, hub_url: str) -> subprocess.CompletedProcess[str]:
     return run_any(argv, env=base_env(home), timeout=60)
 
 
-def refused(done: subprocess.CompletedProcess[str], home: Path, url: str) -> str:
+def refused(done: subprocess.CompletedProcess[str], home: Path, url: str, status: int = 200) -> str:
     assert done.returncode == 1, done.stderr
-    assert f"{url} is not a Sonde hub's base URL: GET {url}/api/v1/agents answered 200" in done.stderr
+    assert f"{url} is not a Sonde hub's base URL: GET {url}/api/v1/agents answered {status}" in done.stderr
     assert "Give the URL `sonde hub` prints as 'listening on'" in done.stderr
     assert "nothing saved" in done.stderr
     assert "saved the hub URL" not in done.stderr
@@ -86,3 +91,14 @@ def test_another_programs_json_is_no_hub_either(tmp_path: Path) -> None:
     assert (
         "JSON holding the keys 'status', 'items' (server: nginx/1.24.0), not the hub's list of agents" in said
     ), said
+
+
+def test_a_redirect_is_no_hub_and_says_where_it_leads(tmp_path: Path) -> None:
+    """A proxy sending http to https: the key is not sent after it, the URL is not saved, and the
+    URL it leads to is said. Before, "could not check the key: HTTP 301", and the URL was saved."""
+    https = "https://sonde.example:8443"
+    with web_server("text/html", b"", 301, f"{https}/api/v1/agents") as url:
+        said = refused(login(tmp_path, url), tmp_path, url, 301)
+    assert f"a redirect to '{https}/api/v1/agents'" in said, said
+    assert "the hub redirects nothing. Give the URL" in said, said
+    assert f"if the hub is served where it leads, that is {https}; nothing saved" in said, said
