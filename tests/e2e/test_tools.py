@@ -157,6 +157,12 @@ async def test_health_check_is_partial_at_the_deadline_with_progress(
     assert not [f for f in report["findings"] if f["agent"] == "gamma" and f["category"] == "toolcheck"]
     assert report["summary"]["critical"] >= 1
     assert report["summary"]["probes_failed"] >= 1  # gamma's hung probe
+    # each probe that did not answer is named, with why: here gamma's hung one
+    failed = {(f["agent"], f["probe"]): f for f in report["failed"]}
+    hung = failed[("gamma", "toolcheck.state.read")]
+    assert hung["status"] == "timeout"
+    assert hung["reason"] == "no answer before the deadline"
+    assert len(report["failed"]) == report["summary"]["probes_failed"]
     statuses_by_category = {c["category"]: c["status"] for c in report["categories"]}
     assert statuses_by_category["toolcheck"] == "critical"
     assert report["unreachable"] == []

@@ -72,6 +72,13 @@ class Skipped(BaseModel):
     reason: str
 
 
+class Failed(BaseModel):
+    agent: str
+    probe: str
+    status: Literal["error", "timeout"]
+    reason: str
+
+
 class HealthCheckInput(ToolInput):
     agent: Annotated[str, AGENT_FIELD] | None = Field(
         default=None, description="Only this agent (name or id); it must carry any tags given too."
@@ -94,6 +101,11 @@ class HealthCheckOutput(ToolOutput):
     unreachable: list[Unreachable]
     categories: list[CategoryStatus]
     skipped: list[Skipped]
+    failed: list[Failed] = Field(
+        default_factory=list,
+        description="The probes that ran and did not answer: an error (with the agent's or hub's reason) "
+        "or no answer before the deadline.",
+    )
     partial: bool
     categories_not_found: list[str] = Field(
         default_factory=list,
@@ -101,7 +113,7 @@ class HealthCheckOutput(ToolOutput):
     )
     omitted: dict[str, int] = Field(
         default_factory=dict,
-        description=f"How many findings / unreachable / skipped entries were left out (each list shows at "
+        description=f"How many findings / unreachable / skipped / failed entries were left out (each list shows at "
         f"most {MAX_LISTED}, the most severe first); narrow with agent, tags or categories to see them.",
     )
 
@@ -110,7 +122,7 @@ HEALTH_CHECK = f"""Start here for broad questions ("is something wrong?", "how i
 Runs every applicable diagnostic category (system, and each pack's: postgres, nginx, ...) on the
 matching online agents in parallel and returns a short ranked answer: findings sorted
 critical > warning > info, each naming agent, category and the probe it came from; the agents it
-could not reach (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
+could not reach and the probes that failed or timed out, each with its reason (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
 per-category status, the first that applies of critical > warning > incomplete > ok: a critical or
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
 probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A requested
@@ -167,14 +179,31 @@ def summarize_outcomes(
         probes_failed=sum(s.status != "ok" for s in steps),
         duration_ms=round((time.perf_counter() - started) * 1000, 1),
     )
+    failed = [
+        Failed(
+            agent=o.agent.name,
+            probe=s.probe,
+            status="timeout" if s.status == "timeout" else "error",
+            reason=s.error or "",
+        )
+        for o in outcomes
+        for s in o.steps
+        if s.status not in ("ok", "skipped")
+    ]
     partial = any(s.status == "timeout" for s in steps)
-    lists = {"findings": len(findings), "unreachable": len(unreachable), "skipped": len(skipped)}
+    lists = {
+        "findings": len(findings),
+        "unreachable": len(unreachable),
+        "skipped": len(skipped),
+        "failed": len(failed),
+    }
     return HealthCheckOutput(
         summary=summary,
         findings=findings[:MAX_LISTED],
         unreachable=unreachable[:MAX_LISTED],
         categories=categories,
         skipped=skipped[:MAX_LISTED],
+        failed=failed[:MAX_LISTED],
         partial=partial,
         categories_not_found=categories_not_found or [],
         omitted={name: count - MAX_LISTED for name, count in lists.items() if count > MAX_LISTED},
