@@ -73,18 +73,23 @@ def agent_probes(record: AgentRecord) -> dict[str, dict[str, Any]]:
 
 
 def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, params: dict[str, Any]) -> None:
-    """Refuse a probe the agent lacks, the policy forbids, or whose params are invalid."""
+    """Refuse a probe the policy forbids, the agent lacks, or whose params are invalid.
+
+    The policy comes first: a probe outside it is refused alike whether the agent has it or not,
+    and an unknown probe's answer lists only the probes the key may run (as list_capabilities
+    and GET /api/v1/packs show them), so no answer names a probe hidden from the key.
+    """
+    if not caller.allows_probe(probe):
+        raise forbidden(
+            f"Your API key's policy does not allow probe {echoed(probe)} ({caller.policy.describe()}).",
+            Denial("probe_not_allowed", record.name, {"agentId": record.id, "probe": probe}),
+        )
     offered = agent_probes(record)
     if probe not in offered:
-        available = sorted(offered)
+        available = sorted(name for name in offered if caller.allows_probe(name))
         raise not_found(
             f"Unknown probe {echoed(probe)} on agent {record.name}. "
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
-        )
-    if not caller.allows_probe(probe):
-        raise forbidden(
-            f"Your API key's policy does not allow probe {probe!r} ({caller.policy.describe()}).",
-            Denial("probe_not_allowed", record.name, {"agentId": record.id, "probe": probe}),
         )
     spec = hub.packs.probe(probe)
     if spec is not None:  # a pack the hub does not have: the agent validates

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from quart import Response, g, jsonify, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from sonde.hub.audit import audit_entry
 from sonde.hub.auth import BEARER_CHALLENGE, Caller
@@ -130,6 +130,9 @@ async def audit_denial(hub: Hub, exc: HubError, denial: Denial) -> None:
 
 def create_rest_app(hub: Hub) -> QuartTrio:
     app = QuartTrio("sonde.hub", static_folder=None)
+    # A doubled slash is a 404, not a redirect: werkzeug built its 308 from the Host header,
+    # `/ui//x` with `Host: evil.example` went to `http://evil.example/ui/x` (a shared cache keeps it).
+    app.url_map.merge_slashes = False  # before any route: each rule takes it when added
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["BODY_TIMEOUT"] = 30  # s for a whole request body, then 408 (as /mcp: MCP_BODY_DEADLINE_S)
     install_error_handlers(app, hub)
@@ -235,14 +238,25 @@ def install_security_headers(app: QuartTrio) -> None:
         return response
 
 
+# The kinds of file the dashboard is made of; its package's other files (`__init__.py`,
+# `__pycache__`) are no dashboard's and are not served.
+DASHBOARD_SUFFIXES = frozenset({".html", ".css", ".js", ".svg", ".png", ".ico"})
+
+
 def webui_dir() -> Path:
     return Path(str(importlib.resources.files("sonde.webui")))
+
+
+def dashboard_files(root: Path) -> frozenset[str]:
+    """The names of the dashboard's own files in ``root`` (no subdirectories), as served under /ui/."""
+    return frozenset(p.name for p in root.iterdir() if p.is_file() and p.suffix in DASHBOARD_SUFFIXES)
 
 
 def install_webui(app: QuartTrio) -> None:
     from quart import send_from_directory
 
     root = webui_dir()
+    served = dashboard_files(root)
 
     @app.get("/")
     async def index() -> Response:
@@ -250,10 +264,9 @@ def install_webui(app: QuartTrio) -> None:
 
     @app.get("/ui/<path:name>")
     async def asset(name: str) -> Response:
-        try:
-            return await send_from_directory(root, name)
-        except OSError:  # a name too long for the filesystem, say: not ours either way
-            raise ApiError(404, "not_found", "no such file") from None
+        if name not in served:  # the 404 of any unknown path
+            raise NotFound()
+        return await send_from_directory(root, name)
 
 
 Handler = Callable[..., Awaitable[Any]]

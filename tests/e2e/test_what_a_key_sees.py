@@ -3,7 +3,9 @@
 - agent_overview's recent probes are the newest probes that key may see, however many other
   calls name the agent; a member key sees only its own, as in query_logs' audit source;
 - list_capabilities and agent_overview list only the categories the key can run;
-- health_check with no agent for the key to check is refused, never an empty all-clear.
+- health_check with no agent for the key to check is refused, never an empty all-clear;
+- an unknown probe's answer lists only the probes the key may run, and a probe outside its
+  policy is refused alike whether the agent has it or not (REST and MCP).
 """
 
 from __future__ import annotations
@@ -127,3 +129,52 @@ async def test_health_check_on_an_empty_fleet_is_refused(tmp_path: Path) -> None
             refused = await call_error(client, "health_check", categories=["system"])
     assert refused.startswith("No agent you can reach to check")
     assert "none is enrolled" in refused
+
+
+def probe_refusal(hub: RunningHub, key: str, probe: str) -> tuple[int, str, str]:
+    """``POST /api/v1/probe`` on alpha that must fail: its status, code and message."""
+    with hub.client(key) as http:
+        answer = http.post("/api/v1/probe", json={"agent": "alpha", "probe": probe, "params": {}})
+    assert answer.status_code >= 400, answer.text
+    error = answer.json()["error"]
+    return answer.status_code, error["code"], error["message"]
+
+
+def listed_probes(message: str) -> set[str]:
+    """The probe names after 'Available: ' in an unknown probe's message."""
+    return set(message.split("Available: ", 1)[1].split(". Call ", 1)[0].split(", "))
+
+
+async def test_an_unknown_probe_lists_only_the_probes_the_key_may_run(fleet: SharedFleet) -> None:
+    """Before: 'Available: e2e.echo.value, mysql.databases.sizes, ..., postgres.replication.status, ...',
+    every probe of the agent, which list_capabilities and GET /api/v1/packs hide from this key."""
+    hub = fleet.hub
+    key = member_key(hub, "unknown-probe-system", ["alpha"], ["system.*"])
+    async with mcp_client(hub.url, key) as client:
+        caps = await call(client, "list_capabilities")
+        mcp_text = await call_error(client, "probe", agent="alpha", probe="system.nope")
+    may_run = {name for pack in caps["agents"][0]["packs"] for name in pack["probes"]}
+    assert "system.memory.usage" in may_run
+    assert all(name.startswith("system.") for name in may_run)
+    status, code, rest_text = probe_refusal(hub, key, "system.nope")
+    assert (status, code) == (404, "not_found")
+    assert listed_probes(rest_text) == listed_probes(mcp_text) == may_run
+
+
+async def test_a_probe_outside_the_policy_reads_alike_whether_the_agent_has_it_or_not(
+    fleet: SharedFleet,
+) -> None:
+    """Before: a probe the agent has answered 403 naming the policy, one it lacks 404: a key learned
+    which of the probes hidden from it (list_capabilities, GET /api/v1/packs) the agent offers.
+    A probe outside the policy is refused as such (403, as SECURITY.md says), existing or not."""
+    hub = fleet.hub
+    key = member_key(hub, "hidden-probe-system", ["alpha"], ["system.*"])
+    pairs = [("e2e.echo.value", "e2e.nope"), ("postgres.replication.status", "postgres.nope")]
+    for offered, missing in pairs:
+        status, code, message = probe_refusal(hub, key, offered)
+        assert (status, code) == (403, "forbidden"), message
+        assert probe_refusal(hub, key, missing) == (status, code, message.replace(offered, missing))
+        async with mcp_client(hub.url, key) as client:
+            said = await call_error(client, "probe", agent="alpha", probe=offered)
+            unknown = await call_error(client, "probe", agent="alpha", probe=missing)
+        assert unknown == said.replace(offered, missing)
