@@ -72,6 +72,19 @@ def agent_probes(record: AgentRecord) -> dict[str, dict[str, Any]]:
     return {p["name"]: p for pack in record.packs for p in pack.get("probes", [])}
 
 
+def pack_not_run(hub: Hub, record: AgentRecord, probe: str) -> str:
+    """Why a probe of a pack the hub knows is missing on an agent that does not run that pack
+    (a sentence, with a leading blank); empty otherwise. The agent leaves out a pack that is
+    not installed, or one that does not apply there (systemd without systemd as init, say)."""
+    pack = probe.split(".", 1)[0]
+    if pack not in hub.packs.packs or any(p.get("name") == pack for p in record.packs):
+        return ""
+    return (
+        f" Agent {record.name} does not run the {pack} pack: it is not installed there, or it does not "
+        f"apply (`sonde packs list` on {record.name} says why)."
+    )
+
+
 def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, params: dict[str, Any]) -> None:
     """Refuse a probe the policy forbids, the agent lacks, or whose params are invalid.
 
@@ -88,7 +101,7 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
     if probe not in offered:
         available = sorted(name for name in offered if caller.allows_probe(name))
         raise not_found(
-            f"Unknown probe {echoed(probe)} on agent {record.name}. "
+            f"Unknown probe {echoed(probe)} on agent {record.name}.{pack_not_run(hub, record, probe)} "
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
         )
     spec = hub.packs.probe(probe)

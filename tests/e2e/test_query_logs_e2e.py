@@ -75,9 +75,8 @@ async def test_a_source_the_agent_has_no_pack_for_names_its_sources(fleet: Share
         if not missing:
             pytest.skip(f"{AGENT} has the systemd, docker and nginx packs")
         text = await call_error(client, "query_logs", source=missing[0], agent=AGENT)
-        assert (
-            f"Agent {AGENT} has no {missing[0]} pack, so source={missing[0]!r} is not available there" in text
-        )
+        assert f"Agent {AGENT} does not run the {missing[0]} pack (it is not installed there, or" in text
+        assert f"`sonde packs list` on {AGENT} says why), so source={missing[0]!r} is not available" in text
         sources = [s for s in ("systemd", "docker", "nginx", "system") if s in packs]
         assert f"Sources available on {AGENT}: {', '.join([*sources, 'audit'])}." in text
         assert "probe" not in text

@@ -178,3 +178,26 @@ async def test_a_probe_outside_the_policy_reads_alike_whether_the_agent_has_it_o
             said = await call_error(client, "probe", agent="alpha", probe=offered)
             unknown = await call_error(client, "probe", agent="alpha", probe=missing)
         assert unknown == said.replace(offered, missing)
+
+
+async def test_a_probe_of_a_pack_the_agent_does_not_run_says_so(fleet: SharedFleet) -> None:
+    """Before: 'Unknown probe 'systemd.units.failed' on agent alpha. Available: ...', as for a
+    misspelt name, where the hub knows the pack: not installed on alpha, or it does not apply."""
+    hub = fleet.hub
+    probes = {
+        "systemd": "systemd.units.failed",
+        "docker": "docker.containers.list",
+        "nginx": "nginx.config.test",
+    }
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        listed = await call(client, "list_agents", name="alpha")
+        runs = {label.split("@")[0] for label in listed["agents"][0]["packs"]}
+        missing = [pack for pack in probes if pack not in runs]
+        if not missing:
+            pytest.skip("alpha runs the systemd, docker and nginx packs")
+        said = await call_error(client, "probe", agent="alpha", probe=probes[missing[0]])
+    assert said.startswith(f"Unknown probe '{probes[missing[0]]}' on agent alpha. Agent alpha does not run")
+    assert f"the {missing[0]} pack: it is not installed there, or it does not apply" in said
+    assert "(`sonde packs list` on alpha says why). Available: " in said
+    misspelt = probe_refusal(hub, hub.admin_key, "system.nope")[2]
+    assert "does not run" not in misspelt  # alpha runs the system pack: just an unknown probe

@@ -204,6 +204,9 @@ async def test_a_source_whose_pack_the_agent_lacks_names_the_sources_it_has(hub:
     with pytest.raises(HubError) as caught:
         await query_logs(ToolCall(hub, ADMIN), QueryLogsInput(source="systemd", agent="a1"))
     message = str(caught.value)
-    assert "Agent a1 has no systemd pack, so source='systemd' is not available there" in message
+    assert (
+        "Agent a1 does not run the systemd pack (it is not installed there, or it does not apply: `sonde packs list` on a1 says why), so source='systemd' is not available there"
+        in message
+    )
     assert "Sources available on a1: system, audit." in message
     assert "probe" not in message

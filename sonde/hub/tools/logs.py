@@ -233,8 +233,9 @@ def require_source_pack(record: AgentRecord, source: str) -> None:
         return
     available = [name for name, pack in SOURCE_PACKS.items() if pack in packs]
     raise not_found(
-        f"Agent {record.name} has no {SOURCE_PACKS[source]} pack, so source={source!r} is not available "
-        f"there. Sources available on {record.name}: {', '.join([*available, 'audit'])}."
+        f"Agent {record.name} does not run the {SOURCE_PACKS[source]} pack (it is not installed there, or "
+        f"it does not apply: `sonde packs list` on {record.name} says why), so source={source!r} is not "
+        f"available there. Sources available on {record.name}: {', '.join([*available, 'audit'])}."
     )
 
 
