@@ -48,6 +48,9 @@ EXPECTED_PROBES = {
     "system.network.traceroute",
 }
 MY_NAME = psutil.Process().name()
+HAS_PRESSURE = {
+    resource: os.path.exists(f"/proc/pressure/{resource}") for resource in ("cpu", "memory", "io")
+}
 LONG_TIMEOUTS_S = {"system.files.directories": 30, "system.network.traceroute": 60}
 
 
@@ -151,6 +154,22 @@ async def test_cpu_usage_over_a_short_interval() -> None:
     assert all(0.0 <= p <= 100.0 for p in usage["per_cpu_percent"])
     assert usage["load_1m"] >= 0.0
     assert usage["load_per_cpu"] == pytest.approx(usage["load_1m"] / usage["logical_count"], abs=0.01)
+
+
+async def test_cpu_usage_splits_the_time_over_the_same_sample() -> None:
+    usage = await run("system.cpu.usage", interval_s=0.2)
+    shares = [usage[key] for key in ("user_percent", "system_percent", "iowait_percent", "steal_percent")]
+    assert all(0.0 <= share <= 100.0 for share in shares)
+    # busy counts user, system and steal, never iowait (rounding: each share to 0.1)
+    assert usage["user_percent"] + usage["system_percent"] + usage["steal_percent"] <= usage["percent"] + 0.5
+    pressure = usage["pressure"]
+    assert set(pressure) == {"cpu", "memory", "io"}
+    for resource, stall in pressure.items():
+        if not HAS_PRESSURE[resource]:
+            assert stall is None
+            continue
+        assert set(stall) == {"some_avg10", "some_avg60"}
+        assert all(0.0 <= value <= 100.0 for value in stall.values())
 
 
 async def test_cpu_usage_echoes_a_negative_zero_interval_as_zero() -> None:

@@ -9,9 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sonde.packs.system.cpu import busy_percent
-from sonde.packs.system.disk import Mount, real_filesystems
+from sonde.packs.system.cpu import busy_percent, parse_pressure, time_shares
+from sonde.packs.system.disk import Mount, read_only_by, real_filesystems
 from sonde.packs.system.info import iso_utc, operating_system, parse_os_release
+from sonde.packs.system.kernel import parse_dmesg_json
+from sonde.packs.system.memory import oom_kills_in
 from sonde.packs.system.process_info import DENIED, process_info_from
 from sonde.packs.system.processes import join_cmdline, summarize
 from sonde.packs.system.procnet import (
@@ -175,13 +177,18 @@ def partitions(name: str) -> list[DiskPartition]:
 
 
 def test_real_filesystems_of_this_vm() -> None:
-    assert real_filesystems(partitions("disk-partitions.json")) == [Mount("/dev/vda", "/", "ext4")]
+    assert real_filesystems(partitions("disk-partitions.json")) == [
+        Mount("tmpfs", "/dev/shm", "tmpfs"),  # over-mounted: listed once
+        Mount("/dev/vda", "/", "ext4"),
+        Mount("model_tools_unavailable", "/mnt/sandboxing/model_tools_env/v1/python", "tmpfs"),
+    ]  # not the tmpfs on /sys/fs/cgroup
 
 
 def test_real_filesystems_keeps_overlay_bind_mounts_and_network_filesystems() -> None:
     kept = real_filesystems(partitions("disk-partitions-edge.json"))
     assert [(m.mountpoint, m.fstype) for m in kept] == [
         ("/", "overlay"),
+        ("/run", "tmpfs"),
         ("/data", "xfs"),
         ("/srv/bind", "xfs"),
         ("/mnt/nas", "nfs4"),
@@ -208,6 +215,98 @@ def test_busy_percent_since_boot_and_without_elapsed_time() -> None:
     times = {"user": 30.0, "idle": 70.0}
     assert busy_percent(None, times) == 30.0
     assert busy_percent(times, times) == 0.0
+
+
+def test_time_shares_name_iowait_and_steal_over_the_same_sample() -> None:
+    before = {"user": 100.0, "nice": 0.0, "system": 50.0, "idle": 800.0, "iowait": 50.0, "irq": 0.0}
+    after = {
+        "user": 140.0,
+        "nice": 10.0,
+        "system": 60.0,
+        "idle": 880.0,
+        "iowait": 90.0,
+        "irq": 10.0,
+        "steal": 10.0,
+        "guest": 5.0,
+    }
+    # 200 elapsed (guest is inside user): busy = user+nice 50, system+irq 20, steal 10 -> 80
+    assert time_shares(before, after) == {
+        "percent": 40.0,
+        "user_percent": 25.0,
+        "system_percent": 10.0,
+        "iowait_percent": 20.0,
+        "steal_percent": 5.0,
+    }
+    assert time_shares(after, after) == dict.fromkeys(time_shares(after, after), 0.0)
+
+
+def test_pressure_some_line() -> None:
+    text = "some avg10=18.04 avg60=36.82 avg300=43.46 total=763734825\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    assert parse_pressure(text) == {"some_avg10": 18.04, "some_avg60": 36.82}
+    assert parse_pressure("") is None
+
+
+# read-only mounts
+
+MOUNTINFO = """\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
+28 27 0:25 / /mnt/tools ro,nosuid - tmpfs tools ro,size=4k
+50 27 7:0 / /mnt/with\\040space rw,relatime - ext4 /dev/loop0 ro
+51 27 254:0 / /srv/config ro,relatime shared:1 master:2 - ext4 /dev/vda rw,discard
+52 27 7:1 / /data rw - xfs /dev/loop1 rw
+53 27 7:1 / /data ro - xfs /dev/loop1 ro
+"""
+
+
+def test_read_only_by_the_filesystem_or_the_mount_alone() -> None:
+    assert read_only_by(MOUNTINFO) == {
+        "/": None,
+        "/mnt/tools": "filesystem",
+        "/mnt/with space": "filesystem",  # remounted ro: the mount options still say rw
+        "/srv/config": "mount",  # a read-only bind mount of a writable filesystem
+        "/data": "filesystem",  # mounted over: the last one is what a path reaches
+    }
+
+
+# OOM kills in the kernel log
+
+DMESG_WITH_OOM = json.dumps(
+    {
+        "dmesg": [
+            {
+                "pri": 4,
+                "time": 100.5,
+                "msg": "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0",
+            },
+            {
+                "pri": 3,
+                "time": 3044.879266,
+                "msg": "Memory cgroup out of memory: Killed process 6104 (python3) total-vm:323784kB, "
+                "anon-rss:65024kB, file-rss:6592kB, shmem-rss:0kB, UID:0 pgtables:184kB oom_score_adj:0",
+            },
+            {"pri": 3, "time": 3050.0, "msg": "Out of memory: Killed process 77 (java de luxe) total-vm:1kB"},
+            {
+                "pri": 3,
+                "time": 3060.0,
+                "msg": "Out of memory: Kill process 78 (old) score 900 or sacrifice child",
+            },
+            {"pri": 3, "time": 3061.0, "msg": "I/O error, dev vda, sector 1 Killed process 9 (no)"},
+        ]
+    }
+)
+
+
+def test_oom_kills_in_the_kernel_log_newest_last_with_how_long_ago() -> None:
+    messages = parse_dmesg_json(DMESG_WITH_OOM, boot_time=1_700_000_000.0)
+    kills = oom_kills_in(messages, now_since_boot_s=3100.0)
+    assert [(k.pid, k.process, k.memory_cgroup, k.seconds_ago) for k in kills] == [
+        (6104, "python3", True, 55.1),
+        (77, "java de luxe", False, 50.0),
+        (78, "old", False, 40.0),
+    ]
+    assert kills[0].time == "2023-11-14T23:04:04+00:00"
+    assert len(oom_kills_in(messages, now_since_boot_s=3100.0, limit=2)) == 2
+    assert oom_kills_in(messages, now_since_boot_s=3100.0, limit=2)[-1].pid == 78
 
 
 # process fields

@@ -1,16 +1,25 @@
-"""Space and inodes of the real filesystems.
+"""Space, inodes and read-only state of the real filesystems.
 
-The mount table lists many kernel pseudo filesystems (proc, cgroup, tmpfs, ...);
-the pure `real_filesystems` drops them and the duplicates a bind or repeated
-mount produces, so what remains is storage a person would call a disk.
+The mount table lists many kernel pseudo filesystems (proc, cgroup, ...); the
+pure `real_filesystems` drops them and the duplicates a bind or repeated mount
+produces, so what remains is storage a person would call a disk, plus tmpfs
+(/tmp, /run, /dev/shm fill up too) except the ones without a size and those
+masking kernel directories under /proc and /sys. A host with many tmpfs mounts
+(one per pod on a Kubernetes node) lists at most `TMPFS_LISTED`, the fullest.
+
+Whether a mount is read-only comes from /proc/self/mountinfo, which tells the
+mount's own flag (a read-only bind mount, as containers use) from the
+filesystem's (mounted or remounted ro, or by the kernel after errors).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Literal, Protocol
 
 import psutil
 from pydantic import Field
@@ -26,7 +35,6 @@ PSEUDO_FILESYSTEMS = frozenset(
         "sysfs",
         "devpts",
         "devtmpfs",
-        "tmpfs",
         "cgroup",
         "cgroup2",
         "securityfs",
@@ -47,6 +55,11 @@ PSEUDO_FILESYSTEMS = frozenset(
         "efivarfs",
     }
 )
+KERNEL_DIRECTORIES = ("/proc/", "/sys/")  # a tmpfs there masks a kernel directory (containers)
+TMPFS_LISTED = 50
+MOUNTINFO = Path("/proc/self/mountinfo")
+OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+ReadOnlyBy = Literal["filesystem", "mount"]
 
 
 class Partition(Protocol):
@@ -86,6 +99,12 @@ class FilesystemUsage(Result):
     inodes_total: int | None
     inodes_used: int | None
     inodes_percent_used: float | None
+    read_only: bool = Field(description="Writes under this mount point fail (EROFS).")
+    read_only_by: ReadOnlyBy | None = Field(
+        description="filesystem: the filesystem itself is read-only (mounted or remounted ro, or "
+        "the kernel made it so after errors, errors=remount-ro); mount: only this mount is (a "
+        "read-only bind mount), the filesystem stays writable elsewhere; null when writable."
+    )
 
 
 class UnreadableMount(Result):
@@ -96,6 +115,13 @@ class UnreadableMount(Result):
 class DiskUsage(Result):
     filesystems: list[FilesystemUsage]
     unreadable: list[UnreadableMount]
+    tmpfs_left_out: int = Field(
+        description=f"tmpfs mounts not listed: past the {TMPFS_LISTED} fullest, the emptiest are left out."
+    )
+
+
+def _kernel_tmpfs(part: Partition) -> bool:
+    return part.fstype == "tmpfs" and part.mountpoint.startswith(KERNEL_DIRECTORIES)
 
 
 def real_filesystems(partitions: Iterable[Partition]) -> list[Mount]:
@@ -104,11 +130,30 @@ def real_filesystems(partitions: Iterable[Partition]) -> list[Mount]:
     mounts: list[Mount] = []
     for part in partitions:
         key = (part.device, part.mountpoint)
-        if part.fstype in PSEUDO_FILESYSTEMS or key in seen:
+        if part.fstype in PSEUDO_FILESYSTEMS or _kernel_tmpfs(part) or key in seen:
             continue
         seen.add(key)
         mounts.append(Mount(part.device, part.mountpoint, part.fstype))
     return mounts
+
+
+def read_only_by(mountinfo: str) -> dict[str, ReadOnlyBy | None]:
+    """Per mount point of /proc/self/mountinfo's text, what makes it read-only (None: writable).
+
+    A mount point mounted over keeps the last row: the one a path reaches.
+    """
+    found: dict[str, ReadOnlyBy | None] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:] or len(fields) < 10:
+            continue
+        separator = fields.index("-", 6)
+        mountpoint = OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4])
+        if "ro" in fields[separator + 3].split(","):
+            found[mountpoint] = "filesystem"
+        else:
+            found[mountpoint] = "mount" if "ro" in fields[5].split(",") else None
+    return found
 
 
 def _inodes(stats: os.statvfs_result) -> tuple[int | None, int | None, float | None]:
@@ -118,7 +163,7 @@ def _inodes(stats: os.statvfs_result) -> tuple[int | None, int | None, float | N
     return stats.f_files, used, round(used * 100 / stats.f_files, 1)
 
 
-def _usage(mount: Mount) -> FilesystemUsage:
+def _usage(mount: Mount, read_only: ReadOnlyBy | None) -> FilesystemUsage:
     stats = os.statvfs(mount.mountpoint)
     # blocks: f_bfree are free to root, f_bavail to everybody; the difference is reserved
     used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
@@ -136,28 +181,47 @@ def _usage(mount: Mount) -> FilesystemUsage:
         inodes_total=inodes_total,
         inodes_used=inodes_used,
         inodes_percent_used=inodes_percent,
+        read_only=read_only is not None,
+        read_only_by=read_only,
     )
+
+
+def _fullest_tmpfs(filesystems: list[FilesystemUsage]) -> tuple[list[FilesystemUsage], int]:
+    """``filesystems`` without the tmpfs past the `TMPFS_LISTED` fullest, and how many those were."""
+    tmpfs = [fs for fs in filesystems if fs.fstype == "tmpfs"]
+    if len(tmpfs) <= TMPFS_LISTED:
+        return filesystems, 0
+    dropped = {id(fs) for fs in sorted(tmpfs, key=lambda fs: -fs.percent_used)[TMPFS_LISTED:]}
+    return [fs for fs in filesystems if id(fs) not in dropped], len(dropped)
 
 
 def _read_disk_usage() -> DiskUsage:
     filesystems: list[FilesystemUsage] = []
     unreadable: list[UnreadableMount] = []
+    read_only = read_only_by(MOUNTINFO.read_text())
     for mount in real_filesystems(psutil.disk_partitions(all=True)):
         try:
-            filesystems.append(_usage(mount))
+            usage = _usage(mount, read_only.get(mount.mountpoint))
         except OSError as exc:  # permission, stale NFS handle, unmounted meanwhile
             unreadable.append(UnreadableMount(mountpoint=mount.mountpoint, reason=exc.strerror or str(exc)))
-    return DiskUsage(filesystems=filesystems, unreadable=unreadable)
+            continue
+        if usage.fstype != "tmpfs" or usage.total_bytes > 0:  # size=0: no limit, never full
+            filesystems.append(usage)
+    listed, left_out = _fullest_tmpfs(filesystems)
+    return DiskUsage(filesystems=listed, unreadable=unreadable, tmpfs_left_out=left_out)
 
 
 @PACK.probe(
     "system.disk.usage",
-    """Space and inode use of every real mounted filesystem (pseudo filesystems such as proc,
-    tmpfs and cgroup left out; overlay kept): device, mount point, type, total and used bytes,
+    f"""Space and inode use of every real mounted filesystem (pseudo filesystems such as proc
+    and cgroup left out; overlay kept; tmpfs kept when it has a size and is not under /proc or
+    /sys, at most the {TMPFS_LISTED} fullest): device, mount point, type, total and used bytes,
     free bytes (what unprivileged users can still write) and reserved bytes (free to root
-    only; total = used + free + reserved), percent used as df shows it, and inodes total/used/percent where the filesystem has an inode
-    table. Mounts that could not be read are listed with the reason. Use it for 'disk full',
-    'no space left on device' or failing writes.""",
+    only; total = used + free + reserved), percent used as df shows it, inodes
+    total/used/percent where the filesystem has an inode table, and whether it is read-only
+    (read_only_by: the filesystem itself, or only this mount). Mounts that could not be read
+    are listed with the reason. Use it for 'disk full', 'no space left on device',
+    'read-only file system' or failing writes.""",
     timeout_s=15,
 )
 async def disk_usage(ctx: ProbeContext, params: NoParams) -> DiskUsage:

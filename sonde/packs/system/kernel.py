@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,6 +147,34 @@ def _refusal(stderr: str) -> Exception:
     return ProbeUnavailable(f"dmesg failed: {stderr.strip()[:300]}")
 
 
+@dataclass(frozen=True)
+class KernelLog:
+    messages: list[KernelMessage]
+    source: Literal["json", "text"]
+    truncated: bool  # the output cap cut it
+
+
+async def read_kernel_log(ctx: ProbeContext, levels: tuple[Level, ...] = ()) -> KernelLog:
+    """The kernel ring buffer, only ``levels`` when given (``dmesg --level``).
+
+    Raises PermissionError (with what to grant) where the buffer is restricted,
+    `ProbeUnavailable` when dmesg is missing or fails otherwise.
+    """
+    boot_time = psutil.boot_time()
+    only = [f"--level={','.join(levels)}"] if levels else []
+    output = await ctx.run(["dmesg", "--json", *only], max_output_bytes=DMESG_MAX_BYTES)
+    source: Literal["json", "text"] = "json"
+    if output.returncode != 0 and (
+        "unrecognized option" in output.stderr or "invalid option" in output.stderr
+    ):
+        output = await ctx.run(["dmesg", "-x", *only], max_output_bytes=DMESG_MAX_BYTES)
+        source = "text"
+    if output.returncode != 0:
+        raise _refusal(output.stderr)
+    parse = parse_dmesg_json if source == "json" else parse_dmesg_text
+    return KernelLog(parse(output.stdout, boot_time), source, output.truncated)
+
+
 @PACK.probe(
     "system.kernel.messages",
     """Kernel ring buffer (dmesg) messages at `max_level` or more severe (default warn:
@@ -157,24 +186,13 @@ def _refusal(stderr: str) -> Exception:
     requires=Requirements(commands=("dmesg",)),
 )
 async def kernel_messages(ctx: ProbeContext, params: KernelParams) -> KernelMessages:
-    boot_time = psutil.boot_time()
-    output = await ctx.run(["dmesg", "--json"], max_output_bytes=DMESG_MAX_BYTES)
-    source: Literal["json", "text"] = "json"
-    if output.returncode != 0 and (
-        "unrecognized option" in output.stderr or "invalid option" in output.stderr
-    ):
-        output = await ctx.run(["dmesg", "-x"], max_output_bytes=DMESG_MAX_BYTES)
-        source = "text"
-    if output.returncode != 0:
-        raise _refusal(output.stderr)
-    parse = parse_dmesg_json if source == "json" else parse_dmesg_text
-    everything = parse(output.stdout, boot_time)
-    kept, counts = select(everything, params.max_level, params.limit)
+    log = await read_kernel_log(ctx)
+    kept, counts = select(log.messages, params.max_level, params.limit)
     matching = sum(counts[level] for level in LEVELS[: LEVELS.index(params.max_level) + 1])
     return KernelMessages(
         max_level=params.max_level,
         counts_by_level=counts,
         messages=kept,
-        truncated=matching > len(kept) or output.truncated,
-        source=source,
+        truncated=matching > len(kept) or log.truncated,
+        source=log.source,
     )
