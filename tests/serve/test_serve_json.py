@@ -48,6 +48,9 @@ MEMORY_FIELDS = {
     "swap_used_bytes",
     "swap_free_bytes",
     "swap_percent_used",
+    "oom_kills_since_boot",
+    "oom_kills",
+    "oom_kills_unreadable",
 }
 SLOW_PROBES = {
     "slowtest.sleep.wait",
