@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from sonde.echo import clipped
 from sonde.packs.base import PackLoadError, ProbeUnavailable
-from sonde.packs.context import PathNotAllowed, ProbeContext
+from sonde.packs.context import PathNotAllowed, ProbeContext, unredacted
 from sonde.packs.registry import PackRegistry
 from sonde.protocol.jsontext import valid_text, valid_unicode
 
@@ -46,6 +47,24 @@ class ProbeOutcome:
     truncated: bool
     output_bytes: int
     redactions: int = 0
+
+
+class RedactionTally:
+    """``ctx.redact`` for one probe run: redacts as the agent's does, and counts (`count`) the
+    redactions a probe made itself in text it sends, which the agent's last scrub finds already
+    hidden and so cannot count (a log line judged as a line of its credential file). Thread-safe."""
+
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        self.redact = redact
+        self.made = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> str:
+        return self.redact(text)
+
+    def count(self, redactions: int) -> None:
+        with self._lock:
+            self.made += redactions
 
 
 # The most of one validation message an answer repeats (a pack's own validator may quote its input).
@@ -84,7 +103,11 @@ async def execute_probe(
     """Run probe ``name``; raises `ProbeExecutionError` with a code on any failure.
 
     ``scrub`` sees the whole result before it is capped: a secret whose shape needs its
-    end (a URL's ``@``, a closing quote or tag) would pass if it were cut first.
+    end (a URL's ``@``, a closing quote or tag) would pass if it were cut first. The probe
+    gets ``ctx.redact`` as a `RedactionTally`: the redactions it counts there (made by the
+    probe itself, in text the last scrub then finds hidden) are added to the outcome's. A
+    result whose ``cut_to_fit`` is True (a probe that stopped its own output at the cap) is
+    ``truncated`` as one the cap cut.
     """
     try:
         spec = registry.probe(name)
@@ -102,10 +125,11 @@ async def execute_probe(
             "invalid_params", f"invalid params for {name}: {describe_params_error(exc)}"
         ) from None
     limit_s = min(timeout_s, spec.timeout_s) if timeout_s else spec.timeout_s
+    tally = RedactionTally(ctx.redact)
     started = time.perf_counter()
     try:
         with trio.fail_after(limit_s):
-            result = await spec.run(ctx, parsed)
+            result = await spec.run(ctx if ctx.redact is unredacted else replace(ctx, redact=tally), parsed)
     except trio.TooSlowError:
         raise ProbeExecutionError("timeout", f"probe {name} did not finish within {limit_s:g}s") from None
     except ProbeUnavailable as exc:
@@ -133,7 +157,8 @@ async def execute_probe(
         data, redactions, truncated, size = await trio.to_thread.run_sync(finish, data)
     else:
         data, redactions, truncated, size = finish(data)
-    return ProbeOutcome(data, duration_ms, truncated, size, redactions)
+    cut_to_fit = getattr(result, "cut_to_fit", False) is True  # the probe stopped at the cap itself
+    return ProbeOutcome(data, duration_ms, truncated or cut_to_fit, size, redactions + tally.made)
 
 
 def finish_result(

@@ -160,6 +160,8 @@ def open_directory(directory: Path) -> int:
         raise ValueError(f"{directory}: not a directory") from None
     except FileNotFoundError:
         raise ValueError(f"{directory}: no such directory") from None
+    except OSError as exc:  # a name too long, a symlink loop: the caller's path, not our failure
+        raise ValueError(f"{directory}: cannot open ({exc.strerror})") from None
 
 
 def _scan(fd: int, only: EntryKind, scan: Scan) -> Iterator[Stat]:

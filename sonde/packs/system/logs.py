@@ -1,17 +1,27 @@
-"""The last or first lines of a log file inside the allowed paths."""
+"""The last or first lines of a log file inside the allowed paths.
+
+The work is bounded by what the answer can carry: lines are judged (scrubbed) only until
+those kept would fill `LINES_BUDGET_BYTES` of it (then ``truncated``), and a probe that
+gives up (its deadline, a cancel) sets a flag its thread checks line by line, so the
+thread stops instead of running on past the deadline (`read_lines`).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field
 
 from sonde.packs.base import Params, Requirements, Result
 from sonde.packs.context import ProbeContext
+from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES
 from sonde.packs.system import PACK
 from sonde.packs.system.textfile import (
     MAX_SCAN_BYTES,
     AbsolutePath,
+    Limits,
     Lines,
     LiteralFilter,
     head_lines,
@@ -20,6 +30,9 @@ from sonde.packs.system.textfile import (
 
 LOG_LINES_MAX = 5000
 LOG_GROUPS = Requirements(groups=("adm",))
+# The lines' share of the answer's size cap: the rest is room for the path and the counts.
+LINES_BUDGET_BYTES = DEFAULT_MAX_RESULT_BYTES - 20 * 1024
+ReadLines = Callable[[Path, int, "str | None", int, Callable[[str], str], Limits], Lines]
 
 
 class LogParams(Params):
@@ -34,6 +47,15 @@ class LogLines(Result):
     lines: list[str]
     scanned_bytes: int
     complete: bool = Field(description="False when the 16 MiB scan cap stopped the search early.")
+    truncated: bool = Field(
+        description="True when fewer lines than asked for are given because more would not fit in "
+        "the answer (about 236 KiB of lines): the newest of a tail, the first of a head."
+    )
+
+    @property
+    def cut_to_fit(self) -> bool:
+        """Whether the lines stopped at the answer's size cap (the agent reports it as truncated)."""
+        return self.truncated
 
 
 def log_lines(path: Path, found: Lines) -> LogLines:
@@ -43,14 +65,30 @@ def log_lines(path: Path, found: Lines) -> LogLines:
         lines=found.lines,
         scanned_bytes=found.scanned_bytes,
         complete=found.complete,
+        truncated=found.truncated,
     )
+
+
+async def read_lines(ctx: ProbeContext, read: ReadLines, path: Path, params: LogParams) -> Lines:
+    """``read`` (`tail_lines`, `head_lines`) in a worker thread, within `LINES_BUDGET_BYTES`;
+    when this probe gives up (cancelled at its deadline or by its caller) the thread stops
+    at its next line instead of running on (`textfile.Abandoned`)."""
+    stop = threading.Event()
+    limits = Limits(LINES_BUDGET_BYTES, stop)
+    try:
+        return await ctx.in_thread(
+            read, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact, limits
+        )
+    finally:
+        stop.set()
 
 
 @PACK.probe(
     "system.logs.tail",
     """The last `lines` lines (oldest first; blank lines count, as with `tail -n`) of a log
     file inside the allowed paths, optionally only those containing a literal `contains`
-    text; lines longer than 4096 characters are cut. At most 16 MiB from the end is
+    text; lines longer than 4096 characters are cut, and only the newest that fit in about
+    236 KiB are given (`truncated` says so). At most 16 MiB from the end is
     scanned. Files under /var/log usually need the 'adm' group. Use it for 'what did the
     service log recently'.""",
     timeout_s=15,
@@ -58,7 +96,7 @@ def log_lines(path: Path, found: Lines) -> LogLines:
 )
 async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await ctx.in_thread(tail_lines, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact)
+    found = await read_lines(ctx, tail_lines, path, params)
     return log_lines(path, found).newest_last("lines")
 
 
@@ -66,12 +104,13 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     "system.logs.head",
     """The first `lines` lines (blank lines count, as with `head -n`) of a log file inside
     the allowed paths, optionally only those containing a literal `contains` text (at most
-    16 MiB scanned). Files under /var/log usually need the 'adm' group. Use it to see how a
-    log (or a boot) started.""",
+    16 MiB scanned); lines longer than 4096 characters are cut, and only the first that fit
+    in about 236 KiB are given (`truncated` says so). Files under /var/log usually need the
+    'adm' group. Use it to see how a log (or a boot) started.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )
 async def logs_head(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await ctx.in_thread(head_lines, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact)
+    found = await read_lines(ctx, head_lines, path, params)
     return log_lines(path, found)

@@ -50,8 +50,12 @@ def _open_at(parent: int, name: str, flags: int, path: Path, *, intermediate: bo
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
-        if intermediate or _is_symlink(parent, name):
-            raise PathChanged(f"{path}: changed while being opened (replaced by a symlink)") from None
+        if _is_symlink(parent, name):
+            raise PathChanged(
+                f"{path}: {name} is a symlink that loops or was swapped in after the path was checked"
+            ) from None
+        if intermediate:  # a file where the resolved path has a directory: ENOTDIR
+            raise PathChanged(f"{path}: {name} is not a directory") from None
         raise
 
 

@@ -5,7 +5,12 @@ end in blocks and stops after `max_scan_bytes`; `head_lines` reads forward
 under the same cap. Both count lines as ``tail -n`` and ``head -n`` do, blank
 ones included (the newline that ends the file does not start another). Both take
 an optional literal ``contains`` filter, so the "last 100 lines that mention
-'error'" of a large log costs at most the scan cap.
+'error'" of a large log costs at most the scan cap. `Limits` bound them further: the
+lines stop once those kept would take more of the answer than its budget (``truncated``),
+and a set ``stop`` flag (the probe gave up) ends the work at the next line (`Abandoned`).
+A line is cut to `LINE_MAX_CHARS` before it is scrubbed (a value cut short at its end is
+hidden to the end: `sonde.agent.scrub_shapes.CUT`); how lines are scrubbed is
+`sonde.packs.system.linescrub`'s.
 
 Opening goes through `open_regular`: the path (already resolved by
 ``ProbeContext.allowed_path``) is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must
@@ -15,38 +20,55 @@ symlink swapped in after the allow-list check is refused.
 
 from __future__ import annotations
 
+import math
 import os
-import re
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from sonde.packs.context import unredacted
+from sonde.packs.executor import json_size
 from sonde.packs.system.access import why_refused
+from sonde.packs.system.linescrub import as_lines_of, count_sent, scrubbed_lines
+from sonde.packs.system.linescrub import redact_lines as redact_lines  # docker's probes take it from here
 from sonde.packs.system.nofollow import open_resolved
 from sonde.packs.textpattern import PythonPattern
-from sonde.protocol.names import REDACTED
 
 BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
 LINE_MAX_CHARS = 4096
+LINE_KEEP_BYTES = 4 * LINE_MAX_CHARS + 4  # of a longer line: more than `decode_line` keeps of it
 BINARY_SNIFF_BYTES = 8192
 TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
 # Lines scrubbed with the ones judged, before them: more than the YAML block scalar
 # (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
 CONTEXT_LINES = 256
 BATCH_CHARS = 1024 * 1024  # lines judged (scrubbed as one text) at a time, at most about
-# A key block's END line: a private key's (PEM, OpenSSH, PGP), RFC 4716's (SSH.com's "---- END
-# SSH2 ENCRYPTED PRIVATE KEY ----") and OpenVPN's static and tls-crypt-v2 keys' ("-----END OpenVPN
-# Static key V1-----"). Found without its BEGIN line, it hides every line up to it.
-_KEY_END = re.compile(
-    r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|---- END[ A-Z0-9]{0,40}PRIVATE KEY ----"
-    r"|-----END OpenVPN [A-Za-z0-9 -]{1,40}-----"
-)
+BUDGET_STEP_CHARS = 64 * 1024  # lines judged at least at a time once the budget is nearly spent
+NAME_MAX_BYTES = 255  # of one name in a path (Linux's NAME_MAX)
+PATH_MAX_BYTES = 4095  # of a whole path (Linux's PATH_MAX, its NUL aside)
+
+
+def fits_file_names(path: str) -> str:
+    """``path`` if the file system can take it: raises ValueError for a name of more than
+    `NAME_MAX_BYTES` (``open`` fails with ENAMETOOLONG) or a path of more than `PATH_MAX_BYTES`,
+    saying so without repeating the path."""
+    lengths = [len(part.encode("utf-8", "surrogatepass")) for part in path.split("/")]
+    if max(lengths) > NAME_MAX_BYTES:
+        raise ValueError(
+            f"a name in the path is {max(lengths)} bytes long; a file name has at most {NAME_MAX_BYTES}"
+        )
+    if sum(lengths) + len(lengths) - 1 > PATH_MAX_BYTES:
+        raise ValueError(
+            f"the path is {sum(lengths) + len(lengths) - 1} bytes long; at most {PATH_MAX_BYTES}"
+        )
+    return path
+
 
 # Checked by Python's re (`PythonPattern`): the Rust engine spends ~8 MiB on the {0,4095} repeat.
 AbsolutePath = Annotated[
@@ -56,6 +78,7 @@ AbsolutePath = Annotated[
         description="Absolute path; must lie inside the agent's allowed paths (symlinks resolved).",
     ),
     PythonPattern(r"^/[^\x00-\x1f]{0,4095}$"),
+    AfterValidator(fits_file_names),
 ]
 LiteralFilter = Annotated[
     str,
@@ -74,6 +97,7 @@ class Lines:
     size_bytes: int
     scanned_bytes: int
     complete: bool  # False when the scan cap stopped the search early
+    truncated: bool = False  # True when the budget stopped the lines before ``count``
 
 
 def permission_error(path: Path) -> PermissionError:
@@ -119,43 +143,60 @@ def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Itera
         yield handle.read(step)
 
 
+class Abandoned(Exception):
+    """The probe gave up on this work (its deadline passed, or it was cancelled): nobody reads it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds a line probe's work beyond its scan: the bytes of JSON its lines may take in the
+    answer (None: no bound), and the flag its probe sets when it gives up (checked line by line)."""
+
+    budget_bytes: int | None = None
+    stop: threading.Event | None = None
+
+
+NO_LIMITS = Limits()
+
+
 def tail_lines(
     path: Path,
     count: int,
     contains: str | None = None,
     max_scan_bytes: int = MAX_SCAN_BYTES,
     redact: Callable[[str], str] = unredacted,
+    limits: Limits = NO_LIMITS,
 ) -> Lines:
     """The last ``count`` lines of ``path`` as they will be sent (matching ``contains``), oldest first.
 
     Lines are judged by `_Judge`, each with up to `CONTEXT_LINES` earlier lines
     read for context, so a secret that began before the lines returned is still hidden.
+    Raises `Abandoned` once ``limits.stop`` is set.
     """
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        judge = _Judge(count, contains, as_lines_of(path, redact))
+        judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # decoded lines not judged yet, newest first
-        ready = 0  # pending lines with `CONTEXT_LINES` read before them
         scanned = [0]
         for raw in _lines_backwards(handle, size, max_scan_bytes, scanned):
-            pending.append(decode_line(raw))
-            judge.chars += len(pending[-1])
-            if len(pending) > CONTEXT_LINES:
-                ready += judge.could_keep(pending[-1 - CONTEXT_LINES])
-            if len(pending) > CONTEXT_LINES and judge.due(ready):
-                judged = len(pending) - CONTEXT_LINES
-                if judge.judge(pending[::-1], CONTEXT_LINES, newest_first=True):
-                    return Lines(judge.found[::-1], size, scanned[0], True)
-                del pending[:judged]
-                ready = 0
+            judge.read(decode_line(raw), pending)
+            if len(pending) > CONTEXT_LINES:  # the next line to judge has `CONTEXT_LINES` before it
+                if judge.ready(pending[-1 - CONTEXT_LINES]):
+                    return Lines(judge.found[::-1], size, scanned[0], True, truncated=True)
+                if judge.due():
+                    judged = len(pending) - CONTEXT_LINES
+                    if judge.judge(pending[::-1], CONTEXT_LINES, newest_first=True):
+                        return Lines(judge.found[::-1], size, scanned[0], True, judge.truncated)
+                    del pending[:judged]
         judge.judge(pending[::-1], 0, newest_first=True)
-        return Lines(judge.found[::-1], size, scanned[0], scanned[0] >= size)
+        return Lines(judge.found[::-1], size, scanned[0], scanned[0] >= size, judge.truncated)
 
 
 def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: list[int]) -> Iterator[bytes]:
     """Each whole line from the end (newest first, without its newline); ``scanned[0]`` counts bytes read.
 
     The file's first line comes last, once the scan reaches it; a line the scan cap cuts never comes.
+    Of a line longer than `LINE_KEEP_BYTES` only its start is kept (all `decode_line` sends).
     """
     partial = b""
     for block in _blocks_backwards(handle, size, max_scan_bytes):
@@ -163,43 +204,15 @@ def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: 
         if scanned[0] == 0 and pieces[-1] == b"":
             pieces.pop()  # the file ends with a newline: no line after it
         scanned[0] += len(block)
-        partial = pieces[0]
+        partial = pieces[0][:LINE_KEEP_BYTES]  # its start comes with the next block (earlier bytes)
         yield from reversed(pieces[1:])
     if scanned[0] >= size and size > 0:  # the file's first line, blank or not
         yield partial
 
 
-def as_lines_of(path: Path, redact: Callable[[str], str]) -> Callable[[str], str]:
-    """``redact`` reading each text as lines of ``path``, as the agent's last scrub reads an
-    answer that names its file before its lines: a rule keyed by the file (every value of
-    debconf's passwords.dat, every line's secret in rsyncd's secrets or postfix's sasl_passwd)
-    hides in the lines a filter judges what it hides in the lines sent, so a `contains` guess at
-    such a value matches nothing. Each line scrubbed on its own (`_each`) is read as the file's
-    line right after its name, whatever lines are sent before it."""
-    if redact is unredacted:
-        return redact
-    return _FileLines(f"{path}\x00", redact)  # no rule hides across a NUL: the path is cut off after
-
-
-@dataclass(frozen=True)
-class _FileLines:
-    """`as_lines_of`'s ``redact``: ``named`` (the path and a NUL) gives context, then is cut off."""
-
-    named: str
-    redact: Callable[[str], str]
-
-    def __call__(self, text: str) -> str:
-        return self.redact(self.named + text).partition("\x00")[2]
-
-    def each(self, lines: list[str]) -> list[str]:
-        """Each of ``lines`` as the file's line right after its name (the name before each)."""
-        if any("\x00" in line for line in lines):
-            return [self(line) for line in lines]
-        return self.redact("".join(self.named + line + "\x00" for line in lines)).split("\x00")[1::2]
-
-
 class _Judge:
-    """Which lines to keep, as they will be sent: ``found`` fills up to ``count``.
+    """Which lines to keep, as they will be sent: ``found`` fills up to ``count``, or until its
+    lines would take more than ``limits.budget_bytes`` of the answer (then ``truncated``).
 
     A batch of consecutive lines is scrubbed as ONE text (`redact_lines`) with the
     lines before it as context, so a key block or a YAML block scalar is hidden on
@@ -207,120 +220,74 @@ class _Judge:
     scrubbing, so a filter cannot confirm a guess at a secret the answer hides.
     """
 
-    def __init__(self, count: int, contains: str | None, redact: Callable[[str], str]) -> None:
-        self.count, self.contains, self.redact = count, contains, redact
+    def __init__(
+        self, count: int, contains: str | None, redact: Callable[[str], str], limits: Limits
+    ) -> None:
+        self.count, self.contains, self.redact, self.stop = count, contains, redact, limits.stop
+        self.budget = math.inf if limits.budget_bytes is None else limits.budget_bytes
         self.found: list[str] = []
-        self.chars = 0  # characters of the lines read since the last judgement
+        self.truncated = False
+        self.chars = 0  # characters of the lines to judge (context aside) since the last judgement
+        self.ready_lines = self.ready_chars = 0  # of those, the lines that could be kept
+
+    def read(self, line: str, pending: list[str]) -> None:
+        """Add ``line`` to ``pending``; raises `Abandoned` once the probe has given up."""
+        if self.stop is not None and self.stop.is_set():
+            raise Abandoned("the probe gave up on these lines")
+        pending.append(line)
+
+    def ready(self, line: str) -> bool:
+        """``line`` can be judged: count it if it could be kept. True (and ``truncated``) when, with
+        no filter, it is the next line to send and cannot fit: nothing more to judge. (With a filter,
+        only a judgement may say so: whether a line matches before it is scrubbed is no answer.)"""
+        self.chars += len(line)
+        if not self.could_keep(line):
+            return False
+        cost = len(line) + 3  # quotes and comma: no more than its bytes of JSON
+        if self.contains is None and not self.ready_lines and cost > self.budget:
+            self.truncated = True
+            return True
+        self.ready_lines += 1
+        self.ready_chars += cost
+        return False
 
     def could_keep(self, line: str) -> bool:
         return self.contains is None or self.contains in line
 
-    def due(self, ready: int) -> bool:
-        """Judge now: the lines ready could fill ``found``, or they are a full batch."""
-        return len(self.found) + ready >= self.count or self.chars >= BATCH_CHARS
+    def due(self) -> bool:
+        """Judge now: the lines ready could fill ``found`` or the budget, or they are a full batch."""
+        fill = max(self.budget, BUDGET_STEP_CHARS)  # not a batch a line while a filter drops them
+        return (
+            len(self.found) + self.ready_lines >= self.count
+            or self.chars >= BATCH_CHARS
+            or self.ready_chars >= fill
+        )
 
     def judge(self, lines: list[str], context: int, newest_first: bool = False) -> bool:
         """Judge ``lines[context:]`` (file order; the first ``context`` only give context);
-        True once ``count`` lines are found. ``newest_first`` adds the newest first."""
-        self.chars = 0
+        True once ``count`` lines are found or the budget is spent. ``newest_first`` adds the newest first."""
+        self.chars = self.ready_lines = self.ready_chars = 0
         context = min(context, len(lines))
         if not any(self.could_keep(line) for line in lines[context:]):
             return False
-        shown, sent = _scrubbed_lines(lines, self.redact, context)
+        shown, sent = scrubbed_lines(lines, self.redact, context)
         order = range(len(lines) - 1, context - 1, -1) if newest_first else range(context, len(lines))
         for index in order:
             if self.could_keep(lines[index]) and self.could_keep(shown[index - context]):
-                self.found.append(sent[index - context])
-                if len(self.found) >= self.count:
+                if self._keep(lines[index], sent[index - context]):
                     return True
         return False
 
-
-def redact_lines(lines: list[str], redact: Callable[[str], str], context: int = 0) -> list[str]:
-    """``lines[context:]`` (consecutive lines of one text) as they will be sent, one for one.
-
-    The lines are scrubbed as ONE text, so a secret spanning lines (a key block, a
-    YAML block scalar) is hidden on each of them ("[REDACTED]" for a line it swallows
-    whole); the first ``context`` lines only give context (the lines before a tail).
-    A key's END line left (its BEGIN line was not among ``lines``) hides every line up to
-    it. A line that scrubbed on its own shows the same, without its file's name too, is
-    returned as it is (the agent's last scrub hides and counts its secrets); the others (a
-    secret spanning lines, or one only its file's name tells, which the last scrub could miss
-    after a line of another shape) come scrubbed on their own as well, so that last scrub finds
-    nothing more in them.
-    """
-    return _scrubbed_lines(lines, redact, context)[1]
-
-
-def _scrubbed_lines(
-    lines: list[str], redact: Callable[[str], str], context: int
-) -> tuple[list[str], list[str]]:
-    """``lines[context:]`` as they will be shown, and as `redact_lines` returns them."""
-    if redact is unredacted or not lines:
-        return lines[context:], lines[context:]
-    text = "\n".join(lines)
-    scrubbed = redact(text)
-    sent = lines if scrubbed == text else _realign(lines, scrubbed.split("\n"))
-    orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
-    if orphan is not None:
-        sent = [REDACTED] * (orphan + 1) + sent[orphan + 1 :]
-    raw = lines[context:]
-    alone = _each(raw, redact)
-    shown = alone if sent is lines else _each(sent[context:], redact)
-    # what the agent's last scrub finds in a line without its file's name before it
-    bare = _each(raw, redact.redact) if isinstance(redact, _FileLines) else alone
-    return shown, [
-        line if seen == by_itself == plain else seen
-        for line, seen, by_itself, plain in zip(raw, shown, alone, bare, strict=True)
-    ]
-
-
-def _each(lines: list[str], redact: Callable[[str], str]) -> list[str]:
-    """Each of ``lines`` scrubbed on its own, as the agent scrubs a result's strings (as its
-    file's lines, each right after the file's name, for `as_lines_of`'s)."""
-    if isinstance(redact, _FileLines):
-        return redact.each(lines)
-    if any("\x00" in line for line in lines):
-        return [redact(line) for line in lines]
-    return redact("\x00".join(lines)).split("\x00")  # no rule crosses a NUL
-
-
-def _realign(original: list[str], scrubbed: list[str]) -> list[str]:
-    """``scrubbed`` (the lines of ``original``'s scrubbed text) one for one with ``original``.
-
-    A redaction that swallowed line ends joined lines; the line it starts in keeps the
-    redacted piece and each line it swallowed becomes "[REDACTED]". Every line returned
-    is made of ``scrubbed`` alone, so a wrong guess at where a redaction ended can
-    misplace a line, never show what was hidden.
-    """
-    if len(scrubbed) >= len(original):
-        return [*scrubbed[: len(original) - 1], " ".join(scrubbed[len(original) - 1 :])]
-    sent: list[str] = []
-    i = 0
-    for j, piece in enumerate(scrubbed):
-        if piece == original[i] or i == len(original) - 1:
-            sent.append(piece)
-            i += 1
-            continue
-        spare = (len(original) - i) - (len(scrubbed) - j)  # line ends still to account for
-        swallowed = next((s for s in range(spare + 1) if _ends_at(original, scrubbed, i + s, j)), 0)
-        sent += [piece] + [REDACTED] * swallowed
-        i += swallowed + 1
-    return sent + [REDACTED] * (len(original) - len(sent))
-
-
-def _ends_at(original: list[str], scrubbed: list[str], last: int, j: int) -> bool:
-    """Could ``scrubbed[j]`` end with ``original[last]``, the next piece start the next line?"""
-    if not original[last].endswith(scrubbed[j].rpartition(REDACTED)[2]):
-        return False
-    if j + 1 == len(scrubbed):
-        return last + 1 == len(original)
-    if last + 1 >= len(original):
-        return False
-    following = scrubbed[j + 1]
-    return following == original[last + 1] or (
-        REDACTED in following and original[last + 1].startswith(following.partition(REDACTED)[0])
-    )
+    def _keep(self, raw: str, sent: str) -> bool:
+        """Add ``sent`` to ``found``; True when no more is wanted (``count`` found, or the budget spent)."""
+        cost = json_size(sent) + 1  # and its comma
+        if cost > self.budget:
+            self.truncated = True
+            return True
+        self.budget -= cost
+        self.found.append(sent)
+        count_sent(self.redact, [raw], [sent])
+        return len(self.found) >= self.count
 
 
 def head_lines(
@@ -329,24 +296,27 @@ def head_lines(
     contains: str | None = None,
     max_scan_bytes: int = MAX_SCAN_BYTES,
     redact: Callable[[str], str] = unredacted,
+    limits: Limits = NO_LIMITS,
 ) -> Lines:
-    """The first ``count`` lines of ``path`` as they will be sent (matching ``contains``)."""
+    """The first ``count`` lines of ``path`` as they will be sent (matching ``contains``).
+
+    Raises `Abandoned` once ``limits.stop`` is set."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        judge = _Judge(count, contains, as_lines_of(path, redact))
+        judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # the lines before the ones not judged yet (context), then those
-        context = ready = scanned = 0
+        context = scanned = 0
         for raw, scanned in _lines_forward(handle, max_scan_bytes):
-            pending.append(decode_line(raw))
-            judge.chars += len(pending[-1])
-            ready += judge.could_keep(pending[-1])
-            if judge.due(ready):
+            judge.read(decode_line(raw), pending)
+            if judge.ready(pending[-1]):
+                return Lines(judge.found, size, scanned, True, truncated=True)
+            if judge.due():
                 if judge.judge(pending, context):
-                    return Lines(judge.found, size, scanned, True)
+                    return Lines(judge.found, size, scanned, True, judge.truncated)
                 pending = pending[-CONTEXT_LINES:]
-                context, ready = len(pending), 0
+                context = len(pending)
         judge.judge(pending, context)
-        return Lines(judge.found, size, scanned, scanned < max_scan_bytes or scanned >= size)
+        return Lines(judge.found, size, scanned, scanned < max_scan_bytes or scanned >= size, judge.truncated)
 
 
 def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int]]:

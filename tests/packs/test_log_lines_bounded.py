@@ -1,0 +1,151 @@
+"""A line probe does no more work than its answer can carry, and stops when its probe gives up.
+
+A review's file (4,000 lines of 8 KB, each ending in ``password=abc``) tailed 2,000 lines: the
+agent scrubbed every one of them three times over (24 MB), built an 8 MB answer and cut it to
+256 KiB, 4.7 s and 84 MB a call; 16 such calls left 14 threads running past their deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sonde.agent.scrubber import Scrubber
+from sonde.packs.context import ProbeContext, ProbeSettings
+from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, execute_probe
+from sonde.packs.registry import PackRegistry
+from sonde.packs.system import PACK
+from sonde.packs.system.textfile import LINE_MAX_CHARS
+
+REGISTRY = PackRegistry.of([PACK])
+SCRUBBER = Scrubber()
+LONG_LINE_BYTES = 8 * 1024
+LONG_LINES = 4000
+
+
+class CountingRedact:
+    """The agent's own redaction, counting the characters it is given (the work a probe does)."""
+
+    def __init__(self, redact: Callable[[str], str] = SCRUBBER.redacted) -> None:
+        self.redact = redact
+        self.chars = self.calls = 0
+
+    def __call__(self, text: str) -> str:
+        self.chars += len(text)
+        self.calls += 1
+        return self.redact(text)
+
+
+def long_lines_log(directory: Path) -> Path:
+    log = directory / "long.log"
+    with log.open("w") as out:
+        for number in range(LONG_LINES):
+            head = f"{number:05d} "
+            out.write(head + "x" * (LONG_LINE_BYTES - len(head) - len("password=abc") - 1) + "password=abc\n")
+    return log
+
+
+def context(directory: Path, redact: Callable[[str], str]) -> ProbeContext:
+    return ProbeContext(ProbeSettings(allowed_paths=(str(directory),)), redact=redact)
+
+
+@pytest.mark.parametrize(("probe", "first"), [("system.logs.tail", 2000), ("system.logs.head", 0)])
+async def test_a_line_probe_scrubs_no_more_than_its_answer_can_carry(
+    tmp_path: Path, probe: str, first: int
+) -> None:
+    log = long_lines_log(tmp_path)
+    redact = CountingRedact()
+    outcome = await execute_probe(
+        REGISTRY,
+        probe,
+        {"path": str(log), "lines": 2000},
+        context(tmp_path, redact),
+        scrub=SCRUBBER.scrub_result,
+    )
+    lines = outcome.result["lines"]
+    # 2,000 lines of 4 KiB sent would be 8 MiB: what fits in the answer is about 60 of them
+    assert redact.chars < 8 * DEFAULT_MAX_RESULT_BYTES, redact.chars
+    assert outcome.result["truncated"] is True  # the probe says it gave fewer than asked
+    assert outcome.truncated is True  # and so does the answer's metadata
+    assert outcome.output_bytes <= DEFAULT_MAX_RESULT_BYTES
+    assert all(len(line) == LINE_MAX_CHARS and line.endswith("…") for line in lines)
+    numbers = [int(line[:5]) for line in lines]
+    if probe == "system.logs.tail":  # the newest lines, oldest first, up to the file's last
+        assert numbers == list(range(LONG_LINES - len(lines), LONG_LINES))
+    else:
+        assert numbers == list(range(first, first + len(lines)))
+    assert len(lines) >= 50
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+async def test_a_line_probe_past_its_deadline_stops_its_thread(tmp_path: Path, probe: str) -> None:
+    """The worst case the budget leaves: a `contains` that every line matches until it is scrubbed
+    (a guess at a secret), so 16 MiB are judged and nothing is kept."""
+    log = tmp_path / "guesses.log"
+    line = "y" * 1000 + " password=needle\n"
+    log.write_text(line * (16 * 1024 * 1024 // len(line)))
+    entered, release = threading.Event(), threading.Event()
+
+    def held(text: str) -> str:
+        entered.set()
+        release.wait(30)
+        return SCRUBBER.redacted(text)
+
+    redact = CountingRedact(held)
+    ctx = context(tmp_path, redact)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_until_cancelled, ctx, probe, {"path": str(log), "contains": "needle"})
+        await trio.to_thread.run_sync(entered.wait, 30)
+        nursery.cancel_scope.cancel()
+    assert ctx.threads.stuck == 1
+    calls = redact.calls
+    release.set()
+    with trio.fail_after(60):
+        while ctx.threads.stuck:  # noqa: ASYNC110 - nothing tells when an abandoned thread returns
+            await trio.sleep(0.01)
+    assert redact.calls - calls <= 3  # it finished the judgement under way, then stopped
+
+
+async def run_until_cancelled(ctx: ProbeContext, probe: str, params: dict[str, Any]) -> None:
+    await execute_probe(REGISTRY, probe, params, ctx, scrub=SCRUBBER.scrub_result)
+    raise AssertionError("the probe should have been cancelled")
+
+
+CUT_SECRETS = [
+    ('password="{}"', "quoted secret that the cap cuts"),
+    ("https://svc:{}@db.example", "UrlPasswordCutByTheCap"),
+    ("password={}", "BareSecretCutByTheCap"),
+]
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+@pytest.mark.parametrize(("shape", "secret"), CUT_SECRETS)
+async def test_a_secret_cut_by_the_line_cap_is_hidden(
+    tmp_path: Path, probe: str, shape: str, secret: str
+) -> None:
+    log = tmp_path / "cut.log"
+    text = " " + shape.format(secret)  # a word of its own: "zzzpassword=" names no password
+    start = text.index(secret[0]) + 6  # the cap falls six characters into the secret
+    log.write_text("ok\n" + "z" * (LINE_MAX_CHARS - 1 - start) + text + "\nok\n")
+    scrubber = Scrubber()
+    outcome = await execute_probe(
+        REGISTRY, probe, {"path": str(log)}, context(tmp_path, scrubber.redacted), scrub=scrubber.scrub_result
+    )
+    sent = json.dumps(outcome.result)
+    assert secret[:6] not in sent
+    assert outcome.result["lines"][1].endswith("[REDACTED]…") or "[REDACTED]" in outcome.result["lines"][1]
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+async def test_a_line_longer_than_the_scan_is_cut_alike_from_either_end(tmp_path: Path, probe: str) -> None:
+    log = tmp_path / "one.log"
+    log.write_text("é" * (6 * 1024 * 1024) + "\nlast\n")
+    outcome = await execute_probe(REGISTRY, probe, {"path": str(log)}, context(tmp_path, SCRUBBER.redacted))
+    lines = outcome.result["lines"]
+    assert lines[-2 if probe == "system.logs.tail" else 0] == "é" * (LINE_MAX_CHARS - 1) + "…"
