@@ -65,3 +65,14 @@ async def test_a_path_the_file_system_cannot_take_is_refused_cleanly(
         assert [r for r in caplog.records if r.levelno >= logging.WARNING] == [], case
         assert len(caught.value.message) < 1000, (case, len(caught.value.message))
         assert ("symlink" in caught.value.message) == ("loop" in case), (case, caught.value.message)
+
+
+@pytest.mark.parametrize("probe", PATH_PROBES)
+async def test_a_relative_path_is_refused_saying_the_path_must_be_absolute(probe: str) -> None:
+    """Before: ``path: String should match pattern '^/[^\\x00-\\x1f]{0,4095}$'``, a regex to decode."""
+    ctx = ProbeContext(ProbeSettings(allowed_paths=("/var/log",)))
+    with pytest.raises(ProbeExecutionError) as refused:
+        await execute_probe(REGISTRY, probe, {"path": "var/log/dpkg.log"}, ctx)
+    assert refused.value.code == "invalid_params"
+    assert "path: Value error, must be an absolute path, starting with '/'" in refused.value.message
+    assert "pattern" not in refused.value.message

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from sonde.packs.context import unredacted
 from sonde.packs.executor import json_size
@@ -52,6 +52,14 @@ BATCH_CHARS = 1024 * 1024  # lines judged (scrubbed as one text) at a time, at m
 BUDGET_STEP_CHARS = 64 * 1024  # lines judged at least at a time once the budget is nearly spent
 NAME_MAX_BYTES = 255  # of one name in a path (Linux's NAME_MAX)
 PATH_MAX_BYTES = 4095  # of a whole path (Linux's PATH_MAX, its NUL aside)
+
+
+def absolute(value: object) -> object:
+    """``value``, unless it is a text that is no absolute path: ValueError, saying so (the
+    pattern's own message is a regular expression to decode)."""
+    if isinstance(value, str) and not value.startswith("/"):
+        raise ValueError("must be an absolute path, starting with '/'")
+    return value
 
 
 def fits_file_names(path: str) -> str:
@@ -79,6 +87,7 @@ AbsolutePath = Annotated[
     ),
     PythonPattern(r"^/[^\x00-\x1f]{0,4095}$"),
     AfterValidator(fits_file_names),
+    BeforeValidator(absolute),  # last: runs first, so a relative path is told so, not a pattern
 ]
 LiteralFilter = Annotated[
     str,
