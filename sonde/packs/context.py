@@ -205,7 +205,10 @@ class ProbeContext:
             if resolved == base or base in resolved.parents:
                 return resolved
         allowed = ", ".join(self.settings.allowed_paths) or "(none)"
-        raise PathNotAllowed(f"path {raw!r} is outside the allowed paths ({allowed})")
+        raise PathNotAllowed(
+            f"path {raw!r} is outside the allowed paths ({allowed}); to read there, an operator can "
+            "add a directory to allowedPaths in the agent's config (~/.sonde/config.json, or $SONDE_HOME's) and restart it"
+        )
 
     @staticmethod
     def unavailable(reason: str) -> ProbeUnavailable:

@@ -203,6 +203,9 @@ async def test_file_read_refuses_a_symlink_out_of_the_allow_list(tree: Path) -> 
     error = await refusal(tree, "system.files.read", path=str(tree / "escape"))
     assert error.code == "refused"
     assert "outside the allowed paths" in error.message
+    # and how an operator widens them (before: only the list)
+    assert "add a directory to allowedPaths in the agent's config (~/.sonde/config.json" in error.message
+    assert str(tree.parent / "secret.txt") not in error.message  # the link's target is not named
 
 
 async def test_file_read_refuses_paths_outside(tree: Path) -> None:
