@@ -83,9 +83,11 @@ class Runbook:
 
 
 def check(threshold: Threshold, value: float | None, probe: str, title: str, detail: str) -> list[Finding]:
-    """One finding when ``value`` crosses ``threshold`` (``title``/``detail`` may use {value})."""
+    """One finding when ``value`` crosses ``threshold``: ``{value}`` in ``title`` and ``detail``
+    is replaced by it, and nothing else is read in them, so a name they quote (a replica's
+    application_name, a mount point, a process) may hold braces."""
     severity = threshold.severity(value)
     if severity is None:
         return []
     shown = f"{value:g}{threshold.unit}" if isinstance(value, int | float) else str(value)
-    return [Finding(severity, title.format(value=shown), detail.format(value=shown), probe)]
+    return [Finding(severity, title.replace("{value}", shown), detail.replace("{value}", shown), probe)]

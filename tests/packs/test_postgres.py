@@ -267,6 +267,10 @@ def test_replication_findings_on_readings() -> None:
         ("critical", "Replica replica1 lags 2.14748e+09 bytes of WAL behind"),
         ("warning", "Inactive replication slot old_replica retains 1.04858e+08 bytes of WAL"),
     }
+    # a replica's application_name is the replica's own setting: braces in it are text (before: KeyError)
+    braced = {**primary, "replicas": [{**primary["replicas"][0], "application_name": "db{1}"}], "slots": []}
+    titles = {f.title for f in RUNBOOK.evaluate({"postgres.replication.status": braced})}
+    assert "Replica db{1} lags 45 s behind" in titles
     standby = {
         "role": "standby",
         "replicas": [],

@@ -40,12 +40,6 @@ def human_bytes(count: int | float | None) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _literal(text: str) -> str:
-    """``text`` for a `check` title or detail, which are format strings: a process or mount
-    named ``{x}`` must read as itself, not raise."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:g} seconds" if seconds < 120 else f"{seconds / 60:.1f} minutes"
 
@@ -53,7 +47,7 @@ def _duration(seconds: float) -> str:
 def disk_findings(reading: Reading) -> list[Finding]:
     found: list[Finding] = []
     for fs in reading.get("filesystems", []):
-        where, device = _literal(fs["mountpoint"]), _literal(fs["device"])
+        where, device = fs["mountpoint"], fs["device"]
         found += check(
             THRESHOLDS["disk_used_percent"],
             fs["percent_used"],
@@ -132,7 +126,7 @@ def oom_findings(reading: Reading) -> list[Finding]:
             )
         ]
     recent = [kill for kill in kills if kill["seconds_ago"] <= OOM_RECENT_S]
-    named = _literal("; ".join(_kill_named(kill) for kill in reversed(recent[-OOM_KILLS_NAMED:])))
+    named = "; ".join(_kill_named(kill) for kill in reversed(recent[-OOM_KILLS_NAMED:]))
     more = f"; and {len(recent) - OOM_KILLS_NAMED} more" if len(recent) > OOM_KILLS_NAMED else ""
     # every kill listed is recent and the kernel counted more: older ones may be recent too
     at_least = "at least " if recent and len(recent) == len(kills) < (since_boot or 0) else ""
