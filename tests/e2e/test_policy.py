@@ -78,7 +78,11 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         assert not skipped & ALLOWED_PROBES
         assert report["summary"]["probes_run"] == 1  # only the memory probe ran
         by_category = {c["category"]: c["status"] for c in report["categories"]}
-        assert by_category.pop("system") == "incomplete"  # two of its three probes were skipped
+        # two of its three probes were skipped: incomplete, unless a finding of the memory probe
+        # that ran decides it (an OOM kill on this machine in the last hour: the packs' tests make one)
+        severities = {f["severity"] for f in report["findings"] if f["category"] == "system"}
+        decided = next((s for s in ("critical", "warning") if s in severities), "incomplete")
+        assert by_category.pop("system") == decided
         assert set(by_category.values()) <= {"not_checked"}  # other packs' categories: none ran
 
         diag = await call(client, "diagnose", agent="alpha", category="system")
