@@ -162,17 +162,25 @@ async def test_process_list_shows_a_long_statement(connections: list[Any]) -> No
         await trio.to_thread.run_sync(execute, killer, f"KILL QUERY {thread_id}")
 
 
+WINDOW_TRIES = 5  # readings around five new connections, until no other client came or went between
+
+
 async def test_connection_usage_finding(connections: list[Any]) -> None:
-    before = await run("mysql.status.summary", interval_s=0)
+    # Other clients of this server (the end-to-end tests' agents, on another pytest worker) may
+    # come or go between the two readings: such a window is tried again.
+    for _ in range(WINDOW_TRIES):
+        before = await run("mysql.status.summary", interval_s=0)
+        opened = [await trio.to_thread.run_sync(connect) for _ in range(5)]
+        connections.extend(opened)
+        after = await run("mysql.status.summary", interval_s=0)
+        if after["threads_connected"] == before["threads_connected"] + 5:
+            break
+    assert after["threads_connected"] == before["threads_connected"] + 5, "other clients in every window"
     warn_at = (before["threads_connected"] + 3) * 100 / before["max_connections"]
     runbook = build_runbook(
         {**THRESHOLDS, "connection_usage_percent": Threshold(warning=warn_at, critical=100, unit="%")}
     )
     assert not [f for f in runbook.evaluate({"mysql.status.summary": before}) if "max_connections" in f.title]
-    for _ in range(5):
-        connections.append(await trio.to_thread.run_sync(connect))
-    after = await run("mysql.status.summary", interval_s=0)
-    assert after["threads_connected"] >= before["threads_connected"] + 5
     found = [f for f in runbook.evaluate({"mysql.status.summary": after}) if "max_connections" in f.title]
     assert [f.severity for f in found] == ["warning"]
     assert after["version"].startswith(("10.", "11.", "8.", "5."))
