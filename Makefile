@@ -28,8 +28,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # One pytest worker per core, at most 4 (`TEST_WORKERS=` runs them in one process). Tests sharing
-# the machine's services are kept on one worker, one after another (tests/conftest.py).
-TEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
+# the machine's services take a lock and run one at a time (tests/conftest.py).
+TEST_WORKERS ?= -n auto --maxprocesses 4
 
 # The tests start hundreds of sonde processes: byte-compile sonde first, as an install does
 # (an editable install does not, and with PYTHONDONTWRITEBYTECODE set every start compiles it).

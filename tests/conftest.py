@@ -6,6 +6,7 @@ under ``CI=true`` the same gap is a failure, so CI can never pass by skipping.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -42,15 +43,22 @@ def open_dir() -> Iterator[Path]:
 
 
 # Test files whose tests share what this machine runs for everyone: the database servers'
-# global counters and sessions (counted by the tests), nginx, the npm tools' cache. Under
-# pytest-xdist (`make test`: --dist loadgroup) they run on one worker, one after another.
+# global counters, sessions and settings (read and changed by the tests: maxclients, say), nginx,
+# the npm tools' cache. Their tests take one lock, so under pytest-xdist (`make test`) and beside
+# another run of the suite they run one at a time. (xdist's own grouping, --dist loadgroup, does
+# nothing with pytest 9.2's structured node ids: pytest-dev/pytest-xdist#1386.)
 SHARED_SERVICES = re.compile(r"test_(mysql|postgres|redis|nginx|conformance|inspector)")
+SHARED_SERVICES_LOCK = Path(tempfile.gettempdir()) / "sonde-tests-machine-services.lock"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if SHARED_SERVICES.match(item.path.name):
-            item.add_marker(pytest.mark.xdist_group("machine-services"))
+@pytest.fixture(autouse=True)
+def machine_services_alone(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not SHARED_SERVICES.match(request.path.name):
+        yield
+        return
+    with SHARED_SERVICES_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes, however the test ends
+        yield
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
