@@ -70,16 +70,11 @@ class WriteHealth:
         """After a batch of the writer: its ops' outcomes, and whether it committed a change."""
         for result in results:
             if isinstance(result, outcome.Error) and (failure := lasting_failure(result.error)) is not None:
-                self._failed(failure)
+                self.write_failed(failure)
                 return
         committed = any(not _store_refused(result) for result in results)  # a failed commit refuses all
         if wrote and committed:
             self.wrote()
-
-    def write_failed(self, failure: str) -> None:
-        """A write made beside the store's writer (the audit prune, on a connection of its own)
-        was refused for a lasting reason (`lasting_failure`): ``failure`` says which and why."""
-        self._failed(failure)
 
     def wrote(self) -> None:
         """A write committed a change, the store's or one made beside it: the database takes writes."""
@@ -93,7 +88,9 @@ class WriteHealth:
         self._failing = trio.Event()
         self._working.set()
 
-    def _failed(self, failure: str) -> None:
+    def write_failed(self, failure: str) -> None:
+        """A write was refused for a lasting reason (`lasting_failure`), the store's or one made
+        beside its writer (the audit prune, on a connection of its own): ``failure`` says why."""
         if self.failure is None:
             self.failing_since = time.time()
             log.error(
