@@ -15,18 +15,16 @@ import re
 import resource
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.procs import SONDE, URL_LINE, RunningHub, base_env, running_hub, wait_until, watch
 from tests.e2e.test_audit_retention import old_rows
+from tests.e2e.test_database_unwritable_health import DISK_WORDS, TINY_FILES, degraded_for_a_while
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-TINY_FILES = 4096  # no file of the hub's may grow past this: every append to the WAL fails
-DISK_WORDS = ("database or disk is full", "disk I/O error")
 RETENTION_LINE = re.compile(r"sonde\.hub\.audit_retention: audit retention: (.*)")
 # `python -c LIMITED SIZE ARGV...`: exec ARGV with no file of its to grow past SIZE bytes
 LIMITED = (
@@ -52,14 +50,7 @@ def test_a_prune_the_database_refuses_makes_health_degraded_until_a_write_works(
             said = proc.wait_for(RETENTION_LINE).group(1)
             assert any(words in said for words in DISK_WORDS), said
             with hub.client() as http:
-                health = http.get("/api/v1/health")
-                assert health.status_code == 503, health.text
-                answer = health.json()
-                assert answer["status"] == "degraded"
-                assert "pruning the audit log (--audit-keep)" in answer["problem"], answer
-                assert any(words in answer["problem"] for words in DISK_WORDS), answer
-                time.sleep(2.5)  # nothing else writes: the hub's own retries keep failing
-                assert http.get("/api/v1/health").status_code == 503
+                answer = degraded_for_a_while(http, "pruning the audit log (--audit-keep)")
                 resource.prlimit(proc.popen.pid, resource.RLIMIT_FSIZE, (-1, -1))
                 wait_until(lambda: http.get("/api/v1/health").status_code == 200, timeout=10)
                 assert http.get("/api/v1/health").json() == {"status": "ok", "version": answer["version"]}

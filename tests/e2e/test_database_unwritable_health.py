@@ -13,7 +13,9 @@ import re
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.procs import RunningHub, running_hub, wait_until
@@ -22,6 +24,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 TINY_FILES = 4096  # no file of the hub's may grow past this: every append to the WAL fails
 DISK_WORDS = ("database or disk is full", "disk I/O error")
+
+
+def degraded_for_a_while(http: httpx.Client, cause: str) -> dict[str, Any]:
+    """GET /api/v1/health is 503 ``degraded``, its problem naming ``cause`` and the disk, and still
+    so 2.5 s on (nothing else writes: the hub's own retries keep failing); its answer."""
+    health = http.get("/api/v1/health")  # at once: what monitoring sees
+    assert health.status_code == 503, health.text
+    answer: dict[str, Any] = health.json()
+    assert answer["status"] == "degraded"
+    assert cause in answer["problem"], answer
+    assert any(words in answer["problem"] for words in DISK_WORDS), answer
+    time.sleep(2.5)
+    assert http.get("/api/v1/health").status_code == 503
+    return answer
 
 
 def limit_file_size(hub: RunningHub, soft: int) -> None:
@@ -36,14 +52,7 @@ def test_health_is_degraded_from_the_first_refused_write_until_a_write_works(tmp
             refused = http.post("/api/v1/api-keys", json={"name": "ops"})
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "database_unavailable"  # as README says
-            health = http.get("/api/v1/health")  # at once: what monitoring sees
-            assert health.status_code == 503, health.text
-            answer = health.json()
-            assert answer["status"] == "degraded"
-            assert "cannot write its database" in answer["problem"], answer
-            assert any(words in answer["problem"] for words in DISK_WORDS), answer
-            time.sleep(2.5)  # nothing else writes: the hub's own retries keep failing
-            assert http.get("/api/v1/health").status_code == 503
+            answer = degraded_for_a_while(http, "cannot write its database")
         finally:
             limit_file_size(hub, resource.RLIM_INFINITY)
         # room again: no call is needed for the hub to see it (an idle hub writes nothing)
