@@ -87,7 +87,16 @@ def known_agent(data_dir: Path, agent_id: str | None) -> bool:
         db.close()
 
 
-def announce(url: str, key: str, agent: str) -> None:
+def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
+    """The key line and the bearer for `announce`: the key itself on a terminal; otherwise (a
+    log file, a supervisor, `--log-format json`) where it is kept, as the hub does with its
+    first admin key, so it never lands in a log."""
+    if sys.stderr.isatty() and log_format == "text":
+        return key, key
+    return f"in {state_path} (printed only when stderr is a terminal and logs are text)", "<the API key>"
+
+
+def announce(url: str, key: str, bearer: str, agent: str) -> None:
     print(
         f"""
   Sonde is up.
@@ -97,7 +106,7 @@ def announce(url: str, key: str, agent: str) -> None:
     dashboard    : {url}/  (sign in with the API key)
 
   Connect Claude Code:
-    claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {key}"
+    claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {bearer}"
 
   Press Ctrl-C to stop.
 """,
@@ -149,7 +158,7 @@ async def run_up(config: HubConfig) -> None:
             )
             if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
                 await accept_local_agent(hub, agent.agent_id)
-            announce(url, key, agent.name or "?")
+            announce(url, *shown_key(key, config.data_dir / STATE_FILE, config.log_format), agent.name or "?")
             async for _ in signals:
                 print("sonde up: shutting down", file=sys.stderr, flush=True)
                 await daemon.stop("quick start stopping")

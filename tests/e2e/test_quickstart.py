@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, mcp_client
-from tests.e2e.procs import base_env, spawn, with_site
+from tests.e2e.procs import base_env, on_a_terminal, spawn, with_site
 from tests.e2e.toolpack import write_toolpack
 
 CLAUDE_LINE = re.compile(
     r'claude mcp add --transport http sonde (http://127\.0\.0\.1:\d+)/mcp --header "Authorization: Bearer (sonde_\S+)"'
+)
+# stderr is a pipe here (a log, a supervisor): the key is not printed, its file is named
+CLAUDE_LINE_WITHOUT_KEY = re.compile(
+    r'claude mcp add --transport http sonde (http://127\.0\.0\.1:\d+)/mcp --header "Authorization: Bearer <the API key>"'
 )
 
 
@@ -26,7 +31,14 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
             ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"], run_env
         )
         try:
-            url, key = proc.wait_for(CLAUDE_LINE, timeout=30).groups()
+            (url,) = proc.wait_for(CLAUDE_LINE_WITHOUT_KEY, timeout=30).groups()
+            state = tmp_path / "data" / "quickstart.json"
+            key = json.loads(state.read_text())["apiKey"]
+            assert not any(key in line for line in proc.lines), "the key was printed to a pipe"
+            assert (
+                f"    API key      : in {state} (printed only when stderr is a terminal and logs are text)"
+                in proc.lines
+            )
             assert f"    dashboard    : {url}/  (sign in with the API key)" in proc.lines
             async with mcp_client(url, key) as client:
                 agents = (await call(client, "list_agents"))["agents"]
@@ -51,3 +63,13 @@ async def test_up_prints_a_working_line_and_keeps_its_identity(tmp_path: Path) -
         made = db.execute("SELECT actor, action FROM audit WHERE action LIKE '%api_key.create'").fetchall()
     db.close()
     assert made == [("quickstart", "quickstart.api_key.create")]
+
+
+def test_on_a_terminal_up_prints_its_key(tmp_path: Path) -> None:
+    args = ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"]
+    with on_a_terminal(args, base_env(tmp_path / "home"), CLAUDE_LINE) as seen:
+        found = CLAUDE_LINE.search(seen)
+        assert found is not None, seen
+    key = json.loads((tmp_path / "data" / "quickstart.json").read_text())["apiKey"]
+    assert found.group(2) == key
+    assert f"    API key      : {key}" in seen.replace("\r\n", "\n")
