@@ -14,6 +14,7 @@ Every credential here is fake. Vendor tokens are assembled from pieces
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 
@@ -132,6 +133,331 @@ LIBRESWAN_RSA_PRIVATE = (
     ("Exponent2", "0x82776b4f9be5da79c3f8"),
     ("Coefficient", "0x1a2b3c4d5e6f7a8b9c0d"),
 )  # fmt: skip
+
+
+# Private keys printed by `openssl asn1parse` (OpenSSL 3.0), of throwaway keys and a certificate
+# made for this corpus: the private values go (told from the structure: a key's version INTEGER
+# then its numbers; PKCS#8's OCTET STRING after the algorithm; SEC 1's after version 1), the
+# public ones and a certificate's elements stay.
+def _asn1(*lines: str) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def _asn1_hiding(text: str, *indexes: int) -> str:
+    """``text`` (asn1parse's lines) with the value of each line of ``indexes`` (from 0) hidden."""
+    lines = text.split("\n")
+    for index in indexes:
+        head, colon, _ = lines[index].rpartition(":")
+        lines[index] = head + colon + "[REDACTED]"
+    return "\n".join(lines)
+
+
+def _asn1_value(text: str, index: int) -> str:
+    """The value on line ``index`` (from 0) of ``text`` (asn1parse's lines)."""
+    return text.split("\n")[index].rpartition(":")[2]
+
+
+# `openssl genrsa -traditional 512 | openssl asn1parse`
+ASN1_RSA_TRADITIONAL = _asn1(
+    "    0:d=0  hl=4 l= 314 cons: SEQUENCE          ",
+    "    4:d=1  hl=2 l=   1 prim: INTEGER           :00",
+    "    7:d=1  hl=2 l=  65 prim: INTEGER           :AFA7A875CF63F1512AA12D0114408636A64F090200DD8FECAEABA9E8CB03363E7B3E5215B21C77601600AA6AD551E19F229A860EBE2277B0972293177128B569",
+    "   74:d=1  hl=2 l=   3 prim: INTEGER           :010001",
+    "   79:d=1  hl=2 l=  65 prim: INTEGER           :99C3410347F56BF42A4606D84FFB1FC1CD1998800973EA1E3CD5069A42C4600124432149DB5E9F7F3742B9D7BB9BE5695F199BCB86547A162D2031408005C6B5",
+    "  146:d=1  hl=2 l=  33 prim: INTEGER           :DE4DF3D0203CD9B8EBD67F913EF3FE49AA4101D54E75668EEFF51A76CDEE7EFF",
+    "  181:d=1  hl=2 l=  33 prim: INTEGER           :CA47919FDA7940165CE36E0E22458E06AF6A4030E07D0BBAA7007F8038D13397",
+    "  216:d=1  hl=2 l=  32 prim: INTEGER           :02BDA34BE599DA75553307CF9A9F177B8105DC27ED17B573FDB15FEA270FD1B1",
+    "  250:d=1  hl=2 l=  32 prim: INTEGER           :5626751727ED4C263A1982DDF22ABD7A8B6B2D3BA3E09E0638EA35635ECF7AB1",
+    "  284:d=1  hl=2 l=  32 prim: INTEGER           :6080B2054A3CC8119A5B965391B6E1A01EF2E00B67E0D04067BD83C1AC576ABF",
+)
+# a 1024-bit key of 3 primes (`genpkey -pkeyopt rsa_keygen_primes:3`, traditional)
+ASN1_RSA_THREE_PRIMES = _asn1(
+    "    0:d=0  hl=4 l= 637 cons: SEQUENCE          ",
+    "    4:d=1  hl=2 l=   1 prim: INTEGER           :01",
+    "    7:d=1  hl=3 l= 129 prim: INTEGER           :A6B9D4E78CE06587BA2C573AE53267358F21FBD5B1EA218A766FA03085B151097CA9B3F87556DDA63DA76A43FC5BF61EB7A28B9EAE9E631B81CDC26FD7B35CBB51E911452C530035DC5F9D2EBA17FB9D652E2F2B1002EB1EBF59F71742899F5B92002BF57CB89F566BA685F4C1757648E6A31A1DDDAC2316DD7DCB7144B9D139",
+    "  139:d=1  hl=2 l=   3 prim: INTEGER           :010001",
+    "  144:d=1  hl=3 l= 128 prim: INTEGER           :5728ED1183C747ACB5FA3A3BF2D7EFB6C335FBE6925518E5BED6CA42B391A810B298311AA19520D8A88095F78ADA7A08C5C32720AE32C372E23853E693E881888014CEE8BBF6240804EE603E75CC571F4F3BB82A2828D0FBB40A52E1EBACD81B991670BA2FB20DED72A94DED678390CE8A1F8C2E924AC9E1BC6EE90F30671A31",
+    "  275:d=1  hl=2 l=  43 prim: INTEGER           :3D038D8FB4AD1F29DAF01A7B85DA1A2975B775F9C4A8739A86077CD6AC8C9423B629C2E805F5AE6931B94B",
+    "  320:d=1  hl=2 l=  43 prim: INTEGER           :1C3D90D0F482CC169C3DCDBF947A0BBBF7B6E18FAA2885360622BF7232A85A2430D131E7A6B22683567415",
+    "  365:d=1  hl=2 l=  43 prim: INTEGER           :02612D1839B7B6CB6F1A862DE31E8A7EAB74A849417E4063FA6E3854370E9488800648EFBBABC54D9CFED9",
+    "  410:d=1  hl=2 l=  43 prim: INTEGER           :049FA7D82E5043EDE7C2CEAEF136523982433506FA8B0BD45E88CDE37A9BC9B6672FB905FE6AE897544E49",
+    "  455:d=1  hl=2 l=  43 prim: INTEGER           :17723C6842CF89289CA6423B35C4D8A2CE1B86D31070E863A77C06491691518652990717494BAAB4C1E043",
+    "  500:d=1  hl=3 l= 138 cons: SEQUENCE          ",
+    "  503:d=2  hl=3 l= 135 cons: SEQUENCE          ",
+    "  506:d=3  hl=2 l=  43 prim: INTEGER           :18C55B23E2609414B54ACCD11945A345221DE3AFF6D7B5D8664164B6122EC65B82C581E9C341AD36B8389F",
+    "  551:d=3  hl=2 l=  43 prim: INTEGER           :10131A76E9F3E4849FB53FBEBD98AC4033C893B5E008D1AFF183A438670A459CA2FB4AB80906B8C216C05F",
+    "  596:d=3  hl=2 l=  43 prim: INTEGER           :084AA4FB1D0CFA9834D1CF02E0630B0218B664F3A564B5FC14A2A45EC750001C83D24E8A40C916D56C3BC6",
+)
+# a DSA key, traditional
+ASN1_DSA_TRADITIONAL = _asn1(
+    "    0:d=0  hl=4 l= 460 cons: SEQUENCE          ",
+    "    4:d=1  hl=2 l=   1 prim: INTEGER           :00",
+    "    7:d=1  hl=3 l= 129 prim: INTEGER           :FA74585FFCE86365ADB9A8FA91723B54253699BA2DF2E9C77B89DCD9FE24E39773D4E4CE6425858A2A2145C15291A354F6A9E3D265EACA9DB51426E14698DA0CFE8028C444D061FECB9B9761BB7C0CA9C26AEC5671D4E34B07D9AD75CD7BCFC8D168CE009B4C3DAB8B8006F76D34629272F1E56BE4973CAB4CF09A24EE986FA9",
+    "  139:d=1  hl=2 l=  29 prim: INTEGER           :D1F1A4A771F3B534D9018BC5F7D78CC09B9EC7DB4CFE6B63BC819EC5",
+    "  170:d=1  hl=3 l= 129 prim: INTEGER           :E95958B5885B69D41A090F53443F04F915EBF77F2A2F3FB736041D8B5420C2243BCC99EA7B5528EE47B7E42E665C1F3AD0C32CE0A33FAD9C0E7DFFD46A914CB205B6BD969863F301ACD7A9E20F89642217B7A9EFD0B61BA47509F07D616C122D3BF64B64604341B27127750B1A6100E6B436B26405A4399BB6F8F5FEF391E744",
+    "  302:d=1  hl=3 l= 129 prim: INTEGER           :B21813E6478E88491497728ED032366001948F3F8309E0A2E6CD958264B94BDCFB8D0DAF7712981590A48B8D7E39490474EBB0A152E1744F49C33551ADA96229D128F74B53442D3F65D57CDD0EA985F217920C80F575CC6956F28346AD043F369CA8063A16FE209E824B69BA2A88B8415087F466677E41F1F6A14E474EE02EB7",
+    "  434:d=1  hl=2 l=  28 prim: INTEGER           :5951484EC26CDFB337B45D9813EC5E9A0D5722DF776553D33A8E4199",
+)
+# `genpkey -algorithm EC` (P-256), PKCS#8
+ASN1_EC_PKCS8 = _asn1(
+    "    0:d=0  hl=3 l= 135 cons: SEQUENCE          ",
+    "    3:d=1  hl=2 l=   1 prim: INTEGER           :00",
+    "    6:d=1  hl=2 l=  19 cons: SEQUENCE          ",
+    "    8:d=2  hl=2 l=   7 prim: OBJECT            :id-ecPublicKey",
+    "   17:d=2  hl=2 l=   8 prim: OBJECT            :prime256v1",
+    "   27:d=1  hl=2 l= 109 prim: OCTET STRING      [HEX DUMP]:306B0201010420E497F516EF44E70AF8620F498592428FF2546BE43327B3719949F6AA238353CBA14403420004C11F74142E9C31A939FFD80D46B3541066EA3A9C4BBFB52B853357DD92F67A60B0E5AF83C68F1FF665B55C36E5088D826762DE0DE15CFB04657C95B9F15E640B",
+)
+# `genpkey -algorithm X25519`
+ASN1_X25519_PKCS8 = _asn1(
+    "    0:d=0  hl=2 l=  46 cons: SEQUENCE          ",
+    "    2:d=1  hl=2 l=   1 prim: INTEGER           :00",
+    "    5:d=1  hl=2 l=   5 cons: SEQUENCE          ",
+    "    7:d=2  hl=2 l=   3 prim: OBJECT            :X25519",
+    "   12:d=1  hl=2 l=  34 prim: OCTET STRING      [HEX DUMP]:0420809F9A08A536CAFA5E4B3CAB4B43A85D3EF8FB9489644187D9AAAEB99688FD4D",
+)
+# `asn1parse -i -dump` of an Ed25519 key
+ASN1_ED25519_INDENT_DUMP = _asn1(
+    "    0:d=0  hl=2 l=  46 cons: SEQUENCE          ",
+    "    2:d=1  hl=2 l=   1 prim:  INTEGER           :00",
+    "    5:d=1  hl=2 l=   5 cons:  SEQUENCE          ",
+    "    7:d=2  hl=2 l=   3 prim:   OBJECT            :ED25519",
+    "   12:d=1  hl=2 l=  34 prim:  OCTET STRING      ",
+    "      0000 - 04 20 ed e8 eb e4 7e dc-d2 92 44 9d 53 67 a7 ff   . ....~...D.Sg..",
+    "      0010 - 79 0d 76 62 80 f3 49 73-af c3 91 05 cf 07 d1 41   y.vb..Is.......A",
+    "      0020 - 77 8f                                             w.",
+)
+# `ecparam -genkey -noout -name secp384r1` (SEC 1)
+ASN1_EC_SEC1 = _asn1(
+    "    0:d=0  hl=3 l= 164 cons: SEQUENCE          ",
+    "    3:d=1  hl=2 l=   1 prim: INTEGER           :01",
+    "    6:d=1  hl=2 l=  48 prim: OCTET STRING      [HEX DUMP]:A2875C3C2A69D9E80CC9916190FB850066715CE804042F944592051B83259CB6384B9B2CCB5C76C80847E005F0622017",
+    "   56:d=1  hl=2 l=   7 cons: cont [ 0 ]        ",
+    "   58:d=2  hl=2 l=   5 prim: OBJECT            :secp384r1",
+    "   65:d=1  hl=2 l= 100 cons: cont [ 1 ]        ",
+    "   67:d=2  hl=2 l=  98 prim: BIT STRING        ",
+)
+# `pkey -aes256`: an encrypted PKCS#8 key
+ASN1_ENCRYPTED_PKCS8 = _asn1(
+    "    0:d=0  hl=4 l= 445 cons: SEQUENCE          ",
+    "    4:d=1  hl=2 l=  87 cons: SEQUENCE          ",
+    "    6:d=2  hl=2 l=   9 prim: OBJECT            :PBES2",
+    "   17:d=2  hl=2 l=  74 cons: SEQUENCE          ",
+    "   19:d=3  hl=2 l=  41 cons: SEQUENCE          ",
+    "   21:d=4  hl=2 l=   9 prim: OBJECT            :PBKDF2",
+    "   32:d=4  hl=2 l=  28 cons: SEQUENCE          ",
+    "   34:d=5  hl=2 l=   8 prim: OCTET STRING      [HEX DUMP]:9710C882B95BDCEE",
+    "   44:d=5  hl=2 l=   2 prim: INTEGER           :0800",
+    "   48:d=5  hl=2 l=  12 cons: SEQUENCE          ",
+    "   50:d=6  hl=2 l=   8 prim: OBJECT            :hmacWithSHA256",
+    "   60:d=6  hl=2 l=   0 prim: NULL              ",
+    "   62:d=3  hl=2 l=  29 cons: SEQUENCE          ",
+    "   64:d=4  hl=2 l=   9 prim: OBJECT            :aes-256-cbc",
+    "   75:d=4  hl=2 l=  16 prim: OCTET STRING      [HEX DUMP]:37DD5B415443BAF1C92B6BCFA8AD8DA1",
+    "   93:d=1  hl=4 l= 352 prim: OCTET STRING      [HEX DUMP]:DE106F9F6F8DC0B31C0B41EB604BFBBA0F1973E37FB2AC36B7C7CBCA6879FF45C5825DFF1566276D75C30C02B952687B3A77F451DAB4405F36055EA0BA6B218A0B72732D610DC578B30F9274DFC95FF5F69D07D0AA36786B9C8A15E8D2347F64C06C9AE5731ECFB18AA4F80DA46AA71716EA3D94C1BE3DA2E6B1D043BE538F09FB073C93FAC178BA87B2831F6361F77DE7ECEA2FCB4EF9B332C05F8DB370F2C9B712446958BB71580F0175C6250695726734D82E30CAA6AC4AB2F3F9D45F1EC162A0FF2DFBBCC6F5F716C88D8F7BB7089EBFFB287BF6BF600970788B2F1CE381AC8CB85B8868202CB48DF1BE98215A689DFC485ED634D440E8CCD1DE87CF573522851B5E55544889CAD2FE24EAE726EFCB2E0585379B840FD18BFBE34DC828C93E5407A2DC0D7A6CA2B4A4CAE6AD5945FB1A42319B76954EE0D5360481A7E5DB68948A2FC0A0DEFC2771642205B78BB345C99EC2F715DA24C7108FFE3D6B288E",
+)
+# `asn1parse -strparse 12` of the Ed25519 key: its inner OCTET STRING
+ASN1_ED25519_STRPARSE = _asn1(
+    "    0:d=0  hl=2 l=  32 prim: OCTET STRING      [HEX DUMP]:EDE8EBE47EDCD292449D5367A7FF790D766280F34973AFC39105CF07D141778F",
+)
+# an EC certificate (`req -x509`)
+ASN1_CERT = _asn1(
+    "    0:d=0  hl=4 l= 523 cons: SEQUENCE          ",
+    "    4:d=1  hl=4 l= 432 cons: SEQUENCE          ",
+    "    8:d=2  hl=2 l=   3 cons: cont [ 0 ]        ",
+    "   10:d=3  hl=2 l=   1 prim: INTEGER           :02",
+    "   13:d=2  hl=2 l=  20 prim: INTEGER           :36D87CA4D874DFDDA1D55E2561241A8F33D33C76",
+    "   35:d=2  hl=2 l=  10 cons: SEQUENCE          ",
+    "   37:d=3  hl=2 l=   8 prim: OBJECT            :ecdsa-with-SHA256",
+    "   47:d=2  hl=2 l=  55 cons: SEQUENCE          ",
+    "   49:d=3  hl=2 l=  31 cons: SET               ",
+    "   51:d=4  hl=2 l=  29 cons: SEQUENCE          ",
+    "   53:d=5  hl=2 l=   3 prim: OBJECT            :commonName",
+    "   58:d=5  hl=2 l=  22 prim: UTF8STRING        :web-1.example.internal",
+    "   82:d=3  hl=2 l=  20 cons: SET               ",
+    "   84:d=4  hl=2 l=  18 cons: SEQUENCE          ",
+    "   86:d=5  hl=2 l=   3 prim: OBJECT            :organizationName",
+    "   91:d=5  hl=2 l=  11 prim: UTF8STRING        :Example Ops",
+    "  104:d=2  hl=2 l=  30 cons: SEQUENCE          ",
+    "  106:d=3  hl=2 l=  13 prim: UTCTIME           :261126130318Z",
+    "  121:d=3  hl=2 l=  13 prim: UTCTIME           :261226130318Z",
+    "  136:d=2  hl=2 l=  55 cons: SEQUENCE          ",
+    "  138:d=3  hl=2 l=  31 cons: SET               ",
+    "  140:d=4  hl=2 l=  29 cons: SEQUENCE          ",
+    "  142:d=5  hl=2 l=   3 prim: OBJECT            :commonName",
+    "  147:d=5  hl=2 l=  22 prim: UTF8STRING        :web-1.example.internal",
+    "  171:d=3  hl=2 l=  20 cons: SET               ",
+    "  173:d=4  hl=2 l=  18 cons: SEQUENCE          ",
+    "  175:d=5  hl=2 l=   3 prim: OBJECT            :organizationName",
+    "  180:d=5  hl=2 l=  11 prim: UTF8STRING        :Example Ops",
+    "  193:d=2  hl=2 l=  89 cons: SEQUENCE          ",
+    "  195:d=3  hl=2 l=  19 cons: SEQUENCE          ",
+    "  197:d=4  hl=2 l=   7 prim: OBJECT            :id-ecPublicKey",
+    "  206:d=4  hl=2 l=   8 prim: OBJECT            :prime256v1",
+    "  216:d=3  hl=2 l=  66 prim: BIT STRING        ",
+    "  284:d=2  hl=3 l= 153 cons: cont [ 3 ]        ",
+    "  287:d=3  hl=3 l= 150 cons: SEQUENCE          ",
+    "  290:d=4  hl=2 l=  29 cons: SEQUENCE          ",
+    "  292:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Subject Key Identifier",
+    "  297:d=5  hl=2 l=  22 prim: OCTET STRING      [HEX DUMP]:04148B5D1DC49FBFAAB31F8FA0D54B004E5A9E209E50",
+    "  321:d=4  hl=2 l=  31 cons: SEQUENCE          ",
+    "  323:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Authority Key Identifier",
+    "  328:d=5  hl=2 l=  24 prim: OCTET STRING      [HEX DUMP]:301680148B5D1DC49FBFAAB31F8FA0D54B004E5A9E209E50",
+    "  354:d=4  hl=2 l=  15 cons: SEQUENCE          ",
+    "  356:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Basic Constraints",
+    "  361:d=5  hl=2 l=   1 prim: BOOLEAN           :255",
+    "  364:d=5  hl=2 l=   5 prim: OCTET STRING      [HEX DUMP]:30030101FF",
+    "  371:d=4  hl=2 l=  33 cons: SEQUENCE          ",
+    "  373:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Subject Alternative Name",
+    "  378:d=5  hl=2 l=  26 prim: OCTET STRING      [HEX DUMP]:301882167765622D312E6578616D706C652E696E7465726E616C",
+    "  406:d=4  hl=2 l=  11 cons: SEQUENCE          ",
+    "  408:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Key Usage",
+    "  413:d=5  hl=2 l=   4 prim: OCTET STRING      [HEX DUMP]:03020780",
+    "  419:d=4  hl=2 l=  19 cons: SEQUENCE          ",
+    "  421:d=5  hl=2 l=   3 prim: OBJECT            :X509v3 Extended Key Usage",
+    "  426:d=5  hl=2 l=  12 prim: OCTET STRING      [HEX DUMP]:300A06082B06010505070301",
+    "  440:d=1  hl=2 l=  10 cons: SEQUENCE          ",
+    "  442:d=2  hl=2 l=   8 prim: OBJECT            :ecdsa-with-SHA256",
+    "  452:d=1  hl=2 l=  73 prim: BIT STRING        ",
+)
+# the same, `-i -dump`
+ASN1_CERT_INDENT_DUMP = _asn1(
+    "    0:d=0  hl=4 l= 523 cons: SEQUENCE          ",
+    "    4:d=1  hl=4 l= 432 cons:  SEQUENCE          ",
+    "    8:d=2  hl=2 l=   3 cons:   cont [ 0 ]        ",
+    "   10:d=3  hl=2 l=   1 prim:    INTEGER           :02",
+    "   13:d=2  hl=2 l=  20 prim:   INTEGER           :36D87CA4D874DFDDA1D55E2561241A8F33D33C76",
+    "   35:d=2  hl=2 l=  10 cons:   SEQUENCE          ",
+    "   37:d=3  hl=2 l=   8 prim:    OBJECT            :ecdsa-with-SHA256",
+    "   47:d=2  hl=2 l=  55 cons:   SEQUENCE          ",
+    "   49:d=3  hl=2 l=  31 cons:    SET               ",
+    "   51:d=4  hl=2 l=  29 cons:     SEQUENCE          ",
+    "   53:d=5  hl=2 l=   3 prim:      OBJECT            :commonName",
+    "   58:d=5  hl=2 l=  22 prim:      UTF8STRING        :web-1.example.internal",
+    "   82:d=3  hl=2 l=  20 cons:    SET               ",
+    "   84:d=4  hl=2 l=  18 cons:     SEQUENCE          ",
+    "   86:d=5  hl=2 l=   3 prim:      OBJECT            :organizationName",
+    "   91:d=5  hl=2 l=  11 prim:      UTF8STRING        :Example Ops",
+    "  104:d=2  hl=2 l=  30 cons:   SEQUENCE          ",
+    "  106:d=3  hl=2 l=  13 prim:    UTCTIME           :261126130318Z",
+    "  121:d=3  hl=2 l=  13 prim:    UTCTIME           :261226130318Z",
+    "  136:d=2  hl=2 l=  55 cons:   SEQUENCE          ",
+    "  138:d=3  hl=2 l=  31 cons:    SET               ",
+    "  140:d=4  hl=2 l=  29 cons:     SEQUENCE          ",
+    "  142:d=5  hl=2 l=   3 prim:      OBJECT            :commonName",
+    "  147:d=5  hl=2 l=  22 prim:      UTF8STRING        :web-1.example.internal",
+    "  171:d=3  hl=2 l=  20 cons:    SET               ",
+    "  173:d=4  hl=2 l=  18 cons:     SEQUENCE          ",
+    "  175:d=5  hl=2 l=   3 prim:      OBJECT            :organizationName",
+    "  180:d=5  hl=2 l=  11 prim:      UTF8STRING        :Example Ops",
+    "  193:d=2  hl=2 l=  89 cons:   SEQUENCE          ",
+    "  195:d=3  hl=2 l=  19 cons:    SEQUENCE          ",
+    "  197:d=4  hl=2 l=   7 prim:     OBJECT            :id-ecPublicKey",
+    "  206:d=4  hl=2 l=   8 prim:     OBJECT            :prime256v1",
+    "  216:d=3  hl=2 l=  66 prim:    BIT STRING        ",
+    "      0000 - 00 04 77 6b 4c ad a6 36-d4 12 b4 1d 04 65 f7 36   ..wkL..6.....e.6",
+    "      0010 - b0 a6 25 64 10 f5 e0 d2-c2 0a 63 d1 0a 2d ae 31   ..%d......c..-.1",
+    "      0020 - 31 83 7b 2c 81 07 55 d5-a4 4b b9 a0 44 36 c2 d0   1.{,..U..K..D6..",
+    "      0030 - c2 79 d0 b3 10 8a d8 f6-c3 3a 26 76 fa 32 ae 7b   .y.......:&v.2.{",
+    "      0040 - d9 58                                             .X",
+    "  284:d=2  hl=3 l= 153 cons:   cont [ 3 ]        ",
+    "  287:d=3  hl=3 l= 150 cons:    SEQUENCE          ",
+    "  290:d=4  hl=2 l=  29 cons:     SEQUENCE          ",
+    "  292:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Subject Key Identifier",
+    "  297:d=5  hl=2 l=  22 prim:      OCTET STRING      ",
+    "      0000 - 04 14 8b 5d 1d c4 9f bf-aa b3 1f 8f a0 d5 4b 00   ...]..........K.",
+    "      0010 - 4e 5a 9e 20 9e 50                                 NZ. .P",
+    "  321:d=4  hl=2 l=  31 cons:     SEQUENCE          ",
+    "  323:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Authority Key Identifier",
+    "  328:d=5  hl=2 l=  24 prim:      OCTET STRING      ",
+    "      0000 - 30 16 80 14 8b 5d 1d c4-9f bf aa b3 1f 8f a0 d5   0....]..........",
+    "      0010 - 4b 00 4e 5a 9e 20 9e 50-                          K.NZ. .P",
+    "  354:d=4  hl=2 l=  15 cons:     SEQUENCE          ",
+    "  356:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Basic Constraints",
+    "  361:d=5  hl=2 l=   1 prim:      BOOLEAN           :255",
+    "  364:d=5  hl=2 l=   5 prim:      OCTET STRING      ",
+    "      0000 - 30 03 01 01 ff                                    0....",
+    "  371:d=4  hl=2 l=  33 cons:     SEQUENCE          ",
+    "  373:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Subject Alternative Name",
+    "  378:d=5  hl=2 l=  26 prim:      OCTET STRING      ",
+    "      0000 - 30 18 82 16 77 65 62 2d-31 2e 65 78 61 6d 70 6c   0...web-1.exampl",
+    "      0010 - 65 2e 69 6e 74 65 72 6e-61 6c                     e.internal",
+    "  406:d=4  hl=2 l=  11 cons:     SEQUENCE          ",
+    "  408:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Key Usage",
+    "  413:d=5  hl=2 l=   4 prim:      OCTET STRING      ",
+    "      0000 - 03 02 07 80                                       ....",
+    "  419:d=4  hl=2 l=  19 cons:     SEQUENCE          ",
+    "  421:d=5  hl=2 l=   3 prim:      OBJECT            :X509v3 Extended Key Usage",
+    "  426:d=5  hl=2 l=  12 prim:      OCTET STRING      ",
+    "      0000 - 30 0a 06 08 2b 06 01 05-05 07 03 01               0...+.......",
+    "  440:d=1  hl=2 l=  10 cons:  SEQUENCE          ",
+    "  442:d=2  hl=2 l=   8 prim:   OBJECT            :ecdsa-with-SHA256",
+    "  452:d=1  hl=2 l=  73 prim:  BIT STRING        ",
+    "      0000 - 00 30 46 02 21 00 c7 1f-30 17 16 94 f8 39 d5 c1   .0F.!...0....9..",
+    "      0010 - 70 23 57 8c 96 3b 83 89-ac ec 5d 00 10 8f d0 76   p#W..;....]....v",
+    '      0020 - d0 3c e3 e7 df 1f 02 21-00 b6 ee 22 a7 1a 47 3a   .<.....!..."..G:',
+    "      0030 - 4c c7 95 d5 ce 97 40 02-84 be 8f b2 04 dd 27 4c   L.....@.......'L",
+    "      0040 - d2 6c 3a 20 67 df 68 6b-d6                        .l: g.hk.",
+)
+# `pkey -pubout` of an RSA key
+ASN1_PUBLIC_KEY = _asn1(
+    "    0:d=0  hl=2 l=  92 cons: SEQUENCE          ",
+    "    2:d=1  hl=2 l=  13 cons: SEQUENCE          ",
+    "    4:d=2  hl=2 l=   9 prim: OBJECT            :rsaEncryption",
+    "   15:d=2  hl=2 l=   0 prim: NULL              ",
+    "   17:d=1  hl=2 l=  75 prim: BIT STRING        ",
+)
+# `ecparam -param_enc explicit`, `-i`
+ASN1_EC_EXPLICIT_PARAMS = _asn1(
+    "    0:d=0  hl=3 l= 247 cons: SEQUENCE          ",
+    "    3:d=1  hl=2 l=   1 prim:  INTEGER           :01",
+    "    6:d=1  hl=2 l=  44 cons:  SEQUENCE          ",
+    "    8:d=2  hl=2 l=   7 prim:   OBJECT            :prime-field",
+    "   17:d=2  hl=2 l=  33 prim:   INTEGER           :FFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF",
+    "   52:d=1  hl=2 l=  91 cons:  SEQUENCE          ",
+    "   54:d=2  hl=2 l=  32 prim:   OCTET STRING      [HEX DUMP]:FFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFC",
+    "   88:d=2  hl=2 l=  32 prim:   OCTET STRING      [HEX DUMP]:5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B",
+    "  122:d=2  hl=2 l=  21 prim:   BIT STRING        ",
+    "  145:d=1  hl=2 l=  65 prim:  OCTET STRING      [HEX DUMP]:046B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C2964FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5",
+    "  212:d=1  hl=2 l=  33 prim:  INTEGER           :FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551",
+    "  247:d=1  hl=2 l=   1 prim:  INTEGER           :01",
+)
+# DSA parameters
+ASN1_DSA_PARAMS = _asn1(
+    "    0:d=0  hl=4 l= 295 cons: SEQUENCE          ",
+    "    4:d=1  hl=3 l= 129 prim: INTEGER           :FA74585FFCE86365ADB9A8FA91723B54253699BA2DF2E9C77B89DCD9FE24E39773D4E4CE6425858A2A2145C15291A354F6A9E3D265EACA9DB51426E14698DA0CFE8028C444D061FECB9B9761BB7C0CA9C26AEC5671D4E34B07D9AD75CD7BCFC8D168CE009B4C3DAB8B8006F76D34629272F1E56BE4973CAB4CF09A24EE986FA9",
+    "  136:d=1  hl=2 l=  29 prim: INTEGER           :D1F1A4A771F3B534D9018BC5F7D78CC09B9EC7DB4CFE6B63BC819EC5",
+    "  167:d=1  hl=3 l= 129 prim: INTEGER           :E95958B5885B69D41A090F53443F04F915EBF77F2A2F3FB736041D8B5420C2243BCC99EA7B5528EE47B7E42E665C1F3AD0C32CE0A33FAD9C0E7DFFD46A914CB205B6BD969863F301ACD7A9E20F89642217B7A9EFD0B61BA47509F07D616C122D3BF64B64604341B27127750B1A6100E6B436B26405A4399BB6F8F5FEF391E744",
+)
+
+
+# OpenSSL 3.5's post-quantum keys printed as text (`openssl pkey -text`), which OpenSSL 3.0 cannot
+# print: labels and layout as in openssl/openssl providers/implementations/encode_decode/
+# ml_dsa_codecs.c (ossl_ml_dsa_key_to_text: "seed:", "priv:", "pub:"), ml_kem_codecs.c
+# (ossl_ml_kem_key_to_text: "seed:", "dk:", "ek:") and crypto/slh_dsa/slh_dsa_key.c
+# (ossl_slh_dsa_key_to_text: "priv:", "pub:"), each number by ossl_bio_print_labeled_buf
+# (crypto/encode_decode/encoder_lib.c): the label's line, then 15 bytes a line, indented by 4.
+# The bytes are made up (the sizes are ML-DSA-44's, ML-KEM-768's and SLH-DSA-SHA2-128s's).
+def _labeled(label: str, size: int, key: str) -> str:
+    data = hashlib.shake_256(f"{key} {label}".encode()).digest(size)
+    rows = [":".join(f"{byte:02x}" for byte in data[i : i + 15]) for i in range(0, size, 15)]
+    return label + "\n" + ":\n".join("    " + row for row in rows) + "\n"
+
+
+ML_DSA_SEED, ML_DSA_PRIV = _labeled("seed:", 32, "ml-dsa"), _labeled("priv:", 2560, "ml-dsa")
+ML_DSA_PUB = _labeled("pub:", 1312, "ml-dsa")
+ML_KEM_SEED, ML_KEM_DK = _labeled("seed:", 64, "ml-kem"), _labeled("dk:", 2400, "ml-kem")
+ML_KEM_EK = _labeled("ek:", 1184, "ml-kem")
+SLH_DSA_PRIV, SLH_DSA_PUB = _labeled("priv:", 64, "slh-dsa"), _labeled("pub:", 32, "slh-dsa")
+
+
+def _hex_row(number: str, row: int) -> str:
+    """The ``row``th hex line (from 0) of ``number`` (a `_labeled` one), without its indent."""
+    return number.split("\n")[row + 1].strip()
+
+
+def _hidden_number(number: str) -> str:
+    return number.split("\n")[0] + "\n    [REDACTED]\n"
+
 
 SECRETS: tuple[SecretCase, ...] = (
     # --- private key blocks
@@ -2836,6 +3162,108 @@ SECRETS: tuple[SecretCase, ...] = (
         + "\t}\n",
         redactions=6,
     ),
+    # private keys printed by `openssl asn1parse`: the private values, decided from the structure
+    SecretCase(
+        "asn1parse_rsa_traditional",
+        f"$ openssl asn1parse -in server.key\n{ASN1_RSA_TRADITIONAL}$ ",
+        _asn1_value(ASN1_RSA_TRADITIONAL, 4),
+        f"$ openssl asn1parse -in server.key\n{_asn1_hiding(ASN1_RSA_TRADITIONAL, 4, 5, 6, 7, 8, 9)}$ ",
+        redactions=6,
+    ),
+    SecretCase(
+        "asn1parse_rsa_three_primes",
+        ASN1_RSA_THREE_PRIMES + "$ ",
+        _asn1_value(ASN1_RSA_THREE_PRIMES, 13),
+        _asn1_hiding(ASN1_RSA_THREE_PRIMES, 4, 5, 6, 7, 8, 9, 12, 13, 14) + "$ ",
+        redactions=9,
+    ),
+    SecretCase(
+        "asn1parse_dsa_traditional",
+        ASN1_DSA_TRADITIONAL + "$ ",
+        _asn1_value(ASN1_DSA_TRADITIONAL, 6),
+        _asn1_hiding(ASN1_DSA_TRADITIONAL, 6) + "$ ",
+    ),
+    SecretCase(
+        "asn1parse_ec_pkcs8",
+        ASN1_EC_PKCS8 + "$ ",
+        _asn1_value(ASN1_EC_PKCS8, 5),
+        _asn1_hiding(ASN1_EC_PKCS8, 5) + "$ ",
+    ),
+    SecretCase(
+        "asn1parse_x25519_pkcs8_crlf",
+        ASN1_X25519_PKCS8.replace("\n", "\r\n") + "$ ",
+        _asn1_value(ASN1_X25519_PKCS8, 4),
+        _asn1_hiding(ASN1_X25519_PKCS8, 4).replace("\n", "\r\n") + "$ ",
+    ),
+    SecretCase(
+        "asn1parse_ed25519_indented_dump",
+        ASN1_ED25519_INDENT_DUMP + "$ ",
+        "76 62 80 f3 49 73-af c3",
+        ASN1_ED25519_INDENT_DUMP.split("      0000 - ")[0] + "      [REDACTED]\n$ ",
+    ),
+    SecretCase(
+        "asn1parse_ec_sec1",
+        ASN1_EC_SEC1 + "$ ",
+        _asn1_value(ASN1_EC_SEC1, 2),
+        _asn1_hiding(ASN1_EC_SEC1, 2) + "$ ",
+    ),
+    SecretCase(
+        "asn1parse_encrypted_pkcs8",
+        ASN1_ENCRYPTED_PKCS8 + "$ ",
+        _asn1_value(ASN1_ENCRYPTED_PKCS8, 15),
+        _asn1_hiding(ASN1_ENCRYPTED_PKCS8, 15) + "$ ",
+    ),
+    # -strparse prints a key's inner OCTET STRING at depth 0: no context, a long value goes
+    SecretCase(
+        "asn1parse_strparse_inner_key",
+        f"$ openssl asn1parse -in ed.pem -strparse 12\n{ASN1_ED25519_STRPARSE}$ ",
+        _asn1_value(ASN1_ED25519_STRPARSE, 0),
+        f"$ openssl asn1parse -in ed.pem -strparse 12\n{_asn1_hiding(ASN1_ED25519_STRPARSE, 0)}$ ",
+    ),
+    # a tail cut inside a key (its SEQUENCE's line and version left out): every long value goes,
+    # the public modulus too; the short public exponent stays
+    SecretCase(
+        "asn1parse_tail_cut_inside_a_key",
+        ASN1_RSA_TRADITIONAL.split("\n", 2)[2] + "$ ",
+        _asn1_value(ASN1_RSA_TRADITIONAL, 9),
+        _asn1_hiding(ASN1_RSA_TRADITIONAL, 2, 4, 5, 6, 7, 8, 9).split("\n", 2)[2] + "$ ",
+        redactions=7,
+    ),
+    # OpenSSL 3.5's post-quantum keys as text: the seeds and private keys go, the public keys stay
+    SecretCase(
+        "ml_dsa_pkey_text",
+        f"ML-DSA-44 Private-Key:\n{ML_DSA_SEED}{ML_DSA_PRIV}{ML_DSA_PUB}$ ",
+        _hex_row(ML_DSA_PRIV, 100),
+        f"ML-DSA-44 Private-Key:\n{_hidden_number(ML_DSA_SEED)}{_hidden_number(ML_DSA_PRIV)}{ML_DSA_PUB}$ ",
+        redactions=2,
+    ),
+    SecretCase(
+        "ml_kem_pkey_text",
+        f"ML-KEM-768 Private-Key:\n{ML_KEM_SEED}{ML_KEM_DK}{ML_KEM_EK}$ ",
+        _hex_row(ML_KEM_SEED, 2),
+        f"ML-KEM-768 Private-Key:\n{_hidden_number(ML_KEM_SEED)}{_hidden_number(ML_KEM_DK)}{ML_KEM_EK}$ ",
+        redactions=2,
+    ),
+    SecretCase(
+        "slh_dsa_pkey_text",
+        f"SLH-DSA-SHA2-128s Private-Key:\n{SLH_DSA_PRIV}{SLH_DSA_PUB}$ ",
+        _hex_row(SLH_DSA_PRIV, 3),
+        f"SLH-DSA-SHA2-128s Private-Key:\n{_hidden_number(SLH_DSA_PRIV)}{SLH_DSA_PUB}$ ",
+    ),
+    # a tail starting inside a post-quantum key's seed or dk: hidden by the label after them
+    SecretCase(
+        "ml_dsa_text_tail_inside_the_seed",
+        ML_DSA_SEED.split("\n", 2)[2] + ML_DSA_PRIV + ML_DSA_PUB,
+        _hex_row(ML_DSA_SEED, 1),
+        "    [REDACTED]\n" + _hidden_number(ML_DSA_PRIV) + ML_DSA_PUB,
+        redactions=2,
+    ),
+    SecretCase(
+        "ml_kem_text_tail_inside_the_dk",
+        ML_KEM_DK.split("\n", 100)[100] + ML_KEM_EK,
+        _hex_row(ML_KEM_DK, 150),
+        "    [REDACTED]\n" + ML_KEM_EK,
+    ),
 )
 
 LOOK_ALIKES: tuple[LookAlike, ...] = (
@@ -3522,6 +3950,32 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "prime1: 17\ncoefficient: 0.95\nCoefficient: 0.95\nExponent1: 3\npriv:\n  ab: 1\n"
         "privateExponent: 65537 (0x10001)\nprime2:\n  - 3\n  Modulus: 0xa60f77",
         "numbers in prose or YAML, no private key's hex",
+    ),
+    # asn1parse of a certificate, a public key and parameters: nothing private in them
+    LookAlike("asn1parse_certificate", f"$ openssl asn1parse -in cert.pem\n{ASN1_CERT}$ ", "a certificate"),
+    LookAlike(
+        "asn1parse_certificate_indented_dump",
+        f"$ openssl asn1parse -i -dump -in cert.pem\n{ASN1_CERT_INDENT_DUMP}$ ",
+        "a certificate: serial, names, dates, public key, extensions, signature",
+    ),
+    LookAlike(
+        "asn1parse_public_key_and_parameters",
+        ASN1_PUBLIC_KEY + ASN1_EC_EXPLICIT_PARAMS + ASN1_DSA_PARAMS,
+        "a public key, an explicit curve (version 1, its base point an OCTET STRING), DSA's p, q, g",
+    ),
+    # post-quantum public keys as text, and the public seeds of EC and DH parameters
+    LookAlike(
+        "post_quantum_public_keys_text",
+        f"ML-DSA-44 Public-Key:\n{ML_DSA_PUB}ML-KEM-768 Public-Key:\n{ML_KEM_EK}"
+        f"SLH-DSA-SHA2-128s Public-Key:\n{SLH_DSA_PUB}",
+        "public keys",
+    ),
+    LookAlike(
+        "ec_and_dh_parameter_seeds",
+        "Cofactor:  1 (0x1)\nSeed:\n    c4:9d:36:08:86:e7:04:93:6a:66:78:e1:13:9d:26:\n    b7:81:9f:7e:90\n"
+        "G:\n    d6:d3:eb:51:df:40:25:8b\nSEED:\n    9f:87:dc:4a:1c:69:d6:d6:27:72:ff:f5:41:82:25:\n"
+        "    6f:50:82:52:59:be:99:e7:c7:d8:4f:d1:22\npcounter: 153",
+        "an explicit curve's and DH parameters' seeds: public",
     ),
 )
 

@@ -1846,6 +1846,20 @@ HOSTILE_TEXTS = {
     "key_number_long_line": "prime1:\n    00:" + "1" * HOSTILE_SIZE,
     "key_number_tail_lines": "    00:11:\n" * (HOSTILE_SIZE // 11) + "pub",
     "key_number_tail_strings": "\x00    00:11:\n    22" * (HOSTILE_SIZE // 18) + "\npub:",
+    "key_number_seed_labels": "\nseed:\n    00:" * (HOSTILE_SIZE // 15),
+    "key_number_dk_tail_lines": "    00:11:\n" * (HOSTILE_SIZE // 11) + "dk",
+    # asn1parse's elements: values, dumps, nesting, lines that break off
+    "asn1_values": "    4:d=1  hl=2 l=  33 prim: INTEGER           :" * (HOSTILE_SIZE // 50),
+    "asn1_value_lines": ("  4:d=1 hl=2 l=  9 prim: INTEGER :" + "AB" * 9 + "\n") * (HOSTILE_SIZE // 52),
+    "asn1_long_value": "0:d=0 hl=2 l=1 prim: OCTET STRING [HEX DUMP]:" + "A" * HOSTILE_SIZE + "x",
+    "asn1_dump_lines": "0:d=1 hl=2 l=9 prim: OCTET STRING\n" + "  0000 - 00 01\n" * (HOSTILE_SIZE // 15),
+    "asn1_dump_heads": "0:d=1 hl=2 l=9 prim: OCTET STRING\n  0000 - x" * (HOSTILE_SIZE // 43),
+    "asn1_nesting": "".join(f"0:d={i % 999} hl=2 l=1 cons: SEQUENCE\n" for i in range(HOSTILE_SIZE // 35))
+    + "prim:",
+    "asn1_private_nesting": "0:d=0 hl=2 l=1 cons: SEQUENCE\n0:d=1 hl=2 l=1 prim: INTEGER :00\n"
+    + "".join(f"0:d={i} hl=2 l=1 cons: SEQUENCE\n" for i in range(1, 999)) * (HOSTILE_SIZE // 35000),
+    "asn1_broken_lines": "0:d=0 hl=2 l=1 cons: SEQUENCE\nx\n" * (HOSTILE_SIZE // 32),
+    "asn1_blanks": "0:d=0 hl=2 l=1 prim:" + " " * HOSTILE_SIZE + "INTEGER :00",
     "ipsec_inline_fields": "\nPrime1: 0x" * (HOSTILE_SIZE // 11),
     "ipsec_inline_long": "Coefficient: 0x" + "a" * HOSTILE_SIZE + "!",
     # a credential file's path as a string of its own, then its content
