@@ -38,6 +38,7 @@ EXPECTED_PROBES = {
     "system.hardware.summary",
     "system.block.devices",
     "system.files.list",
+    "system.files.deleted_open",
     "system.files.directories",
     "system.files.read",
     "system.logs.tail",

@@ -6,7 +6,9 @@ however many hard links it has, the directory itself included; the apparent size
 sum of ``st_size``) beside it. A walk stops after `MAX_WALK_ENTRIES` entries (shared by
 every size of one listing), opens each directory relative to its parent's descriptor,
 never by path, and holds one open per level, so it goes at most `MAX_WALK_DEPTH` deep.
-A size it could not finish is a lower bound and says so.
+A size it could not finish is a lower bound and says so. The walk looks at its probe's
+stop flag every few hundred entries (`SizeWalk.check`) and ends with `Abandoned` once the
+probe has given up, instead of running on to its cap.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
+from sonde.packs.system.abandon import StopCheck
 from sonde.packs.system.nofollow import DIRECTORY_FLAGS
 
 MAX_WALK_ENTRIES = 200_000
@@ -31,10 +34,12 @@ class TreeSize:
 
 @dataclass
 class SizeWalk:
-    """What the size walks of one listing share: the entries they may still visit, and the
-    directories (relative to the listed one) whose contents they could not count."""
+    """What the size walks of one listing share: the entries they may still visit, the
+    directories (relative to the listed one) whose contents they could not count, and the
+    probe's stop flag."""
 
     budget: int = MAX_WALK_ENTRIES
+    check: StopCheck = field(default_factory=StopCheck)
     unreadable: list[str] = field(default_factory=list)
     lower_bound: bool = False  # some size it gave could not count all of its tree
 
@@ -72,6 +77,7 @@ def _read_directory(fd: int, relative: str, walk: SizeWalk, tally: Tally) -> lis
                 walk.budget -= 1
                 if walk.budget < 0:
                     break
+                walk.check.step()
                 try:
                     info = item.stat(follow_symlinks=False)
                 except FileNotFoundError:
@@ -127,7 +133,8 @@ def tree_size(parent: int, name: str, walk: SizeWalk) -> TreeSize:
     (no symlinks followed, each inode once), and whether that is all of it: False when the walk
     ran out of entries or met a directory it could not read or too deep to hold open (then both
     sizes are lower bounds). Each directory is opened relative to the one above it, never by
-    path, so one swapped for a symlink meanwhile is not followed."""
+    path, so one swapped for a symlink meanwhile is not followed. Raises `Abandoned` once the
+    probe has given up (``walk.check``)."""
     try:
         own = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:  # removed meanwhile: nothing left to count

@@ -13,6 +13,8 @@ A size the walk could not finish (those caps, or a directory beneath the agent m
 not read) is a lower bound and says so:
 ``size_complete: false`` on its entry,
 ``complete: false`` on the listing, and the unread directories in ``unreadable``.
+A listing whose probe gives up (its deadline, a cancel) stops within a few hundred
+entries of the scan or the walk (`sonde.packs.system.abandon`), not at their caps.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import heapq
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +33,7 @@ from pydantic import Field
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
 from sonde.packs.system.dirsize import UNREADABLE_MAX, SizeWalk, tree_size
 from sonde.packs.system.info import iso_utc
 from sonde.packs.system.nofollow import DIRECTORY_FLAGS, open_resolved
@@ -164,14 +168,15 @@ def open_directory(directory: Path) -> int:
         raise ValueError(f"{directory}: cannot open ({exc.strerror})") from None
 
 
-def _scan(fd: int, only: EntryKind, scan: Scan) -> Iterator[Stat]:
+def _scan(fd: int, only: EntryKind, scan: Scan, check: StopCheck) -> Iterator[Stat]:
     """Each entry of the directory open at ``fd`` of kind ``only``, streamed (never all held),
-    until `MAX_LIST_ENTRIES` have been looked at."""
+    until `MAX_LIST_ENTRIES` have been looked at; raises `Abandoned` once the probe gave up."""
     with os.scandir(fd) as items:
         for looked, item in enumerate(items):
             if looked >= MAX_LIST_ENTRIES:
                 scan.capped = True
                 return
+            check.step()
             try:
                 info = item.stat(follow_symlinks=False)
             except OSError:  # vanished or unreadable meanwhile
@@ -188,11 +193,14 @@ def _sized(fd: int, item: Stat, walk: SizeWalk) -> Stat:
     return replace(item, size=size.disk_bytes, apparent_size=size.apparent_bytes, size_complete=size.complete)
 
 
-def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
+def _list(
+    directory: Path, params: ListingParams, only: EntryKind, stop: threading.Event | None = None
+) -> Listing:
     fd = open_directory(directory)
     try:
-        scan, walk = Scan(), SizeWalk()
-        chosen = _scan(fd, only, scan)
+        check = StopCheck(stop)
+        scan, walk = Scan(), SizeWalk(check=check)
+        chosen = _scan(fd, only, scan, check)
         if only == "directory" and params.sort_by == "size":
             chosen = (_sized(fd, item, walk) for item in chosen)
         top = top_entries(chosen, params.sort_by, params.descending, params.limit)
@@ -220,7 +228,7 @@ def _list(directory: Path, params: ListingParams, only: EntryKind) -> Listing:
 )
 async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
     directory = ctx.allowed_path(params.path)
-    return await ctx.in_thread(_list, directory, params, "file")
+    return await in_thread_until_given_up(ctx, _list, directory, params, "file")
 
 
 @PACK.probe(
@@ -239,7 +247,7 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
 )
 async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing:
     directory = ctx.allowed_path(params.path)
-    return await ctx.in_thread(_list, directory, params, "directory")
+    return await in_thread_until_given_up(ctx, _list, directory, params, "directory")
 
 
 class ReadParams(Params):
