@@ -3,6 +3,7 @@
 A review's file (4,000 lines of 8 KB, each ending in ``password=abc``) tailed 2,000 lines: the
 agent scrubbed every one of them three times over (24 MB), built an 8 MB answer and cut it to
 256 KiB, 4.7 s and 84 MB a call; 16 such calls left 14 threads running past their deadlines.
+A line cut at `LINE_MAX_CHARS` ends with a marker saying how many characters were left out.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import trio
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, execute_probe
+from sonde.packs.nginx import PACK as NGINX
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK
 from sonde.packs.system.textfile import LINE_MAX_CHARS
 
-REGISTRY = PackRegistry.of([PACK])
+REGISTRY = PackRegistry.of([PACK, NGINX])
 SCRUBBER = Scrubber()
 LONG_LINE_BYTES = 8 * 1024
 LONG_LINES = 4000
@@ -40,6 +42,10 @@ class CountingRedact:
         self.chars += len(text)
         self.calls += 1
         return self.redact(text)
+
+
+def cut_mark(omitted: int) -> str:
+    return f"… [line cut: {omitted} more characters]"
 
 
 def long_lines_log(directory: Path) -> Path:
@@ -74,7 +80,8 @@ async def test_a_line_probe_scrubs_no_more_than_its_answer_can_carry(
     assert outcome.result["truncated"] is True  # the probe says it gave fewer than asked
     assert outcome.truncated is True  # and so does the answer's metadata
     assert outcome.output_bytes <= DEFAULT_MAX_RESULT_BYTES
-    assert all(len(line) == LINE_MAX_CHARS and line.endswith("…") for line in lines)
+    cut = cut_mark(LONG_LINE_BYTES - 1 - (LINE_MAX_CHARS - 1))  # 8,191 characters, 4,095 kept
+    assert all(line.endswith(cut) and len(line) == LINE_MAX_CHARS - 1 + len(cut) for line in lines)
     numbers = [int(line[:5]) for line in lines]
     if probe == "system.logs.tail":  # the newest lines, oldest first, up to the file's last
         assert numbers == list(range(LONG_LINES - len(lines), LONG_LINES))
@@ -124,22 +131,28 @@ CUT_SECRETS = [
 ]
 
 
-@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head", "nginx.logs.access"])
 @pytest.mark.parametrize(("shape", "secret"), CUT_SECRETS)
 async def test_a_secret_cut_by_the_line_cap_is_hidden(
     tmp_path: Path, probe: str, shape: str, secret: str
 ) -> None:
+    """The marker follows the scrubbed line: the secret stays hidden, the marker whole, and the
+    redactions counted are those the answer shows."""
     log = tmp_path / "cut.log"
     text = " " + shape.format(secret)  # a word of its own: "zzzpassword=" names no password
     start = text.index(secret[0]) + 6  # the cap falls six characters into the secret
-    log.write_text("ok\n" + "z" * (LINE_MAX_CHARS - 1 - start) + text + "\nok\n")
+    line = "z" * (LINE_MAX_CHARS - 1 - start) + text
+    log.write_text("ok\n" + line + "\nok\n")
     scrubber = Scrubber()
     outcome = await execute_probe(
         REGISTRY, probe, {"path": str(log)}, context(tmp_path, scrubber.redacted), scrub=scrubber.scrub_result
     )
     sent = json.dumps(outcome.result)
     assert secret[:6] not in sent
-    assert outcome.result["lines"][1].endswith("[REDACTED]…") or "[REDACTED]" in outcome.result["lines"][1]
+    cut = outcome.result["unparsed_lines" if probe.startswith("nginx") else "lines"][1]
+    assert "[REDACTED]" in cut
+    assert cut.endswith(cut_mark(len(line) - (LINE_MAX_CHARS - 1))[1:])
+    assert outcome.redactions == sent.count("[REDACTED]") == 1
 
 
 @pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
@@ -148,4 +161,20 @@ async def test_a_line_longer_than_the_scan_is_cut_alike_from_either_end(tmp_path
     log.write_text("é" * (6 * 1024 * 1024) + "\nlast\n")
     outcome = await execute_probe(REGISTRY, probe, {"path": str(log)}, context(tmp_path, SCRUBBER.redacted))
     lines = outcome.result["lines"]
-    assert lines[-2 if probe == "system.logs.tail" else 0] == "é" * (LINE_MAX_CHARS - 1) + "…"
+    cut = "é" * (LINE_MAX_CHARS - 1) + cut_mark(6 * 1024 * 1024 - (LINE_MAX_CHARS - 1))
+    assert lines[-2 if probe == "system.logs.tail" else 0] == cut
+
+
+# Characters of three bytes, then of one: kept whole by either reader, then read past in part
+# (past a tail's 16 KiB of a line, past a head's 64 KiB block); Windows line ends.
+CUT_LINES = ["€" * 10_000, "ab" * 50_000, "€" * (LINE_MAX_CHARS + 1), "x" * LINE_MAX_CHARS]
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+async def test_a_cut_line_says_how_many_characters_were_left_out(tmp_path: Path, probe: str) -> None:
+    log = tmp_path / "crlf.log"
+    log.write_bytes("".join(line + "\r\n" for line in CUT_LINES).encode())
+    outcome = await execute_probe(REGISTRY, probe, {"path": str(log)}, context(tmp_path, SCRUBBER.redacted))
+    assert outcome.result["lines"] == [
+        line[: LINE_MAX_CHARS - 1] + cut_mark(len(line) - (LINE_MAX_CHARS - 1)) for line in CUT_LINES[:3]
+    ] + [CUT_LINES[3]]  # a line of exactly `LINE_MAX_CHARS` is whole

@@ -1,14 +1,24 @@
-"""nginx probes: config test, error log, access log and a status summary."""
+"""nginx probes: config test, error log, access log and a status summary.
+
+The log probes read as `system.logs.tail` does (`loglines.read_lines`): lines only until what
+the answer spends on them, their parsed entries, would fill its budget (then ``truncated``),
+stopping when the probe gives up. Each line costs at least its own size, so the work stays
+bounded however few entries are listed.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from sonde.packs.base import NoParams, Params, Result
-from sonde.packs.context import ProbeContext
+from sonde.packs.context import ProbeContext, unredacted
+from sonde.packs.executor import json_size
 from sonde.packs.nginx import PACK
 from sonde.packs.nginx.logformat import (
     ERROR_LEVELS,
@@ -19,17 +29,44 @@ from sonde.packs.nginx.logformat import (
     refused_files,
     summarize_access,
 )
+from sonde.packs.system.linescrub import count_sent
+from sonde.packs.system.loglines import read_lines
 from sonde.packs.system.privileges import agent_user
-from sonde.packs.system.textfile import MAX_SCAN_BYTES, AbsolutePath, tail_lines
+from sonde.packs.system.textfile import AbsolutePath, tail_lines
 
 DEFAULT_ACCESS_LOG = "/var/log/nginx/access.log"
 DEFAULT_ERROR_LOG = "/var/log/nginx/error.log"
 CHECK_AS_ROOT = "this is no verdict on the config: check it with `sudo nginx -t`"
+UNPARSED_LINES_MAX = 20  # access log lines in another format, sent raw
+Parse = Callable[[str], object | None]
 
 
 def log_path(ctx: ProbeContext, given: str | None, key: str, default: str) -> Path:
     configured = ctx.settings.for_pack("nginx").get(key)
     return ctx.allowed_path(given or (str(configured) if configured else default))
+
+
+def entry_cost(parse: Parse, line: str) -> int:
+    """The bytes of the answer a log line takes: its entry's JSON (``parse``), or the line's own when
+    it has none or that is more (what judging it cost), and a comma."""
+    entry = parse(line)
+    return max(json_size(line), json_size(vars(entry)) if entry is not None else 0) + 1
+
+
+def as_sent(parse: Parse, raw: str, line: str) -> tuple[str, str]:
+    """What the answer holds of ``line`` (its entry's JSON, else the line) and the same of its ``raw``
+    line (before it was scrubbed): `count_sent` counts the redactions the probe made in the first."""
+
+    def text(line: str) -> str:
+        entry = parse(line)
+        return line if entry is None else json.dumps(vars(entry), ensure_ascii=False)
+
+    return text(raw), text(line)
+
+
+def count_in_sent(ctx: ProbeContext, pairs: list[tuple[str, str]]) -> None:
+    """Count with the probe's tally the redactions it made in what it sends (``pairs`` of `as_sent`)."""
+    count_sent(ctx.redact, [raw for raw, _ in pairs], [sent for _, sent in pairs])
 
 
 class ConfigMessage(Result):
@@ -127,33 +164,55 @@ class ErrorLogEntry(Result):
     upstream: str | None
 
 
+TRUNCATED_LINES = (
+    "True when fewer lines than asked for were read because their entries would not fit in the "
+    "answer (about 236 KiB): the newest are read."
+)
+
+
 class ErrorLog(Result):
     path: str
     counts_by_level: dict[str, int]
     entries: list[ErrorLogEntry]
     unparsed: int
+    truncated: bool = Field(description=TRUNCATED_LINES)
+
+    @property
+    def cut_to_fit(self) -> bool:
+        """Whether the lines stopped at the answer's size cap (the agent reports it as truncated)."""
+        return self.truncated
 
 
 @PACK.probe(
     "nginx.logs.error",
     """The last `lines` lines of nginx's error log (allowed paths only), parsed: time (server
     local time), level, worker PID, connection, message, and the client, request and
-    upstream it names; entries below `min_level` are counted but not listed. Use it for
-    'why does nginx answer 502' (upstream refused, timed out) or failing reloads.""",
+    upstream it names; entries below `min_level` are counted but not listed. Only the newest
+    lines whose entries fit in about 236 KiB are read (`truncated` says so); a line longer
+    than 4096 characters is cut, a value it cuts ending "… [line cut: N more characters]".
+    Use it for 'why does nginx answer 502' (upstream refused, timed out) or failing reloads.""",
     timeout_s=15,
 )
 async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
     path = log_path(ctx, params.path, "error_log", DEFAULT_ERROR_LOG)
-    found = await ctx.in_thread(tail_lines, path, params.lines, None, MAX_SCAN_BYTES, ctx.redact)
+    found = await read_lines(ctx, tail_lines, path, params.lines, cost=partial(entry_cost, parse_error_line))
     parsed = [parse_error_line(line) for line in found.lines]
+    listed = ERROR_LEVELS[ERROR_LEVELS.index(params.min_level) :]
     entries = [entry for entry in parsed if entry is not None]
-    counts = {level: sum(1 for e in entries if e.level == level) for level in ERROR_LEVELS}
-    floor = ERROR_LEVELS.index(params.min_level)
+    count_in_sent(
+        ctx,
+        [
+            as_sent(parse_error_line, raw, line)
+            for raw, line, entry in zip(found.raw, found.lines, parsed, strict=True)
+            if entry is not None and entry.level in listed
+        ],
+    )
     return ErrorLog(
         path=str(path),
-        counts_by_level=counts,
-        entries=[ErrorLogEntry(**vars(e)) for e in entries if e.level in ERROR_LEVELS[floor:]],
+        counts_by_level={level: sum(1 for e in entries if e.level == level) for level in ERROR_LEVELS},
+        entries=[ErrorLogEntry(**vars(e)) for e in entries if e.level in listed],
         unparsed=len(parsed) - len(entries),
+        truncated=found.truncated,
     ).newest_last("entries")
 
 
@@ -171,6 +230,12 @@ class AccessLog(Result):
     path: str
     entries: list[AccessLogEntry]
     unparsed_lines: list[str]
+    truncated: bool = Field(description=TRUNCATED_LINES)
+
+    @property
+    def cut_to_fit(self) -> bool:
+        """Whether the lines stopped at the answer's size cap (the agent reports it as truncated)."""
+        return self.truncated
 
 
 @PACK.probe(
@@ -178,20 +243,30 @@ class AccessLog(Result):
     """The last `lines` requests of nginx's access log (combined or common format, allowed
     paths only): client address, time (ISO 8601 UTC), method, path without query string,
     status, bytes sent and user agent. Lines in another format are returned raw (at most
-    20).""",
+    20); a line longer than 4096 characters is cut, ending "… [line cut: N more
+    characters]". Only the newest lines whose entries fit in about 236 KiB are read
+    (`truncated` says so).""",
     timeout_s=15,
 )
 async def access_log(ctx: ProbeContext, params: LogParams) -> AccessLog:
     path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
-    found = await ctx.in_thread(tail_lines, path, params.lines, None, MAX_SCAN_BYTES, ctx.redact)
-    entries, unparsed = [], []
-    for line in found.lines:
+    found = await read_lines(ctx, tail_lines, path, params.lines, cost=partial(entry_cost, parse_access_line))
+    entries: list[AccessLogEntry] = []
+    unparsed: list[str] = []
+    sent: list[tuple[str, str]] = []
+    for raw, line in zip(found.raw, found.lines, strict=True):
         entry = parse_access_line(line)
+        if entry is None and len(unparsed) == UNPARSED_LINES_MAX:
+            continue  # not sent
         if entry is None:
             unparsed.append(line)
         else:
             entries.append(AccessLogEntry(**vars(entry)))
-    return AccessLog(path=str(path), entries=entries, unparsed_lines=unparsed[:20]).newest_last("entries")
+        sent.append(as_sent(parse_access_line, raw, line))
+    count_in_sent(ctx, sent)
+    return AccessLog(
+        path=str(path), entries=entries, unparsed_lines=unparsed, truncated=found.truncated
+    ).newest_last("entries")
 
 
 class SummaryParams(Params):
@@ -237,7 +312,8 @@ class StatusSummary(Result):
 )
 async def status_summary(ctx: ProbeContext, params: SummaryParams) -> StatusSummary:
     path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
-    found = await ctx.in_thread(tail_lines, path, params.lines)
+    # nothing of a line is sent but what the summary counts: no budget, nor scrub but the answer's
+    found = await read_lines(ctx, tail_lines, path, params.lines, budget_bytes=None, redact=unredacted)
     summary = await ctx.in_thread(summarize_access, found.lines, params.top)
     return StatusSummary(
         path=str(path),

@@ -6,6 +6,9 @@ a YAML block scalar) is hidden on each of them, then says line for line what is 
 (rsyncd's secrets, postfix's sasl_passwd) hides in every line what it hides in the file.
 A line sent already redacted (the agent's last scrub then finds nothing more in it) has its
 redactions counted with the probe's `RedactionTally`, so the answer's count says what was hidden.
+A line cut short (`CutLine`) is sent scrubbed, then `marked` with how much of it was left out:
+the marker comes after every scrub but the last, which finds nothing more in such a line, so it
+never swallows the marker nor counts it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,44 @@ _KEY_END = re.compile(
     r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|---- END[ A-Z0-9]{0,40}PRIVATE KEY ----"
     r"|-----END OpenVPN [A-Za-z0-9 -]{1,40}-----"
 )
+
+
+LINE_MAX_CHARS = 4096  # of a line sent: a longer one is cut (`decode_line`)
+CUT_MARK = " [line cut: {} more characters]"  # after a cut line's "…"
+UTF8_CONTINUATION_BYTES = bytes(range(0x80, 0xC0))  # a character's bytes after its first
+
+
+class CutLine(str):
+    """A line cut to its start (ending in "…"): ``omitted`` counts the characters left out."""
+
+    omitted: int
+
+    def __new__(cls, text: str, omitted: int) -> CutLine:
+        line = super().__new__(cls, text)
+        line.omitted = omitted
+        return line
+
+
+def marked(line: str) -> str:
+    """``line`` as sent: a `CutLine` (already scrubbed) ends with `CUT_MARK`, saying how much is left out."""
+    return line + CUT_MARK.format(line.omitted) if isinstance(line, CutLine) else line
+
+
+def decode_line(raw: bytes, dropped_chars: int = 0) -> str:
+    """``raw`` as text, a `CutLine` (its first characters and "…") when longer than `LINE_MAX_CHARS`
+    with the ``dropped_chars`` read past and not kept."""
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    if len(text) + dropped_chars <= LINE_MAX_CHARS:
+        return text
+    return CutLine(text[: LINE_MAX_CHARS - 1] + "…", len(text) + dropped_chars - LINE_MAX_CHARS + 1)
+
+
+def utf8_chars(data: bytes, line_end: bool = False) -> int:
+    """The characters in ``data`` (its bytes but UTF-8's continuation ones), a CR before the end of a
+    line (``line_end``) aside."""
+    if line_end:
+        data = data.removesuffix(b"\r")
+    return len(data.translate(None, UTF8_CONTINUATION_BYTES))
 
 
 def as_lines_of(path: Path, redact: Callable[[str], str]) -> Callable[[str], str]:

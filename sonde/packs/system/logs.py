@@ -1,38 +1,26 @@
 """The last or first lines of a log file inside the allowed paths.
 
 The work is bounded by what the answer can carry: lines are judged (scrubbed) only until
-those kept would fill `LINES_BUDGET_BYTES` of it (then ``truncated``), and a probe that
-gives up (its deadline, a cancel) sets a flag its thread checks line by line, so the
-thread stops instead of running on past the deadline (`read_lines`).
+those kept would fill `loglines.LINES_BUDGET_BYTES` of it (then ``truncated``), and a probe
+that gives up (its deadline, a cancel) sets a flag its thread checks line by line, so the
+thread stops instead of running on past the deadline (`loglines.read_lines`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field
 
 from sonde.packs.base import Params, Requirements, Result
 from sonde.packs.context import ProbeContext
-from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES
 from sonde.packs.system import PACK
-from sonde.packs.system.textfile import (
-    MAX_SCAN_BYTES,
-    AbsolutePath,
-    Limits,
-    Lines,
-    LiteralFilter,
-    head_lines,
-    tail_lines,
-)
+from sonde.packs.system.linescrub import count_sent
+from sonde.packs.system.loglines import ReadLines, read_lines
+from sonde.packs.system.textfile import AbsolutePath, Lines, LiteralFilter, head_lines, tail_lines
 
 LOG_LINES_MAX = 5000
 LOG_GROUPS = Requirements(groups=("adm",))
-# The lines' share of the answer's size cap: the rest is room for the path and the counts.
-LINES_BUDGET_BYTES = DEFAULT_MAX_RESULT_BYTES - 20 * 1024
-ReadLines = Callable[[Path, int, "str | None", int, Callable[[str], str], Limits], Lines]
 
 
 class LogParams(Params):
@@ -69,34 +57,28 @@ def log_lines(path: Path, found: Lines) -> LogLines:
     )
 
 
-async def read_lines(ctx: ProbeContext, read: ReadLines, path: Path, params: LogParams) -> Lines:
-    """``read`` (`tail_lines`, `head_lines`) in a worker thread, within `LINES_BUDGET_BYTES`;
-    when this probe gives up (cancelled at its deadline or by its caller) the thread stops
-    at its next line instead of running on (`textfile.Abandoned`)."""
-    stop = threading.Event()
-    limits = Limits(LINES_BUDGET_BYTES, stop)
-    try:
-        return await ctx.in_thread(
-            read, path, params.lines, params.contains, MAX_SCAN_BYTES, ctx.redact, limits
-        )
-    finally:
-        stop.set()
+async def sent_lines(ctx: ProbeContext, read: ReadLines, path: Path, params: LogParams) -> Lines:
+    """``read`` (`tail_lines`, `head_lines`) as `loglines.read_lines` bounds it, every line sent:
+    the redactions made in them are counted with the probe's tally."""
+    found = await read_lines(ctx, read, path, params.lines, params.contains)
+    count_sent(ctx.redact, found.raw, found.lines)
+    return found
 
 
 @PACK.probe(
     "system.logs.tail",
     """The last `lines` lines (oldest first; blank lines count, as with `tail -n`) of a log
     file inside the allowed paths, optionally only those containing a literal `contains`
-    text; lines longer than 4096 characters are cut, and only the newest that fit in about
-    236 KiB are given (`truncated` says so). At most 16 MiB from the end is
-    scanned. Files under /var/log usually need the 'adm' group. Use it for 'what did the
-    service log recently'.""",
+    text; lines longer than 4096 characters are cut (ending "… [line cut: N more characters]"),
+    and only the newest that fit in about 236 KiB are given (`truncated` says so). At most
+    16 MiB from the end is scanned. Files under /var/log usually need the 'adm' group. Use it
+    for 'what did the service log recently'.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )
 async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await read_lines(ctx, tail_lines, path, params)
+    found = await sent_lines(ctx, tail_lines, path, params)
     return log_lines(path, found).newest_last("lines")
 
 
@@ -104,13 +86,14 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     "system.logs.head",
     """The first `lines` lines (blank lines count, as with `head -n`) of a log file inside
     the allowed paths, optionally only those containing a literal `contains` text (at most
-    16 MiB scanned); lines longer than 4096 characters are cut, and only the first that fit
-    in about 236 KiB are given (`truncated` says so). Files under /var/log usually need the
-    'adm' group. Use it to see how a log (or a boot) started.""",
+    16 MiB scanned); lines longer than 4096 characters are cut (ending "… [line cut: N more
+    characters]"), and only the first that fit in about 236 KiB are given (`truncated` says
+    so). Files under /var/log usually need the 'adm' group. Use it to see how a log (or a
+    boot) started.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )
 async def logs_head(ctx: ProbeContext, params: LogParams) -> LogLines:
     path = ctx.allowed_path(params.path)
-    found = await read_lines(ctx, head_lines, path, params)
+    found = await sent_lines(ctx, head_lines, path, params)
     return log_lines(path, found)

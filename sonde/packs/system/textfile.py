@@ -7,10 +7,12 @@ ones included (the newline that ends the file does not start another). Both take
 an optional literal ``contains`` filter, so the "last 100 lines that mention
 'error'" of a large log costs at most the scan cap. `Limits` bound them further: the
 lines stop once those kept would take more of the answer than its budget (``truncated``),
-and a set ``stop`` flag (the probe gave up) ends the work at the next line (`Abandoned`).
+and a set ``stop`` flag (the probe gave up) ends the work at the next line (`abandon.Abandoned`).
 A line is cut to `LINE_MAX_CHARS` before it is scrubbed (a value cut short at its end is
-hidden to the end: `sonde.agent.scrub_shapes.CUT`); how lines are scrubbed is
-`sonde.packs.system.linescrub`'s.
+hidden to the end: `sonde.agent.scrub_shapes.CUT`) and comes as a `CutLine` counting what was
+left out, sent scrubbed for `marked` to say so; how lines are scrubbed is
+`sonde.packs.system.linescrub`'s. The readers return each line sent with its raw line, so a
+probe counts the redactions it made in what it sends (`count_sent`).
 
 Opening goes through `open_regular`: the path (already resolved by
 ``ProbeContext.allowed_path``) is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must
@@ -25,7 +27,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -33,15 +35,17 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from sonde.packs.context import unredacted
 from sonde.packs.executor import json_size
+from sonde.packs.system.abandon import raise_if_given_up
 from sonde.packs.system.access import why_refused
-from sonde.packs.system.linescrub import as_lines_of, count_sent, scrubbed_lines
+from sonde.packs.system.linescrub import LINE_MAX_CHARS as LINE_MAX_CHARS  # cut lines: linescrub's
+from sonde.packs.system.linescrub import CutLine, as_lines_of, marked, scrubbed_lines, utf8_chars
+from sonde.packs.system.linescrub import decode_line as decode_line  # docker's probes take it from here
 from sonde.packs.system.linescrub import redact_lines as redact_lines  # docker's probes take it from here
 from sonde.packs.system.nofollow import open_resolved
 from sonde.packs.textpattern import PythonPattern
 
 BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
-LINE_MAX_CHARS = 4096
 LINE_KEEP_BYTES = 4 * LINE_MAX_CHARS + 4  # of a longer line: more than `decode_line` keeps of it
 BINARY_SNIFF_BYTES = 8192
 TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
@@ -107,6 +111,7 @@ class Lines:
     scanned_bytes: int
     complete: bool  # False when the scan cap stopped the search early
     truncated: bool = False  # True when the budget stopped the lines before ``count``
+    raw: list[str] = field(default_factory=list)  # each line as read, before it was scrubbed
 
 
 def permission_error(path: Path) -> PermissionError:
@@ -138,11 +143,6 @@ def looks_binary(sample: bytes) -> bool:
     return control * 10 > len(sample)  # more than 10 % control characters
 
 
-def decode_line(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace").rstrip("\r")
-    return text if len(text) <= LINE_MAX_CHARS else text[: LINE_MAX_CHARS - 1] + "…"
-
-
 def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Iterator[bytes]:
     position = size
     while position > 0 and size - position < max_scan_bytes:
@@ -152,17 +152,20 @@ def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Itera
         yield handle.read(step)
 
 
-class Abandoned(Exception):
-    """The probe gave up on this work (its deadline passed, or it was cancelled): nobody reads it."""
+def json_line_cost(line: str) -> int:
+    """The bytes of a list in the answer that ``line`` takes: its JSON and a comma."""
+    return json_size(line) + 1
 
 
 @dataclass(frozen=True)
 class Limits:
     """What bounds a line probe's work beyond its scan: the bytes of JSON its lines may take in the
-    answer (None: no bound), and the flag its probe sets when it gives up (checked line by line)."""
+    answer (None: no bound), the flag its probe sets when it gives up (checked line by line), and
+    what a line sent costs of the budget (``cost``: the answer's bytes for it, as `marked`)."""
 
     budget_bytes: int | None = None
     stop: threading.Event | None = None
+    cost: Callable[[str], int] = json_line_cost
 
 
 NO_LIMITS = Limits()
@@ -187,36 +190,43 @@ def tail_lines(
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # decoded lines not judged yet, newest first
         scanned = [0]
-        for raw in _lines_backwards(handle, size, max_scan_bytes, scanned):
-            judge.read(decode_line(raw), pending)
+        for raw, dropped in _lines_backwards(handle, size, max_scan_bytes, scanned):
+            judge.read(decode_line(raw, dropped), pending)
             if len(pending) > CONTEXT_LINES:  # the next line to judge has `CONTEXT_LINES` before it
                 if judge.ready(pending[-1 - CONTEXT_LINES]):
-                    return Lines(judge.found[::-1], size, scanned[0], True, truncated=True)
+                    return judge.lines(size, scanned[0], True, newest_first=True)
                 if judge.due():
                     judged = len(pending) - CONTEXT_LINES
                     if judge.judge(pending[::-1], CONTEXT_LINES, newest_first=True):
-                        return Lines(judge.found[::-1], size, scanned[0], True, judge.truncated)
+                        return judge.lines(size, scanned[0], True, newest_first=True)
                     del pending[:judged]
         judge.judge(pending[::-1], 0, newest_first=True)
-        return Lines(judge.found[::-1], size, scanned[0], scanned[0] >= size, judge.truncated)
+        return judge.lines(size, scanned[0], scanned[0] >= size, newest_first=True)
 
 
-def _lines_backwards(handle: BinaryIO, size: int, max_scan_bytes: int, scanned: list[int]) -> Iterator[bytes]:
-    """Each whole line from the end (newest first, without its newline); ``scanned[0]`` counts bytes read.
+def _lines_backwards(
+    handle: BinaryIO, size: int, max_scan_bytes: int, scanned: list[int]
+) -> Iterator[tuple[bytes, int]]:
+    """Each whole line from the end (newest first, without its newline) and the characters of it read
+    past and not kept; ``scanned[0]`` counts bytes read.
 
     The file's first line comes last, once the scan reaches it; a line the scan cap cuts never comes.
     Of a line longer than `LINE_KEEP_BYTES` only its start is kept (all `decode_line` sends).
     """
-    partial = b""
+    partial, dropped = b"", 0
     for block in _blocks_backwards(handle, size, max_scan_bytes):
         pieces = (block + partial).split(b"\n")
         if scanned[0] == 0 and pieces[-1] == b"":
             pieces.pop()  # the file ends with a newline: no line after it
         scanned[0] += len(block)
+        if len(pieces) > 1:
+            yield pieces[-1], dropped  # the line ``partial`` was the end of
+            yield from ((piece, 0) for piece in reversed(pieces[1:-1]))
+            dropped = 0
         partial = pieces[0][:LINE_KEEP_BYTES]  # its start comes with the next block (earlier bytes)
-        yield from reversed(pieces[1:])
+        dropped += utf8_chars(pieces[0][LINE_KEEP_BYTES:], line_end=not dropped)
     if scanned[0] >= size and size > 0:  # the file's first line, blank or not
-        yield partial
+        yield partial, dropped
 
 
 class _Judge:
@@ -234,15 +244,16 @@ class _Judge:
     ) -> None:
         self.count, self.contains, self.redact, self.stop = count, contains, redact, limits.stop
         self.budget = math.inf if limits.budget_bytes is None else limits.budget_bytes
+        self.cost = limits.cost
         self.found: list[str] = []
+        self.raw: list[str] = []  # the line read of each found
         self.truncated = False
         self.chars = 0  # characters of the lines to judge (context aside) since the last judgement
         self.ready_lines = self.ready_chars = 0  # of those, the lines that could be kept
 
     def read(self, line: str, pending: list[str]) -> None:
         """Add ``line`` to ``pending``; raises `Abandoned` once the probe has given up."""
-        if self.stop is not None and self.stop.is_set():
-            raise Abandoned("the probe gave up on these lines")
+        raise_if_given_up(self.stop)
         pending.append(line)
 
     def ready(self, line: str) -> bool:
@@ -282,21 +293,33 @@ class _Judge:
         shown, sent = scrubbed_lines(lines, self.redact, context)
         order = range(len(lines) - 1, context - 1, -1) if newest_first else range(context, len(lines))
         for index in order:
-            if self.could_keep(lines[index]) and self.could_keep(shown[index - context]):
-                if self._keep(lines[index], sent[index - context]):
+            raw = lines[index]
+            if self.could_keep(raw) and self.could_keep(shown[index - context]):
+                kept = sent[index - context]
+                if isinstance(raw, CutLine):  # scrubbed, for the marker to follow (`marked`)
+                    kept = (
+                        raw if shown[index - context] is raw else CutLine(shown[index - context], raw.omitted)
+                    )
+                if self._keep(raw, kept):
                     return True
         return False
 
     def _keep(self, raw: str, sent: str) -> bool:
-        """Add ``sent`` to ``found``; True when no more is wanted (``count`` found, or the budget spent)."""
-        cost = json_size(sent) + 1  # and its comma
+        """Add ``sent`` to ``found``; True when no more is wanted (``count`` found, or the budget spent).
+        A line is charged at least as if sent raw (a cut one is sent scrubbed): what judging it cost."""
+        cost = max(self.cost(marked(sent)), self.cost(marked(raw)))
         if cost > self.budget:
             self.truncated = True
             return True
         self.budget -= cost
         self.found.append(sent)
-        count_sent(self.redact, [raw], [sent])
+        self.raw.append(raw)
         return len(self.found) >= self.count
+
+    def lines(self, size: int, scanned: int, complete: bool, newest_first: bool = False) -> Lines:
+        """The `Lines` found (oldest first: ``newest_first`` ones turned round)."""
+        step = -1 if newest_first else 1
+        return Lines(self.found[::step], size, scanned, complete, self.truncated, self.raw[::step])
 
 
 def head_lines(
@@ -315,21 +338,22 @@ def head_lines(
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # the lines before the ones not judged yet (context), then those
         context = scanned = 0
-        for raw, scanned in _lines_forward(handle, max_scan_bytes):
-            judge.read(decode_line(raw), pending)
+        for raw, scanned, dropped in _lines_forward(handle, max_scan_bytes):
+            judge.read(decode_line(raw, dropped), pending)
             if judge.ready(pending[-1]):
-                return Lines(judge.found, size, scanned, True, truncated=True)
+                return judge.lines(size, scanned, True)
             if judge.due():
                 if judge.judge(pending, context):
-                    return Lines(judge.found, size, scanned, True, judge.truncated)
+                    return judge.lines(size, scanned, True)
                 pending = pending[-CONTEXT_LINES:]
                 context = len(pending)
         judge.judge(pending, context)
-        return Lines(judge.found, size, scanned, scanned < max_scan_bytes or scanned >= size, judge.truncated)
+        return judge.lines(size, scanned, scanned < max_scan_bytes or scanned >= size)
 
 
-def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int]]:
-    """Each line from the start (without its newline), with the bytes scanned so far.
+def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+    """Each line from the start (without its newline), with the bytes scanned so far and the
+    characters of it read past and not kept.
 
     Never more than `BLOCK_BYTES` of one line in memory, nor more than ``max_scan_bytes``
     read in all: iterating a file object reads a whole line first, and a file with no
@@ -342,13 +366,14 @@ def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[byte
         if not raw:
             return
         scanned += len(raw)
-        rest = raw
+        rest, dropped = raw, 0
         while not rest.endswith(b"\n") and scanned < max_scan_bytes:
             rest = handle.readline(min(BLOCK_BYTES, max_scan_bytes - scanned))
             if not rest:
                 break
             scanned += len(rest)
-        yield raw.rstrip(b"\n"), scanned
+            dropped += utf8_chars(rest.removesuffix(b"\n"), line_end=rest.endswith(b"\n"))
+        yield raw.rstrip(b"\n"), scanned, dropped
 
 
 @dataclass(frozen=True)
