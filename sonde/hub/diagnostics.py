@@ -19,7 +19,7 @@ from sonde.hub.agent_records import AgentRecord
 from sonde.hub.errors import HubError
 from sonde.hub.executor_limits import FANOUT_LIMIT
 from sonde.hub.probing import run_probe_for
-from sonde.packs.runbook import Finding, Runbook
+from sonde.packs.runbook import Failure, Finding, Runbook
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -32,6 +32,7 @@ class StepOutcome:
     status: str = "pending"  # ok | error | skipped | timeout | pending
     result: dict[str, Any] | None = None
     error: str | None = None
+    code: str | None = None  # an error's code (the agent's, or the hub's)
     duration_ms: float | None = None
 
 
@@ -49,7 +50,12 @@ class RunbookOutcome:
     def finish(self) -> None:
         """Evaluate what came back; mark what did not as timed out."""
         readings = {s.probe: s.result for s in self.steps if s.status == "ok" and s.result is not None}
-        self.findings = self.runbook.evaluate(readings)
+        failures = {
+            s.probe: Failure(s.code, s.error or "")
+            for s in self.steps
+            if s.status == "error" and s.code is not None
+        }
+        self.findings = self.runbook.evaluate(readings, failures)
         for step in self.steps:
             if step.status == "pending":
                 step.status, step.error = "timeout", "no answer before the deadline"
@@ -144,7 +150,7 @@ async def run_step(
     try:
         reading = await run_probe_for(hub, caller, record, step.probe, params, via=via)
     except HubError as exc:
-        step.status, step.error = "error", exc.message
+        step.status, step.error, step.code = "error", exc.message, exc.code
     else:
         step.status, step.result = "ok", reading.result
     step.duration_ms = (time.perf_counter() - started) * 1000

@@ -28,6 +28,7 @@ from typing import Any, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from sonde.packs.packages import install_hint
+from sonde.packs.runbook import SERVICE_DOWN, SERVICE_FULL
 from sonde.protocol.names import PROBE_NAME_PATTERN
 
 if typing.TYPE_CHECKING:
@@ -75,6 +76,17 @@ class Result(BaseModel):
 
 class ProbeUnavailable(Exception):
     """The probe cannot run on this machine (missing command, service or permission)."""
+
+
+class ServiceRefused(ProbeUnavailable):
+    """The server a pack talks to took no connection: nothing accepts one where it is configured
+    (down: stopped, crashed, starting or shutting down) or it turns new clients away at its
+    connection limit (full). Unlike a missing driver or a refused login, that is the outage
+    itself, which a runbook reports as a critical finding (`sonde.packs.runbook`)."""
+
+    def __init__(self, message: str, *, full: bool) -> None:
+        super().__init__(message)
+        self.code = SERVICE_FULL if full else SERVICE_DOWN
 
 
 class PackLoadError(Exception):

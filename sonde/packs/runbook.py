@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Severity = Literal["critical", "warning", "info"]
+# A probe's error codes when its server took no connection (`sonde.packs.base.ServiceRefused`):
+# nothing accepts one (down), or it turns new clients away at its connection limit (full).
+SERVICE_DOWN = "service_down"
+SERVICE_FULL = "service_full"
+BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -56,6 +61,32 @@ Evaluator = Callable[[Reading], list[Finding]]
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A step's probe that answered with an error: its code and message."""
+
+    code: str
+    message: str
+
+
+def outage_findings(category: str, failures: Mapping[str, Failure]) -> list[Finding]:
+    """The outage the failed steps tell of, once each: the server down, or full."""
+    found: dict[str, Finding] = {}
+    for probe, failure in failures.items():
+        if failure.code == SERVICE_FULL:
+            title = f"The {category} server refuses new connections: its connection limit is reached"
+            advice = (
+                "Clients are turned away now: find who holds the connections (a leak, a pool sized too big)."
+            )
+        elif failure.code == SERVICE_DOWN:
+            title = f"The {category} server is down: it accepts no connection"
+            advice = "Check whether its service runs and what its log says, or whether the agent's config names the wrong host or port."
+        else:
+            continue
+        found.setdefault(failure.code, Finding("critical", title, f"{failure.message}. {advice}", probe))
+    return list(found.values())
+
+
+@dataclass(frozen=True)
 class RunbookStep:
     probe: str
     evaluate: Evaluator
@@ -72,9 +103,12 @@ class Runbook:
     def probes(self) -> list[str]:
         return [step.probe for step in self.steps]
 
-    def evaluate(self, readings: Mapping[str, Reading]) -> list[Finding]:
-        """Findings from the readings that came back (missing probes are skipped)."""
-        found: list[Finding] = []
+    def evaluate(
+        self, readings: Mapping[str, Reading], failures: Mapping[str, Failure] | None = None
+    ) -> list[Finding]:
+        """Findings from the readings that came back (missing probes are skipped), and from the
+        failures that tell of an outage (the server down or full: `outage_findings`)."""
+        found = outage_findings(self.category, failures or {})
         for step in self.steps:
             reading = readings.get(step.probe)
             if reading is not None:
@@ -89,5 +123,38 @@ def check(threshold: Threshold, value: float | None, probe: str, title: str, det
     severity = threshold.severity(value)
     if severity is None:
         return []
-    shown = f"{value:g}{threshold.unit}" if isinstance(value, int | float) else str(value)
+    shown = shown_value(value, threshold.unit)
     return [Finding(severity, title.replace("{value}", shown), detail.replace("{value}", shown), probe)]
+
+
+def human_bytes(count: int | float | None) -> str:
+    """``count`` bytes as a person reads them: ``512 B``, ``297.0 KiB``, ``54.7 MiB``."""
+    if count is None:
+        return "?"
+    if abs(count) < 1024:
+        return f"{count:g} B"
+    value = float(count)
+    for unit in BYTE_UNITS:
+        value /= 1024
+        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"
+
+
+def shown_number(value: float) -> str:
+    """A figure as a finding gives it: whole numbers whole (never ``2.19588e+08``), others to a
+    tenth, small ones to two significant digits."""
+    if float(value).is_integer():
+        return str(int(value))
+    if abs(value) >= 1:
+        return f"{value:.1f}"
+    return f"{value:.2g}"
+
+
+def shown_value(value: object, unit: str) -> str:
+    """``value`` with its threshold's ``unit``; bytes in KiB/MiB/GiB."""
+    if not isinstance(value, int | float):
+        return str(value)
+    if unit.strip() == "bytes":
+        return human_bytes(value)
+    return f"{shown_number(value)}{unit}"

@@ -249,3 +249,16 @@ def _shut(duplicate: socket.socket) -> None:
             duplicate.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # not connected (any more): nothing is blocked on it
+
+
+def nothing_listens(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it came from, says nothing accepts a connection where the
+    server should be: refused on its port, or no socket file at its path."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short chain of causes; never a loop
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError | FileNotFoundError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

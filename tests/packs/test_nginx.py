@@ -35,7 +35,7 @@ from sonde.packs.nginx.logformat import (
 from sonde.packs.nginx.probes import permission_note
 from sonde.packs.nginx.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Threshold
+from sonde.packs.runbook import Threshold, shown_number
 from tests.conftest import require
 from tests.packs.test_system_unprivileged import NOBODY, probe_as_nobody, unprivileged
 
@@ -379,7 +379,10 @@ async def test_status_summary_and_the_5xx_finding(nginx: Nginx) -> None:
     assert summary["top_clients"] == [{"address": "127.0.0.1", "requests": total}]
     [finding] = RUNBOOK.evaluate({"nginx.status.summary": summary})
     assert finding.severity == "critical"
-    assert finding.title == f"{summary['server_error_percent']:g}% of nginx requests end in a 5xx error"
+    assert (
+        finding.title
+        == f"{shown_number(summary['server_error_percent'])}% of nginx requests end in a 5xx error"
+    )
     assert "/broken (3)" in finding.detail
     lenient = build_runbook(
         {**THRESHOLDS, "server_error_percent": Threshold(warning=20, critical=50, unit="%")}

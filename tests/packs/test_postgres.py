@@ -276,8 +276,8 @@ def test_replication_findings_on_readings() -> None:
     titles = {(f.severity, f.title) for f in RUNBOOK.evaluate({"postgres.replication.status": primary})}
     assert titles == {
         ("warning", "Replica replica1 lags 45 s behind"),
-        ("critical", "Replica replica1 lags 2.14748e+09 bytes of WAL behind"),
-        ("warning", "Inactive replication slot old_replica retains 1.04858e+08 bytes of WAL"),
+        ("critical", "Replica replica1 lags 2.0 GiB of WAL behind"),
+        ("warning", "Inactive replication slot old_replica retains 100.0 MiB of WAL"),
     }
     # a replica's application_name is the replica's own setting: braces in it are text (before: KeyError)
     braced = {**primary, "replicas": [{**primary["replicas"][0], "application_name": "db{1}"}], "slots": []}
@@ -313,11 +313,11 @@ async def test_cache_hit_ratio() -> None:
     assert RUNBOOK.evaluate({"postgres.cache.hit_ratio": few}) == []
 
 
-async def test_unreachable_server_is_unavailable() -> None:
+async def test_a_server_nothing_listens_for_is_down() -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run("postgres.connections.usage", port=1)
-    assert caught.value.code == "unavailable"
-    assert "PostgreSQL is not available at 127.0.0.1:1" in caught.value.message
+    assert caught.value.code == "service_down"
+    assert "PostgreSQL is not accepting connections at 127.0.0.1:1" in caught.value.message
 
 
 async def test_unknown_user_is_a_refused_login() -> None:

@@ -24,7 +24,7 @@ from sonde.packs.redis.info import keyspace, parse_info, replicas
 from sonde.packs.redis.probes import memory, replication, server_info, slow_entry
 from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Threshold
+from sonde.packs.runbook import Threshold, shown_number
 from tests.conftest import require
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -127,7 +127,7 @@ def test_info_of_a_replica_whose_link_is_down() -> None:
         ("critical", "Redis has evicted 31337 keys since start"),
         ("critical", "Redis replica has lost its primary"),
         ("warning", "Redis has rejected 42 connections since start"),
-        ("warning", "Redis uses 87.89% of maxmemory"),
+        ("warning", "Redis uses 87.9% of maxmemory"),
     ]
 
 
@@ -249,7 +249,7 @@ async def test_memory_near_maxmemory_finding(admin: redis.Redis, restored_config
     assert 80 <= found["used_percent_of_max"] < 100  # give or take the buffers of the probe's own client
     [finding] = [f for f in RUNBOOK.evaluate({"redis.memory.details": found}) if "of maxmemory" in f.title]
     assert finding.severity == THRESHOLDS["memory_percent_of_max"].severity(found["used_percent_of_max"])
-    assert finding.title == f"Redis uses {found['used_percent_of_max']:g}% of maxmemory"
+    assert finding.title == f"Redis uses {shown_number(found['used_percent_of_max'])}% of maxmemory"
 
 
 @pytest.fixture
@@ -380,11 +380,11 @@ async def test_replication_of_a_lone_primary(admin: redis.Redis) -> None:
     assert RUNBOOK.evaluate({"redis.replication.status": found}) == []
 
 
-async def test_unreachable_redis_is_unavailable() -> None:
+async def test_a_redis_nothing_listens_for_is_down() -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run("redis.server.info", port=1)
-    assert caught.value.code == "unavailable"
-    assert "Redis is not available at 127.0.0.1:1" in caught.value.message
+    assert caught.value.code == "service_down"
+    assert "Redis is not accepting connections at 127.0.0.1:1" in caught.value.message
 
 
 IPV6_HINT = "Redis must also listen on [::1]:6379 (Debian's redis.conf binds 127.0.0.1 -::1)"
@@ -411,5 +411,5 @@ async def test_server_info_over_the_ipv6_loopback(ipv6_loopback_redis: None, hos
 async def test_unreachable_ipv6_redis_is_named_with_brackets() -> None:
     with pytest.raises(ProbeExecutionError) as caught:
         await run("redis.server.info", host="::1", port=1)
-    assert caught.value.code == "unavailable"
-    assert "Redis is not available at [::1]:1" in caught.value.message
+    assert caught.value.code == "service_down"
+    assert "Redis is not accepting connections at [::1]:1" in caught.value.message

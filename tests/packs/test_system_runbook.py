@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sonde.packs.runbook import Threshold
-from sonde.packs.system.runbook import RUNBOOK, THRESHOLDS, human_bytes
+from sonde.packs.runbook import Threshold, human_bytes
+from sonde.packs.system.runbook import RUNBOOK, THRESHOLDS
 
 
 def disk(

@@ -47,7 +47,15 @@ PROBE_TIMEOUT_S = 8.0  # each probe's own limit is capped to this
 CALL_LIMIT_S = PROBE_TIMEOUT_S + 5.0  # and the whole call, cleanup included, to this
 REFUSALS = {"invalid_params", "refused"}
 # what a probe may answer to a hostile value it accepted: it ran (or tried to) without harm
-HARMLESS_FAILURES = {*REFUSALS, "unavailable", "permission_denied", "probe_failed", "timeout"}
+HARMLESS_FAILURES = {
+    *REFUSALS,
+    "unavailable",
+    "service_down",
+    "service_full",
+    "permission_denied",
+    "probe_failed",
+    "timeout",
+}
 
 INJECTIONS = [
     "; touch {canary}",

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from sonde.packs.base import ProbeUnavailable
+from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import DEFAULTS
-from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint
+from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint, nothing_listens
 
 READ_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
 CLOSE_TIMEOUT_S = 2
@@ -27,6 +27,7 @@ LOGIN_REFUSED = {1045, 1698}  # ER_ACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASS
 DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed the configured database
 DATABASE_MISSING = 1049  # ER_BAD_DB_ERROR: the configured database is not on this server
 PRIVILEGE_DENIED = {1142, 1143, 1227}  # table, column, a global privilege such as PROCESS
+TOO_MANY_CONNECTIONS = 1040  # ER_CON_COUNT_ERROR: max_connections reached, clients turned away
 LOGIN_HINT = (
     "check that this user exists for the client host the server names, its password in the agent config "
     "(packs.mysql.password) and its authentication plugin (a unix_socket / auth_socket user logs in only "
@@ -102,6 +103,10 @@ def _connect(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     try:
         sock = _socket(where, limits)
     except OSError as exc:  # in PyMySQL's words, as its own connect would say it
+        if nothing_listens(exc):
+            raise ServiceRefused(
+                f"MySQL is not accepting connections at {where.where()}: {exc}", full=False
+            ) from None
         raise pymysql.err.OperationalError(
             2003, f"Can't connect to MySQL server on {where.where()!r} ({exc})"
         ) from None
@@ -129,6 +134,10 @@ def _our_errors(where: Endpoint) -> Iterator[None]:
         refused = _refusal(where, code, text)
         if refused is not None:
             raise refused from None
+        if code == TOO_MANY_CONNECTIONS:
+            raise ServiceRefused(
+                f"MySQL refuses new connections at {where.where()}: {text} (max_connections)", full=True
+            ) from None
         if not isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
             raise  # our SQL is wrong for this server: a probe failure, not an absent service
         raise ProbeUnavailable(f"MySQL is not available at {where.where()}: {text}") from None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sonde.packs.base import ProbeUnavailable
+from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import DEFAULTS
 from sonde.packs.services import (
@@ -38,6 +38,16 @@ LOGIN_HINT = (
 # the database to connect to is not on the server (SQLSTATE 3D000, invalid_catalog_name)
 DATABASE_MISSING = re.compile(r"database \".*\" does not exist")
 DATABASE_SQLSTATES = {"3D000"}
+# libpq rarely gives a failed connection's SQLSTATE, so the server's words are read too:
+# 53300 too_many_connections (every slot taken, or only reserved ones left)
+SERVER_FULL = re.compile(r"too many clients already|remaining connection slots are reserved")
+FULL_SQLSTATES = {"53300"}
+# nothing listens (port or socket file), or 57P03 cannot_connect_now (starting, stopping, recovering)
+SERVER_DOWN = re.compile(
+    r"Connection refused|No such file or directory|the database system is "
+    r"(?:starting up|shutting down|in recovery mode|not yet accepting connections)"
+)
+DOWN_SQLSTATES = {"57P03"}
 MISSING_DATABASE_HINT = (
     "name one that exists there instead: the probes read server-wide views and work from any "
     "database ('postgres' is the usual one)"
@@ -141,6 +151,14 @@ def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str
     if "permission denied for database" in text:  # SQLSTATE 42501 at connection time
         return PermissionError(
             f"PostgreSQL at {where.where()} refused user {where.user!r}: {text}; {CONNECT_HINT}"
+        )
+    if sqlstate in FULL_SQLSTATES or SERVER_FULL.search(text):
+        return ServiceRefused(
+            f"PostgreSQL refuses new connections at {where.where()}: {text} (max_connections)", full=True
+        )
+    if sqlstate in DOWN_SQLSTATES or SERVER_DOWN.search(text):
+        return ServiceRefused(
+            f"PostgreSQL is not accepting connections at {where.where()}: {text}", full=False
         )
     return ProbeUnavailable(f"PostgreSQL is not available at {where.where()}: {text}")
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sonde.packs.base import ProbeUnavailable
+from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import DEFAULTS
-from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint
+from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint, nothing_listens
 
 T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
+MAXCLIENTS_REACHED = "max number of clients reached"  # the server's answer to a new client at maxclients
 ACL_HINT = "the agent's Redis user needs '+info +slowlog' (ACL) and its password in the agent config"
 
 
@@ -66,7 +67,17 @@ def _run(where: Endpoint, work: Callable[[Any], T], limits: SocketLimits, hangup
         raise PermissionError(
             f"Redis at {where.where()} refused: {exc}; {ACL_HINT}{where.login_note()}"
         ) from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except redis.exceptions.ConnectionError as exc:
+        if MAXCLIENTS_REACHED in str(exc):
+            raise ServiceRefused(
+                f"Redis refuses new connections at {where.where()}: {exc} (maxclients)", full=True
+            ) from None
+        if nothing_listens(exc):
+            raise ServiceRefused(
+                f"Redis is not accepting connections at {where.where()}: {exc}", full=False
+            ) from None
+        raise ProbeUnavailable(f"Redis is not available at {where.where()}: {exc}") from None
+    except redis.exceptions.TimeoutError as exc:
         raise ProbeUnavailable(f"Redis is not available at {where.where()}: {exc}") from None
     except redis.exceptions.ResponseError as exc:
         if "NOAUTH" in str(exc) or "NOPERM" in str(exc):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check
+from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check, human_bytes
 from sonde.packs.system import PACK
 
 THRESHOLDS = {
@@ -23,21 +23,6 @@ OOM_RECENT_S = 60 * 60  # OOM kills older than this are history, not trouble
 OOM_KILLS_NAMED = 5
 # filesystems read-only by nature: no finding when they are
 READ_ONLY_BY_NATURE = frozenset({"iso9660", "udf", "squashfs", "erofs", "cramfs", "romfs", "tmpfs"})
-BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def human_bytes(count: int | float | None) -> str:
-    """``count`` bytes as a person reads them: ``512 B``, ``297.0 KiB``, ``54.7 MiB``."""
-    if count is None:
-        return "?"
-    if abs(count) < 1024:
-        return f"{count:g} B"
-    value = float(count)
-    for unit in BYTE_UNITS:
-        value /= 1024
-        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
-            break
-    return f"{value:.1f} {unit}"
 
 
 def _duration(seconds: float) -> str:
