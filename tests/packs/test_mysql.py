@@ -337,7 +337,9 @@ async def test_row_lock_wait_finding(connections: list[Any]) -> None:
             )
             found = await wait_for("mysql.innodb.summary", {}, lambda r: r["row_lock_current_waits"] >= 1)
             [finding] = [
-                f for f in RUNBOOK.evaluate({"mysql.innodb.summary": found}) if "row lock" in f.title
+                f
+                for f in RUNBOOK.evaluate({"mysql.innodb.summary": found})
+                if "row lock waits right now" in f.title
             ]
             assert finding.severity == "warning"
             await trio.to_thread.run_sync(execute, holder, "ROLLBACK")  # the UPDATE goes through

@@ -31,12 +31,34 @@ LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
 WHERE %s OR s.SCHEMA_NAME NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
 GROUP BY s.SCHEMA_NAME ORDER BY size_bytes DESC, name"""
 LISTED = "ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep') AND TIME >= %s"
-PROCESSES = f"""
-SELECT ID AS id, USER AS user, HOST AS host, DB AS db, COMMAND AS command, TIME AS time_s,
-       STATE AS state, LEFT(INFO, {QUERY_MAX_CHARS}) AS query
-FROM information_schema.PROCESSLIST
+# InnoDB's transactions (information_schema.INNODB_TRX, PROCESS only): a thread's open one, its age
+TRANSACTIONS = "LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID"
+TRANSACTION_S = "TIMESTAMPDIFF(SECOND, x.trx_started, NOW())"
+# the longer of its state's time and its transaction's age: an idle thread holding a transaction open counts
+RUNNING_S = f"GREATEST(p.TIME, COALESCE({TRANSACTION_S}, 0))"
+THREAD_COLUMNS = f"""p.ID AS id, p.USER AS user, p.HOST AS host, p.DB AS db, p.COMMAND AS command,
+       p.TIME AS time_s, p.STATE AS state, LEFT(p.INFO, {QUERY_MAX_CHARS}) AS query"""
+WITH_TRANSACTION = f"x.trx_state AS transaction_state, {TRANSACTION_S} AS transaction_s"
+WITHOUT_TRANSACTION = "NULL AS transaction_state, NULL AS transaction_s"
+
+
+def processes_query(sees_transactions: bool) -> str:
+    """The process list, with each thread's open InnoDB transaction where this login may read them.
+
+    Idle threads holding a transaction open are listed with or without include_sleeping.
+    """
+    if not sees_transactions:
+        return f"""
+SELECT {THREAD_COLUMNS}, {WITHOUT_TRANSACTION} FROM information_schema.PROCESSLIST p
 WHERE {LISTED} AND NOT {SONDE_THREAD}
 ORDER BY TIME DESC, ID LIMIT %s"""
+    return f"""
+SELECT {THREAD_COLUMNS}, {WITH_TRANSACTION} FROM information_schema.PROCESSLIST p {TRANSACTIONS}
+WHERE ID <> CONNECTION_ID() AND (%s OR COMMAND <> 'Sleep' OR x.trx_id IS NOT NULL) AND {RUNNING_S} >= %s
+  AND NOT {SONDE_THREAD}
+ORDER BY {RUNNING_S} DESC, ID LIMIT %s"""
+
+
 SONDE_THREADS = f"SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE {LISTED} AND {SONDE_THREAD}"
 VISIBLE_THREADS = "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST"
 THREADS_CONNECTED = "SHOW GLOBAL STATUS LIKE 'Threads_connected'"
@@ -117,6 +139,8 @@ class Thread(Result):
     time_s: int | None
     state: str | None
     query: str | None
+    transaction_state: str | None = None
+    transaction_s: int | None = None
 
 
 class ProcessList(Result):
@@ -128,15 +152,22 @@ class ProcessList(Result):
     visibility: str | None
 
 
+def _seconds(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
 def thread(row: dict[str, Any]) -> Thread:
-    return Thread(**{**row, "time_s": int(row["time_s"]) if row["time_s"] is not None else None})
+    seconds = {name: _seconds(row.get(name)) for name in ("time_s", "transaction_s")}
+    return Thread(**{**row, **seconds})
 
 
 def hidden_threads_note(hidden: int) -> str:
     return (
         "This login lacks the PROCESS privilege: it sees its own user's threads only, and about "
-        f"{hidden} other connections (Threads_connected less the threads it sees) are hidden. Grant "
-        "the agent's database user PROCESS to see them."
+        f"{hidden} other connections (Threads_connected less the threads it sees) are hidden; nor may it "
+        "read InnoDB's transactions, so no thread shows an open transaction (transaction_s is null) and "
+        "idle ones holding a transaction open are not told apart. Grant the agent's database user PROCESS "
+        "to see them."
     )
 
 
@@ -144,21 +175,27 @@ def hidden_threads_note(hidden: int) -> str:
     "mysql.processes.list",
     """MySQL/MariaDB threads (the process list), longest-running first: ID, user, client
     host, database, command, seconds in the current state, state and the statement (cut to
-    1000 characters). Idle connections are left out unless include_sleeping. Sonde's own
+    1000 characters), and a thread's open InnoDB transaction: its state (RUNNING, or LOCK
+    WAIT for one waiting on a row lock: see mysql.locks.waits) and age in seconds
+    (transaction_s), counted in min_time_s and the order. Idle ('Sleep') connections are
+    left out unless include_sleeping, except those holding a transaction open (they may
+    hold locks others wait for): those are always listed. Sonde's own
     connections (its probes running beside this one) are left out and counted in
     `sonde_threads`: while they run a statement, and idle too where performance_schema is
     on. Other users' threads need the PROCESS privilege: without it `sees_all_threads` is
     false, `hidden_threads` says about how many connections are not seen, and `visibility`
-    says so.""",
+    says so: it cannot read the transactions either (transaction_s null).""",
     timeout_s=15,
 )
 async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
     listed = (params.include_sleeping, params.min_time_s)
     async with session(ctx, params) as connection:
-        rows, [sonde], grants = await connection.run(
-            (PROCESSES, (*listed, params.limit + 1)), (SONDE_THREADS, listed), (SHOW_GRANTS, ())
-        )
+        [grants] = await connection.run((SHOW_GRANTS, ()))
+        # InnoDB's transactions are PROCESS's too: not asked for without it (a refusal is counted)
         sees_all = global_privileges(grants).sees_all_threads
+        rows, [sonde] = await connection.run(
+            (processes_query(sees_all), (*listed, params.limit + 1)), (SONDE_THREADS, listed)
+        )
         hidden = None if sees_all else await hidden_thread_count(connection)
     return ProcessList(
         threads=[thread(row) for row in rows[: params.limit]],

@@ -5,7 +5,10 @@ over a short sample (`interval_s`): the counters are read twice with a
 `trio.sleep` in between (no thread sleeps), and the difference divided by the
 time that passed. Both readings go over one connection, whose own statements in
 between (its ``Questions`` as a session counter) are taken off, so an idle
-server reads 0 queries per second.
+server reads 0 queries per second. Sonde's sibling probes' statements (a runbook
+runs its probes at once) are not: the server keeps ``Questions`` per connection
+only in performance_schema (off on MariaDB by default), so they read as a few
+queries per second, and the description says so.
 
 Slow queries are rare events, so they are not scaled into a rate over the
 sample: one slow query finishing inside a 1 s sample is not "60 per minute".
@@ -79,7 +82,10 @@ class StatusSummary(Result):
     max_used_connections: int
     aborted_connects: int
     refused_max_connections: int | None
-    queries_per_second: float
+    queries_per_second: float = Field(
+        description="Statements per second over the sample, this probe's own left out; Sonde's other "
+        "probes running at once (a runbook's) are counted as any client's: a few per second."
+    )
     qps_since_start: float
     slow_queries_total: int
     slow_queries_in_sample: int | None
@@ -153,7 +159,10 @@ def summarize_status(
     (the highest use since start is the server's own count): the probe's, and its siblings'
     running beside it, which are counted in `sonde_threads` (told apart while they run a
     statement, and idle too where performance_schema is on). The probe's own statements
-    are left out of the queries per second.
+    are left out of the queries per second, but not those of Sonde's other probes running
+    beside it (a runbook, as diagnose and health_check run it, runs its probes at once):
+    the server counts statements per connection only, so on an idle server this reads a
+    few per second then.
     Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )
@@ -191,6 +200,8 @@ class InnodbSummary(Result):
     row_lock_current_waits: int
     row_lock_time_avg_ms: float | None
     deadlocks: int | None
+    deadlocks_per_hour_since_start: float | None
+    uptime_s: int
 
 
 def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) -> InnodbSummary:
@@ -198,6 +209,7 @@ def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) ->
     reads = _int(status, "innodb_buffer_pool_reads")
     size = as_number(variables.get("innodb_buffer_pool_size"))
     deadlocks = as_number(status.get("innodb_deadlocks"))
+    uptime = max(_int(status, "uptime"), 1)
     return InnodbSummary(
         buffer_pool_size_bytes=int(size) if size is not None else None,
         buffer_pool_hit_percent=round((1 - reads / requests) * 100, 2) if requests else None,
@@ -210,6 +222,8 @@ def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) ->
         row_lock_current_waits=_int(status, "innodb_row_lock_current_waits"),
         row_lock_time_avg_ms=as_number(status.get("innodb_row_lock_time_avg")),
         deadlocks=int(deadlocks) if deadlocks is not None else None,
+        deadlocks_per_hour_since_start=round(deadlocks * 3600 / uptime, 2) if deadlocks is not None else None,
+        uptime_s=uptime,
     )
 
 
@@ -217,8 +231,9 @@ def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) ->
     "mysql.innodb.summary",
     """InnoDB since start: buffer pool size, hit ratio (read requests served without a disk
     read, percent), pages total/free/dirty, row lock waits (total and now), average row
-    lock wait in ms, and deadlocks where the server counts them (MariaDB). Use it for
-    slow queries caused by I/O or lock contention.""",
+    lock wait in ms, and deadlocks where the server counts them (MariaDB; null on MySQL),
+    in all and per hour since the server started `uptime_s` seconds ago. Use it for slow
+    queries caused by I/O or lock contention; mysql.locks.waits names who blocks whom now.""",
     timeout_s=15,
 )
 async def innodb_summary(ctx: ProbeContext, params: MysqlParams) -> InnodbSummary:

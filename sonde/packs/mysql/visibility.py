@@ -26,6 +26,8 @@ SHOW_GRANTS = "SHOW GRANTS"
 GLOBAL_GRANT = re.compile(r"GRANT ([A-Z][A-Z_ ,]*) ON \*\.\* TO ")
 # MySQL 8 with partial_revokes: a global privilege taken back on some databases
 PARTIAL_REVOKE = re.compile(r"REVOKE ([A-Z][A-Z_ ,]*) ON ")
+# a grant on performance_schema alone (who holds a metadata lock is read there)
+PERFORMANCE_SCHEMA_GRANT = re.compile(r"GRANT ([A-Z][A-Z_ ,]*) ON `performance_schema`\.\* TO ")
 ALL = "ALL PRIVILEGES"
 # any one of these on a table shows it in information_schema.TABLES (SHOW VIEW reads no data)
 TABLE_PRIVILEGES = frozenset(
@@ -70,6 +72,7 @@ class GlobalPrivileges:
 
     granted: frozenset[str]
     partly_revoked: frozenset[str] = frozenset()
+    on_performance_schema: frozenset[str] = frozenset()
 
     def holds(self, privilege: str) -> bool:
         """Whether it holds ``privilege`` on every database (as SHOW GRANTS spells it: 'SHOW VIEW')."""
@@ -80,6 +83,11 @@ class GlobalPrivileges:
     @property
     def sees_all_threads(self) -> bool:
         return self.holds("PROCESS")
+
+    @property
+    def reads_performance_schema(self) -> bool:
+        """SELECT on performance_schema, globally or on it alone (its tables need it: no PROCESS)."""
+        return self.holds("SELECT") or bool({"SELECT", ALL} & self.on_performance_schema)
 
     @property
     def sees_every_table(self) -> bool:
@@ -94,13 +102,16 @@ def global_privileges(rows: Iterable[dict[str, Any]]) -> GlobalPrivileges:
     """The global privileges `SHOW_GRANTS` rows name (one column, named after the account)."""
     granted: set[str] = set()
     revoked: set[str] = set()
+    performance_schema: set[str] = set()
     for row in rows:
         line = str(next(iter(row.values()), ""))
         if found := GLOBAL_GRANT.match(line):
             granted |= _privileges(found[1])
         elif found := PARTIAL_REVOKE.match(line):
             revoked |= _privileges(found[1])
-    return GlobalPrivileges(frozenset(granted), frozenset(revoked))
+        elif found := PERFORMANCE_SCHEMA_GRANT.match(line):
+            performance_schema |= _privileges(found[1])
+    return GlobalPrivileges(frozenset(granted), frozenset(revoked), frozenset(performance_schema))
 
 
 def databases_visibility(privileges: GlobalPrivileges) -> tuple[int | None, str | None]:
