@@ -1,8 +1,9 @@
-"""The `redis` pack: server info, keyspace, memory, slow log and replication.
+"""The `redis` pack: server info, keyspace, memory, persistence, slow log and replication.
 
-Commands go through redis-py (pure Python) in a worker thread; only read
-commands are sent (INFO, SLOWLOG GET/LEN). Where Redis ACLs are on, the agent's
-user needs ``+info +slowlog``; its password only comes from the agent config.
+Commands go through redis-py (pure Python) in a worker thread; only read commands
+are sent (INFO, SLOWLOG GET/LEN, CONFIG GET). Where Redis ACLs are on, the agent's
+user needs ``+info +slowlog`` (and ``+config|get`` for the persistence settings,
+which are left out without it); its password only comes from the agent config.
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ PACK = Pack(
     described_by=Path(__file__).with_name("descriptor.json"),
     name="redis",
     version=__version__,
-    description="Redis: version, clients, memory vs maxmemory, evictions, keyspace, slow log and replication.",
+    description=(
+        "Redis: version, clients, memory vs maxmemory and RAM, eviction rate, persistence, keyspace, "
+        "slow log and replication."
+    ),
     detect=detect_redis,
     categories=("redis",),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.probes",
+        f"{__name__}.memory",
+        f"{__name__}.persistence",
         f"{__name__}.runbook",
     ),
 )

@@ -1,4 +1,4 @@
-"""Redis probes: server info, keyspace, memory, slow log and replication."""
+"""Redis probes: server info, keyspace, slow log and replication (memory: `memory`, persistence: `persistence`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import PACK
 from sonde.packs.redis.connection import RedisParams, info_text, with_redis
-from sonde.packs.redis.info import hit_percent, integer, keyspace, number, parse_info, replicas
+from sonde.packs.redis.info import hit_percent, integer, keyspace, parse_info, replicas
 from sonde.packs.system.info import iso_utc
 
 COMMAND_MAX_CHARS = 200
@@ -103,48 +103,6 @@ async def redis_keyspace(ctx: ProbeContext, params: RedisParams) -> Keyspace:
         for db, v in found.items()
     ]
     return Keyspace(total_keys=sum(d.keys for d in databases), databases=databases)
-
-
-class Memory(Result):
-    used_bytes: int | None
-    rss_bytes: int | None
-    peak_bytes: int | None
-    dataset_bytes: int | None
-    fragmentation_ratio: float | None
-    maxmemory_bytes: int | None
-    maxmemory_policy: str | None
-    used_percent_of_max: float | None
-    evicted_keys: int | None
-    allocator: str | None
-
-
-def memory(info: Mapping[str, str]) -> Memory:
-    used = integer(info, "used_memory")
-    limit = integer(info, "maxmemory")
-    return Memory(
-        used_bytes=used,
-        rss_bytes=integer(info, "used_memory_rss"),
-        peak_bytes=integer(info, "used_memory_peak"),
-        dataset_bytes=integer(info, "used_memory_dataset"),
-        fragmentation_ratio=number(info, "mem_fragmentation_ratio"),
-        maxmemory_bytes=limit,
-        maxmemory_policy=info.get("maxmemory_policy"),
-        used_percent_of_max=round(used * 100 / limit, 2) if used is not None and limit else None,
-        evicted_keys=integer(info, "evicted_keys"),
-        allocator=info.get("mem_allocator"),
-    )
-
-
-@PACK.probe(
-    "redis.memory.details",
-    """Redis memory: used, RSS, peak and dataset bytes, fragmentation ratio, maxmemory and
-    its policy, percent of maxmemory used (null when there is no limit) and keys evicted
-    since start. At maxmemory Redis evicts keys (a volatile-* policy only keys with a TTL)
-    or fails writes with OOM: under noeviction, and under volatile-* when no key has a TTL.""",
-    timeout_s=15,
-)
-async def redis_memory(ctx: ProbeContext, params: RedisParams) -> Memory:
-    return memory(await read_info(ctx, params))
 
 
 class SlowlogParams(RedisParams):
