@@ -130,8 +130,8 @@ async def test_connection_usage_finding(extra_connections: list[psycopg.Connecti
         if after["total"] == before["total"] + 5:
             break
     assert after["total"] == before["total"] + 5, "other clients came or went in every window"
-    # a threshold between today's use and today's use + 5 connections, from max_connections
-    warn_at = (before["total"] + 3) * 100 / before["max_connections"]
+    # a threshold between today's use and today's use + 5 connections, of the slots for ordinary clients
+    warn_at = (before["total"] + 3) * 100 / before["client_limit"]
     runbook = build_runbook(
         {**THRESHOLDS, "connection_usage_percent": Threshold(warning=warn_at, critical=100, unit="%")}
     )
@@ -141,7 +141,8 @@ async def test_connection_usage_finding(extra_connections: list[psycopg.Connecti
     [finding] = runbook.evaluate({"postgres.connections.usage": after})
     assert finding.severity == "warning"
     assert finding.title.startswith("PostgreSQL uses")
-    assert "of max_connections" in finding.title
+    assert "of the connection slots for ordinary clients" in finding.title
+    assert f"max_connections {after['max_connections']} less" in finding.detail
 
 
 async def test_connection_usage_leaves_out_the_probe(
@@ -161,7 +162,9 @@ async def test_connection_usage_leaves_out_the_probe(
         if beside["total"] == found["total"] and beside["sonde_sessions"] == found["sonde_sessions"] + 2:
             break
     assert found["total"] == sum(found["by_state"].values())
-    assert found["usage_percent"] == round(found["total"] * 100 / found["max_connections"], 1)
+    assert found["usage_percent"] == round(found["total"] * 100 / found["client_limit"], 1)
+    reserved = found["superuser_reserved"] + (found["reserved_connections"] or 0)
+    assert found["client_limit"] == found["max_connections"] - reserved
     assert beside["sonde_sessions"] == found["sonde_sessions"] + 2
     assert beside["total"] == found["total"]
     # one reading: every breakdown adds up to the same total

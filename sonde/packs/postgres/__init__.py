@@ -1,4 +1,4 @@
-"""The `postgres` pack: databases, connections, long and blocked queries, replication, cache.
+"""The `postgres` pack: databases, connections, long and blocked queries, replication, wraparound, cache.
 
 Queries run through psycopg 3 in a worker thread (`ctx.in_thread`), on a
 read-only session with a statement timeout. Numbers from probe params are
@@ -27,7 +27,10 @@ PACK = Pack(
     described_by=Path(__file__).with_name("descriptor.json"),
     name="postgres",
     version=__version__,
-    description="PostgreSQL: database sizes, connections vs max, long and blocked queries, replication, cache hits.",
+    description=(
+        "PostgreSQL: database sizes, connections vs the slots clients may use, long and blocked queries, "
+        "replication and WAL archiving, transaction ID wraparound, cache hits."
+    ),
     detect=detect_postgres,
     categories=("postgres",),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes

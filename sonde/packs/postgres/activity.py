@@ -38,16 +38,20 @@ coalesce(datname, '') AS database, coalesce(usename, '') AS user,
 application_name = '{SONDE_APPLICATION}' AS sonde, {DETAILS_HIDDEN} AS hidden, count(*) AS n
 FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 1, 2, 3, 4, 5"""
 TOP_COUNTED = 20
+# reserved_connections (PostgreSQL 16+: slots for members of pg_use_reserved_connections) reads NULL before 16
 SETTINGS = f"""
 SELECT current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved,
+       current_setting('reserved_connections', true)::int AS reserved_connections,
        current_setting('server_version') AS version, {SEES_ALL_SESSIONS} AS sees_all"""
+IDLE_IN_TRANSACTION = "'idle in transaction', 'idle in transaction (aborted)'"
 # client_addr is an inet ("127.0.0.1/32" as text); host() is the address alone, NULL for a unix socket
 SESSION_COLUMNS = f"""
 pid, usename AS user, datname AS database, application_name, host(client_addr) AS client,
 state, wait_event_type, wait_event,
 extract(epoch FROM now() - query_start)::float8 AS duration_s,
 extract(epoch FROM now() - xact_start)::float8 AS transaction_s,
+CASE WHEN state IN ({IDLE_IN_TRANSACTION}) THEN extract(epoch FROM now() - state_change)::float8 END AS idle_s,
 left(query, {QUERY_MAX_CHARS}) AS query"""
 # a transaction open for an hour that runs short statements is as long-running as one long statement
 RUNNING_SINCE = "coalesce(xact_start, query_start)"
@@ -66,6 +70,25 @@ BLOCKED = f"""
 SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids, {DETAILS_HIDDEN} AS hidden
 FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
 BLOCKERS = f"SELECT {SESSION_COLUMNS}, {DETAILS_HIDDEN} AS hidden FROM pg_stat_activity WHERE pid = ANY(%s)"
+# pg_blocking_pids() names a prepared transaction, which has no session, as PID 0: these are read
+# instead, each marked when it holds a lock on what one of the listed blocked sessions waits for
+# (a prepared transaction's locks have no pid; its own transaction ID lock tells which are its)
+PREPARED = """
+SELECT p.gid, p.owner, p.database, p.prepared::text AS prepared_at,
+       extract(epoch FROM now() - p.prepared)::float8 AS age_s,
+       EXISTS (
+         SELECT 1 FROM pg_locks mine JOIN pg_locks held ON held.virtualtransaction = mine.virtualtransaction
+         JOIN pg_locks w ON (w.locktype, w.database, w.relation, w.page, w.tuple, w.virtualxid,
+                             w.transactionid, w.classid, w.objid, w.objsubid)
+                            IS NOT DISTINCT FROM (held.locktype, held.database, held.relation, held.page,
+                             held.tuple, held.virtualxid, held.transactionid, held.classid, held.objid,
+                             held.objsubid)
+         WHERE mine.pid IS NULL AND mine.locktype = 'transactionid' AND mine.transactionid = p.transaction
+           AND held.pid IS NULL AND held.granted AND NOT w.granted AND w.pid = ANY(%s)
+       ) AS blocking
+FROM pg_prepared_xacts p ORDER BY blocking DESC, p.prepared LIMIT %s"""
+PREPARED_LISTED = 20
+PREPARED_PID = 0  # pg_blocking_pids()'s name for a prepared transaction
 # locks of prepared transactions (no session) are counted; Sonde's sessions' own are not
 LOCK_COUNTS = f"""
 SELECT l.mode, l.granted, count(*) AS n FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -81,8 +104,12 @@ class ConnectionUsage(Result):
     server_version: str
     max_connections: int
     superuser_reserved: int
+    reserved_connections: int | None
+    client_limit: int
     total: int
     usage_percent: float
+    free_client_slots: int
+    clients_refused: bool
     by_state: dict[str, int]
     by_database: list[Counted]
     by_user: list[Counted]
@@ -97,8 +124,24 @@ def top_counted(counts: dict[str, int]) -> list[Counted]:
     return [Counted(name=name, connections=n) for name, n in ranked]
 
 
+def client_limit(limits: dict[str, Any]) -> int:
+    """The connections a role that is no superuser (nor, on 16+, member of pg_use_reserved_connections) may open.
+
+    The server refuses such a login once fewer than superuser_reserved_connections +
+    reserved_connections of the max_connections slots are free (its own slot already taken):
+    with 17 client sessions on max_connections 20 and 3 reserved, the 18th was refused.
+    """
+    reserved = int(limits["reserved"]) + int(limits["reserved_connections"] or 0)
+    # at least 1: the server refuses to start unless the reserved slots are fewer than max_connections
+    return max(int(limits["max_connections"]) - reserved, 1)
+
+
 def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> ConnectionUsage:
-    """The usage from `CONNECTION_COUNTS` rows: Sonde's own sessions counted apart, not in the figures."""
+    """The usage from `CONNECTION_COUNTS` rows: Sonde's own sessions counted apart, not in the figures.
+
+    Usage is measured against `client_limit`, the slots ordinary clients may use, not
+    max_connections: at 100 % the server already refuses them.
+    """
     by_state: dict[str, int] = {}
     by_database: dict[str, int] = {}
     by_user: dict[str, int] = {}
@@ -111,6 +154,7 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
         for counts, key in ((by_state, row["state"]), (by_database, row["database"]), (by_user, row["user"])):
             counts[key] = counts.get(key, 0) + row["n"]
     total = sum(by_state.values())
+    usable = client_limit(limits)
     consequence = (
         f"{hidden} client sessions of other users are counted, with state '{HIDDEN_STATE}' (a background "
         "worker connected to a database cannot be told apart from them)."
@@ -119,8 +163,12 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
         server_version=limits["version"],
         max_connections=limits["max_connections"],
         superuser_reserved=limits["reserved"],
+        reserved_connections=limits["reserved_connections"],
+        client_limit=usable,
         total=total,
-        usage_percent=round(total * 100 / limits["max_connections"], 1),
+        usage_percent=round(total * 100 / usable, 1),
+        free_client_slots=max(usable - total, 0),
+        clients_refused=total >= usable,
         by_state=dict(sorted(by_state.items())),
         by_database=top_counted(by_database),
         by_user=top_counted(by_user),
@@ -133,9 +181,13 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
 
 @PACK.probe(
     "postgres.connections.usage",
-    """PostgreSQL client connections against max_connections: total, percent used, counts by
-    state (active, idle, idle in transaction, ...), and the top databases and users by
-    connections; plus the server version. Every figure comes from one reading, and leaves
+    """PostgreSQL client connections against the slots ordinary clients may use: total, and
+    `usage_percent` of `client_limit`, which is max_connections less
+    superuser_reserved_connections and (PostgreSQL 16+) reserved_connections, the raw
+    figures shown too; `free_client_slots` left to roles that are not superusers, and
+    `clients_refused` true when none is left (the server already refuses their logins).
+    With counts by state (active, idle, idle in transaction, ...), and the top databases
+    and users by connections; plus the server version. Every figure comes from one reading, and leaves
     out Sonde's own sessions (this probe's and its siblings' running beside it, application
     'sonde'), which are counted in `sonde_sessions` instead. A login without pg_monitor
     still counts other users' sessions, but not their state: they are counted under state
@@ -159,6 +211,7 @@ class Session(Result):
     wait_event: str | None
     duration_s: float | None
     transaction_s: float | None
+    idle_s: float | None
     query: str | None
 
 
@@ -188,7 +241,7 @@ def seconds_since(value: float | None) -> float | None:
 
 def session(row: dict[str, Any]) -> Session:
     values = {key: row[key] for key in Session.model_fields}
-    for key in ("duration_s", "transaction_s"):
+    for key in ("duration_s", "transaction_s", "idle_s"):
         values[key] = seconds_since(values[key])
     return Session(**values)
 
@@ -200,7 +253,9 @@ def session(row: dict[str, Any]) -> Session:
     one): a transaction open for an hour that runs short statements, or sits 'idle in
     transaction', is listed. Each with PID, user, database, application, client, state,
     what it waits on, seconds its current (or last) statement has run (`duration_s`),
-    seconds in its transaction (`transaction_s`), and the query (cut to 1000 characters).
+    seconds in its transaction (`transaction_s`), seconds since its last statement ended
+    for one idle in a transaction (`idle_s`, null otherwise: such a session holds its locks
+    and keeps VACUUM from cleaning up), and the query (cut to 1000 characters).
     Sonde's own sessions (application 'sonde') are left out. A login without pg_monitor
     cannot see when other users' sessions started: they are not listed but counted in
     `unjudged_sessions`, `sees_all_sessions` is false and `visibility` says so.""",
@@ -240,9 +295,19 @@ class LockCount(Result):
     count: int
 
 
+class PreparedTransaction(Result):
+    gid: str
+    owner: str
+    database: str
+    prepared_at: str
+    age_s: float
+    blocking: bool
+
+
 class Locks(Result):
     blocked: list[BlockedSession]
     blockers: list[Session]
+    prepared_transactions: list[PreparedTransaction]
     lock_counts: list[LockCount]
     truncated: bool
     sees_all_sessions: bool
@@ -256,8 +321,10 @@ def locks_listing(
     counts: list[dict[str, Any]],
     limit: int,
     sees_all: bool,
+    prepared: list[dict[str, Any]],
 ) -> Locks:
-    """The first ``limit`` `BLOCKED` rows, their `BLOCKERS` rows and the `LOCK_COUNTS`, with what is hidden."""
+    """The first ``limit`` `BLOCKED` rows, their `BLOCKERS` rows, the `PREPARED` transactions (when one
+    blocks: PID 0) and the `LOCK_COUNTS`, with what is hidden."""
     listed = blocked[:limit]
     hidden = len({row["pid"] for row in [*listed, *blockers] if row["hidden"]})
     consequence = (
@@ -270,6 +337,9 @@ def locks_listing(
             BlockedSession(**session(row).model_dump(), blocking_pids=row["blocking_pids"]) for row in listed
         ],
         blockers=[session(row) for row in blockers],
+        prepared_transactions=[
+            PreparedTransaction(**{**row, "age_s": seconds_since(row["age_s"])}) for row in prepared
+        ],
         lock_counts=[LockCount(mode=row["mode"], granted=row["granted"], count=row["n"]) for row in counts],
         truncated=len(blocked) > limit,
         sees_all_sessions=sees_all,
@@ -281,7 +351,11 @@ def locks_listing(
 @PACK.probe(
     "postgres.locks.blocked",
     """Sessions waiting on a lock held by another, with the PIDs blocking them
-    (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction');
+    (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction', with
+    `idle_s` since their last statement); a blocking PID 0 is a prepared transaction (no
+    session holds it): then `prepared_transactions` lists those of pg_prepared_xacts (gid,
+    owner, database, when prepared, `blocking` true for one holding a lock a listed session
+    waits for), which COMMIT PREPARED or ROLLBACK PREPARED end;
     plus lock counts by mode, granted or waiting, leaving out the locks of Sonde's own
     sessions (application 'sonde': this probe's and its siblings'). A login without
     pg_monitor still finds every blocked session and its blockers, and counts every lock,
@@ -295,6 +369,10 @@ async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:
     blocked, counts, [sees] = await run_queries(
         ctx, params, (BLOCKED, (params.limit + 1,)), (LOCK_COUNTS, ()), (SEES_ALL, ())
     )
-    blocker_pids = sorted({pid for row in blocked[: params.limit] for pid in row["blocking_pids"]})
+    listed = blocked[: params.limit]
+    blocker_pids = sorted({pid for row in listed for pid in row["blocking_pids"]} - {PREPARED_PID})
     [blockers] = await run_queries(ctx, params, (BLOCKERS, (blocker_pids,))) if blocker_pids else [[]]
-    return locks_listing(blocked, blockers, counts, params.limit, sees["sees_all"])
+    by_prepared = any(PREPARED_PID in row["blocking_pids"] for row in listed)
+    prepared_args = ([row["pid"] for row in listed], PREPARED_LISTED)
+    [prepared] = await run_queries(ctx, params, (PREPARED, prepared_args)) if by_prepared else [[]]
+    return locks_listing(blocked, blockers, counts, params.limit, sees["sees_all"], prepared)

@@ -16,24 +16,67 @@ THRESHOLDS: dict[str, Threshold] = {
     "cache_hit_percent": Threshold(warning=90, critical=80, above=False, unit="%"),
     "replication_lag_s": Threshold(warning=30, critical=300, unit=" s"),
     "replication_lag_bytes": Threshold(warning=64 * MIB, critical=1024 * MIB, unit=" bytes"),
+    # Seconds since WAL archiving last succeeded, while it fails: a failure within 10 minutes of a
+    # success may be a blip the archiver's retries (every minute) get past; longer, WAL piles up.
+    "archive_failing_s": Threshold(warning=0, critical=600, unit=" s"),
+    # The age of a database's oldest unfrozen transaction (or multixact) ID. IDs wrap around at 2^31
+    # (2.147e9); the server stops assigning them 3 million short of that. Autovacuum forces a freezing
+    # vacuum at autovacuum_freeze_max_age (200 million by default, 2e9 at most, rarely set past 1e9),
+    # so a healthy server stays near it: 1.2e9 (56 % of 2^31) means those vacuums have failed or been
+    # held back for a billion transactions, with about 0.95e9 left: a day at 10,000 transactions a
+    # second, weeks at most servers' rate. 1.6e9 (75 %) leaves about 0.55e9, 15 hours at 10,000 a
+    # second: act now.
+    "xid_age": Threshold(warning=1.2e9, critical=1.6e9),
 }
 MIN_BLOCK_ACCESSES = 10_000  # a hit ratio over fewer block accesses says little
 
 
+def client_limit_text(reading: Reading) -> str:
+    """How the slots ordinary clients may use are counted: "17 (max_connections 20 less 3 ...)"."""
+    limit = reading.get("client_limit", reading.get("max_connections"))
+    reserved = [f"{reading.get('superuser_reserved', 0)} superuser_reserved_connections"]
+    if reading.get("reserved_connections"):
+        reserved.append(
+            f"{reading['reserved_connections']} reserved_connections (pg_use_reserved_connections)"
+        )
+    return f"{limit} (max_connections {reading.get('max_connections')} less {' and '.join(reserved)})"
+
+
 def connection_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    probe = "postgres.connections.usage"
     states = ", ".join(f"{state} {n}" for state, n in reading.get("by_state", {}).items())
     hidden = (
         " Other users' sessions' states are hidden from the agent's login: grant it pg_monitor."
         if reading.get("hidden_sessions")
         else ""
     )
+    sonde = reading.get("sonde_sessions") or 0
+    own = (
+        f" Sonde's {sonde} other sessions, beside this probe's, held slots too while it read."
+        if sonde
+        else ""
+    )
+    in_use = f"{reading.get('total')} client connections ({states}) of the {client_limit_text(reading)}"
+    free = reading.get("free_client_slots")
+    left = "" if free is None else f"; {free} left before their logins are refused"
+    fix = f"Look for leaks ('idle', 'idle in transaction') or add a pooler.{own}{hidden}"
+    if reading.get("clients_refused"):
+        return [
+            Finding(
+                "critical",
+                f"PostgreSQL refuses new connections: all {reading.get('client_limit')} slots for ordinary "
+                "clients are taken",
+                f"{in_use} that roles other than superusers may use: their logins already fail with "
+                f"'remaining connection slots are reserved'. {fix}",
+                probe,
+            )
+        ]
     return check(
         thresholds["connection_usage_percent"],
         reading.get("usage_percent"),
-        "postgres.connections.usage",
-        "PostgreSQL uses {value} of max_connections",
-        f"{reading.get('total')} of {reading.get('max_connections')} connections ({states}); new clients "
-        f"will be refused at the limit. Look for leaks ('idle') or add a pooler.{hidden}",
+        probe,
+        "PostgreSQL uses {value} of the connection slots for ordinary clients",
+        f"{in_use} that roles other than superusers may use{left}. {fix}",
     )
 
 
@@ -61,11 +104,57 @@ def unjudged_findings(reading: Reading) -> list[Finding]:
     ]
 
 
+IDLE_IN_TRANSACTION = "idle in transaction"
+ABORTED = "idle in transaction (aborted)"
+# idle in a transaction this long since its last statement, its client has left it open (below it, a
+# transaction busy with short statements, caught between two)
+LEFT_IDLE_S = 5.0
+
+
+def left_idle(session: Reading) -> bool:
+    if session.get("state") == ABORTED:
+        return True
+    return session.get("state") == IDLE_IN_TRANSACTION and (session.get("idle_s") or 0) >= LEFT_IDLE_S
+
+
+def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Finding]:
+    """A transaction its client left open and idle: named so, with how long it has sat idle."""
+    idle_s = session.get("idle_s")
+    idle = f"{idle_s:.1f} s" if idle_s is not None else "an unknown time"
+    who = (
+        f"PID {session['pid']} (user {session.get('user')}, database {session.get('database')}, application "
+        f"'{session.get('application_name') or ''}')"
+    )
+    last = f"Its last statement: {(session.get('query') or '')[:200]}"
+    end = (
+        f"Its client must COMMIT or ROLLBACK; if the client is gone, pg_terminate_backend({session['pid']}) "
+        "ends it. idle_in_transaction_session_timeout ends such sessions by itself."
+    )
+    if session.get("state") == ABORTED:
+        title = f"A failed PostgreSQL transaction has been left open and idle for {idle}"
+        detail = (
+            f"{who} is '{ABORTED}' since its last statement ended, {idle} ago: a statement in its "
+            "transaction failed, and every statement its client sends fails until it rolls back. It holds "
+            f"a connection (no locks: they went with the error). {last}. {end}"
+        )
+    else:
+        title = f"A PostgreSQL transaction has been left open and idle for {idle} (open {{value}})"
+        detail = (
+            f"{who} is '{IDLE_IN_TRANSACTION}': its transaction has been open {{value}}, and idle since its "
+            f"last statement ended, {idle} ago. Until it ends it holds every lock it took, blocking "
+            f"sessions that want them, and keeps VACUUM from removing the rows deleted or updated since "
+            f"it began. {last}. {end}"
+        )
+    return check(threshold, round(running_s(session), 1), "postgres.queries.long_running", title, detail)
+
+
 def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     queries = reading.get("queries", [])
     if not queries:
         return unjudged_findings(reading)
     longest = max(queries, key=running_s)
+    if left_idle(longest):
+        return idle_transaction_findings(thresholds["long_query_s"], longest) + unjudged_findings(reading)
     statement_s = longest["duration_s"] or 0
     one_statement = running_s(longest) - statement_s < STATEMENT_IS_TRANSACTION_S
     return check(
@@ -82,9 +171,56 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     ) + unjudged_findings(reading)
 
 
+BLOCKERS_SHOWN = 10
+PREPARED_PID = 0  # pg_blocking_pids()'s name for a prepared transaction
+
+
+def seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f} s"
+
+
+def blocker_text(blocker: Reading) -> str:
+    """A blocking session: its state and for how long, its transaction's age, who runs it."""
+    state = blocker.get("state")
+    if state is None:
+        doing = "state hidden"
+    elif blocker.get("idle_s") is not None:
+        doing = f"{state} for {seconds(blocker['idle_s'])}"
+    else:
+        doing = f"{state}, its statement running {seconds(blocker.get('duration_s'))}"
+    if blocker.get("transaction_s") is not None:
+        doing += f", transaction open {seconds(blocker['transaction_s'])}"
+    return (
+        f"PID {blocker['pid']} ({doing}; user {blocker.get('user')}, application "
+        f"'{blocker.get('application_name') or ''}')"
+    )
+
+
+def prepared_text(reading: Reading) -> str:
+    """The prepared transactions that block (PID 0 in pg_blocking_pids), or all of them when none is told."""
+    prepared = reading.get("prepared_transactions") or []
+    blocking = [row for row in prepared if row.get("blocking")] or prepared
+    if not blocking:
+        return "a prepared transaction (PID 0: no session holds it; see pg_prepared_xacts)"
+    shown = "; ".join(
+        f"prepared transaction '{row['gid']}' (owner {row['owner']}, database {row['database']}, "
+        f"prepared at {row['prepared_at']}, {seconds(row.get('age_s'))} ago)"
+        for row in blocking[:BLOCKERS_SHOWN]
+    )
+    return f"{shown}: no session holds it; COMMIT PREPARED or ROLLBACK PREPARED '<gid>' ends it"
+
+
 def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     blocked = reading.get("blocked", [])
-    blockers = sorted({pid for row in blocked for pid in row["blocking_pids"]})
+    blocker_pids = sorted({pid for row in blocked for pid in row["blocking_pids"]})
+    known = {row["pid"]: row for row in reading.get("blockers", [])}
+    waited_on = [
+        blocker_text(known[pid]) if pid in known else f"PID {pid} (ended since)"
+        for pid in blocker_pids
+        if pid != PREPARED_PID
+    ][:BLOCKERS_SHOWN]
+    if PREPARED_PID in blocker_pids:
+        waited_on.append(prepared_text(reading))
     hidden = (
         " Some of these sessions are other users', whose queries and states are hidden from the agent's "
         "login: grant it pg_monitor."
@@ -96,7 +232,7 @@ def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> l
         len(blocked),
         "postgres.locks.blocked",
         "{value} PostgreSQL sessions are blocked by locks",
-        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on PIDs {blockers[:10]}.{hidden}",
+        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on {'; '.join(waited_on)}.{hidden}",
     )
 
 
@@ -112,18 +248,141 @@ def cache_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> lis
     )
 
 
+def not_streaming_finding(standby: Reading, probe: str) -> Finding:
+    """A standby with no WAL receiver: nothing comes from its primary, though its replay delay reads 0."""
+    last = standby.get("last_replayed_xact_s")
+    detail = (
+        "No WAL receiver runs (pg_stat_wal_receiver is empty): its primary is down or unreachable, refuses "
+        "the standby's connection, or no longer has the WAL the standby needs; this standby's log says "
+        "which. Its replay delay reads 0 once all it received is replayed, so it says nothing while no "
+        "WAL comes in"
+        + (f"; the last transaction it replayed committed {last:.1f} s ago." if last is not None else ".")
+    )
+    if standby.get("primary_conninfo_set") is False:
+        detail += " primary_conninfo is empty: this standby is not set up to stream at all."
+    if standby.get("restore_command_set"):
+        detail += (
+            " restore_command is set: it may be in archive recovery, replaying WAL from the archive "
+            "instead, which keeps it only as current as the last archived segment; check that WAL "
+            "still reaches the archive and why it does not stream."
+        )
+    elif standby.get("restore_command_set") is False:
+        detail += " restore_command is empty: it has no WAL archive to fall back on either."
+    return Finding("critical", "This standby is not streaming from its primary", detail, probe)
+
+
+def standby_findings(thresholds: Mapping[str, Threshold], standby: Reading, probe: str) -> list[Finding]:
+    found: list[Finding] = []
+    if standby.get("receiver_running") is False:
+        found.append(not_streaming_finding(standby, probe))
+    elif standby.get("receiver_status") not in (None, "streaming"):
+        found.append(
+            Finding(
+                "warning",
+                f"This standby's WAL receiver is {standby['receiver_status']}, not streaming",
+                f"Its primary: {standby.get('primary_address')}; this standby's log says why.",
+                probe,
+            )
+        )
+    gap = standby.get("receive_replay_gap_bytes")
+    gap_text = (
+        f"{gap} bytes received are not replayed yet"
+        if gap is not None
+        else "no WAL was streamed since it started"
+    )
+    delay = standby.get("replay_delay_s")
+    if standby.get("replay_paused"):
+        severity = thresholds["replication_lag_s"].severity(delay) or "warning"
+        behind = f", {delay:g} s behind its primary" if delay else ""
+        found.append(
+            Finding(
+                severity,
+                f"WAL replay is paused on this standby{behind}",
+                f"Replay is paused: WAL still arrives but is not applied ({gap_text}), and queries here "
+                "see the data as of the pause. Someone ran pg_wal_replay_pause(), or the server paused "
+                "itself (a recovery target reached, or a setting below the primary's: its log says). "
+                "SELECT pg_wal_replay_resume() resumes it, unless it was paused on purpose.",
+                probe,
+            )
+        )
+    else:
+        found += check(
+            thresholds["replication_lag_s"],
+            delay,
+            probe,
+            "This standby replays {value} behind its primary",
+            f"WAL receiver: {standby.get('receiver_status')}; {gap_text}.",
+        )
+    return found
+
+
+def slot_findings(thresholds: Mapping[str, Threshold], slot: Reading, probe: str) -> list[Finding]:
+    name = slot["name"]
+    if slot.get("wal_status") == "lost":
+        return [
+            Finding(
+                "critical",
+                f"Replication slot {name} has lost WAL its consumer needs",
+                "wal_status 'lost': WAL past the slot's restart point was removed (max_slot_wal_keep_size), "
+                "so its replica or subscriber can never catch up from it. Rebuild that replica (or "
+                "re-create the subscription) and drop the slot.",
+                probe,
+            )
+        ]
+    found = []
+    if slot.get("wal_status") == "unreserved":
+        found.append(
+            Finding(
+                "warning",
+                f"Replication slot {name} is about to lose WAL its consumer needs",
+                f"wal_status 'unreserved': it holds more WAL than max_slot_wal_keep_size; the next "
+                f"checkpoint may remove WAL its consumer has not received ({slot.get('safe_wal_bytes')} "
+                "bytes of margin). Its consumer must catch up now.",
+                probe,
+            )
+        )
+    if not slot.get("active"):
+        found += check(
+            thresholds["replication_lag_bytes"],
+            slot.get("retained_wal_bytes"),
+            probe,
+            f"Inactive replication slot {name} retains {{value}} of WAL",
+            "An unused slot keeps WAL until the disk fills; drop it if its consumer is gone.",
+        )
+    return found
+
+
+def archiver_findings(thresholds: Mapping[str, Threshold], archiver: Reading, probe: str) -> list[Finding]:
+    if not archiver.get("failing"):
+        return []
+    since = archiver.get("last_archived_s")
+    severity = thresholds["archive_failing_s"].severity(since) if since is not None else "critical"
+    last_ok = (
+        f"the last success was {archiver.get('last_archived_wal')} at {archiver.get('last_archived_at')}, "
+        f"{since:.0f} s ago"
+        if since is not None
+        else "none succeeded since the statistics were reset"
+    )
+    return [
+        Finding(
+            severity or "warning",
+            "PostgreSQL's WAL archiving is failing",
+            f"archive_command failed on {archiver.get('last_failed_wal')} at {archiver.get('last_failed_at')} "
+            f"({archiver.get('failed_count')} failures since the statistics were reset); {last_ok}. The "
+            "archiver retries that segment and keeps it and every later one in pg_wal until it goes: "
+            "pg_wal grows until the disk fills, and backups lack the WAL to restore past it. The "
+            "server log shows archive_command's error.",
+            probe,
+        )
+    ]
+
+
 def replication_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     probe = "postgres.replication.status"
     found: list[Finding] = []
     standby = reading.get("standby")
     if standby is not None:
-        found += check(
-            thresholds["replication_lag_s"],
-            standby.get("replay_delay_s"),
-            probe,
-            "This standby replays {value} behind its primary",
-            f"WAL receiver: {standby.get('receiver_status')}.",
-        )
+        found += standby_findings(thresholds, standby, probe)
     for replica in reading.get("replicas", []):
         name = replica.get("application_name") or replica.get("client")
         found += check(
@@ -141,21 +400,90 @@ def replication_findings(thresholds: Mapping[str, Threshold], reading: Reading) 
             f"state {replica.get('state')}.",
         )
     for slot in reading.get("slots", []):
-        if not slot.get("active"):
-            found += check(
-                thresholds["replication_lag_bytes"],
-                slot.get("retained_wal_bytes"),
-                probe,
-                f"Inactive replication slot {slot['name']} retains {{value}} of WAL",
-                "An unused slot keeps WAL until the disk fills; drop it if its consumer is gone.",
-            )
-    return found
+        found += slot_findings(thresholds, slot, probe)
+    if reading.get("archiver"):
+        found += archiver_findings(thresholds, reading["archiver"], probe)
+    return found + replication_visibility_findings(reading, probe)
+
+
+def replication_visibility_findings(reading: Reading, probe: str) -> list[Finding]:
+    """An info finding when the login could not see the replicas' lag or the WAL receiver's status."""
+    hidden = reading.get("hidden_replicas") or 0
+    standby = reading.get("standby") or {}
+    note = (
+        reading.get("visibility") or "The agent's login cannot see replication details: grant it pg_monitor."
+    )
+    if hidden:
+        return [Finding("info", f"{hidden} PostgreSQL replicas could not be checked for lag", note, probe)]
+    if standby.get("receiver_running") and standby.get("receiver_status") is None:
+        return [Finding("info", "This standby's WAL receiver status could not be read", note, probe)]
+    return []
+
+
+def wraparound_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    """One finding for the database nearest wraparound, naming how many others are past the warning."""
+    threshold = thresholds["xid_age"]
+    databases = reading.get("databases") or []
+    oldest = reading.get("oldest") or (databases[0] if databases else None)
+    if oldest is None:
+        return []
+    age = max(oldest["xid_age"], oldest["multixact_age"])
+    severity = threshold.severity(age)
+    if severity is None:
+        return []
+    kind = "transaction ID" if oldest["xid_age"] >= oldest["multixact_age"] else "multixact ID"
+    others = sum(
+        1
+        for db in databases
+        if db["name"] != oldest["name"] and threshold.severity(max(db["xid_age"], db["multixact_age"]))
+    )
+    freeze_max = (
+        reading.get("autovacuum_freeze_max_age")
+        if kind == "transaction ID"
+        else reading.get("autovacuum_multixact_freeze_max_age")
+    )
+    detail = (
+        f"Its oldest unfrozen {kind} is {age:,} old (transaction IDs {oldest['xid_age']:,}, multixact IDs "
+        f"{oldest['multixact_age']:,}), of the 2,147,483,648 at which they wrap around: about 3 million "
+        "short of that the server refuses every write until the database is vacuumed. "
+    )
+    setting = (
+        "autovacuum_freeze_max_age" if kind == "transaction ID" else "autovacuum_multixact_freeze_max_age"
+    )
+    if freeze_max is not None and age > freeze_max:
+        detail += f"Autovacuum should have frozen it at {freeze_max:,} ({setting}): its vacuums fail or are held back. "
+    elif freeze_max is not None:
+        detail += (
+            f"{setting} is {freeze_max:,}: autovacuum forces no freezing vacuum before that age, too near "
+            "wraparound; lower it. "
+        )
+    if reading.get("autovacuum") is False:
+        detail += "autovacuum is off. "
+    detail += (
+        "Look for what holds the oldest ID: a long or prepared transaction (postgres.queries.long_running, "
+        "postgres.locks.blocked), a replication slot or standby with an old xmin; then run VACUUM (FREEZE) "
+        "on that database's oldest tables."
+    )
+    if others:
+        detail += f" {others} other databases are past {threshold.warning:,.0f} too."
+    return [
+        Finding(
+            severity,
+            f"PostgreSQL database {oldest['name']} is {oldest['wraparound_percent']:g}% of the way to "
+            f"{kind} wraparound",
+            detail,
+            "postgres.vacuum.wraparound",
+        )
+    ]
 
 
 def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
     return Runbook(
         category="postgres",
-        description="PostgreSQL connection usage, long and blocked queries, cache hit ratio and replication lag.",
+        description=(
+            "PostgreSQL connection usage, long and blocked queries, cache hit ratio, replication and WAL "
+            "archiving, and transaction ID wraparound."
+        ),
         steps=(
             RunbookStep("postgres.connections.usage", partial(connection_findings, thresholds)),
             RunbookStep(
@@ -166,6 +494,7 @@ def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
             RunbookStep("postgres.locks.blocked", partial(blocked_findings, thresholds)),
             RunbookStep("postgres.cache.hit_ratio", partial(cache_findings, thresholds)),
             RunbookStep("postgres.replication.status", partial(replication_findings, thresholds)),
+            RunbookStep("postgres.vacuum.wraparound", partial(wraparound_findings, thresholds)),
         ),
     )
 

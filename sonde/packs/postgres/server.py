@@ -1,4 +1,5 @@
-"""PostgreSQL as a whole: databases and their sizes, replication, and the buffer cache hit ratio."""
+"""PostgreSQL as a whole: databases, their sizes and transaction ID ages, replication and WAL archiving,
+and the buffer cache hit ratio."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sonde.packs.postgres.visibility import (
     DETAILS_HIDDEN,
     NOT_SONDE,
     SEES_ALL,
+    SEES_ALL_SESSIONS,
     visibility_note,
 )
 
@@ -36,23 +38,61 @@ FROM pg_database d LEFT JOIN ({CLIENTS_BY_DATABASE}) a ON a.datid = d.oid
 WHERE %s OR NOT d.datistemplate
 ORDER BY size_bytes DESC NULLS LAST, d.datname"""
 IN_RECOVERY = "SELECT pg_is_in_recovery() AS in_recovery"
-# host(): the address alone ("10.0.0.2", not "10.0.0.2/32"), NULL for a unix socket
+# host(): the address alone ("10.0.0.2", not "10.0.0.2/32"), NULL for a unix socket. A login without
+# pg_read_all_stats (pg_monitor) gets a row per walsender with its application, user and pid only:
+# state, positions and lags read NULL (hidden)
 REPLICAS = """
-SELECT application_name, host(client_addr) AS client, state, sync_state,
+SELECT application_name, host(client_addr) AS client, state, sync_state, state IS NULL AS hidden,
        pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS replay_lag_bytes,
        extract(epoch FROM write_lag)::float8 AS write_lag_s,
        extract(epoch FROM flush_lag)::float8 AS flush_lag_s,
        extract(epoch FROM replay_lag)::float8 AS replay_lag_s
 FROM pg_stat_replication ORDER BY application_name"""
+# wal_status (PostgreSQL 13+): 'lost' once the WAL the slot needs was removed (max_slot_wal_keep_size)
 SLOTS = """
-SELECT slot_name AS name, slot_type AS type, active,
+SELECT slot_name AS name, slot_type AS type, active, wal_status, safe_wal_size::bigint AS safe_wal_bytes,
        pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_wal_bytes
 FROM pg_replication_slots ORDER BY slot_name"""
-STANDBY = """
+# pg_stat_wal_receiver has a row while a WAL receiver runs, visible (pid only) to every login; its
+# status and sender only with pg_read_all_stats. restore_command and primary_conninfo are told as set
+# or not, never their text (either may hold a password); NULL where this login may not read them
+# (primary_conninfo needs pg_read_all_settings).
+STANDBY = f"""
 SELECT pg_last_wal_receive_lsn()::text AS receive_lsn, pg_last_wal_replay_lsn()::text AS replay_lsn,
        CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
             ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 END AS replay_delay_s,
-       (SELECT status FROM pg_stat_wal_receiver LIMIT 1) AS receiver_status"""
+       pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint AS receive_replay_gap_bytes,
+       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 AS last_replayed_xact_s,
+       pg_is_wal_replay_paused() AS replay_paused,
+       EXISTS (SELECT 1 FROM pg_stat_wal_receiver) AS receiver_running,
+       (SELECT status FROM pg_stat_wal_receiver LIMIT 1) AS receiver_status,
+       (SELECT sender_host || ':' || sender_port FROM pg_stat_wal_receiver LIMIT 1) AS primary_address,
+       (SELECT extract(epoch FROM now() - last_msg_receipt_time)::float8 FROM pg_stat_wal_receiver LIMIT 1)
+         AS receiver_last_message_s,
+       (SELECT setting <> '' FROM pg_settings WHERE name = 'restore_command') AS restore_command_set,
+       (SELECT setting <> '' FROM pg_settings WHERE name = 'primary_conninfo') AS primary_conninfo_set,
+       {SEES_ALL_SESSIONS} AS sees_all"""
+# WAL archiving: failing when the last failure is newer than the last success (the archiver retries
+# the same segment until it goes, and keeps every later one in pg_wal meanwhile)
+ARCHIVER = """
+SELECT current_setting('archive_mode') AS archive_mode, archived_count, failed_count,
+       last_archived_wal, last_archived_time::text AS last_archived_at,
+       extract(epoch FROM now() - last_archived_time)::float8 AS last_archived_s,
+       last_failed_wal, last_failed_time::text AS last_failed_at,
+       extract(epoch FROM now() - last_failed_time)::float8 AS last_failed_s,
+       coalesce(last_failed_time > last_archived_time
+                OR (last_failed_time IS NOT NULL AND last_archived_time IS NULL), false) AS failing
+FROM pg_stat_archiver"""
+# Transaction IDs (and multixact IDs) wrap around at 2^31 of age: before that the server stops
+# assigning new ones (no more writes) until the oldest database is vacuumed. Readable by every login.
+WRAPAROUND = """
+SELECT datname AS name, datallowconn AS allows_connections, age(datfrozenxid)::bigint AS xid_age,
+       mxid_age(datminmxid)::bigint AS multixact_age
+FROM pg_database ORDER BY greatest(age(datfrozenxid), mxid_age(datminmxid)) DESC, datname"""
+FREEZE_SETTINGS = """
+SELECT current_setting('autovacuum_freeze_max_age')::bigint AS autovacuum_freeze_max_age,
+       current_setting('autovacuum_multixact_freeze_max_age')::bigint AS autovacuum_multixact_freeze_max_age,
+       current_setting('autovacuum')::bool AS autovacuum"""
 CACHE = """
 SELECT datname AS name, blks_hit AS hits, blks_read AS reads
 FROM pg_stat_database WHERE datname IS NOT NULL ORDER BY blks_read DESC, datname"""
@@ -134,12 +174,15 @@ class Replica(Result):
     write_lag_s: float | None
     flush_lag_s: float | None
     replay_lag_s: float | None
+    hidden: bool
 
 
 class Slot(Result):
     name: str
     type: str
     active: bool
+    wal_status: str | None
+    safe_wal_bytes: int | None
     retained_wal_bytes: int | None
 
 
@@ -147,7 +190,28 @@ class StandbyState(Result):
     receive_lsn: str | None
     replay_lsn: str | None
     replay_delay_s: float | None
+    receive_replay_gap_bytes: int | None
+    last_replayed_xact_s: float | None
+    replay_paused: bool
+    receiver_running: bool
     receiver_status: str | None
+    primary_address: str | None
+    receiver_last_message_s: float | None
+    restore_command_set: bool | None
+    primary_conninfo_set: bool | None
+
+
+class Archiver(Result):
+    archive_mode: str
+    archived_count: int
+    failed_count: int
+    last_archived_wal: str | None
+    last_archived_at: str | None
+    last_archived_s: float | None
+    last_failed_wal: str | None
+    last_failed_at: str | None
+    last_failed_s: float | None
+    failing: bool
 
 
 class Replication(Result):
@@ -155,28 +219,142 @@ class Replication(Result):
     replicas: list[Replica]
     slots: list[Slot]
     standby: StandbyState | None
+    archiver: Archiver
+    sees_all_sessions: bool
+    hidden_replicas: int
+    visibility: str | None
+
+
+def standby_state(row: dict[str, Any]) -> StandbyState:
+    """`STANDBY`'s row: ages read against the probe's transaction start, so never below 0."""
+    values = {key: row[key] for key in StandbyState.model_fields}
+    for key in ("replay_delay_s", "last_replayed_xact_s", "receiver_last_message_s"):
+        values[key] = None if values[key] is None else max(values[key], 0.0)
+    return StandbyState(**values)
+
+
+def archiver_state(row: dict[str, Any]) -> Archiver:
+    values = dict(row)
+    for key in ("last_archived_s", "last_failed_s"):
+        values[key] = None if values[key] is None else max(values[key], 0.0)
+    return Archiver(**values)
+
+
+def replication_reading(
+    replicas: list[dict[str, Any]],
+    slots: list[dict[str, Any]],
+    standby: dict[str, Any] | None,
+    archiver: dict[str, Any],
+    sees_all: bool,
+) -> Replication:
+    """A primary's `REPLICAS` and `SLOTS` rows, or a standby's `STANDBY` row, with what this login could not see."""
+    hidden = sum(1 for row in replicas if row["hidden"])
+    if standby is not None:
+        consequence = (
+            "Of this standby's WAL receiver it sees whether one runs, not its status, its primary's "
+            "address or when it last heard from it, and not whether primary_conninfo is set."
+        )
+    else:
+        consequence = (
+            "Of each replica streaming from this primary it sees the application and user only, not its "
+            f"state or lag: {hidden} of the {len(replicas)} listed cannot be checked for lag."
+        )
+    return Replication(
+        role="standby" if standby is not None else "primary",
+        replicas=[Replica(**row) for row in replicas],
+        slots=[Slot(**row) for row in slots],
+        standby=None if standby is None else standby_state(standby),
+        archiver=archiver_state(archiver),
+        sees_all_sessions=sees_all,
+        hidden_replicas=hidden,
+        visibility=visibility_note(sees_all, consequence),
+    )
 
 
 @PACK.probe(
     "postgres.replication.status",
     """Replication seen from this server. On a primary: each replica's state, sync state,
     lag in bytes and write/flush/replay lag in seconds, and the replication slots with the
-    WAL each retains (an inactive slot keeps WAL forever). On a standby: received and
-    replayed WAL positions, replay delay in seconds and the WAL receiver status.""",
+    WAL each retains (an inactive slot keeps WAL forever) and their wal_status ('lost': the
+    WAL its consumer needs is gone, it can never catch up). On a standby: received and
+    replayed WAL positions, replay delay in seconds (0 when all that was received is
+    replayed, even with no primary sending more), the received-but-not-replayed gap in
+    bytes, seconds since the last replayed transaction, whether replay is paused
+    (pg_wal_replay_pause), whether a WAL receiver runs (`receiver_running` false: the
+    standby is not streaming from its primary) with its status, primary address and
+    seconds since its last message, and whether restore_command and primary_conninfo are
+    set (never their text). On both: WAL archiving (pg_stat_archiver: archive_mode,
+    archived and failed counts, the last archived and failed segment and when, `failing`
+    when the last failure is newer than the last success). A login without pg_monitor sees
+    of each replica only its application and user (`hidden` true, state and lag null), and
+    of a standby's WAL receiver only that it runs: `sees_all_sessions` is then false,
+    `hidden_replicas` counts the replicas it cannot judge and `visibility` says so.""",
     timeout_s=15,
 )
 async def replication_status(ctx: ProbeContext, params: PostgresParams) -> Replication:
-    [[recovery]] = await run_queries(ctx, params, (IN_RECOVERY, ()))
+    [[recovery], [archiver]] = await run_queries(ctx, params, (IN_RECOVERY, ()), (ARCHIVER, ()))
     if recovery["in_recovery"]:
         [[standby]] = await run_queries(ctx, params, (STANDBY, ()))
-        return Replication(role="standby", replicas=[], slots=[], standby=StandbyState(**standby))
-    replicas, slots = await run_queries(ctx, params, (REPLICAS, ()), (SLOTS, ()))
-    return Replication(
-        role="primary",
-        replicas=[Replica(**row) for row in replicas],
-        slots=[Slot(**row) for row in slots],
-        standby=None,
+        return replication_reading([], [], standby, archiver, standby["sees_all"])
+    replicas, slots, [sees] = await run_queries(ctx, params, (REPLICAS, ()), (SLOTS, ()), (SEES_ALL, ()))
+    return replication_reading(replicas, slots, None, archiver, sees["sees_all"])
+
+
+WRAPAROUND_AGE = 2**31  # the age at which IDs would wrap around; the server stops 3 million short of it
+
+
+def wraparound_percent(age: int) -> float:
+    return round(age * 100 / WRAPAROUND_AGE, 1)
+
+
+class DatabaseAge(Result):
+    name: str
+    allows_connections: bool
+    xid_age: int
+    multixact_age: int
+    wraparound_percent: float
+
+
+class Wraparound(Result):
+    databases: list[DatabaseAge]
+    oldest: DatabaseAge | None
+    truncated: bool
+    autovacuum: bool
+    autovacuum_freeze_max_age: int
+    autovacuum_multixact_freeze_max_age: int
+
+
+class WraparoundParams(PostgresParams):
+    limit: int = Field(default=20, ge=1, le=1000, strict=True, description="Databases listed, oldest first.")
+
+
+def wraparound_reading(rows: list[dict[str, Any]], settings: dict[str, Any], limit: int) -> Wraparound:
+    """`WRAPAROUND` rows (oldest first) and `FREEZE_SETTINGS`: the first ``limit`` listed."""
+    ages = [
+        DatabaseAge(**row, wraparound_percent=wraparound_percent(max(row["xid_age"], row["multixact_age"])))
+        for row in rows
+    ]
+    return Wraparound(
+        databases=ages[:limit], oldest=ages[0] if ages else None, truncated=len(ages) > limit, **settings
     )
+
+
+@PACK.probe(
+    "postgres.vacuum.wraparound",
+    """Transaction ID wraparound: for each database (templates too), oldest first, the age of
+    its oldest unfrozen transaction ID (age(datfrozenxid)) and multixact ID
+    (mxid_age(datminmxid)), and `wraparound_percent`, the older of the two as a percent of
+    2^31, where the server stops accepting writes (3 million short of it) until the
+    database is vacuumed; with `oldest` over every database, and autovacuum's
+    autovacuum_freeze_max_age, past which it vacuums a database to freeze it whatever
+    else. An age far past that means those vacuums fail or are held back (a long
+    transaction, a prepared transaction, a replication slot's xmin). Readable by every
+    login.""",
+    timeout_s=15,
+)
+async def vacuum_wraparound(ctx: ProbeContext, params: WraparoundParams) -> Wraparound:
+    rows, [settings] = await run_queries(ctx, params, (WRAPAROUND, ()), (FREEZE_SETTINGS, ()))
+    return wraparound_reading(rows, settings, params.limit)
 
 
 class DatabaseCache(Result):

@@ -1,0 +1,182 @@
+"""The postgres runbook on readings recorded from real servers (PostgreSQL 15, Debian 12).
+
+Each ``recorded/postgres-*.json`` is a probe's answer captured by
+`tests/packs/test_postgres_own_servers.py` (``SONDE_RECORD_POSTGRES=1``) from a server
+of its own: 17 ordinary clients on max_connections 20 with 3 reserved, a standby whose
+primary was stopped, one whose replay was paused, a primary seen by a login without
+pg_monitor, a transaction left idle and one failed, a lock held by a prepared
+transaction, WAL archiving failing with a lost slot, and databases 1.65e9 transactions
+old. Times are changed where a finding needs a longer wait than the recording had.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sonde.packs.postgres.runbook import RUNBOOK
+from sonde.packs.runbook import Finding
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    reading: dict[str, Any] = json.loads((RECORDED / f"postgres-{name}.json").read_text())
+    return reading
+
+
+def evaluate(probe: str, reading: dict[str, Any]) -> list[Finding]:
+    return RUNBOOK.evaluate({probe: reading})
+
+
+def test_no_slot_left_for_ordinary_clients() -> None:
+    # 17 on max_connections 20 with 3 reserved: the 18th non-superuser was refused; Sonde said 85 %
+    reading = recorded("connections-refused")
+    assert (reading["usage_percent"], reading["client_limit"], reading["clients_refused"]) == (
+        100.0,
+        17,
+        True,
+    )
+    [finding] = evaluate("postgres.connections.usage", reading)
+    assert (finding.severity, finding.title) == (
+        "critical",
+        "PostgreSQL refuses new connections: all 17 slots for ordinary clients are taken",
+    )
+    assert "(max_connections 20 less 3 superuser_reserved_connections)" in finding.detail
+    # PostgreSQL 16's reserved_connections are taken off too, and named
+    sixteen = {**reading, "reserved_connections": 2, "client_limit": 15, "usage_percent": 80.0}
+    sixteen |= {"total": 12, "free_client_slots": 3, "clients_refused": False, "by_state": {"idle": 12}}
+    [finding] = evaluate("postgres.connections.usage", sixteen)
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "PostgreSQL uses 80% of the connection slots for ordinary clients",
+    )
+    assert (
+        "of the 15 (max_connections 20 less 3 superuser_reserved_connections and 2 reserved_connections"
+        in (finding.detail)
+    )
+    assert "3 left before their logins are refused" in finding.detail
+
+
+def test_a_standby_that_lost_its_primary() -> None:
+    reading = recorded("standby-primary-lost")
+    standby = reading["standby"]
+    assert (standby["replay_delay_s"], standby["receiver_running"]) == (0.0, False)
+    [finding] = evaluate("postgres.replication.status", reading)
+    assert (finding.severity, finding.title) == ("critical", "This standby is not streaming from its primary")
+    assert "replay delay reads 0" in finding.detail
+    assert "restore_command is empty" in finding.detail
+    archive = {**reading, "standby": {**standby, "restore_command_set": True}}
+    [finding] = evaluate("postgres.replication.status", archive)
+    assert finding.severity == "critical"
+    assert "restore_command is set: it may be in archive recovery" in finding.detail
+    # a login that may not read the settings: neither is claimed
+    unknown = {**reading, "standby": {**standby, "restore_command_set": None, "primary_conninfo_set": None}}
+    [finding] = evaluate("postgres.replication.status", unknown)
+    assert "restore_command" not in finding.detail
+    assert "primary_conninfo" not in finding.detail
+
+
+def test_a_paused_standby_says_paused() -> None:
+    # paused, Sonde warned "replays 42.96 s behind" and never said paused
+    reading = recorded("standby-replay-paused")
+    standby = reading["standby"]
+    assert standby["replay_paused"] is True
+    assert standby["receive_replay_gap_bytes"] > 0
+    behind = {**reading, "standby": {**standby, "replay_delay_s": 42.96}}
+    [finding] = evaluate("postgres.replication.status", behind)
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "WAL replay is paused on this standby, 42.96 s behind its primary",
+    )
+    assert f"{standby['receive_replay_gap_bytes']} bytes received are not replayed yet" in finding.detail
+    far = {**reading, "standby": {**standby, "replay_delay_s": 400.0}}
+    [finding] = evaluate("postgres.replication.status", far)
+    assert (finding.severity, finding.title) == (
+        "critical",
+        "WAL replay is paused on this standby, 400 s behind its primary",
+    )
+
+
+def test_replicas_a_login_without_pg_monitor_cannot_judge() -> None:
+    reading = recorded("primary-replica-hidden")
+    [replica] = reading["replicas"]
+    assert (replica["hidden"], replica["replay_lag_s"], replica["replay_lag_bytes"]) == (True, None, None)
+    [finding] = evaluate("postgres.replication.status", reading)
+    assert (finding.severity, finding.title) == ("info", "1 PostgreSQL replicas could not be checked for lag")
+    assert finding.detail == reading["visibility"]
+    assert "pg_monitor" in finding.detail
+
+
+def test_transactions_left_idle() -> None:
+    # BEGIN; SELECT 1; idle 64 s read "A PostgreSQL query has been running for 64.2 s"
+    reading = recorded("idle-in-transaction")
+    by_state = {q["state"]: q for q in reading["queries"]}
+    left = {**by_state["idle in transaction"], "idle_s": 64.0, "transaction_s": 64.2, "duration_s": 64.1}
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [left]})
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "A PostgreSQL transaction has been left open and idle for 64.0 s (open 64.2 s)",
+    )
+    assert "holds every lock it took" in finding.detail
+    assert f"pg_terminate_backend({left['pid']})" in finding.detail
+    aborted = {**by_state["idle in transaction (aborted)"], "idle_s": 70.0, "duration_s": 70.0}
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [aborted]})
+    assert finding.title == "A failed PostgreSQL transaction has been left open and idle for 70.0 s"
+    assert "no locks" in finding.detail
+    # a transaction busy with short statements, read between two, is open, not left idle
+    busy = {**left, "idle_s": 0.01, "duration_s": 0.02}
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [busy]})
+    assert finding.title == "A PostgreSQL transaction has been open for 64.2 s"
+
+
+def test_a_lock_held_by_a_prepared_transaction() -> None:
+    reading = recorded("blocked-by-prepared")
+    [finding] = evaluate("postgres.locks.blocked", reading)
+    assert "wait on prepared transaction 'sonde-gid-1' (owner postgres, database postgres" in finding.detail
+    assert "PID 0" not in finding.detail
+    # the prepared transactions not read (an older agent): still not "PID 0"
+    [finding] = evaluate("postgres.locks.blocked", {**reading, "prepared_transactions": []})
+    assert "a prepared transaction (PID 0: no session holds it; see pg_prepared_xacts)" in finding.detail
+
+
+def test_archiving_failures_and_a_lost_slot() -> None:
+    reading = recorded("archiving-failing-slot-lost")
+    titles = {(f.severity, f.title) for f in evaluate("postgres.replication.status", reading)}
+    assert titles == {
+        ("critical", "Replication slot gone has lost WAL its consumer needs"),
+        ("critical", "PostgreSQL's WAL archiving is failing"),
+    }
+    # a failure a minute after a success: the archiver may get past it, a warning
+    archiver = {
+        **reading["archiver"],
+        "last_archived_s": 60.0,
+        "last_archived_wal": "000000010000000000000002",
+    }
+    [finding] = evaluate("postgres.replication.status", {**reading, "slots": [], "archiver": archiver})
+    assert (finding.severity, finding.title) == ("warning", "PostgreSQL's WAL archiving is failing")
+    assert "the last success was 000000010000000000000002" in finding.detail
+    healthy = {**archiver, "failing": False}
+    assert evaluate("postgres.replication.status", {**reading, "slots": [], "archiver": healthy}) == []
+
+
+def test_wraparound_thresholds() -> None:
+    reading = recorded("wraparound")
+    [finding] = evaluate("postgres.vacuum.wraparound", reading)
+    assert finding.severity == "critical"  # 1.65e9 is past 1.6e9
+    assert "transaction ID wraparound" in finding.title
+
+    def aged(age: int) -> dict[str, Any]:
+        databases = [
+            {**db, "xid_age": age, "wraparound_percent": round(age * 100 / 2**31, 1)}
+            for db in reading["databases"]
+        ]
+        return {**reading, "databases": databases, "oldest": databases[0]}
+
+    [finding] = evaluate("postgres.vacuum.wraparound", aged(1_300_000_000))
+    assert (finding.severity, finding.title) == (
+        "warning",
+        f"PostgreSQL database {reading['oldest']['name']} is 60.5% of the way to transaction ID wraparound",
+    )
+    assert evaluate("postgres.vacuum.wraparound", aged(250_000_000)) == []
