@@ -25,6 +25,7 @@ import pytest
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.nginx import PACK
+from sonde.packs.nginx.configtest import permission_note
 from sonde.packs.nginx.logformat import (
     parse_access_line,
     parse_config_test,
@@ -32,7 +33,6 @@ from sonde.packs.nginx.logformat import (
     refused_files,
     summarize_access,
 )
-from sonde.packs.nginx.probes import permission_note
 from sonde.packs.nginx.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold, shown_number
@@ -398,9 +398,14 @@ async def test_error_log_names_the_upstream(nginx: Nginx) -> None:
         "Connection refused" in e["message"] and e["request"] == "GET /broken HTTP/1.0" for e in upstream
     )
     assert log["counts_by_level"]["error"] == 5  # 3 refused upstreams, 2 missing files
-    lower = build_runbook({**THRESHOLDS, "error_log_errors": Threshold(warning=5, critical=50)})
-    [finding] = lower.evaluate({"nginx.logs.error": log})
-    assert finding.title == "5 errors in the recent nginx error log"
+    assert log["recent"]["missing_files"] == 2
+    [refused] = log["recent"]["upstream_errors"]
+    assert (refused["error"], refused["count"]) == ("connect() failed (111: Connection refused)", 3)
+    lower = build_runbook({**THRESHOLDS, "error_log_errors": Threshold(warning=3, critical=50)})
+    [finding] = lower.evaluate({"nginx.logs.error": log})  # the missing files are no nginx error
+    assert finding.title == "3 errors in the nginx error log of the last 15 minutes"
+    assert "not counted: 2 requests for missing files" in finding.detail
+    assert f"connect() failed (111: Connection refused) x3 ({refused['upstream']})" in finding.detail
 
 
 async def test_access_log_tail(nginx: Nginx) -> None:

@@ -1,4 +1,4 @@
-"""The `nginx` pack: config test, error and access logs, and a status summary from the access log.
+"""The `nginx` pack: whether it runs, config test, error and access logs, and a status summary from the access log.
 
 Log paths come from the probe's ``path`` param, else the agent config
 (``packs: {nginx: {access_log: ..., error_log: ..., config: ...}}``), else
@@ -22,13 +22,15 @@ PACK = Pack(
     described_by=Path(__file__).with_name("descriptor.json"),
     name="nginx",
     version=__version__,
-    description="nginx config test, error and access log tails, and requests by status from the access log.",
+    description="Whether nginx runs, its config test, error and access log tails, and requests by status from the access log.",
     requires=Requirements(commands=("nginx",), groups=("adm",)),
     detect=detect_nginx,
     categories=("nginx",),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
+        f"{__name__}.configtest",
         f"{__name__}.probes",
+        f"{__name__}.process",
         f"{__name__}.runbook",
     ),
 )

@@ -44,6 +44,13 @@ FATAL_LEVELS = ("crit", "alert", "emerg")
 # a file nginx could not open for this user: open() "/run/nginx.pid" failed (13: Permission denied),
 # cannot load certificate key "/etc/ssl/private/x.key": BIO_new_file() failed (...Permission denied...);
 # 30 (EROFS) is the same refusal inside a read-only sandbox such as systemd's ProtectSystem=
+# nginx logs every request for a missing static file at [error]: a scanner alone fills the log
+MISSING_FILE = re.compile(r'^open\(\) "[^"]*" failed \(2: No such file or directory\)')
+UPSTREAM_ERROR = re.compile(
+    r"^(?:connect\(\) failed \([^)]*\)|upstream timed out \([^)]*\)|no live upstreams"
+    r"|upstream prematurely closed connection|recv\(\) failed \([^)]*\))"
+)
+UPSTREAM_ERRORS_TOP = 5
 REFUSED_FILE = re.compile(r'"(?P<file>/[^"]+)".*?(?:\((?:13|30): [^)]*\)|Permission denied)')
 TEXT_MAX_CHARS = 1000
 
@@ -99,26 +106,35 @@ class AccessSummary:
     last_time: str | None
     top_paths: list[tuple[str, int, int]]  # path, requests, of which 5xx
     top_clients: list[tuple[str, int]]
+    old: int  # entries before the window (or of no time), not counted
 
 
-def summarize_access(lines: Iterable[str], top: int) -> AccessSummary:
-    """Requests by status class, 5xx and 4xx share, top paths and clients over ``lines``."""
-    entries = []
+def in_window(time: str | None, since: datetime.datetime | None) -> bool:
+    """Whether an entry's ISO 8601 ``time`` is ``since`` or later (all are without ``since``; one
+    without a time is not); both aware (access log) or both naive local times (error log)."""
+    return since is None or (time is not None and datetime.datetime.fromisoformat(time) >= since)
+
+
+def summarize_access(lines: Iterable[str], top: int, since: datetime.datetime | None = None) -> AccessSummary:
+    """Requests by status class, 5xx and 4xx share, top paths and clients over the entries of
+    ``lines`` logged ``since`` (an aware time; None: all); the time span covers every entry."""
+    dated = []
     count = 0
     for line in lines:
         count += 1
         entry = parse_access_line(line)
         if entry is not None:
-            entries.append(entry)
+            dated.append(entry)
+    entries = [entry for entry in dated if in_window(entry.time, since)]
     classes = Counter(f"{entry.status // 100}xx" for entry in entries)
     paths = Counter(entry.path or "-" for entry in entries)
     failing = Counter(entry.path or "-" for entry in entries if entry.status >= 500)
     total = len(entries)
-    times = [entry.time for entry in entries if entry.time]
+    times = [entry.time for entry in dated if entry.time]
     return AccessSummary(
         lines=count,
         requests=total,
-        unparsed=count - total,
+        unparsed=count - len(dated),
         by_status_class={name: classes.get(name, 0) for name in ("1xx", "2xx", "3xx", "4xx", "5xx")},
         server_error_percent=round(classes["5xx"] * 100 / total, 2) if total else None,
         client_error_percent=round(classes["4xx"] * 100 / total, 2) if total else None,
@@ -127,6 +143,7 @@ def summarize_access(lines: Iterable[str], top: int) -> AccessSummary:
         last_time=max(times) if times else None,
         top_paths=[(path, n, failing.get(path, 0)) for path, n in paths.most_common(top)],
         top_clients=Counter(entry.address for entry in entries).most_common(top),
+        old=len(dated) - total,
     )
 
 
@@ -156,6 +173,36 @@ def parse_error_line(line: str) -> ErrorEntry | None:
         client=context.get("client"),
         request=context.get("request"),
         upstream=context.get("upstream"),
+    )
+
+
+@dataclass(frozen=True)
+class RecentErrors:
+    counts_by_level: dict[str, int]
+    missing_files: int  # [error] open() of a file that does not exist: a 404, not nginx failing
+    upstream_errors: list[tuple[str, str | None, int]]  # error, upstream, count; most first
+    old: int  # entries before the window, not counted
+    first_time: str | None
+    last_time: str | None
+
+
+def judge_errors(entries: list[ErrorEntry], since: datetime.datetime | None) -> RecentErrors:
+    """Counts by level over the ``entries`` logged ``since`` (a naive local time; None: all), the
+    missing files and upstream errors among them; the time span covers every entry."""
+    recent = [entry for entry in entries if in_window(entry.time, since)]
+    upstream = Counter(
+        (found[0], entry.upstream)
+        for entry in recent
+        if (found := UPSTREAM_ERROR.match(entry.message)) is not None
+    )
+    times = [entry.time for entry in entries]
+    return RecentErrors(
+        counts_by_level={level: sum(1 for e in recent if e.level == level) for level in ERROR_LEVELS},
+        missing_files=sum(1 for e in recent if e.level == "error" and MISSING_FILE.match(e.message)),
+        upstream_errors=[(error, up, n) for (error, up), n in upstream.most_common(UPSTREAM_ERRORS_TOP)],
+        old=len(entries) - len(recent),
+        first_time=min(times) if times else None,
+        last_time=max(times) if times else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""nginx probes: config test, error log, access log and a status summary.
+"""nginx probes: error log, access log and a status summary.
 
 The log probes read as `system.logs.tail` does (`loglines.read_lines`): lines only until what
 the answer spends on them, their parsed entries, would fill its budget (then ``truncated``),
@@ -8,6 +8,7 @@ bounded however few entries are listed.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
 from functools import partial
@@ -16,34 +17,49 @@ from typing import Literal
 
 from pydantic import Field
 
-from sonde.packs.base import NoParams, Params, Result
+from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext, unredacted
 from sonde.packs.executor import json_size
 from sonde.packs.nginx import PACK
 from sonde.packs.nginx.logformat import (
     ERROR_LEVELS,
-    ConfigTest,
+    judge_errors,
     parse_access_line,
-    parse_config_test,
     parse_error_line,
-    refused_files,
     summarize_access,
 )
 from sonde.packs.system.linescrub import count_sent
 from sonde.packs.system.loglines import read_lines
-from sonde.packs.system.privileges import agent_user
 from sonde.packs.system.textfile import AbsolutePath, tail_lines
 
 DEFAULT_ACCESS_LOG = "/var/log/nginx/access.log"
 DEFAULT_ERROR_LOG = "/var/log/nginx/error.log"
-CHECK_AS_ROOT = "this is no verdict on the config: check it with `sudo nginx -t`"
 UNPARSED_LINES_MAX = 20  # access log lines in another format, sent raw
+RECENT_MINUTES = 15  # what counts as "now" in a log: the runbook judges only these entries
+RECENT = Field(
+    default=RECENT_MINUTES,
+    ge=1,
+    le=10_080,
+    strict=True,
+    description="Count only entries of the last N minutes (null: all the lines read); older ones are counted in `old`.",
+)
 Parse = Callable[[str], object | None]
 
 
 def log_path(ctx: ProbeContext, given: str | None, key: str, default: str) -> Path:
     configured = ctx.settings.for_pack("nginx").get(key)
     return ctx.allowed_path(given or (str(configured) if configured else default))
+
+
+def since(minutes: int | None, now: datetime.datetime) -> datetime.datetime | None:
+    return None if minutes is None else now - datetime.timedelta(minutes=minutes)
+
+
+def age_s(last_time: str | None, now: datetime.datetime) -> int | None:
+    """Seconds from ``last_time`` (ISO 8601, aware or naive as ``now``) to ``now``."""
+    return (
+        None if last_time is None else int((now - datetime.datetime.fromisoformat(last_time)).total_seconds())
+    )
 
 
 def entry_cost(parse: Parse, line: str) -> int:
@@ -69,81 +85,6 @@ def count_in_sent(ctx: ProbeContext, pairs: list[tuple[str, str]]) -> None:
     count_sent(ctx.redact, [raw for raw, _ in pairs], [sent for _, sent in pairs])
 
 
-class ConfigMessage(Result):
-    level: str
-    text: str
-    file: str | None
-    line: int | None
-
-
-class ConfigTestResult(Result):
-    ok: bool
-    syntax_ok: bool
-    config_file: str | None
-    version: str | None
-    messages: list[ConfigMessage]
-    permission_problem: bool = Field(
-        description="The test failed only because this user may not open files nginx -t needs."
-    )
-    note: str | None
-
-
-def permission_note(tested: ConfigTest, refused: list[str], user: str) -> str | None:
-    """Why a test that failed only on ``refused`` files cannot run as ``user`` (None if none were)."""
-    if not refused:
-        return None
-    files = ", ".join(refused)
-    if tested.syntax_ok:  # past parsing: nginx -t opens its pid file and log files for writing
-        return (
-            f"the syntax is ok, but nginx -t could not open {files} for writing as user '{user}': "
-            "nginx -t needs to write its pid file and open its log files for writing, which this user "
-            f"may not (or the agent's sandbox keeps read-only), so it cannot pass for this agent; {CHECK_AS_ROOT}"
-        )
-    return (
-        f"nginx -t could not read {files} as user '{user}': the config names files this user may "
-        f"not read (TLS keys are rightly kept from it), so the test cannot run as this user; {CHECK_AS_ROOT}"
-    )
-
-
-async def _version(ctx: ProbeContext) -> str | None:
-    output = await ctx.run(["nginx", "-v"])
-    text = (output.stderr or output.stdout).strip()
-    return text.split("nginx/", 1)[1].split()[0] if "nginx/" in text else None
-
-
-@PACK.probe(
-    "nginx.config.test",
-    """Run `nginx -t` on the configured config file (agent config nginx.config, else
-    nginx's default): whether the test passed, whether the syntax is ok, the config file,
-    the nginx version and every message with level, file and line. `permission_problem`
-    says it failed only because this user may not open files nginx -t needs (its pid and
-    log files, which it writes, or files the config names, such as TLS keys): that is no
-    verdict on the config, and `note` says how to check it.""",
-    timeout_s=20,
-)
-async def config_test(ctx: ProbeContext, params: NoParams) -> ConfigTestResult:
-    config = ctx.settings.for_pack("nginx").get("config")
-    argv = ["nginx", "-t", "-e", "stderr"]
-    if config:
-        argv += ["-c", str(config)]
-    output = await ctx.run(argv)
-    if "invalid option" in output.stderr:  # nginx before 1.19.5 has no -e
-        output = await ctx.run([item for item in argv if item not in ("-e", "stderr")])
-    tested = parse_config_test(output.stderr + output.stdout)
-    refused = refused_files(tested)
-    return ConfigTestResult(
-        ok=tested.successful and output.returncode == 0,
-        syntax_ok=tested.syntax_ok,
-        config_file=tested.config_file,
-        version=await _version(ctx),
-        messages=[
-            ConfigMessage(level=m.level, text=m.text, file=m.file, line=m.line) for m in tested.messages
-        ],
-        permission_problem=bool(refused),
-        note=permission_note(tested, refused, agent_user()),
-    )
-
-
 class LogParams(Params):
     path: AbsolutePath | None = Field(default=None, description="Log file; default from the agent config.")
     lines: int = Field(default=100, ge=1, le=2000, strict=True, description="The last N lines.")
@@ -151,6 +92,7 @@ class LogParams(Params):
 
 class ErrorLogParams(LogParams):
     min_level: Literal["debug", "info", "notice", "warn", "error", "crit", "alert", "emerg"] = "warn"
+    recent_minutes: int | None = RECENT
 
 
 class ErrorLogEntry(Result):
@@ -170,9 +112,29 @@ TRUNCATED_LINES = (
 )
 
 
+class UpstreamErrorCount(Result):
+    error: str
+    upstream: str | None
+    count: int
+
+
+class RecentErrors(Result):
+    minutes: int | None
+    counts_by_level: dict[str, int]
+    missing_files: int = Field(
+        description='[error] lines `open() "..." failed (2: No such file or directory)`: requests for missing files (404s).'
+    )
+    upstream_errors: list[UpstreamErrorCount]
+    old: int = Field(description="Entries read that are older than the window: not counted.")
+
+
 class ErrorLog(Result):
     path: str
     counts_by_level: dict[str, int]
+    recent: RecentErrors
+    first_time: str | None
+    last_time: str | None
+    last_age_s: int | None = Field(description="Seconds since the newest entry (the server's local time).")
     entries: list[ErrorLogEntry]
     unparsed: int
     truncated: bool = Field(description=TRUNCATED_LINES)
@@ -187,7 +149,10 @@ class ErrorLog(Result):
     "nginx.logs.error",
     """The last `lines` lines of nginx's error log (allowed paths only), parsed: time (server
     local time), level, worker PID, connection, message, and the client, request and
-    upstream it names; entries below `min_level` are counted but not listed. Only the newest
+    upstream it names; entries below `min_level` are counted but not listed. `recent` counts
+    the entries of the last `recent_minutes` only: by level, the missing files (404s nginx
+    logs at [error]) and the upstream errors by kind; `last_age_s` says how old the newest
+    entry is. Only the newest
     lines whose entries fit in about 236 KiB are read (`truncated` says so); a line longer
     than 4096 characters is cut, a value it cuts ending "… [line cut: N more characters]".
     Use it for 'why does nginx answer 502' (upstream refused, timed out) or failing reloads.""",
@@ -199,6 +164,8 @@ async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
     parsed = [parse_error_line(line) for line in found.lines]
     listed = ERROR_LEVELS[ERROR_LEVELS.index(params.min_level) :]
     entries = [entry for entry in parsed if entry is not None]
+    now = datetime.datetime.now()  # nginx logs its local time, with no zone
+    recent = judge_errors(entries, since(params.recent_minutes, now))
     count_in_sent(
         ctx,
         [
@@ -210,6 +177,19 @@ async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
     return ErrorLog(
         path=str(path),
         counts_by_level={level: sum(1 for e in entries if e.level == level) for level in ERROR_LEVELS},
+        recent=RecentErrors(
+            minutes=params.recent_minutes,
+            counts_by_level=recent.counts_by_level,
+            missing_files=recent.missing_files,
+            upstream_errors=[
+                UpstreamErrorCount(error=error, upstream=upstream, count=count)
+                for error, upstream, count in recent.upstream_errors
+            ],
+            old=recent.old,
+        ),
+        first_time=recent.first_time,
+        last_time=recent.last_time,
+        last_age_s=age_s(recent.last_time, now),
         entries=[ErrorLogEntry(**vars(e)) for e in entries if e.level in listed],
         unparsed=len(parsed) - len(entries),
         truncated=found.truncated,
@@ -273,6 +253,7 @@ class SummaryParams(Params):
     path: AbsolutePath | None = Field(default=None, description="Access log; default from the agent config.")
     lines: int = Field(default=1000, ge=1, le=100_000, strict=True, description="Summarize the last N lines.")
     top: int = Field(default=10, ge=1, le=50, strict=True, description="How many top paths and clients.")
+    recent_minutes: int | None = RECENT
 
 
 class PathCount(Result):
@@ -297,6 +278,9 @@ class StatusSummary(Result):
     bytes_sent: int
     first_time: str | None
     last_time: str | None
+    last_age_s: int | None = Field(description="Seconds since the newest entry.")
+    recent_minutes: int | None
+    old: int = Field(description="Requests read that are older than the window: not counted.")
     top_paths: list[PathCount]
     top_clients: list[ClientCount]
     complete: bool
@@ -304,17 +288,22 @@ class StatusSummary(Result):
 
 @PACK.probe(
     "nginx.status.summary",
-    """Traffic over the last `lines` requests of the access log: requests by status class
-    (1xx-5xx), the share of 5xx and 4xx in percent, bytes sent, the time span covered, the
-    top paths (with their 5xx count) and the top clients. Use it for 'is nginx serving
-    errors', 'what is hammering this server'.""",
+    """Traffic over those of the last `lines` requests of the access log made in the last
+    `recent_minutes` (null: all; older ones are counted in `old`): requests by status class
+    (1xx-5xx), the share of 5xx and 4xx in percent, bytes sent, the top paths (with their
+    5xx count) and the top clients; the time span of every request read and `last_age_s`,
+    how old the newest is. Use it for 'is nginx serving errors', 'what is hammering this
+    server'.""",
     timeout_s=20,
 )
 async def status_summary(ctx: ProbeContext, params: SummaryParams) -> StatusSummary:
     path = log_path(ctx, params.path, "access_log", DEFAULT_ACCESS_LOG)
     # nothing of a line is sent but what the summary counts: no budget, nor scrub but the answer's
     found = await read_lines(ctx, tail_lines, path, params.lines, budget_bytes=None, redact=unredacted)
-    summary = await ctx.in_thread(summarize_access, found.lines, params.top)
+    now = datetime.datetime.now(datetime.UTC)
+    summary = await ctx.in_thread(
+        summarize_access, found.lines, params.top, since(params.recent_minutes, now)
+    )
     return StatusSummary(
         path=str(path),
         lines=summary.lines,
@@ -326,6 +315,9 @@ async def status_summary(ctx: ProbeContext, params: SummaryParams) -> StatusSumm
         bytes_sent=summary.bytes_sent,
         first_time=summary.first_time,
         last_time=summary.last_time,
+        last_age_s=age_s(summary.last_time, now),
+        recent_minutes=params.recent_minutes,
+        old=summary.old,
         top_paths=[PathCount(path=p, requests=n, server_errors=e) for p, n, e in summary.top_paths],
         top_clients=[ClientCount(address=a, requests=n) for a, n in summary.top_clients],
         complete=found.complete,

@@ -1,4 +1,6 @@
-"""The `nginx` category: a failing config test, a high share of 5xx answers, errors in the error log."""
+"""The `nginx` category: nginx not running, a failing config test, and in the logs' recent window
+(their readings count only the entries of the last minutes) a high share of 5xx answers and
+errors other than requests for missing files."""
 
 from __future__ import annotations
 
@@ -14,6 +16,68 @@ THRESHOLDS: dict[str, Threshold] = {
 }
 MIN_REQUESTS_FOR_SHARE = 20  # a share over fewer requests says little
 SEVERE_LEVELS = ("error", "crit", "alert", "emerg")
+RECENT_MINUTES = 15  # the window the log steps ask for
+MISSING_FILES_NOTED = 10  # requests for missing files in the window worth an info finding
+AGE_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60))
+
+
+def human_age(seconds: float) -> str:
+    """``694800`` -> ``8 days``; under a minute, ``seconds``."""
+    for unit, size in AGE_UNITS:
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{int(seconds)} seconds"
+
+
+def process_findings(reading: Reading) -> list[Finding]:
+    if reading.get("running", True):
+        return []
+    why = [
+        reading.get("pid_file_note") or f"no nginx master process runs (pid file {reading.get('pid_file')})"
+    ]
+    if reading.get("other_masters"):
+        pids = ", ".join(str(pid) for pid in reading["other_masters"])
+        why.append(f"nginx masters of other configs run (PIDs {pids}), none of {reading.get('config')}")
+    crashed = "stale pid file" in (reading.get("pid_file_note") or "")
+    if crashed or reading.get("enabled_at_boot", True):  # meant to run: its sites are down
+        return [
+            Finding(
+                "critical",
+                "nginx is not running",
+                f"No nginx master process serves {reading.get('config')}: {'; '.join(why)}. Nothing answers "
+                "its sites: start it (`systemctl start nginx`) and see its error log for why it stopped.",
+                "nginx.process.status",
+            )
+        ]
+    return [
+        Finding(
+            "warning",
+            "nginx is installed but not running, nor started at boot",
+            f"No nginx master process serves {reading.get('config')}: {'; '.join(why)}. If this machine "
+            "should serve with nginx, start and enable it (`systemctl enable --now nginx`); if not, list "
+            "only the packs the agent should run in its config's `enabledPacks`.",
+            "nginx.process.status",
+        )
+    ]
+
+
+def stale_log(reading: Reading, what: str, probe: str) -> list[Finding] | None:
+    """An info finding when the newest entry of a windowed reading is older than its window (None
+    when it is recent, or there is none: judge it)."""
+    age, minutes = reading.get("last_age_s"), reading.get("recent_minutes")
+    if age is None or minutes is None or age <= minutes * 60:
+        return None
+    return [
+        Finding(
+            "info",
+            f"the {what}'s newest entry is {human_age(age)} old: no traffic, or it logs elsewhere",
+            f"Its newest entry is from {reading.get('last_time')}, so nothing was judged of the last "
+            f"{minutes} minutes. If nginx serves traffic, check that the agent reads the log it writes "
+            "(agent config packs.nginx.access_log, the access_log directives).",
+            probe,
+        )
+    ]
 
 
 def config_findings(reading: Reading) -> list[Finding]:
@@ -38,6 +102,9 @@ def config_findings(reading: Reading) -> list[Finding]:
 
 
 def traffic_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    stale = stale_log(reading, "access log", "nginx.status.summary")
+    if stale is not None:
+        return stale
     if reading.get("requests", 0) < MIN_REQUESTS_FOR_SHARE:
         return []
     worst = [p for p in reading.get("top_paths", []) if p["server_errors"]]
@@ -47,30 +114,67 @@ def traffic_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> l
         reading.get("server_error_percent"),
         "nginx.status.summary",
         "{value} of nginx requests end in a 5xx error",
-        f"{reading['by_status_class']['5xx']} of the last {reading['requests']} requests; paths: {paths}. "
+        f"{reading['by_status_class']['5xx']} of the {reading['requests']} requests{window_text(reading.get('recent_minutes'))}; paths: {paths}. "
         "See nginx.logs.error for the upstream errors behind them.",
     )
 
 
+def window_text(minutes: int | None) -> str:
+    return f" of the last {minutes} minutes" if minutes else " read"
+
+
+def upstream_text(errors: list[Mapping[str, object]]) -> str:
+    named = [
+        f"{e['error']} x{e['count']}" + (f" ({e['upstream']})" if e.get("upstream") else "") for e in errors
+    ]
+    return f" Upstream errors: {'; '.join(named)}." if named else ""
+
+
 def error_log_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
-    counts = reading.get("counts_by_level", {})
-    return check(
+    recent = reading.get("recent", {})
+    counts = recent.get("counts_by_level", {})
+    missing = recent.get("missing_files", 0)
+    window = window_text(recent.get("minutes"))
+    found = check(
         thresholds["error_log_errors"],
-        sum(counts.get(level, 0) for level in SEVERE_LEVELS),
+        sum(counts.get(level, 0) for level in SEVERE_LEVELS) - missing,
         "nginx.logs.error",
-        "{value} errors in the recent nginx error log",
-        f"Counts by level: {', '.join(f'{k}={v}' for k, v in counts.items() if v)}.",
+        f"{{value}} errors in the nginx error log{window}",
+        f"Counts by level: {', '.join(f'{k}={v}' for k, v in counts.items() if v)}; not counted: "
+        f"{missing} requests for missing files, {recent.get('old', 0)} older entries."
+        + upstream_text(recent.get("upstream_errors", [])),
     )
+    if missing >= MISSING_FILES_NOTED:
+        found.append(
+            Finding(
+                "info",
+                f"{missing} requests for missing files in the nginx error log{window}",
+                "nginx logs each request for a file that does not exist at [error] (`open() ... failed "
+                "(2: No such file or directory)`): 404s from a scanner or a broken link, not nginx failing.",
+                "nginx.logs.error",
+            )
+        )
+    return found
 
 
 def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
     return Runbook(
         category="nginx",
-        description="nginx config validity, share of 5xx answers and errors in the error log.",
+        description="nginx running, config validity, and in the recent log window the share of 5xx "
+        "answers and errors in the error log.",
         steps=(
+            RunbookStep("nginx.process.status", process_findings),
             RunbookStep("nginx.config.test", config_findings),
-            RunbookStep("nginx.status.summary", partial(traffic_findings, thresholds), {"lines": 1000}),
-            RunbookStep("nginx.logs.error", partial(error_log_findings, thresholds), {"lines": 1000}),
+            RunbookStep(
+                "nginx.status.summary",
+                partial(traffic_findings, thresholds),
+                {"lines": 1000, "recent_minutes": RECENT_MINUTES},
+            ),
+            RunbookStep(
+                "nginx.logs.error",
+                partial(error_log_findings, thresholds),
+                {"lines": 1000, "recent_minutes": RECENT_MINUTES},
+            ),
         ),
     )
 
