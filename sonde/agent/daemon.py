@@ -302,13 +302,16 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
     """The hub's answer to ``register``, verified with the pinned hub key, and what its
     timestamp says of the clocks when that is outside the window.
 
-    A reject bound to this register (`bound_to`) is taken even when its timestamp is outside
-    the window. Raises `RemoteProtocolError`: ``stale`` for any other answer with a bad
-    timestamp (naming an unbound reject's reason, unheeded), ``not_our_hub`` for one signed
-    by another key.
+    A reject is obeyed only when it is bound to this register (`bound_to`), and then even when
+    its timestamp is outside the window: the hub signs a reject for any register it is sent,
+    so one made for another connection's (a stranger's, with a key of its own) and handed on
+    by a man in the middle of a ws:// link would otherwise stop this agent for good. Raises
+    `RemoteProtocolError`: ``unbound`` for such a reject (naming its reason, unheeded),
+    ``stale`` for any other answer with a bad timestamp, ``not_our_hub`` for one signed by
+    another key.
     """
     try:
-        return codec.decode(text), None
+        answer = codec.decode(text)
     except StaleFrame as stale:
         if bound_to(stale.frame, register):
             answer: Message = stale.frame
@@ -325,3 +328,11 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
         if exc.code not in ("bad_signature", "unsigned"):
             raise  # replayed: its own message says why
         raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
+    if isinstance(answer, HubReject) and not bound_to(answer, register):
+        rejected = answer.payload
+        raise RemoteProtocolError(
+            "unbound",
+            f"the hub's answer was a reject ({rejected.code}: {rejected.reason}), not heeded: it does not "
+            "echo this register's nonce and agent id, so it was made for another connection",
+        )
+    return answer, None

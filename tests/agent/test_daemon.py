@@ -130,7 +130,7 @@ async def test_registers_signed_heartbeats_and_answers_probes() -> None:
 
 @pytest.mark.parametrize("code", ["revoked", "unknown_agent"])
 async def test_revoked_or_unknown_agent_stops_without_retrying(code: str) -> None:
-    hub = FakeHub(script=[f"reject:{code}"])
+    hub = FakeHub(script=[f"bound-reject:{code}"])
     with trio.fail_after(10):
         async with hub_on_a_port(hub) as (_, config):
             exit_code = await agent_main(
@@ -138,6 +138,25 @@ async def test_revoked_or_unknown_agent_stops_without_retrying(code: str) -> Non
             )
     assert exit_code == EXIT_REJECTED
     assert len(hub.connections) == 1
+
+
+@pytest.mark.parametrize("code", ["revoked", "unknown_agent"])
+async def test_a_reject_made_for_another_register_is_not_obeyed(code: str) -> None:
+    # The hub signs a reject for any register: a stranger's, made with a key of its own, is
+    # answered "unknown_agent", and a man in the middle of ws:// could hand that on. Fresh and
+    # signed by the pinned key, but not echoing this register's nonce and agent id: not final.
+    hub = FakeHub(script=[f"reject:{code}", "ack"])
+    with trio.fail_after(15):
+        async with hub_on_a_port(hub) as (nursery, config):
+            main = partial(
+                agent_main, config, registry_for_tests(), handle_signals=False, max_delay_s=TINY_DELAY_S
+            )
+            agent = await nursery.start(main)
+            (link,) = await hub.wait_for_links(1)
+            response = await link.request(probe("after", "testpack.echo.value", {"value": 5}))
+            await agent.stop("test over")
+    assert len(hub.registers) == 2
+    assert response.payload.result == {"value": 5, "secret": ""}
 
 
 async def test_reconnects_through_refusals_drops_rejects_and_impostors() -> None:
