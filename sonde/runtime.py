@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 SEND_BUFFER_FRAMES = 32
 CANCEL_SEND_TIMEOUT_S = 2.0
 CLOSE_TIMEOUT_S = 1.0
+# a link's first dropped frames are logged each, then at most one line this often: a peer
+# sending thousands of authentic but unreadable frames wrote a warning each (1.2 MB in 0.3 s)
+DROPPED_LOGGED_EACH = 10
+DROPPED_LOG_INTERVAL_S = 60.0
 
 
 class FrameRefused(LinkClosed):
@@ -99,6 +103,8 @@ class Link:
         self._received = 0
         self._late = 0
         self._dropped = 0
+        self._drop_logged_at: float | None = None
+        self._drops_unlogged = 0
         self._last_received = trio.current_time()
         self._heartbeat_sent = trio.Event()
 
@@ -224,13 +230,25 @@ class Link:
             await self._refuse(exc)
         except ProtocolError as exc:
             self._dropped += 1
-            log.warning("dropped a frame from %s: %s", self.peer, exc.message)
+            self._log_dropped(exc.message)
             return False
         if isinstance(message, ProbeResponse | ProbeError):
             self._route_reply(message)
         else:
             await self._on_message(message)
         return True
+
+    def _log_dropped(self, why: str) -> None:
+        """Log a dropped frame: each of a link's first `DROPPED_LOGGED_EACH`, then one line per
+        `DROPPED_LOG_INTERVAL_S` at most, counting those left out."""
+        now = trio.current_time()
+        last = self._drop_logged_at
+        if self._dropped > DROPPED_LOGGED_EACH and last is not None and now - last < DROPPED_LOG_INTERVAL_S:
+            self._drops_unlogged += 1
+            return
+        more = f" ({self._drops_unlogged} more dropped since the last line)" if self._drops_unlogged else ""
+        log.warning("dropped a frame from %s: %s%s", self.peer, why, more)
+        self._drop_logged_at, self._drops_unlogged = now, 0
 
     async def _refuse(self, exc: SignatureError) -> NoReturn:
         """End the link over a frame that failed its checks, answering it first if it was a

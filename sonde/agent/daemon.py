@@ -68,6 +68,9 @@ NOT_OUR_HUB = (
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
 STABLE_CONNECTION_S = 30.0
+# the least heartbeat interval heeded: a hub asking less (a hostile one: the model takes any
+# positive number) would have the agent send a heartbeat and a ping in a busy loop
+MIN_HEARTBEAT_INTERVAL_S = 1.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
 
 EXIT_OK = 0
@@ -246,7 +249,7 @@ class AgentDaemon:
                 codec,
                 runner.on_message,
                 peer="the hub",
-                heartbeat_interval_s=ack.heartbeat_interval_s,
+                heartbeat_interval_s=max(MIN_HEARTBEAT_INTERVAL_S, ack.heartbeat_interval_s),
                 make_heartbeat=lambda: AgentHeartbeat(
                     payload=HeartbeatPayload(probes_in_flight=runner.probes_in_flight)
                 ),
@@ -314,8 +317,8 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
         answer = codec.decode(text)
     except StaleFrame as stale:
         if bound_to(stale.frame, register):
-            answer: Message = stale.frame
-            return answer, stale.message
+            bound: Message = stale.frame
+            return bound, stale.message
         if isinstance(stale.frame, HubReject):  # an older hub's: it could be a replay, so not obeyed
             rejected = stale.frame.payload
             raise RemoteProtocolError(

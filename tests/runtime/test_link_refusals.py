@@ -21,7 +21,7 @@ from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed
 from sonde.protocol.messages import AgentHeartbeat, HeartbeatPayload, Message, utc_now
 from sonde.protocol.signing import new_private_key
-from sonde.runtime import Link, MessageHandler, open_link
+from sonde.runtime import DROPPED_LOG_INTERVAL_S, DROPPED_LOGGED_EACH, Link, MessageHandler, open_link
 from sonde.transport import CLOSE_POLICY, Transport
 from tests.runtime.test_link import ignore, probe_request
 from tests.runtime.wspair import websocket_pair
@@ -179,6 +179,30 @@ async def test_a_frame_that_does_not_parse_is_dropped_and_the_link_goes_on(
     lines = [r.getMessage() for r in caplog.records if "dropped a frame" in r.getMessage()]
     assert len(lines) == 2
     assert all(line.startswith("dropped a frame from agent web-1 (a1): ") for line in lines)
+
+
+async def test_a_flood_of_dropped_frames_is_logged_a_line_a_minute(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "dropped a frame" in r.getMessage()]
+
+    async with linked() as (hub_link, agent_link):
+        for _ in range(50):
+            await agent_link.transport.send_text("{not json")
+        await trio.sleep(1)
+        first = logged()
+        await trio.sleep(DROPPED_LOG_INTERVAL_S)
+        await agent_link.transport.send_text("{not json")
+        await trio.sleep(1)
+        dropped, closed = hub_link.statistics().dropped, hub_link.closed
+        agent_link.close("test over")
+    assert (dropped, closed) == (51, False)
+    assert len(first) == DROPPED_LOGGED_EACH
+    assert logged()[DROPPED_LOGGED_EACH:] == [
+        f"dropped a frame from agent web-1 (a1): {first[0].split(': ', 1)[1]} "
+        f"({50 - DROPPED_LOGGED_EACH} more dropped since the last line)"
+    ]
 
 
 @pytest.mark.parametrize("attack", ["foreign key", "replayed"])
