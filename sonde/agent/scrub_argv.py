@@ -13,7 +13,7 @@ flags (mysql's (every MySQL and MariaDB client's, mariabackup's and xtrabackup's
 7z's and rar's ``-pSECRET``, rar's ``-hpSECRET``,
 xfreerdp's ``/p:SECRET``, ``redis-cli -a``, ``sshpass -p``, the mongo tools' ``-p``,
 the ldap tools' ``-w`` (ldappasswd's ``-a OLD`` and ``-s NEW`` too; after switches clustered
-with it, ``-xw``, ``-ZZxwPW``), ``docker login -p``,
+with it, ``-xw``, ``-ZZxwPW``), ``docker login -p`` (``-p=``, ``az login``'s and ``az acr``'s too),
 ``rdesktop``/``ncftp -p``, ``openssl -k``, the snmp tools' ``-A``/``-X``/``-c`` (the
 community, ``public`` too), ``zip``/``unzip``/``ipmitool``/``sqlcmd``/``bcp``, Sybase
 ``isql``, ``sqsh`` and the mosquitto clients' ``-P``, ``ssh-keygen -P OLD -N NEW``,
@@ -29,7 +29,8 @@ SECRET``, ``nmcli ... password SECRET``, ``aws configure set aws_secret_access_k
 ``mysqladmin password SECRET`` (``mariadb-admin``'s too), ``wpa_passphrase SSID SECRET``,
 ``ngrok config add-authtoken SECRET``, ``kubectl create secret ... --from-literal KEY=SECRET``
 (the value after the key), ``mc alias set NAME URL KEY SECRET``, ``mc admin user add
-ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``); every
+ALIAS KEY SECRET``, ``mc config host add ALIAS URL KEY SECRET``, ``vault login TOKEN``,
+``grafana-cli admin reset-admin-password SECRET``); every
 plaintext ``openssl passwd`` hashes (``openssl passwd -1 PW1 PW2``); and the password of an
 Oracle logon (``sqlplus scott/SECRET@db``, ``userid=scott/SECRET``, ``rman target u/SECRET
 catalog u/SECRET``; a path such as a script's argument ``reports/out.csv`` is not one). Such

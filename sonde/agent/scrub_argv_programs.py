@@ -126,6 +126,9 @@ _REDIS_BENCHMARK = _REDIS_CLI._replace(
     valued=frozenset({*REDIS_CLI_VALUED, "-c", "-P", "--threads", "--dbnum", "--precision", "--seed"})
 )
 _KUBECTL = ProgramFlags(subcommands={"secret": ProgramFlags(key_value=frozenset({"--from-literal"}))})
+# docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW|-pPW|-p=PW; az login's and az acr's -p
+# alike (az deployment's -p takes its parameters: no password)
+_LOGIN = ProgramFlags(separate=frozenset({"-p"}), attached=("-p=", "-p"))
 PROGRAM_FLAGS: dict[str, ProgramFlags] = {
     **dict.fromkeys(_MYSQL_CLIENTS, _MYSQL),
     # mysqladmin password NEWPW
@@ -171,8 +174,8 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
         user_password=frozenset({"-u", "--user", "-U", "--proxy-user"}),
     ),
     "etcdctl": ProgramFlags(user_password=frozenset({"--user"})),
-    # docker/podman/buildah/nerdctl/skopeo/helm registry login -p PW
-    "login": ProgramFlags(separate=frozenset({"-p"})),
+    "login": _LOGIN,
+    "az": ProgramFlags(subcommands=dict.fromkeys(("login", "acr"), _LOGIN)),
     # the samba tools, net (net ads join -U admin%PW) among them
     **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree", "net"), _SAMBA),
     **dict.fromkeys(("sqlplus", "sqlldr", "expdp", "impdp", "dgmgrl"), ProgramFlags(logons=True)),
@@ -247,6 +250,9 @@ PROGRAM_FLAGS: dict[str, ProgramFlags] = {
     "ngrok": ProgramFlags(words=dict.fromkeys(("add-authtoken", "authtoken", "add-api-key"), (1,))),
     # frpc|frps -t TOKEN
     **dict.fromkeys(("frpc", "frps"), ProgramFlags(separate=frozenset({"-t"}), attached=("-t",))),
+    # grafana-cli [flags] admin reset-admin-password PW (Grafana 10+: grafana cli ...; with
+    # --password-from-stdin there is none)
+    **dict.fromkeys(("grafana-cli", "grafana"), ProgramFlags(words={"reset-admin-password": (1,)})),
     # kubectl|oc create secret generic NAME --from-literal=KEY=SECRET
     **dict.fromkeys(("kubectl", "oc"), _KUBECTL),
 }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_shapes import BARE, FRESH, QUOTED
+from sonde.agent.secret_names import is_secret_name
 
 # Where a name starts: not inside a word, or right after a percent-encoded byte ("%26password=").
 NAME_START = r"(?:(?<![\w.-])|(?<=%[0-9A-Fa-f]{2})|(?<=%25[0-9A-Fa-f]{2}))"
@@ -124,10 +125,34 @@ _USING_PASSWORD = re.compile(r"(?i:using )password: (?:YES|NO)\Z")
 
 def says_no_secret(match: re.Match[str], name: str, value: str) -> bool:
     """Whether a secret name's ``value`` (unquoted) is none: nsswitch's sources, MySQL's
-    "(using password: YES)", code (`is_code`)."""
+    "(using password: YES)", a message about a file (`names_a_file`), code (`is_code`)."""
     if name.lower() == "passwd" and value.lower() in NSS_SOURCES:
         return True
+    if names_a_file(match, name):
+        return True
     return bool(_USING_PASSWORD.match(match.string, max(0, match.start() - 6), match.end())) or is_code(match)
+
+
+# A file's extension (log, yaml, json, pem ...): a name ending with one names a file.
+_EXTENSION = re.compile(r"[A-Za-z][A-Za-z0-9]{0,7}")
+_MESSAGE_SEPARATOR = re.compile(r":[ \t]+")
+
+
+def names_a_file(match: re.Match[str], name: str) -> bool:
+    """Whether ``name`` ends a path and has a file's extension, then ": " and a message: a refusal
+    or a report about the file ("/srv/logs/secrets.log: not a regular file", file(1)'s "/x/token.json:
+    JSON data"), no field. grep's "/x/token.txt:LINE" (no blank), a name without an extension
+    (/run/secrets/db_password: X) or with a secret one (/etc/app/db.password: X) stay secrets."""
+    start = match.start("name")
+    if not start or match.string[start - 1] != "/" or "sep" not in match.re.groupindex:
+        return False
+    stem, dot, extension = name.rpartition(".")
+    return (
+        bool(dot and stem)
+        and _MESSAGE_SEPARATOR.fullmatch(match["sep"]) is not None
+        and _EXTENSION.fullmatch(extension) is not None
+        and not is_secret_name(extension)
+    )
 
 
 def is_code(match: re.Match[str]) -> bool:

@@ -54,12 +54,12 @@ _WORD_VALUE = r"[^\s\x00\"'=-][^\s\x00\"']{0,4095}"
 _FLAG_PROGRAMS = (
     "redis-", "valkey-", "keydb-", "sshpass", "mongo", "ldap", "curl", "login", "smb", "rpcclient", "net ",
     "lftp", "etcdctl", "-P", "7z", "rar", "freerdp", "rdesktop", "ncftp", "openssl", "ETCDCTL_USER",
-    "ssh-keygen", "--sse-c", "rabbitmqadmin", "cqlsh", "encrypt", "frp",
+    "ssh-keygen", "--sse-c", "rabbitmqadmin", "cqlsh", "encrypt", "frp", "az ",
 )  # fmt: skip
 # The gate of program_password_word: "alias" and "mc " for mc, "aws_se" for aws.
 _WORD_PROGRAMS = (
     "redis-", "valkey-", "keydb-", "rabbitmqctl", "nmcli", "aws_se", "mysqladmin", "mariadb-admin", "alias",
-    "mc ", "mc\t", "mcli", "vault", "isql", "iusql", "wpa_passphrase", "ngrok",
+    "mc ", "mc\t", "mcli", "vault", "isql", "iusql", "wpa_passphrase", "ngrok", "reset-admin-password",
 )  # fmt: skip
 # The Redis clients: redis-cli and its forks' (Valkey's, KeyDB's); their benchmarks take -a and
 # run AUTH alike.
@@ -79,7 +79,8 @@ _NOT_EMPTY = r"(?!(?:\"\"|'')(?![^\s\x00]))"
 # no password), xfreerdp /p:SECRET, rdesktop and the ncftp tools' -p, openssl -k|-K, Sybase
 # isql's and sqsh's -P SECRET|-PSECRET, ssh-keygen -P OLD -N NEW (-N "": no passphrase), curl
 # --oauth2-bearer, aws --sse-c-key|--sse-c-copy-source-key, rabbitmqadmin's and cqlsh's -p,
-# consul's and nomad's -encrypt KEY|=KEY, frpc's and frps's -t; every one of them on the line.
+# consul's and nomad's -encrypt KEY|=KEY, frpc's and frps's -t, az login's and az acr's -p (as
+# docker login's: -p PW, -pPW, -p=PW); every one of them on the line.
 # The argv form: sonde.agent.scrub_argv.
 PROGRAM_PASSWORD_FLAG = ShapeRule(
     "program_password_flag",
@@ -101,7 +102,13 @@ PROGRAM_PASSWORD_FLAG = ShapeRule(
         r"|ETCDCTL_USER=)"
         r"[\"']?[^\s\x00:\"']{1,256}:"
         r"|(?:(?<=docker )|(?<=podman )|(?<=buildah )|(?<=nerdctl )|(?<=skopeo )|(?<=registry ))"
-        r"login" + REACH + r"{0,200}?[ \t]-p[ \t]+"
+        r"login" + REACH + r"{0,200}?[ \t]-p(?:[ \t]+|=|(?!=))"
+        # az login's -p, az acr's: the first of these words is its command (atomic: one per az)
+        r"|az(?=[ \t])(?>"
+        + REACH
+        + r"{0,200}?[ \t](?:login|acr)(?=[ \t]))"
+        + REACH
+        + r"{0,200}?[ \t]-p(?:[ \t]+|=|(?!=))"
         r"|(?:smbclient|rpcclient|smbcacls|smbget|smbtree|net(?=[ \t]))" + REACH + r"{0,200}?[ \t]"
         r"(?:-U[ \t]*|--user(?:[ \t]+|=))[\"']?[^\s\x00%\"']{1,256}%"
         r"|lftp" + REACH + r"{0,200}?[ \t]-u[ \t]*[\"']?[^\s\x00,\"']{1,256},"
@@ -132,7 +139,8 @@ PROGRAM_PASSWORD_FLAG = ShapeRule(
 # add_user|change_password [flags] USER SECRET, nmcli ... password|wifi-sec.psk SECRET, aws
 # configure set [profile.NAME.]aws_secret_access_key SECRET, mysqladmin|mariadb-admin password
 # SECRET, ngrok config add-authtoken|add-api-key SECRET (ngrok authtoken SECRET), wpa_passphrase
-# SSID SECRET (valkey-cli and keydb-cli as redis-cli), mc
+# SSID SECRET (valkey-cli and keydb-cli as redis-cli), grafana-cli|grafana cli ... reset-admin-password
+# SECRET, mc
 # alias set NAME URL ACCESSKEY SECRET, mc admin user add ALIAS ACCESSKEY SECRET and mc config
 # host add ALIAS URL ACCESSKEY SECRET, vault login [flags] TOKEN [flags] (the last item of its
 # command but flags, or one with a token's shape: "ran: vault login s.X -no-print now"; at the
@@ -173,6 +181,7 @@ PROGRAM_PASSWORD_WORD = ShapeRule(
         r"|aws" + LATER + r"(?:[\w-]{1,64}\.){0,3}(?:aws_secret_access_key|aws_session_token)"
         r"|(?:mysqladmin|mariadb-admin)" + LATER + r"password"
         r"|ngrok" + LATER + r"(?:add-authtoken|authtoken|add-api-key)"
+        r"|grafana(?:-cli)?" + LATER + r"reset-admin-password"
         # wpa_passphrase SSID PASSPHRASE (no passphrase: it reads stdin; "< file" is none)
         r"|wpa_passphrase[ \t]+(?:" + QUOTED + r"|[^\s\x00\"'<>|;&][^\s\x00]{0,255}+)(?=[ \t]+[^\s\x00<>])"
         r"|mc(?:li)?"

@@ -23,9 +23,9 @@ unless its LAST part describes the secret instead of holding it
 ``auth_method``, ``secret_name``, NetworkManager's ``psk-flags``) or it is the shell's
 ``PWD``/``OLDPWD``. A few
 environment variables whose one word the rules above cannot read are named
-outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``), and so are a few LDAP attributes holding keys
-or hashes (`SECRET_ATTRIBUTE_NAMES`: ``krbPrincipalKey``, ``krbMKey``; ``krbPrincipalName``
-stays).
+outright (`SECRET_ENV_NAMES`: sshpass's ``SSHPASS``, the Azure CLI's ``AZURE_STORAGE_KEY``),
+and so are a few LDAP attributes holding keys or hashes (`SECRET_ATTRIBUTE_NAMES`:
+``krbPrincipalKey``, ``krbMKey``; ``krbPrincipalName`` stays).
 A bare ``key`` is never secret (``Key_reads``, ``primary_key``,
 ``keyspace_hits``, ``evicted_keys``), and parts are whole words, so
 ``monkey``, ``author``, ``authority``, ``passed_tests``, ``tokenizer_version``,
@@ -82,7 +82,9 @@ NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # package "sshpass:amd64" in dpkg's log is no secret): sshpass -e reads SSHPASS. MYSQL_PWD,
 # PGPASSWORD and REDISCLI_AUTH are secret by the rules already. (etcdctl's ETCDCTL_USER holds
 # user:PW: its password half is hidden by scrub_programs' program_password_flag, the user kept.)
-SECRET_ENV_NAMES = frozenset({"SSHPASS"})
+# The Azure CLI reads a storage account's key from AZURE_STORAGE_KEY ("storage key" is no
+# qualified key everywhere: a storage_key may name one).
+SECRET_ENV_NAMES = frozenset({"SSHPASS", "AZURE_STORAGE_KEY"})
 # LDAP attributes holding keys or password hashes, whole names in any case (as LDAP reads them): the
 # rules above cannot read them without calling "principal key" or "... history" secret everywhere
 # (password_history counts the passwords kept). MIT Kerberos' krbPrincipalKey (a principal's keys),

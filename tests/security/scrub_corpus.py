@@ -2769,6 +2769,108 @@ SECRETS: tuple[SecretCase, ...] = (
         "FrpToken123",
         "frpc tcp -s frps.example.com:7000 -t [REDACTED] -l 22 -r 6000",
     ),
+    # grafana-cli admin reset-admin-password PW (Grafana 10+: grafana cli ...), global flags before it
+    SecretCase(
+        "grafana_cli_reset_admin_password",
+        "grafana-cli admin reset-admin-password NewGrafPass77",
+        "NewGrafPass77",
+        "grafana-cli admin reset-admin-password [REDACTED]",
+    ),
+    SecretCase(
+        "grafana_cli_reset_admin_password_after_flags",
+        "sudo grafana-cli --homepath /usr/share/grafana --config /etc/grafana/grafana.ini admin "
+        "reset-admin-password 'New Graf Pass 78'",
+        "New Graf Pass 78",
+        "sudo grafana-cli --homepath /usr/share/grafana --config /etc/grafana/grafana.ini admin "
+        "reset-admin-password '[REDACTED]'",
+    ),
+    SecretCase(
+        "grafana_cli_subcommand_reset_admin_password",
+        "  501  /usr/share/grafana/bin/grafana cli --homepath /usr/share/grafana admin reset-admin-password GrafHist79",
+        "GrafHist79",
+        "  501  /usr/share/grafana/bin/grafana cli --homepath /usr/share/grafana admin reset-admin-password "
+        "[REDACTED]",
+    ),
+    # az login's -p (a service principal's client secret or a user's password), az acr's -p
+    SecretCase(
+        "az_login_service_principal_p",
+        "az login --service-principal -u 3f2a9c1e-app -p AzSpV4lue99 --tenant contoso.onmicrosoft.com",
+        "AzSpV4lue99",
+        "az login --service-principal -u 3f2a9c1e-app -p [REDACTED] --tenant contoso.onmicrosoft.com",
+    ),
+    SecretCase(
+        "az_login_service_principal_p_equals",
+        "+ az login --service-principal -u app -p=AzSpV4lue98 -t contoso",
+        "AzSpV4lue98",
+        "+ az login --service-principal -u app -p=[REDACTED] -t contoso",
+    ),
+    SecretCase(
+        "az_login_service_principal_password",
+        "az login --service-principal --username app --password AzSpV4lue97 --tenant t && az account show",
+        "AzSpV4lue97",
+        "az login --service-principal --username app --password [REDACTED] --tenant t && az account show",
+    ),
+    SecretCase(
+        "az_login_service_principal_password_equals",
+        "az login --service-principal -u app --password=AzSpV4lue96 --tenant t",
+        "AzSpV4lue96",
+        "az login --service-principal -u app --password=[REDACTED] --tenant t",
+    ),
+    SecretCase(
+        "az_acr_login_p",
+        "az acr login --name myreg -u myreg -p AcrPassw0rd95\naz acr import -n myreg --source x/y:1 -u u -p AcrPw94",
+        "AcrPassw0rd95",
+        "az acr login --name myreg -u myreg -p [REDACTED]\naz acr import -n myreg --source x/y:1 -u u -p [REDACTED]",
+        redactions=2,
+    ),
+    # az storage's account key, SAS token and connection string (AZURE_STORAGE_KEY in its environment)
+    SecretCase(
+        "az_storage_account_key",
+        "az storage blob list --account-name acct --account-key AzAcctKey93/abc+def== -c logs -o table",
+        "AzAcctKey93/abc+def==",
+        "az storage blob list --account-name acct --account-key [REDACTED] -c logs -o table",
+    ),
+    SecretCase(
+        "az_storage_sas_token",
+        "az storage blob upload -f a.txt -c c -n a.txt --account-name acct "
+        "--sas-token 'sv=2022-11-02&ss=b&srt=co&sp=rw&se=2030-01-01&sig=AzSig92%2Fx%3D'",
+        "AzSig92",
+        "az storage blob upload -f a.txt -c c -n a.txt --account-name acct --sas-token '[REDACTED]'",
+    ),
+    SecretCase(
+        "az_storage_connection_string",
+        'az storage container list --connection-string "DefaultEndpointsProtocol=https;AccountName=acct;'
+        'AccountKey=AzConnKey91==;EndpointSuffix=core.windows.net"',
+        "AzConnKey91==",
+        'az storage container list --connection-string "DefaultEndpointsProtocol=https;AccountName=acct;'
+        'AccountKey=[REDACTED];EndpointSuffix=core.windows.net"',
+    ),
+    SecretCase(
+        "az_storage_key_environment",
+        "export AZURE_STORAGE_ACCOUNT=acct\nexport AZURE_STORAGE_KEY=AzEnvKey90+x==\naz storage blob list -c c",
+        "AzEnvKey90+x==",
+        "export AZURE_STORAGE_ACCOUNT=acct\nexport AZURE_STORAGE_KEY=[REDACTED]\naz storage blob list -c c",
+    ),
+    # a file's name ending a path is read as such only before ": " and a message; grep's PATH:LINE
+    # and a path named like a secret with no extension keep their values hidden
+    SecretCase(
+        "grep_output_of_a_token_file",
+        "$ grep -r . /run/secrets\n/run/secrets/api-token.txt:GrepTok89\n",
+        "GrepTok89",
+        "$ grep -r . /run/secrets\n/run/secrets/api-token.txt:[REDACTED]\n",
+    ),
+    SecretCase(
+        "path_named_password_then_value",
+        "/run/secrets/db_password: Hunter88x",
+        "Hunter88x",
+        "/run/secrets/db_password: [REDACTED]",
+    ),
+    SecretCase(
+        "path_with_a_secret_extension_then_value",
+        "/etc/app/db.password: Hunter87x",
+        "Hunter87x",
+        "/etc/app/db.password: [REDACTED]",
+    ),
     SecretCase(
         "kubectl_create_secret_from_literal",
         "kubectl -n prod create secret generic db --from-literal=username=app --from-literal=api=KubeLiteral1",
@@ -3819,6 +3921,32 @@ LOOK_ALIKES: tuple[LookAlike, ...] = (
         "a passphrase on stdin, an algorithm, a port, no secret",
     ),
     LookAlike(
+        "grafana_cli_without_password",
+        "grafana-cli plugins install grafana-clock-panel\n"
+        "grafana-cli --homepath /usr/share/grafana admin reset-admin-password --password-from-stdin < /run/gf\n"
+        "grafana cli admin reset-admin-password --password-from-stdin\n"
+        "grafana-server --homepath /usr/share/grafana --config /etc/grafana/grafana.ini\n"
+        "grafana cli admin data-migration encrypt-datasource-passwords",
+        "plugins, the password on stdin, the server, a migration",
+    ),
+    LookAlike(
+        "az_without_secrets",
+        "az login --use-device-code\naz login --identity -u 0f1e2d3c\naz account show -o table\n"
+        "az deployment group create -g rg -f main.bicep -p @params.json\naz acr login --name myreg\n"
+        "az storage blob list --account-name acct --auth-mode login -c logs",
+        "device code, a managed identity, az deployment's -p is its parameters, no -p",
+    ),
+    # a refusal about a file whose name says secret: the path and the message stay
+    LookAlike(
+        "refusals_about_files_named_like_secrets",
+        "/tmp/atk-data/logs/./secrets.log: not a directory\n"
+        "/tmp/atk-data/logs/./secrets.log: not a regular file\n"
+        "/tmp/atk-data/logs/./secrets.log is a directory\n"
+        "/srv/app/secrets.yaml: no such file\n/srv/app/api-token.json: cannot open (Is a directory)\n"
+        "/etc/app/credentials.ini: not a regular file\x00/etc/ssl/private/secret.pem: PEM certificate",
+        "a path ending with a file's name, then a message",
+    ),
+    LookAlike(
         "kubectl_configmap_literal",
         "kubectl create configmap app --from-literal=LOG_LEVEL=debug\nkubectl get secret db -o yaml",
         "a configmap's literal; reading a secret",
@@ -4063,6 +4191,21 @@ ARGV_LOOK_ALIKES: tuple[ArgvLookAlike, ...] = (
         "no secret",
     ),
     ArgvLookAlike("kubectl_get_secret", ("kubectl", "get", "secret", "db", "-o", "yaml"), "reads it"),
+    ArgvLookAlike(
+        "grafana_plugins", ("grafana-cli", "plugins", "install", "grafana-clock-panel"), "a plugin"
+    ),
+    ArgvLookAlike(
+        "grafana_password_stdin",
+        ("grafana", "cli", "admin", "reset-admin-password", "--password-from-stdin"),
+        "the password comes on stdin",
+    ),
+    ArgvLookAlike("az_login_device_code", ("az", "login", "--use-device-code"), "no password"),
+    ArgvLookAlike("az_account_show", ("az", "account", "show", "-o", "table"), "no password"),
+    ArgvLookAlike(
+        "az_deployment_parameters",
+        ("az", "deployment", "group", "create", "-g", "rg", "-f", "main.bicep", "-p", "@params.json"),
+        "az deployment's -p is its parameters",
+    ),
     ArgvLookAlike("ngrok_http", ("ngrok", "http", "8080"), "no token"),
     ArgvLookAlike("frpc_config", ("frpc", "-c", "/etc/frp/frpc.toml"), "a config file"),
     ArgvLookAlike("consul_dev", ("consul", "agent", "-dev"), "no key"),

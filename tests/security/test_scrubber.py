@@ -790,6 +790,49 @@ MYSQL_CLIENTS = (
             ["openssl", "passwd", "-1", REDACTED, "--", REDACTED, REDACTED],
             3,
         ),
+        # grafana-cli admin reset-admin-password PW (grafana cli ... of Grafana 10+), after global flags
+        (
+            ["grafana-cli", "admin", "reset-admin-password", "pw156"],
+            ["grafana-cli", "admin", "reset-admin-password", REDACTED],
+            1,
+        ),
+        (
+            ["grafana-cli", "--homepath", "/usr/share/grafana", "admin", "reset-admin-password", "pw157"],
+            ["grafana-cli", "--homepath", "/usr/share/grafana", "admin", "reset-admin-password", REDACTED],
+            1,
+        ),
+        (
+            ["/usr/sbin/grafana", "cli", "--config", "/etc/g.ini", "admin", "reset-admin-password", "pw158"],
+            ["/usr/sbin/grafana", "cli", "--config", "/etc/g.ini", "admin", "reset-admin-password", REDACTED],
+            1,
+        ),
+        # az login's -p PW|-p=PW|-pPW, az acr's -p; --password, --account-key, --sas-token by their names
+        (
+            ["az", "login", "--service-principal", "-u", "app", "-p", "pw159", "--tenant", "t"],
+            ["az", "login", "--service-principal", "-u", "app", "-p", REDACTED, "--tenant", "t"],
+            1,
+        ),
+        (
+            ["az", "login", "--service-principal", "-u", "app", "-p=pw160", "-t", "t"],
+            ["az", "login", "--service-principal", "-u", "app", "-p=" + REDACTED, "-t", "t"],
+            1,
+        ),
+        (["az", "login", "-u", "bob", "-ppw161"], ["az", "login", "-u", "bob", "-p" + REDACTED], 1),
+        (
+            ["az", "login", "--service-principal", "--username", "app", "--password", "pw162"],
+            ["az", "login", "--service-principal", "--username", "app", "--password", REDACTED],
+            1,
+        ),
+        (
+            ["az", "acr", "login", "-n", "reg", "-u", "reg", "-p", "pw163"],
+            ["az", "acr", "login", "-n", "reg", "-u", "reg", "-p", REDACTED],
+            1,
+        ),
+        (
+            ["az", "storage", "blob", "list", "--account-key", "pw164", "--sas-token", "sv=1&sig=pw165"],
+            ["az", "storage", "blob", "list", "--account-key", REDACTED, "--sas-token", REDACTED],
+            2,
+        ),
     ],
 )
 def test_argv_lists(scrubber: Scrubber, argv: list[Any], expected: list[Any], count: int) -> None:
@@ -870,6 +913,10 @@ def test_argv_look_alike_survives(scrubber: Scrubber, case: ArgvLookAlike) -> No
         ["sqsh", "-Usa", "-PXy7qLm9z"],
         ["vault", "login", "Xy7qLm9z", "extra-arg"],
         ["sshpass", "-p", "Xy7qLm9z", "ssh", "-p", "2222", "h"],
+        ["grafana-cli", "admin", "reset-admin-password", "Xy7qLm9z"],
+        ["grafana", "cli", "admin", "reset-admin-password", "Xy7qLm9z"],
+        ["az", "login", "--service-principal", "-u", "app", "-p", "Xy7qLm9z"],
+        ["az", "login", "--service-principal", "-u", "app", "-p=Xy7qLm9z"],
     ],
 )
 def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[str]) -> None:
@@ -966,6 +1013,13 @@ def test_argv_joined_as_one_line_is_scrubbed_too(scrubber: Scrubber, argv: list[
         ["frpc", "-t", "pw1"],
         ["kubectl", "create", "secret", "generic", "s", "--from-literal=a=pw1", "--from-literal=b=pw2"],
         ["kubectl", "create", "configmap", "c", "--from-literal=a=b"],
+        ["grafana-cli", "--homepath", "/usr/share/grafana", "admin", "reset-admin-password", "pw1"],
+        ["grafana", "cli", "admin", "reset-admin-password", "pw1"],
+        ["grafana", "cli", "admin", "reset-admin-password", "--password-from-stdin"],
+        ["az", "login", "--service-principal", "-u", "app", "-p", "pw1", "--tenant", "t"],
+        ["az", "login", "-u", "app", "-p=pw1"],
+        ["az", "acr", "login", "-n", "reg", "-u", "reg", "-p", "pw1"],
+        ["az", "deployment", "group", "create", "-g", "rg", "-p", "@params.json"],
     ],
 )
 def test_a_joined_line_hides_what_its_argv_hides(scrubber: Scrubber, argv: list[str]) -> None:
@@ -1451,6 +1505,24 @@ def test_error_messages(scrubber: Scrubber) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "{path}: not a directory",  # system.files' refusals
+        "{path}: not a regular file",  # system.textfile's
+        "{path}: no such file",
+        "{path}: cannot open (Is a directory)",
+        "{path}/x: secrets.log is not a directory",  # system.nofollow's
+        "{path} is a directory",
+    ],
+)
+def test_a_refusal_about_a_file_named_like_a_secret_keeps_the_path_and_the_message(
+    scrubber: Scrubber, message: str
+) -> None:
+    text = message.format(path="/tmp/atk-data/logs/./secrets.log")
+    assert scrubber.scrub_text(text) == (text, 0)
+
+
 # --- speed --------------------------------------------------------------------------------
 
 
@@ -1796,6 +1868,12 @@ HOSTILE_TEXTS = {
     "wpa_passphrase_words": "wpa_passphrase a " * (HOSTILE_SIZE // 17),
     "ngrok_words": "ngrok authtoken " * (HOSTILE_SIZE // 16),
     "valkey_auths": "valkey-cli" + " auth" * (HOSTILE_SIZE // 5),
+    "grafana_words": "grafana-cli reset-admin-password " * (HOSTILE_SIZE // 33),
+    "grafana_reaches": "grafana" + " admin" * (HOSTILE_SIZE // 6) + " reset-admin-password x",
+    "az_logins": "az login " * (HOSTILE_SIZE // 9),
+    "az_login_flags": "az login" + " -u x" * (HOSTILE_SIZE // 5),
+    "az_acr_words": "az acr acr login " * (HOSTILE_SIZE // 17),
+    "file_path_messages": "/a/secrets.log: x " * (HOSTILE_SIZE // 18),
     # PHP's define, web.xml's params, fetchmail, ipsec.secrets
     "php_define_heads": "define('PASSWORD', " * (HOSTILE_SIZE // 20),
     "php_define_long": "define('PASSWORD', '" + "x" * HOSTILE_SIZE,
@@ -1886,6 +1964,8 @@ HOSTILE_ARGVS = {
     "kubectl_secrets": ["kubectl"] + ["secret", "--from-literal"] * HOSTILE_SIZE_ITEMS,
     "ngrok_authtokens": ["ngrok"] + ["authtoken"] * HOSTILE_SIZE_ITEMS,
     "wpa_passphrases": ["wpa_passphrase"] * HOSTILE_SIZE_ITEMS,
+    "grafana_resets": ["grafana-cli"] + ["reset-admin-password"] * HOSTILE_SIZE_ITEMS,
+    "az_logins": ["az"] + ["login", "acr"] * HOSTILE_SIZE_ITEMS,
 }
 
 
