@@ -16,13 +16,10 @@ import pytest
 from sonde.agent.config import AgentConfig, save_config
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from tests.e2e.mcpclient import initialize_request
-from tests.e2e.procs import SONDE, URL_LINE, base_env, first_admin_key, spawn, wait_until
+from tests.e2e.procs import SONDE, URL_LINE, base_env, first_admin_key, spawn, up_url_and_key, wait_until
 from tests.subprocs import run_any, without_file_overrides
 
 LEVEL_REFUSED = "is not a log level: use DEBUG, INFO, WARNING or ERROR"
-CLAUDE_LINE = re.compile(
-    r'claude mcp add --transport http sonde (http://127\.0\.0\.1:\d+)/mcp --header "Authorization: Bearer (sonde_\S+)"'
-)
 
 
 def sonde(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -265,7 +262,7 @@ def test_the_local_agent_removed_from_its_hub_is_told_to_restart_sonde_up(tmp_pa
     args = ["up", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), "--allow-root"]
     proc = spawn(args, env)
     try:
-        url, key = proc.wait_for(CLAUDE_LINE, timeout=30).groups()
+        url, key = up_url_and_key(proc, data_dir)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=10) as http:
             (agent,) = http.get("/api/v1/agents").json()["agents"]
             assert http.delete(f"/api/v1/agents/{agent['id']}").status_code == 200
@@ -276,7 +273,7 @@ def test_the_local_agent_removed_from_its_hub_is_told_to_restart_sonde_up(tmp_pa
     # and what it says is what works: the next run enrolls the local agent again
     proc = spawn(args, env)
     try:
-        url, key = proc.wait_for(CLAUDE_LINE, timeout=30).groups()
+        url, key = up_url_and_key(proc, data_dir)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=10) as http:
 
             def back_online() -> bool:

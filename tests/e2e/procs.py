@@ -6,6 +6,7 @@ is killed when its context ends.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -36,6 +37,21 @@ def first_admin_key(proc: Proc, data_dir: Path) -> str:
     assert path == data_dir / "first-admin-key"
     assert path.stat().st_mode & 0o777 == 0o600
     return path.read_text().strip()
+
+
+# `sonde up`'s connection line with stderr a pipe: the key is not printed, quickstart.json holds it
+UP_LINE = re.compile(
+    r'claude mcp add --transport http sonde (http://127\.0\.0\.1:\d+)/mcp --header "Authorization: Bearer <the API key>"'
+)
+
+
+def up_url_and_key(proc: Proc, data_dir: Path) -> tuple[str, str]:
+    """The URL `sonde up` printed, and its key, read from quickstart.json (never from its output)."""
+    (url,) = proc.wait_for(UP_LINE, timeout=30).groups()
+    key = json.loads((data_dir / "quickstart.json").read_text())["apiKey"]
+    assert isinstance(key, str)
+    assert not any(key in line for line in proc.lines), "the key was printed to a pipe"
+    return url, key
 
 
 @dataclass
