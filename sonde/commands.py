@@ -159,32 +159,43 @@ def hub(
 def enroll(
     *,
     hub: Annotated[str, Parameter(env_var="SONDE_HUB_URL")],
-    token: str,
+    token: str | None = None,
     name: str | None = None,
     replace: Annotated[bool, Parameter(negative="")] = False,
 ) -> int:
     """Enroll this machine with a hub (once), saving its identity in ~/.sonde/config.json.
+
+    The token comes from $SONDE_ENROLL_TOKEN, else from stdin: asked for (hidden) on a
+    terminal, else its first line (echo "$TOKEN" | sonde enroll --hub URL).
 
     Parameters
     ----------
     hub
         The hub's URL, e.g. https://hub.example:3000 (its MCP URL, ending in /mcp, will do).
     token
-        A single-use enrollment token from `sonde hub token create`.
+        A single-use enrollment token from `sonde hub token create`. Avoid: every local user
+        can read it in the command line while enroll runs (use SONDE_ENROLL_TOKEN or stdin).
     name
         The agent's name (default: this machine's hostname).
     replace
         Replace this machine's existing enrollment with a new identity.
     """
-    from sonde.agent.enroll import EnrollError
+    from sonde.agent.enroll import EnrollError, check_name, normalize_hub_url
     from sonde.agent.enroll import enroll as do_enroll
+    from sonde.bridge.settings import NoSecretGiven, given_secret
     from sonde.interrupts import stop_taking_interrupts
 
     def warn(text: str) -> None:
         print(f"sonde enroll: warning: {text}", file=sys.stderr)
 
     try:  # once the hub said yes, Ctrl-C waits: the identity is saved and said, exit 0
+        normalize_hub_url(hub)  # a malformed URL or name is said before a token is read or asked for
+        check_name(name)
+        token = given_secret("--token", token, "enrollment token", "SONDE_ENROLL_TOKEN", warn)
         config = do_enroll(hub, token, name, replace=replace, warn=warn, enrolled=stop_taking_interrupts)
+    except NoSecretGiven as exc:
+        print(f"sonde enroll: {exc}", file=sys.stderr)
+        return 2
     except EnrollError as exc:
         print(f"sonde enroll: {exc}", file=sys.stderr)
         return 2 if exc.malformed_argument else 1
@@ -257,21 +268,34 @@ def up(
 
 
 @app.command
-def login(*, hub: str, api_key: str, check: bool = True) -> int:
+def login(*, hub: str, api_key: str | None = None, check: bool = True) -> int:
     """Store a hub URL and API key in ~/.sonde/config.json for `sonde mcp-bridge`.
+
+    The key comes from $SONDE_API_KEY, else from stdin: asked for (hidden) on a terminal,
+    else its first line (echo "$KEY" | sonde login --hub URL).
 
     Parameters
     ----------
     hub
         The hub's URL, e.g. https://hub.example:3000.
     api_key
-        An API key from `sonde hub key create` (the agent's enrollment is not an MCP key).
+        An API key from `sonde hub key create` (the agent's enrollment is not an MCP key). Avoid:
+        every local user can read it in the command line while login runs (use SONDE_API_KEY or stdin).
     check
         Try the key with GET /api/v1/agents first; a key the hub refuses is not saved.
     """
     from sonde.bridge.login import login as do_login
+    from sonde.bridge.login import say
+    from sonde.bridge.settings import KEY_ENV, given_secret
+    from sonde.hub_url import normalize_hub_url
 
-    return do_login(hub, api_key, check=check)
+    try:  # a malformed URL is said before a key is read or asked for
+        normalize_hub_url(hub)
+        key = given_secret("--api-key", api_key, "API key", KEY_ENV, lambda text: say(f"warning: {text}"))
+    except ValueError as exc:  # a malformed URL, or no key given at all
+        say(str(exc))
+        return 2
+    return do_login(hub, key, check=check)
 
 
 @app.command(name="mcp-bridge")
@@ -284,7 +308,8 @@ def mcp_bridge(
     """Serve the hub's MCP tools on stdin/stdout, for stdio MCP clients such as Claude Code.
 
     The hub URL and API key come from `sonde login` (~/.sonde/config.json);
-    --hub, --api-key, SONDE_HUB_URL and SONDE_API_KEY override them.
+    SONDE_HUB_URL and SONDE_API_KEY (set them in the MCP client's env config), --hub and
+    --api-key override them.
     stdout carries only JSON-RPC; diagnostics go to stderr.
 
     Parameters
@@ -292,7 +317,8 @@ def mcp_bridge(
     hub
         The hub's URL (default: $SONDE_HUB_URL, then hubUrl in the config).
     api_key
-        The API key (default: $SONDE_API_KEY, then apiKey in the config).
+        The API key (default: $SONDE_API_KEY, then apiKey in the config). Avoid: every local
+        user can read it in the command line while the bridge runs (warned, on stderr).
     log_level
         DEBUG, INFO, WARNING or ERROR (on stderr).
     """

@@ -282,8 +282,8 @@ def test_a_bad_agent_name_states_the_rule_as_enroll_does(tmp_path: Path, data_di
     assert made.stderr.strip() == f"sonde hub: {invalid_agent_name('bad/name')}"
     assert "1 to 63 letters" in made.stderr
     enrolled = subprocess.run(
-        [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--token", "enr_" + "Q" * 32, "--name", "bad/name"],
-        env=base_env(tmp_path / "home"),
+        [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--name", "bad/name"],
+        env={**base_env(tmp_path / "home"), "SONDE_ENROLL_TOKEN": "enr_" + "Q" * 32},
         capture_output=True,
         text=True,
         timeout=60,

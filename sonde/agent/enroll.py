@@ -191,6 +191,12 @@ def check_arguments(token: str, name: str | None) -> None:
     """`EnrollError` for a token or an agent name that could never enroll (None: the hostname's)."""
     if not re.fullmatch(TOKEN_PATTERN, token):
         raise EnrollError("invalid_token", "the enrollment token is malformed (16-128 of A-Z a-z 0-9 _ -)")
+    check_name(name)
+
+
+def check_name(name: str | None) -> None:
+    """`EnrollError` for an agent name that could never enroll (None: the hostname's); `sonde
+    enroll` asks it before it reads a token from stdin or asks for one."""
     if name is not None and not re.fullmatch(NAME_PATTERN, name):
         raise EnrollError("invalid_name", invalid_agent_name(name))
 

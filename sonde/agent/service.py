@@ -239,7 +239,7 @@ def install_service(
     if now and not service_config(plan.spec).exists():  # the unit would start, fail and restart forever
         return refuse(
             f"the service has no enrollment yet ({service_config(plan.spec)}); enroll it first: "
-            f"{enroll_command(plan.spec)}; then run this again"
+            f"{enroll_command(plan.spec)} (it asks for the token); then run this again"
         )
     path = unit_dir / UNIT_NAME
     write_atomically(path, plan.text)
@@ -274,7 +274,7 @@ def report_install(path: Path, plan: Plan) -> None:
     if not user_exists(spec.user):
         print(f"  {useradd_command(spec)}")
     if not service_config(spec).exists():
-        print(f"  {enroll_command(spec)}")
+        print(f"  {enroll_command(spec)}   # asks for the token")
     print("  systemctl daemon-reload && systemctl enable --now sonde-agent")
 
 
@@ -288,7 +288,10 @@ def service_config(spec: UnitSpec) -> Path:
 
 
 def enroll_command(spec: UnitSpec) -> str:
-    return f"sudo -u {spec.user} env HOME={spec.home} {' '.join(spec.exec_start[:-1])} enroll --hub URL --token TOKEN"
+    """The service user's enrollment; it asks for the token (on stdin: never in argv, which every
+    local user can read)."""
+    sonde = " ".join(spec.exec_start[:-1])
+    return f"sudo -u {spec.user} env HOME={spec.home} {sonde} enroll --hub URL"
 
 
 def uninstall_service(

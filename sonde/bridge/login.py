@@ -91,8 +91,8 @@ def enrolled_elsewhere(path: Path, hub_url: str) -> str | None:
         return None
     return (
         f"this machine's agent is enrolled with {existing.hub_url}, and `sonde login` would point it "
-        f"at {hub_url}. For another hub, use `sonde mcp-bridge --hub {hub_url} --api-key KEY` "
-        "(or SONDE_HUB_URL and SONDE_API_KEY), or a separate SONDE_HOME."
+        f"at {hub_url}. For another hub, set SONDE_HUB_URL and SONDE_API_KEY in the MCP client's env "
+        "config for `sonde mcp-bridge`, or use a separate SONDE_HOME."
     )
 
 

@@ -16,7 +16,7 @@ import sys
 import trio
 
 from sonde.bridge.proxy import bridge_stdio
-from sonde.bridge.settings import BridgeSettings, NotConfigured, resolve_settings
+from sonde.bridge.settings import KEY_ENV, BridgeSettings, NotConfigured, resolve_settings
 from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,11 @@ EXIT_OK = 0
 EXIT_NOT_CONFIGURED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+ARGV_KEY_WARNING = (
+    "--api-key puts the API key on the command line, where every local user can read it (ps, "
+    "/proc/PID/cmdline) while the bridge runs; run `sonde login --hub URL` once instead (it asks for "
+    f"the key), or set {KEY_ENV} in the MCP client's env config for this server, and drop --api-key"
+)
 
 
 def configure_logging(level: str) -> None:
@@ -44,6 +49,8 @@ def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO"
         print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(level)
+    if api_key is not None:  # on stderr: stdout is the MCP stream
+        print(f"sonde mcp-bridge: warning: {ARGV_KEY_WARNING}", file=sys.stderr)
     try:
         settings = resolve_settings(hub, api_key, os.environ)
     except (NotConfigured, ValueError) as exc:

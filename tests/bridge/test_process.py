@@ -78,7 +78,7 @@ async def test_no_hub_or_key_exits_1_with_instructions(tmp_path: Path) -> None:
     async with bridge_process(clean_env(tmp_path)) as bridge:
         assert await bridge.exit_code() == 1
         assert await bridge.peer.rest() == []
-    assert b"sonde login --hub URL --api-key KEY" in bridge.stderr
+    assert b"sonde login --hub URL` once (it asks for the key" in bridge.stderr
     assert b"SONDE_API_KEY" in bridge.stderr
 
 
