@@ -121,9 +121,9 @@ async def measure_bridge(bench: Bench, result: ScenarioResult, hub: RunningHub) 
             "clientInfo": {"name": "sonde-bench", "version": "1"},
         },
     }
-    argv = python_module("sonde", "mcp-bridge", "--hub", hub.url, "--api-key", hub.admin_key)
+    argv = python_module("sonde", "mcp-bridge", "--hub", hub.url)
     started = time.perf_counter()
-    env = bench.workspace.env("bridge")
+    env = {**bench.workspace.env("bridge"), "SONDE_API_KEY": hub.admin_key}  # never on a command line
     async with open_child("bridge", argv, env=env, log_dir=bench.workspace.log_dir) as child:
         await child.send_line(json.dumps(initialize))
         answer = json.loads(await child.read_line(LINE_TIMEOUT_S))
@@ -152,8 +152,10 @@ async def enroll_real_agent(bench: Bench, hub: RunningHub) -> dict[str, str]:
     """`sonde enroll` with a token made on the hub's file; returns the agent's environment."""
     token = (await trio.to_thread.run_sync(make_tokens, hub.data.data_dir / "sonde.db", 1))[0]
     env = bench.workspace.env(AGENT_NAME)
-    argv = python_module("sonde", "enroll", "--hub", hub.url, "--token", token, "--name", AGENT_NAME)
-    done = await trio.run_process(argv, env=env, capture_stdout=True, capture_stderr=True, check=False)
+    argv = python_module("sonde", "enroll", "--hub", hub.url, "--name", AGENT_NAME)
+    done = await trio.run_process(
+        argv, env={**env, "SONDE_ENROLL_TOKEN": token}, capture_stdout=True, capture_stderr=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"sonde enroll failed: {done.stderr.decode(errors='replace')[-500:]}")
     return env

@@ -62,8 +62,8 @@ log = logging.getLogger(__name__)
 ACK_TIMEOUT_S = 15.0
 NOT_OUR_HUB = (
     "its answer is not signed with the hub key this agent pinned at enrollment ({}): it is not the hub "
-    "this agent enrolled with. If that hub was reinstalled, enroll again (`sonde enroll --hub URL --token "
-    "TOKEN`); if not, something else answers at that address"
+    "this agent enrolled with. If that hub was reinstalled, enroll again (`sonde enroll --hub URL`, "
+    "which asks for the token); if not, something else answers at that address"
 )
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
@@ -75,7 +75,7 @@ FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
 
 EXIT_OK = 0
 EXIT_REJECTED = 3
-NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL --token TOKEN` first"
+NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL` first (it asks for the token)"
 
 
 def reenroll_command(config: AgentConfig) -> str:
@@ -84,8 +84,8 @@ def reenroll_command(config: AgentConfig) -> str:
     hub = shlex.quote(config.hub_url or "URL")
     name = shlex.quote(config.name or default_agent_name())
     return (
-        f"re-enroll with `sonde enroll --hub {hub} --token TOKEN --name {name} --replace` "
-        f"(TOKEN from `sonde hub token create --name {name}` on the hub)"
+        f"re-enroll with `sonde enroll --hub {hub} --name {name} --replace`, giving it a token "
+        f"from `sonde hub token create --name {name}` on the hub"
     )
 
 

@@ -73,7 +73,7 @@ RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
 KEY_REFUSED = (
     "the hub refused the API key the bridge sends (wrong, revoked or expired): run `sonde login` "
-    "again with a valid key (or fix --api-key / SONDE_API_KEY, where it comes from)"
+    "again with a valid key (or fix SONDE_API_KEY / --api-key, where it comes from)"
 )
 
 

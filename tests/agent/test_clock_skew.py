@@ -25,7 +25,7 @@ from tests.agent.probes import registry_for_tests
 from tests.agent.test_daemon import ScriptedConnector
 
 HUB_BEHIND = "the hub's clock is 300 s behind the agent's (window ±120 s)"
-REENROLL = "sonde enroll --hub http://hub.test --token TOKEN --name test-agent --replace"
+REENROLL = "sonde enroll --hub http://hub.test --name test-agent --replace"
 
 
 def messages(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING) -> list[str]:

@@ -88,7 +88,9 @@ def test_refuses_root_unless_allowed(
 def test_requires_an_enrolled_config(capsys: pytest.CaptureFixture[str]) -> None:
     login_only = AgentConfig(hub_url="http://127.0.0.1:1", api_key="sk_1")
     assert run_agent(login_only, allow_root=True) == EXIT_NOT_ENROLLED
-    assert "not enrolled: run `sonde enroll --hub URL --token TOKEN` first" in capsys.readouterr().err
+    assert (
+        "not enrolled: run `sonde enroll --hub URL` first (it asks for the token)" in capsys.readouterr().err
+    )
 
 
 # --- against a real trio-websocket server on 127.0.0.1 ------------------------
@@ -372,7 +374,7 @@ def test_sonde_start_names_the_config_and_what_it_lacks(
     done = run_any([*SONDE, "start", "--allow-root"], env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
     assert done.returncode == EXIT_NOT_ENROLLED
     assert (
-        f"sonde start: not enrolled: run `sonde enroll --hub URL --token TOKEN` first {says.format(path=path)}"
+        f"sonde start: not enrolled: run `sonde enroll --hub URL` first (it asks for the token) {says.format(path=path)}"
         in (done.stderr)
     )
 

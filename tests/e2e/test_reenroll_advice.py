@@ -20,7 +20,7 @@ from tests.e2e.procs import SONDE, enroll_agent, running_hub, wait_until
 pytestmark = pytest.mark.e2e
 
 ADVICE = re.compile(
-    r"re-enroll with `sonde (enroll [^`]+)` \(TOKEN from `sonde hub token create --name (\S+)`"
+    r"re-enroll with `sonde (enroll [^`]+)`, giving it a token from `sonde hub token create --name (\S+)`"
 )
 
 
@@ -39,9 +39,15 @@ def test_the_advice_of_a_removed_agent_enrolls_it_again_under_its_name(tmp_path:
             agent.stop()
         command, token_name = advice.group(1), advice.group(2)
         assert token_name == "web-7"
-        argv = [arg if arg != "TOKEN" else hub.token("--name", token_name) for arg in shlex.split(command)]
+        token = hub.token("--name", token_name)
         done = subprocess.run(
-            [*SONDE, *argv], env=agent.env, capture_output=True, text=True, timeout=30, check=False
+            [*SONDE, *shlex.split(command)],
+            input=f"{token}\n",  # as a person gives it: on stdin, never on the command line
+            env=agent.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         assert "enrolled as web-7 (agent id " in done.stderr
