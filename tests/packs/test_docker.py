@@ -30,6 +30,7 @@ from sonde.packs.docker.stats import ContainerStats, container_stats
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold
+from sonde.packs.system.linescrub import LINE_MAX_CHARS
 
 HAND = Path(__file__).parent / "recorded" / "hand"
 REGISTRY = PackRegistry.of([PACK])
@@ -223,6 +224,15 @@ def test_runbook_restart_count_and_oom() -> None:
 
 
 LONG_LOG_MESSAGES = 1200
+
+
+def test_a_cut_log_line_says_how_much_was_left_out() -> None:
+    stamp = b"2026-11-26T10:00:00.000000000Z "
+    payload = stamp + b"x" * 5000 + b"\n" + stamp + b"short\n"
+    cut, whole = log_lines(payload, multiplexed=False)
+    left_out = len(stamp) + 5000 - (LINE_MAX_CHARS - 1)  # the stamp counts in the line's 4,096
+    assert cut.text == "x" * (LINE_MAX_CHARS - 1 - len(stamp)) + f"… [line cut: {left_out} more characters]"
+    assert whole.text == "short"
 
 
 def long_log_lines(tail: int) -> list[bytes]:

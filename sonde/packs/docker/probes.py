@@ -24,6 +24,7 @@ from sonde.packs.docker.parsers import (
     image,
 )
 from sonde.packs.docker.stats import ContainerRef
+from sonde.packs.system.linescrub import CUT_MARK, CutLine
 from sonde.packs.system.textfile import decode_line, redact_lines
 
 LOGS_MAX_BYTES = 4 * 1024 * 1024
@@ -110,11 +111,14 @@ def log_lines(payload: bytes, multiplexed: bool, redact: Callable[[str], str] = 
     """
     frames = demultiplex(payload) if multiplexed else [("stdout", payload)]
     lines: list[tuple[str, str | None, str]] = []
+    omitted: list[int] = []  # of each line cut at `LINE_MAX_CHARS`: the characters left out
     for stream, data in frames:
         for raw in data.split(b"\n"):
             if not raw:
                 continue
-            stamp, _, text = decode_line(raw).partition(" ")
+            decoded = decode_line(raw)
+            omitted.append(decoded.omitted if isinstance(decoded, CutLine) else 0)
+            stamp, _, text = decoded.partition(" ")
             has_time = len(stamp) >= 20 and stamp[4] == "-" and stamp[10] == "T"
             lines.append((stream, stamp if has_time else None, text if has_time else stamp + " " + text))
     texts = [text for _, _, text in lines]
@@ -123,8 +127,8 @@ def log_lines(payload: bytes, multiplexed: bool, redact: Callable[[str], str] = 
         for index, text in zip(indexes, redact_lines([texts[i] for i in indexes], redact), strict=True):
             texts[index] = text
     return [
-        LogLine(stream=stream, time=time, text=text)
-        for (stream, time, _), text in zip(lines, texts, strict=True)
+        LogLine(stream=stream, time=time, text=text + (CUT_MARK.format(cut) if cut else ""))
+        for (stream, time, _), text, cut in zip(lines, texts, omitted, strict=True)
     ]
 
 
@@ -132,8 +136,9 @@ def log_lines(payload: bytes, multiplexed: bool, redact: Callable[[str], str] = 
     "docker.container.logs",
     """The last `lines` log lines (at most 1000) of one container from stdout, stderr or
     both, oldest first, each with its stream and the Docker timestamp (RFC 3339). When those
-    lines exceed 4 MiB the newest that fit are returned and `truncated` is true. Use it to
-    see why a container exits or restarts.""",
+    lines exceed 4 MiB the newest that fit are returned and `truncated` is true; a line
+    longer than 4096 characters is cut and ends with "[line cut: N more characters]". Use it
+    to see why a container exits or restarts.""",
     timeout_s=15,
 )
 async def container_logs(ctx: ProbeContext, params: LogsParams) -> ContainerLogs:
