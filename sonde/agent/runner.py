@@ -3,10 +3,14 @@
 `ProbeRunner.on_message` is the link's ``on_message``. It never waits for a
 probe: each ``probe.request`` becomes a task in the runner's nursery, inside
 its own cancel scope kept by ``requestId``, and the task sends the answer
-itself. ``probe.cancel`` cancels that scope (a probe's subprocess is killed
-with it) and nothing more is sent for that request. ``hub.reject`` mid-link
-is recorded; the owner of the link waits on `ProbeRunner.wait_rejected` and
-closes the link.
+itself. A probe is in flight until its answer is handed to the link's writer,
+not just computed: a hub that stops reading then finds this runner holding at
+most ``max_in_flight`` answers, and gets ``busy`` for the rest (or, once the
+link's own bounded queue is full too, nothing: the reader waits).
+``probe.cancel`` cancels that scope (a probe's subprocess is killed with it,
+an answer not yet handed over is dropped) and nothing more is sent for that
+request. ``hub.reject`` mid-link is recorded; the owner of the link waits on
+`ProbeRunner.wait_rejected` and closes the link.
 
 Usage, per connection::
 
@@ -86,7 +90,7 @@ class ProbeRunner:
 
     @property
     def probes_in_flight(self) -> int:
-        """How many probes are running now (for heartbeats)."""
+        """How many probes are running now or waiting to hand their answer to the link (for heartbeats)."""
         return len(self._in_flight)
 
     def bind(self, link: Link) -> None:
@@ -134,21 +138,21 @@ class ProbeRunner:
         self._nursery.start_soon(self._run_probe, request, scope)
 
     async def _run_probe(self, request: ProbeRequestPayload, scope: trio.CancelScope) -> None:
-        reply: ProbeResponse | ProbeError | None = None
         try:
-            with scope:
-                try:
-                    reply = await self._answer(request)
-                except Exception as exc:  # one probe's failure is its own: the link and the others go on
-                    log.exception("answering probe %s (%s) failed", request.probe, request.request_id)
-                    message = f"probe {request.probe} failed on the agent: {type(exc).__name__}"
-                    reply = self._error(request.request_id, "probe_failed", message)
+            with scope:  # until the answer is handed over: it is held here, and counts
+                await self._send(await self._reply_to(request))
+            if scope.cancelled_caught:
+                log.info("probe %s (%s) cancelled by the hub", request.probe, request.request_id)
         finally:
             self._in_flight.pop(request.request_id, None)
-        if reply is None:
-            log.info("probe %s (%s) cancelled by the hub", request.probe, request.request_id)
-            return
-        await self._send(reply)
+
+    async def _reply_to(self, request: ProbeRequestPayload) -> ProbeResponse | ProbeError:
+        try:
+            return await self._answer(request)
+        except Exception as exc:  # one probe's failure is its own: the link and the others go on
+            log.exception("answering probe %s (%s) failed", request.probe, request.request_id)
+            message = f"probe {request.probe} failed on the agent: {type(exc).__name__}"
+            return self._error(request.request_id, "probe_failed", message)
 
     async def _answer(self, request: ProbeRequestPayload) -> ProbeResponse | ProbeError:
         try:

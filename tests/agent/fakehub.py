@@ -7,9 +7,11 @@ on the WebSocket handshake), ``"drop"`` (read the register, then close),
 sends now), ``"impostor"`` (an ack signed by
 another key), ``"silent"`` (never answer), ``"ack"`` (answer `hub.ack` and run
 a hub-side link until the agent goes), ``"ack:SECONDS"`` (the same, but the
-hub closes the link after that many seconds). Past the script: ``"ack"``.
+hub closes the link after that many seconds), ``"deaf"`` (ack, link, then never read
+again: the hub can still send, but the agent's writes back up). Past the script: ``"ack"``.
 It serves real sockets (`serve`) or any `Transport` (`serve_transport`).
-``reject_clock_offset_s`` moves the timestamp of its rejects (a hub whose clock is off).
+``reject_clock_offset_s`` moves the timestamp of its rejects (a hub whose clock is off);
+``max_probes_in_flight`` is the limit its ack sets.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class FakeHub:
     script: list[str] = field(default_factory=list)
     heartbeat_interval_s: float = 1.0
     reject_clock_offset_s: float = 0.0
+    max_probes_in_flight: int = 64
     hub_key: Ed25519PrivateKey = field(default_factory=new_private_key)
     agent_key: Ed25519PrivateKey = field(default_factory=new_private_key)
     connections: list[float] = field(default_factory=list)
@@ -124,6 +127,8 @@ class FakeHub:
             ts = utc_now() + timedelta(seconds=self.reject_clock_offset_s)
             bound = {"nonce": register.nonce, "agent_id": register.agent_id} if kind == "bound-reject" else {}
             await transport.send_text(codec.encode(HubReject(payload=reject, ts=ts, **bound)))
+        elif step == "deaf":
+            await self._ack_and_link(DeafTransport(transport), codec, register, None)
         else:
             _, _, hold = step.partition(":")
             await self._ack_and_link(transport, codec, register, float(hold) if hold else None)
@@ -136,6 +141,7 @@ class FakeHub:
         ack = AckPayload(
             agent_id=AGENT_ID,
             heartbeat_interval_s=self.heartbeat_interval_s,
+            max_probes_in_flight=self.max_probes_in_flight,
             hub_version="test",
             link_key=exchange.public_text,
         )
@@ -158,3 +164,21 @@ class FakeHub:
         if isinstance(message, AgentHeartbeat):
             self.heartbeats.append((trio.current_time(), message.payload.probes_in_flight))
             self.first_heartbeat.set()
+
+
+class DeafTransport:
+    """A hub that stops reading: sends go out, but nothing is ever received. Over a WebSocket,
+    trio-websocket's one-message queue fills, it stops reading the socket, the socket buffers
+    fill and the agent's sends wait; its pings get no pong."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    async def send_text(self, text: str) -> None:
+        await self.transport.send_text(text)
+
+    async def receive_text(self) -> str:
+        await trio.sleep_forever()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self.transport.close(code, reason)
