@@ -29,7 +29,14 @@ from sonde.agent.daemon import (
 from sonde.agent.identity import code_hash
 from sonde.agent.main import EXIT_NOT_ENROLLED, EXIT_ROOT, agent_main, run_agent
 from sonde.protocol.errors import AgentUnavailable
-from sonde.protocol.messages import HubReject, JsonValue, ProbeRequest, ProbeRequestPayload, RejectPayload
+from sonde.protocol.messages import (
+    HubReject,
+    JsonValue,
+    ProbeRequest,
+    ProbeRequestPayload,
+    ProbeResponse,
+    RejectPayload,
+)
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from sonde.transport import Transport
 from tests.agent.fakehub import AGENT_ID, FakeHub
@@ -148,21 +155,13 @@ async def test_a_reject_made_for_another_register_is_not_obeyed(code: str) -> No
     # answered "unknown_agent", and a man in the middle of ws:// could hand that on. Fresh and
     # signed by the pinned key, but not echoing this register's nonce and agent id: not final.
     hub = FakeHub(script=[f"reject:{code}", "ack"])
-    with trio.fail_after(15):
-        async with hub_on_a_port(hub) as (nursery, config):
-            main = partial(
-                agent_main, config, registry_for_tests(), handle_signals=False, max_delay_s=TINY_DELAY_S
-            )
-            agent = await nursery.start(main)
-            (link,) = await hub.wait_for_links(1)
-            response = await link.request(probe("after", "testpack.echo.value", {"value": 5}))
-            await agent.stop("test over")
+    response = await answer_once_linked(hub, 5)
     assert len(hub.registers) == 2
     assert response.payload.result == {"value": 5, "secret": ""}
 
 
-async def test_reconnects_through_refusals_drops_rejects_and_impostors() -> None:
-    hub = FakeHub(script=["refuse", "drop", "reject:hub_shutting_down", "impostor", "drop", "ack"])
+async def answer_once_linked(hub: FakeHub, value: int) -> ProbeResponse:
+    """Run the agent against ``hub`` until it links, ask it one echo probe, stop it: the answer."""
     with trio.fail_after(15):
         async with hub_on_a_port(hub) as (nursery, config):
             main = partial(
@@ -170,8 +169,14 @@ async def test_reconnects_through_refusals_drops_rejects_and_impostors() -> None
             )
             agent = await nursery.start(main)
             (link,) = await hub.wait_for_links(1)
-            response = await link.request(probe("after", "testpack.echo.value", {"value": 3}))
+            response = await link.request(probe("after", "testpack.echo.value", {"value": value}))
             await agent.stop("test over")
+    return response
+
+
+async def test_reconnects_through_refusals_drops_rejects_and_impostors() -> None:
+    hub = FakeHub(script=["refuse", "drop", "reject:hub_shutting_down", "impostor", "drop", "ack"])
+    response = await answer_once_linked(hub, 3)
     assert len(hub.connections) == 6
     assert len(hub.registers) == 5  # the refused handshake never got to register
     assert response.payload.result == {"value": 3, "secret": ""}

@@ -143,12 +143,13 @@ def test_no_token_or_a_malformed_one_on_stdin_is_a_usage_error(
     assert not (tmp_path / ".sonde").exists()
 
 
-def test_on_a_terminal_the_token_is_asked_for_and_not_echoed(hub: RunningHub, tmp_path: Path) -> None:
-    token = hub.token()
+def typed_at_the_prompt(args: list[str], home: Path, prompt: str, secret: str) -> str:
+    """Run ``sonde ARGS`` on a pseudo-terminal of its own, type ``secret`` at ``prompt`` and
+    return all the terminal showed; it must exit 0."""
     controller, terminal = os.openpty()
-    enrolling = subprocess.Popen(
-        [sys.executable, "-c", ON_ITS_TERMINAL, "enroll", "--hub", hub.url, "--name", "typed"],
-        env=base_env(tmp_path),
+    running = subprocess.Popen(
+        [sys.executable, "-c", ON_ITS_TERMINAL, *args],
+        env=base_env(home),
         stdin=terminal,
         stdout=terminal,
         stderr=terminal,
@@ -156,16 +157,22 @@ def test_on_a_terminal_the_token_is_asked_for_and_not_echoed(hub: RunningHub, tm
     )
     os.close(terminal)
     try:
-        seen = read_terminal(controller, until=re.compile(re.escape(PROMPT)))
-        assert PROMPT in seen, seen
-        os.write(controller, (token + "\n").encode())
-        seen += read_terminal(controller, until=None)  # to the end: EOF once enroll exits
-        assert enrolling.wait(30) == 0, seen
+        seen = read_terminal(controller, until=re.compile(re.escape(prompt)))
+        assert prompt in seen, seen
+        os.write(controller, (secret + "\n").encode())
+        seen += read_terminal(controller, until=None)  # to the end: EOF once it exits
+        assert running.wait(30) == 0, seen
     finally:
-        if enrolling.poll() is None:
-            enrolling.kill()
-            enrolling.wait()
+        if running.poll() is None:
+            running.kill()
+            running.wait()
         os.close(controller)
+    return seen
+
+
+def test_on_a_terminal_the_token_is_asked_for_and_not_echoed(hub: RunningHub, tmp_path: Path) -> None:
+    token = hub.token()
+    seen = typed_at_the_prompt(["enroll", "--hub", hub.url, "--name", "typed"], tmp_path, PROMPT, token)
     assert token not in seen  # not echoed
     assert "enrolled as typed" in seen
     assert enrolled_name(tmp_path) == "typed"

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.procs import SONDE, RunningHub, base_env, running_hub
-from tests.e2e.test_secret_args import ON_ITS_TERMINAL, argv_of, every_command_line, read_terminal
+from tests.e2e.test_secret_args import argv_of, every_command_line, typed_at_the_prompt
 from tests.subprocs import run_any
 
 ARGV_WARNING = "warning: --api-key put the API key on the command line, where every local user could read it"
@@ -101,27 +99,7 @@ def test_no_key_on_stdin_is_a_usage_error_and_nothing_is_saved(
 
 
 def test_on_a_terminal_the_key_is_asked_for_and_not_echoed(hub: RunningHub, tmp_path: Path) -> None:
-    controller, terminal = os.openpty()
-    logging_in = subprocess.Popen(
-        [sys.executable, "-c", ON_ITS_TERMINAL, "login", "--hub", hub.url],
-        env=base_env(tmp_path),
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        start_new_session=True,
-    )
-    os.close(terminal)
-    try:
-        seen = read_terminal(controller, until=re.compile(re.escape(PROMPT)))
-        assert PROMPT in seen, seen
-        os.write(controller, (hub.admin_key + "\n").encode())
-        seen += read_terminal(controller, until=None)
-        assert logging_in.wait(30) == 0, seen
-    finally:
-        if logging_in.poll() is None:
-            logging_in.kill()
-            logging_in.wait()
-        os.close(controller)
+    seen = typed_at_the_prompt(["login", "--hub", hub.url], tmp_path, PROMPT, hub.admin_key)
     assert hub.admin_key not in seen
     assert saved_key(tmp_path) == hub.admin_key
 
