@@ -83,7 +83,7 @@ def exposed_by_manifest(manifest: Manifest, registry: PackRegistry, path: Path) 
             raise ManifestError(f"manifest {path}: unknown pack '{pack_name}' (installed: {installed})")
         if not pack_detection(pack).detected:
             log.warning("manifest %s exposes pack %r, which is not detected here", path, pack_name)
-        names.update(pack.probes)
+        names.update(probe.name for probe in pack.descriptor().probes)
     for pattern in manifest.probes:
         matched = registry.matching(pattern)
         if not matched:
@@ -102,9 +102,13 @@ def pack_detection(pack: Pack) -> Detection:
 
 
 def detected_probe_names(registry: PackRegistry) -> list[str]:
-    """Every probe of every pack detected on this machine, sorted."""
+    """Every probe of every pack detected on this machine, sorted (from the packs' descriptions:
+    no probe module is imported)."""
     return sorted(
-        name for pack in registry.packs.values() if pack_detection(pack).detected for name in pack.probes
+        probe.name
+        for pack in registry.packs.values()
+        if pack_detection(pack).detected
+        for probe in pack.descriptor().probes
     )
 
 

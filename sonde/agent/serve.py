@@ -110,12 +110,13 @@ def create_tool_server(
     """A `ToolServer` exposing the probes ``names`` of ``registry`` (scrubbed by ``scrubber``), with the
     agent config's probe settings (``allowedPaths``, per-pack settings) as the agent has them."""
     tools = []
+    described = registry.described()  # a pack's probe modules are imported when one of its probes runs
     for name in names:
-        spec = registry.probe(name)
-        if spec is not None:
-            description = inspect.cleandoc(spec.description)
+        probe = described.get(name)
+        if probe is not None:
+            description = inspect.cleandoc(probe.description)
             tools.append(
-                ToolDescription(name=name, description=description, input_schema=spec.params_schema())
+                ToolDescription(name=name, description=description, input_schema=probe.params_schema)
             )
     scrubber = scrubber or Scrubber()
     settings = config.probe_settings() if config is not None else ProbeSettings()

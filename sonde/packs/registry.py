@@ -7,9 +7,12 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonde.packs.base import Pack, ProbeSpec
+
+if TYPE_CHECKING:
+    from sonde.protocol.messages import ProbeDescriptor
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "sonde.packs"
@@ -37,7 +40,12 @@ class PackRegistry:
         return sorted(spec.name for spec in self.probes())
 
     def matching(self, pattern: str) -> list[str]:
-        return [name for name in self.probe_names() if fnmatch.fnmatchcase(name, pattern)]
+        return sorted(name for name in self.described() if fnmatch.fnmatchcase(name, pattern))
+
+    def described(self) -> dict[str, ProbeDescriptor]:
+        """Every probe by name as its pack describes it: from the pack's saved description while
+        its probe modules are not imported (`Pack.descriptor`), so listing imports none of them."""
+        return {probe.name: probe for pack in self.packs.values() for probe in pack.descriptor().probes}
 
     def detected(self) -> PackRegistry:
         """Only the packs that apply to this machine."""
