@@ -68,29 +68,35 @@ def enrolled_name(home: Path) -> str:
     return str(json.loads((home / ".sonde" / "config.json").read_text())["name"])
 
 
+def piped_in(argv: list[str], home: Path, secret: str) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` and give it ``secret`` on stdin, once no command line on this machine holds it
+    (the command waits for its stdin meanwhile, so it cannot end before)."""
+    with subprocess.Popen(  # closing its stdin on the way out ends it, however the test ends
+        argv,
+        env=base_env(home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as running:
+        own = argv_of(running.pid)
+        assert all(arg.encode() in own for arg in argv[len(SONDE) :]), own  # it is this command's
+        assert not any(secret.encode() in line for line in every_command_line())
+        out, err = running.communicate(secret + "\n", timeout=60)
+    return subprocess.CompletedProcess(argv, running.returncode, out, err)
+
+
 def enroll_argv(hub: RunningHub, name: str, *extra: str) -> list[str]:
     return [*SONDE, "enroll", "--hub", hub.url, "--name", name, *extra]
 
 
 def test_the_token_on_stdin_enrolls_and_is_in_no_command_line(hub: RunningHub, tmp_path: Path) -> None:
     token = hub.token("--name", "piped")
-    with subprocess.Popen(  # closing its stdin on the way out ends it, however the test ends
-        enroll_argv(hub, "piped"),
-        env=base_env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as enrolling:
-        own = argv_of(enrolling.pid)  # enroll waits for its stdin meanwhile: it cannot end
-        assert b"enroll" in own
-        assert hub.url.encode() in own
-        assert not any(token.encode() in line for line in every_command_line())
-        out, err = enrolling.communicate(token + "\n", timeout=60)
-    assert enrolling.returncode == 0, err
-    assert "enrolled as piped" in err
-    assert "warning" not in err
-    assert token not in out + err
+    done = piped_in(enroll_argv(hub, "piped"), tmp_path, token)
+    assert done.returncode == 0, done.stderr
+    assert "enrolled as piped" in done.stderr
+    assert "warning" not in done.stderr
+    assert token not in done.stdout + done.stderr
     assert enrolled_name(tmp_path) == "piped"
     with hub.client() as http:
         assert http.get("/api/v1/agents/piped").status_code == 200

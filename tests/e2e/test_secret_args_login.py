@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.procs import SONDE, RunningHub, base_env, running_hub
-from tests.e2e.test_secret_args import argv_of, every_command_line, typed_at_the_prompt
+from tests.e2e.test_secret_args import piped_in, typed_at_the_prompt
 from tests.subprocs import run_any
 
 ARGV_WARNING = "warning: --api-key put the API key on the command line, where every local user could read it"
@@ -45,23 +44,11 @@ def saved_key(home: Path) -> str | None:
 
 
 def test_the_key_on_stdin_is_saved_and_is_in_no_command_line(hub: RunningHub, tmp_path: Path) -> None:
-    with subprocess.Popen(  # closing its stdin on the way out ends it, however the test ends
-        [*SONDE, "login", "--hub", hub.url],
-        env=base_env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as logging_in:
-        own = argv_of(logging_in.pid)  # login waits for its stdin meanwhile: it cannot end
-        assert b"login" in own
-        assert hub.url.encode() in own
-        assert not any(hub.admin_key.encode() in line for line in every_command_line())
-        out, err = logging_in.communicate(hub.admin_key + "\n", timeout=60)
-    assert logging_in.returncode == 0, err
-    assert "the hub accepted the key" in err
-    assert "warning" not in err
-    assert hub.admin_key not in out + err
+    done = piped_in([*SONDE, "login", "--hub", hub.url], tmp_path, hub.admin_key)
+    assert done.returncode == 0, done.stderr
+    assert "the hub accepted the key" in done.stderr
+    assert "warning" not in done.stderr
+    assert hub.admin_key not in done.stdout + done.stderr
     assert saved_key(tmp_path) == hub.admin_key
 
 

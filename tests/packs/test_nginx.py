@@ -298,18 +298,29 @@ class Nginx:
         return ProbeContext(ProbeSettings(allowed_paths=(str(logs),), packs={"nginx": {**settings, **extra}}))
 
 
-@pytest.fixture(scope="module")
-def nginx(nginx_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
-    root = tmp_path_factory.mktemp("nginx")
+def start_nginx(binary: str, root: Path) -> tuple[Path, int, subprocess.Popen[bytes]]:
+    """nginx on a free port with its files under ``root``, listening: its config, port and process."""
     for sub in ("logs", "tmp", "www"):
-        (root / sub).mkdir()
+        (root / sub).mkdir(exist_ok=True)
     port = free_port()
     conf = root / "nginx.conf"
     conf.write_text(config(root, port, free_port()))
     with (root / "stderr.txt").open("wb") as stderr:
-        process = subprocess.Popen([nginx_binary, "-c", str(conf), "-e", "stderr"], stderr=stderr)
+        process = subprocess.Popen([binary, "-c", str(conf), "-e", "stderr"], stderr=stderr)
     try:
         wait_listening(port, process)
+    except BaseException:
+        process.terminate()
+        process.wait(timeout=10)
+        raise
+    return conf, port, process
+
+
+@pytest.fixture(scope="module")
+def nginx(nginx_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
+    root = tmp_path_factory.mktemp("nginx")
+    conf, port, process = start_nginx(nginx_binary, root)
+    try:
         statuses = {path: get(port, path) for path, times in REQUESTS.items() for _ in range(times)}
         yield Nginx(root, conf, port, statuses)
     finally:

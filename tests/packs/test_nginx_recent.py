@@ -21,7 +21,7 @@ from sonde.packs.nginx import process
 from sonde.packs.nginx.logformat import judge_errors, parse_error_line
 from sonde.packs.nginx.runbook import RUNBOOK, human_age
 from tests.packs import test_nginx
-from tests.packs.test_nginx import HAND, config, free_port, get, run, wait_listening
+from tests.packs.test_nginx import HAND, get, run, start_nginx
 
 installed_nginx = test_nginx.nginx_binary  # its session fixture (installs nginx if missing), named here
 OLD = datetime.timedelta(days=8, minutes=5)
@@ -72,18 +72,7 @@ class Started:
 
 
 def start(binary: str, root: Path) -> Started:
-    for sub in ("logs", "tmp", "www"):
-        (root / sub).mkdir(exist_ok=True)
-    port = free_port()
-    conf = root / "nginx.conf"
-    conf.write_text(config(root, port, free_port()))
-    with (root / "stderr.txt").open("wb") as stderr:
-        process = subprocess.Popen([binary, "-c", str(conf), "-e", "stderr"], stderr=stderr)
-    try:
-        wait_listening(port, process)
-    except BaseException:
-        stop(process)
-        raise
+    _, port, process = start_nginx(binary, root)
     return Started(root, port, process)
 
 
