@@ -182,8 +182,8 @@ def enroll(
     """
     from sonde.agent.enroll import EnrollError, check_name, normalize_hub_url
     from sonde.agent.enroll import enroll as do_enroll
-    from sonde.bridge.settings import NoSecretGiven, given_secret
     from sonde.interrupts import stop_taking_interrupts
+    from sonde.secret_input import NoSecretGiven, given_secret
 
     def warn(text: str) -> None:
         print(f"sonde enroll: warning: {text}", file=sys.stderr)
@@ -286,8 +286,9 @@ def login(*, hub: str, api_key: str | None = None, check: bool = True) -> int:
     """
     from sonde.bridge.login import login as do_login
     from sonde.bridge.login import say
-    from sonde.bridge.settings import KEY_ENV, given_secret
+    from sonde.bridge.settings import KEY_ENV
     from sonde.hub_url import normalize_hub_url
+    from sonde.secret_input import given_secret
 
     try:  # a malformed URL is said before a key is read or asked for
         normalize_hub_url(hub)

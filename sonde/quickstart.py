@@ -34,6 +34,7 @@ from sonde.hub.enrollment_tokens import create_enrollment_token
 from sonde.hub.keys import create_api_key, find_api_key
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
+from sonde.secret_input import may_show_secret
 
 STATE_FILE = "quickstart.json"
 # the local agent's identity is the quick start's own: restarting it enrolls the agent again
@@ -91,7 +92,7 @@ def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
     """The key line and the bearer for `announce`: the key itself on a terminal; otherwise (a
     log file, a supervisor, `--log-format json`) where it is kept, as the hub does with its
     first admin key, so it never lands in a log."""
-    if sys.stderr.isatty() and log_format == "text":
+    if may_show_secret(log_format):
         return key, key
     return f"in {state_path} (printed only when stderr is a terminal and logs are text)", "<the API key>"
 

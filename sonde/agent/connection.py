@@ -152,21 +152,16 @@ async def keep_alive(
             return
 
 
-async def drop_websocket(
-    ws: trio_websocket.WebSocketConnection, code: int, reason: str, timeout_s: float = DISCONNECT_TIMEOUT_S
-) -> None:
-    """Close ``ws`` with ``code`` and ``reason``, waiting ``timeout_s`` at most; then its stream is closed.
+async def drop_websocket(ws: trio_websocket.WebSocketConnection, code: int, reason: str) -> None:
+    """Close ``ws`` with ``code`` and ``reason``, waiting `DISCONNECT_TIMEOUT_S` at most.
 
     A peer that stopped reading never takes the close frame (the socket buffers are full)
-    and never answers the close handshake: trio-websocket's ``aclose`` would wait for
-    either forever. Past ``timeout_s`` the stream under ``ws`` is closed without them, and
-    every task of the link blocked on it (the writer in a send) wakes with the connection gone.
+    and never answers the close handshake, and trio-websocket's ``aclose`` would wait for
+    either forever. Cancelled, it closes the stream under ``ws`` on its way out, and every
+    task of the link blocked on it (the writer in a send) wakes with the connection gone.
     """
-    with trio.move_on_after(timeout_s) as closing:
+    with trio.move_on_after(DISCONNECT_TIMEOUT_S):
         await ws.aclose(code, reason)
-    if closing.cancelled_caught:
-        # trio-websocket closes its stream too when its aclose is cancelled: made sure of here
-        await trio.aclose_forcefully(ws._stream)
 
 
 def describe_transport_error(exc: BaseException) -> str:

@@ -45,6 +45,7 @@ from sonde.protocol.signing import (
     private_key_to_text,
     public_key_to_text,
 )
+from sonde.secret_input import may_show_secret
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -211,7 +212,7 @@ def announce_admin_key(secret: str, data_dir: Path, key_id: str, log_format: str
     where = "" if data_dir == default_data_dir() else f" --data-dir {shlex.quote(str(data_dir))}"
     create_more = f"sonde hub key create --name NAME{where}"
     more = f"  Create more with `{create_more}`.\n"
-    if sys.stderr.isatty() and log_format == "text":
+    if may_show_secret(log_format):
         print(
             f"\n  First start: created an admin API key. It is shown once and never again:\n\n    {secret}\n\n{more}",
             file=sys.stderr,

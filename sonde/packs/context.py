@@ -170,6 +170,23 @@ class ProbeThreads:
         )
 
 
+class Remembered:
+    """What probes keep between their calls on one agent, by name (the last reading of the kernel
+    log's OOM kills, a login refused a command): owned by the agent's context, never a module's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # probes run in threads too
+        self._kept: dict[str, Any] = {}
+
+    def get(self, name: str, make: Callable[[], T]) -> T:
+        """What is kept as ``name``, made by ``make`` the first time."""
+        with self._lock:
+            if name not in self._kept:
+                self._kept[name] = make()
+            kept: T = self._kept[name]
+            return kept
+
+
 @dataclass
 class ProbeContext:
     """``redact`` gives a text as the agent will send it, its secrets redacted (thread-safe).
@@ -182,6 +199,7 @@ class ProbeContext:
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     threads: ProbeThreads = field(default_factory=ProbeThreads)
     redact: Callable[[str], str] = unredacted
+    remembered: Remembered = field(default_factory=Remembered)
 
     async def run(
         self, argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES

@@ -22,7 +22,7 @@ from sonde.packs.executor import execute_probe
 from sonde.packs.nginx import PACK as NGINX
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM
-from sonde.packs.system.textfile import redact_lines
+from sonde.packs.system.linescrub import redact_lines
 from tests.security.scrub_corpus import RSA_BODY, RSA_TEXT
 
 REGISTRY = PackRegistry.of([SYSTEM, NGINX])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sonde.agent.scrubber import Scrubber
-from sonde.packs.system.textfile import redact_lines
+from sonde.packs.system.linescrub import redact_lines
 from tests.security.scrub_corpus import (
     LIBRESWAN_RSA_PRIVATE,
     LIBRESWAN_RSA_PUBLIC,

@@ -24,8 +24,7 @@ from sonde.packs.docker.parsers import (
     image,
 )
 from sonde.packs.docker.stats import ContainerRef
-from sonde.packs.system.linescrub import CUT_MARK, CutLine
-from sonde.packs.system.textfile import decode_line, redact_lines
+from sonde.packs.system.linescrub import CUT_MARK, CutLine, decode_line, redact_lines
 
 LOGS_MAX_BYTES = 4 * 1024 * 1024
 

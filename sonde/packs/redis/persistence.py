@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from sonde.packs.base import Result
@@ -22,7 +23,7 @@ from sonde.packs.system.info import iso_utc
 SETTINGS = ("dir", "dbfilename", "appendfilename", "save", "stop-writes-on-bgsave-error")
 CONFIG_REFUSED_RETRY_S = 3600.0  # a login refused CONFIG GET is asked again after this long
 CONFIG_REFUSED_KEPT = 64
-_config_refused: dict[tuple[object, ...], float] = {}  # login -> when (monotonic) it was refused
+Refusals = dict[tuple[object, ...], float]  # login -> when (monotonic) it was refused CONFIG GET
 
 
 class Persistence(Result):
@@ -84,7 +85,7 @@ def _login(client: Any) -> tuple[object, ...]:
     return given.get("host"), given.get("port"), given.get("path"), given.get("username")
 
 
-def _info_and_settings(client: Any) -> tuple[str, dict[str, str]]:
+def _info_and_settings(refused: Refusals, client: Any) -> tuple[str, dict[str, str]]:
     """INFO's text, and the CONFIG settings where this login may read them. A refusal is entered
     in the server's ACL LOG, which operators watch: once refused, a login is not asked again for
     `CONFIG_REFUSED_RETRY_S`."""
@@ -92,17 +93,17 @@ def _info_and_settings(client: Any) -> tuple[str, dict[str, str]]:
 
     text = info_text(client)
     login = _login(client)
-    refused_at = _config_refused.get(login)
+    refused_at = refused.get(login)
     if refused_at is not None and time.monotonic() - refused_at < CONFIG_REFUSED_RETRY_S:
         return text, {}
     try:
         found = client.config_get(*SETTINGS)
     except redis.exceptions.ResponseError:  # NOPERM (ACL without +config|get), or CONFIG renamed away
-        if len(_config_refused) >= CONFIG_REFUSED_KEPT:  # params may name any host: bounded
-            _config_refused.clear()
-        _config_refused[login] = time.monotonic()
+        if len(refused) >= CONFIG_REFUSED_KEPT:  # params may name any host: bounded
+            refused.clear()
+        refused[login] = time.monotonic()
         return text, {}
-    _config_refused.pop(login, None)
+    refused.pop(login, None)
     return text, {str(k): str(v) for k, v in found.items() if k is not None and v is not None}
 
 
@@ -118,5 +119,6 @@ def _info_and_settings(client: Any) -> tuple[str, dict[str, str]]:
     timeout_s=15,
 )
 async def redis_persistence(ctx: ProbeContext, params: RedisParams) -> Persistence:
-    text, settings = await with_redis(ctx, params, _info_and_settings)
+    refused: Refusals = ctx.remembered.get("redis.config_get_refused", dict)
+    text, settings = await with_redis(ctx, params, partial(_info_and_settings, refused))
     return persistence(parse_info(text), settings)

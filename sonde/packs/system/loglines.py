@@ -4,7 +4,7 @@ The work is bounded by the answer: lines are judged (scrubbed) only until those 
 fill `LINES_BUDGET_BYTES` of it, each costing what the probe's answer spends on it (the
 line itself for `system.logs.*`, its parsed entry for nginx's), then ``truncated``. A probe
 that gives up (its deadline, a cancel) sets a flag its thread checks line by line, so the
-thread stops instead of running on past the deadline (`abandon.Abandoned`).
+thread stops instead of running on past the deadline (`abandon`).
 
 No probes here: the system pack's log probes and other packs' (nginx) share it without
 importing each other's probe modules.
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES
+from sonde.packs.system.abandon import in_thread_until_given_up
 from sonde.packs.system.linescrub import marked
 from sonde.packs.system.textfile import MAX_SCAN_BYTES, Limits, Lines, json_line_cost
 
@@ -43,11 +44,22 @@ async def read_lines(
     the answer as ``cost`` counts a line sent. When this probe gives up (cancelled at its deadline
     or by its caller) the thread stops at its next line instead of running on. The redactions made
     are not counted here: the probe counts those in what it sends (`linescrub.count_sent`)."""
-    stop = threading.Event()
-    limits = Limits(budget_bytes, stop, cost)
     scrub = ctx.redact if redact is None else redact
-    try:
-        found = await ctx.in_thread(read, path, count, contains, MAX_SCAN_BYTES, scrub, limits)
-    finally:
-        stop.set()
+    found = await in_thread_until_given_up(
+        ctx, read_within, read, path, count, contains, scrub, budget_bytes, cost
+    )
     return replace(found, lines=[marked(line) for line in found.lines])
+
+
+def read_within(
+    read: ReadLines,
+    path: Path,
+    count: int,
+    contains: str | None,
+    scrub: Callable[[str], str],
+    budget_bytes: int | None,
+    cost: Callable[[str], int],
+    stop: threading.Event,
+) -> Lines:
+    """``read`` within the answer's budget, stopping once ``stop`` is set (`abandon`)."""
+    return read(path, count, contains, MAX_SCAN_BYTES, scrub, Limits(budget_bytes, stop, cost))

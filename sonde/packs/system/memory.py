@@ -143,9 +143,6 @@ def _ago(now_since_boot_s: float, kill: OomKill) -> float:
     return round(max(0.0, now_since_boot_s - kill.seconds_since_boot), 1)
 
 
-KILLS_READ = KillsRead()
-
-
 @PACK.probe(
     "system.memory.usage",
     f"""RAM and swap of the machine in bytes, with percent used and percent available; and
@@ -161,7 +158,7 @@ async def memory_usage(ctx: ProbeContext, params: NoParams) -> MemoryUsage:
     ram = psutil.virtual_memory()
     swap = psutil.swap_memory()
     since_boot = _oom_kill_counter()
-    kills, unreadable = await KILLS_READ.recent(ctx, since_boot)
+    kills, unreadable = await ctx.remembered.get("system.memory.oom_kills", KillsRead).recent(ctx, since_boot)
     return MemoryUsage(
         total_bytes=ram.total,
         available_bytes=ram.available,

@@ -37,10 +37,15 @@ from sonde.packs.context import unredacted
 from sonde.packs.executor import json_size
 from sonde.packs.system.abandon import raise_if_given_up
 from sonde.packs.system.access import why_refused
-from sonde.packs.system.linescrub import LINE_MAX_CHARS as LINE_MAX_CHARS  # cut lines: linescrub's
-from sonde.packs.system.linescrub import CutLine, as_lines_of, marked, scrubbed_lines, utf8_chars
-from sonde.packs.system.linescrub import decode_line as decode_line  # docker's probes take it from here
-from sonde.packs.system.linescrub import redact_lines as redact_lines  # docker's probes take it from here
+from sonde.packs.system.linescrub import (
+    LINE_MAX_CHARS,
+    CutLine,
+    as_lines_of,
+    decode_line,
+    marked,
+    scrubbed_lines,
+    utf8_chars,
+)
 from sonde.packs.system.nofollow import open_resolved
 from sonde.packs.textpattern import PythonPattern
 
