@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
-import trio
 
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext, ProbeSettings
@@ -23,7 +22,8 @@ from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, execute_probe
 from sonde.packs.nginx import PACK as NGINX
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK
-from sonde.packs.system.textfile import LINE_MAX_CHARS
+from sonde.packs.system.linescrub import LINE_MAX_CHARS
+from tests.packs.given_up import cancel_once_entered, wait_threads_returned
 
 REGISTRY = PackRegistry.of([PACK, NGINX])
 SCRUBBER = Scrubber()
@@ -106,22 +106,15 @@ async def test_a_line_probe_past_its_deadline_stops_its_thread(tmp_path: Path, p
 
     redact = CountingRedact(held)
     ctx = context(tmp_path, redact)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_until_cancelled, ctx, probe, {"path": str(log), "contains": "needle"})
-        await trio.to_thread.run_sync(entered.wait, 30)
-        nursery.cancel_scope.cancel()
+    params = {"path": str(log), "contains": "needle"}
+    await cancel_once_entered(
+        partial(execute_probe, REGISTRY, probe, params, ctx, scrub=SCRUBBER.scrub_result), entered
+    )
     assert ctx.threads.stuck == 1
     calls = redact.calls
     release.set()
-    with trio.fail_after(60):
-        while ctx.threads.stuck:  # noqa: ASYNC110 - nothing tells when an abandoned thread returns
-            await trio.sleep(0.01)
+    await wait_threads_returned(ctx)
     assert redact.calls - calls <= 3  # it finished the judgement under way, then stopped
-
-
-async def run_until_cancelled(ctx: ProbeContext, probe: str, params: dict[str, Any]) -> None:
-    await execute_probe(REGISTRY, probe, params, ctx, scrub=SCRUBBER.scrub_result)
-    raise AssertionError("the probe should have been cancelled")
 
 
 CUT_SECRETS = [

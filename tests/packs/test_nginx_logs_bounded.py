@@ -9,11 +9,11 @@ reader's own stop at its flag is `tests.packs.test_log_lines_bounded`'s to test)
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, execute_probe, json_size
@@ -21,6 +21,7 @@ from sonde.packs.nginx import PACK, probes
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system.abandon import Abandoned
 from sonde.packs.system.textfile import Limits, Lines
+from tests.packs.given_up import cancel_once_entered, wait_threads_returned
 from tests.packs.test_log_lines_bounded import SCRUBBER, CountingRedact, context
 
 REGISTRY = PackRegistry.of([PACK])
@@ -106,19 +107,9 @@ async def test_a_nginx_log_probe_past_its_deadline_stops_its_thread(
 
     monkeypatch.setattr(probes, "tail_lines", reader)
     ctx = context(tmp_path, SCRUBBER.redacted)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_until_cancelled, ctx, probe, log)
-        await trio.to_thread.run_sync(entered.wait, 30)
-        nursery.cancel_scope.cancel()
-    with trio.fail_after(60):
-        while ctx.threads.stuck:  # noqa: ASYNC110 - nothing tells when an abandoned thread returns
-            await trio.sleep(0.01)
+    await cancel_once_entered(partial(run, ctx, probe, log), entered)
+    await wait_threads_returned(ctx)
     assert stopped == [True]
-
-
-async def run_until_cancelled(ctx: ProbeContext, probe: str, log: Path) -> None:
-    await run(ctx, probe, log)
-    raise AssertionError("the probe should have been cancelled")
 
 
 async def test_a_cut_value_in_an_error_entry_says_how_much_was_left_out(tmp_path: Path) -> None:

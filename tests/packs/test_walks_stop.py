@@ -12,17 +12,18 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK, deleted_files, dirsize, files
 from sonde.packs.system.abandon import STOP_CHECK_EVERY
+from tests.packs.given_up import cancel_once_entered, wait_threads_returned
 
 REGISTRY = PackRegistry.of([PACK])
 SUBDIRECTORIES = 30
@@ -61,24 +62,14 @@ def many_files(root: Path) -> Path:
     return root
 
 
-async def run_until_cancelled(ctx: ProbeContext, probe: str, params: dict[str, Any]) -> None:
-    await execute_probe(REGISTRY, probe, params, ctx)
-    raise AssertionError("the probe should have been cancelled")
-
-
 async def cancel_while_held(ctx: ProbeContext, probe: str, params: dict[str, Any], held: HeldAtFirst) -> int:
     """Run ``probe``, cancel it while ``held`` holds its thread, let the thread go and wait for it
     to return: how many more calls it made before it did."""
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_until_cancelled, ctx, probe, params)
-        await trio.to_thread.run_sync(held.entered.wait, 30)
-        nursery.cancel_scope.cancel()
+    await cancel_once_entered(partial(execute_probe, REGISTRY, probe, params, ctx), held.entered)
     assert ctx.threads.stuck == 1
     calls = held.calls
     held.release.set()
-    with trio.fail_after(60):
-        while ctx.threads.stuck:  # noqa: ASYNC110 - nothing tells when an abandoned thread returns
-            await trio.sleep(0.01)
+    await wait_threads_returned(ctx)
     return held.calls - calls
 
 

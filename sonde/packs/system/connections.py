@@ -19,7 +19,8 @@ from pydantic import Field
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
-from sonde.packs.system.listening import PROC_ROOT, owners_note, socket_owners
+from sonde.packs.system.listening import owners_note, socket_owners
+from sonde.packs.system.processes import PROC_ROOT, process_labels
 from sonde.packs.system.procnet import Family, parse_proc_net
 
 # /proc/net/tcp "st" column -> the state names psutil uses
@@ -143,16 +144,6 @@ def summarize(
     return counts, chosen
 
 
-def _names(pids: set[int]) -> dict[int, str | None]:
-    names: dict[int, str | None] = {}
-    for pid in pids:
-        try:
-            names[pid] = psutil.Process(pid).name()
-        except psutil.Error:
-            names[pid] = None
-    return names
-
-
 def _read(params: ConnectionParams) -> Connections:
     source: Literal["psutil", "procfs"] = "psutil"
     try:
@@ -161,7 +152,7 @@ def _read(params: ConnectionParams) -> Connections:
         found, source = tcp_from_procfs(), "procfs"
     counts, chosen = summarize(found, params.state, params.port)
     shown = chosen[: params.limit]
-    names = _names({c.pid for c in shown if c.pid is not None})
+    labels = process_labels({c.pid for c in shown if c.pid is not None})
     hidden = sum(1 for c in shown if c.pid is None and c.state not in OWNERLESS_STATES)
     return Connections(
         counts_by_state=counts,
@@ -175,7 +166,7 @@ def _read(params: ConnectionParams) -> Connections:
                 remote_port=c.remote_port,
                 state=c.state,
                 pid=c.pid,
-                process_name=names.get(c.pid) if c.pid is not None else None,
+                process_name=labels[c.pid].name if c.pid is not None else None,
             )
             for c in shown
         ],

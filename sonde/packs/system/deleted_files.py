@@ -17,11 +17,8 @@ import heapq
 import os
 import stat
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import psutil
 from pydantic import Field
 
 from sonde.packs.base import Params, Result
@@ -29,15 +26,15 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
 from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
 from sonde.packs.system.dirsize import disk_bytes
-from sonde.packs.system.disk import MOUNTINFO, OCTAL_ESCAPE
+from sonde.packs.system.disk import MOUNTINFO, mountinfo_rows
 from sonde.packs.system.privileges import (
     agent_user,
-    capability_grant,
     effective_capabilities,
+    other_users_fds_grant,
     sees_every_process,
 )
+from sonde.packs.system.processes import PROC_ROOT, process_labels
 
-PROC_ROOT = Path("/proc")
 MAX_PROCESSES = 50_000  # processes a sweep looks into
 MAX_DESCRIPTORS = 200_000  # descriptors a sweep looks at, over all processes
 LISTED_MAX = 500
@@ -120,16 +117,9 @@ class MountRow:
 def parse_mounts(mountinfo: str) -> dict[int, list[MountRow]]:
     """Device number (as ``st_dev``) -> the mounts of /proc/self/mountinfo's text showing it, in order."""
     mounts: dict[int, list[MountRow]] = {}
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if "-" not in fields[6:] or len(fields) < 10:
-            continue
-        major, _, minor = fields[2].partition(":")
-        if not (major.isdigit() and minor.isdigit()):
-            continue
-        mount_point = OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4])
-        filesystem = fields[fields.index("-", 6) + 1]
-        mounts.setdefault(os.makedev(int(major), int(minor)), []).append(MountRow(mount_point, filesystem))
+    for row in mountinfo_rows(mountinfo):
+        if row.device is not None:
+            mounts.setdefault(row.device, []).append(MountRow(row.mount_point, row.fstype))
     return mounts
 
 
@@ -177,11 +167,11 @@ def _sweep_process(fd_dir: str, pid: int, sweep: Sweep) -> None:
         pass
 
 
-def sweep_processes(stop: threading.Event | None, proc_root: Path = PROC_ROOT) -> Sweep:
-    """Every descriptor on a deleted file of the processes under ``proc_root``, within the caps;
+def sweep_processes(stop: threading.Event | None) -> Sweep:
+    """Every descriptor on a deleted file of the processes under `PROC_ROOT`, within the caps;
     raises `Abandoned` once ``stop`` is set."""
     sweep = Sweep(StopCheck(stop))
-    with os.scandir(proc_root) as entries:
+    with os.scandir(PROC_ROOT) as entries:
         for entry in entries:
             if not entry.name.isdigit():
                 continue
@@ -196,18 +186,6 @@ def sweep_processes(stop: threading.Event | None, proc_root: Path = PROC_ROOT) -
     return sweep
 
 
-def _owners(pids: Iterable[int]) -> dict[int, tuple[str | None, str | None]]:
-    """PID -> (process name, user), None where the process exited or hides it."""
-    owners: dict[int, tuple[str | None, str | None]] = {}
-    for pid in pids:
-        try:
-            values = psutil.Process(pid).as_dict(["name", "username"], ad_value=None)
-        except psutil.NoSuchProcess:
-            values = {}
-        owners[pid] = (values.get("name"), values.get("username"))
-    return owners
-
-
 def denied_note(denied: int, sees_all: bool, user: str) -> str | None:
     """Why the open files of ``denied`` processes are unknown, and what would show them (None if none);
     ``sees_all``: the agent may read every process's /proc/PID/fd."""
@@ -220,24 +198,22 @@ def denied_note(denied: int, sees_all: bool, user: str) -> str | None:
         )
     return (
         f"the open files of {denied} process(es) are not visible to user '{user}', so deleted files "
-        "they hold are not counted: a process's descriptors are in its /proc/PID/fd, which another "
-        "user's process opens only to root or to a process with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; "
-        f"to see them, {capability_grant('CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH')}. CAP_SYS_PTRACE "
-        "also lets the agent read any process's memory"
+        "they hold are not counted: a process's descriptors are in its /proc/PID/fd, "
+        + other_users_fds_grant()
     )
 
 
 def _listed(shown: list[Held], mounts: dict[int, list[MountRow]]) -> list[DeletedOpenFile]:
-    owners = _owners({held.pid for held in shown})
+    owners = process_labels({held.pid for held in shown}, with_user=True)
     listed = []
     for held in shown:
         mount = mount_of(held.path, mounts.get(held.device, []))
-        name, user = owners[held.pid]
+        owner = owners[held.pid]
         listed.append(
             DeletedOpenFile(
                 pid=held.pid,
-                process_name=name,
-                user=user,
+                process_name=owner.name,
+                user=owner.user,
                 fd=held.fd,
                 path=held.path,
                 size_bytes=held.size_bytes,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -137,22 +137,51 @@ def real_filesystems(partitions: Iterable[Partition]) -> list[Mount]:
     return mounts
 
 
+@dataclass(frozen=True)
+class MountinfoRow:
+    """One row of /proc/self/mountinfo."""
+
+    device: int | None  # as ``st_dev``; None when the row's major:minor is not two numbers
+    mount_point: str
+    mount_options: list[str]  # this mount's own (a read-only bind mount's "ro")
+    fstype: str
+    superblock_options: list[str]  # the filesystem's, shared by every mount of it
+
+
+def _device_number(major_minor: str) -> int | None:
+    major, _, minor = major_minor.partition(":")
+    return os.makedev(int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+
+def mountinfo_rows(mountinfo: str) -> Iterator[MountinfoRow]:
+    """The rows of /proc/self/mountinfo's text, in order; lines too short to be rows are skipped."""
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:]:
+            continue
+        separator = fields.index("-", 6)  # after the optional fields, before fstype, source, options
+        if len(fields) < separator + 4:
+            continue
+        yield MountinfoRow(
+            device=_device_number(fields[2]),
+            mount_point=OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4]),
+            mount_options=fields[5].split(","),
+            fstype=fields[separator + 1],
+            superblock_options=fields[separator + 3].split(","),
+        )
+
+
 def read_only_by(mountinfo: str) -> dict[str, ReadOnlyBy | None]:
     """Per mount point of /proc/self/mountinfo's text, what makes it read-only (None: writable).
 
     A mount point mounted over keeps the last row: the one a path reaches.
     """
     found: dict[str, ReadOnlyBy | None] = {}
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if "-" not in fields[6:] or len(fields) < 10:
-            continue
-        separator = fields.index("-", 6)
-        mountpoint = OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4])
-        if "ro" in fields[separator + 3].split(","):
-            found[mountpoint] = "filesystem"
+    for row in mountinfo_rows(mountinfo):
+        if "ro" in row.superblock_options:
+            found[row.mount_point] = "filesystem"
         else:
-            found[mountpoint] = "mount" if "ro" in fields[5].split(",") else None
+            found[row.mount_point] = "mount" if "ro" in row.mount_options else None
     return found
 
 

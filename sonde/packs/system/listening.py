@@ -23,13 +23,13 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
 from sonde.packs.system.privileges import (
     agent_user,
-    capability_grant,
     effective_capabilities,
+    other_users_fds_grant,
     sees_every_process,
 )
+from sonde.packs.system.processes import PROC_ROOT, process_labels
 from sonde.packs.system.procnet import Family, Protocol, is_listening, parse_proc_net
 
-PROC_ROOT = Path("/proc")
 PROC_NET_TABLES: tuple[tuple[str, Protocol], ...] = (
     ("tcp", "tcp"),
     ("tcp6", "tcp"),
@@ -122,16 +122,6 @@ def listening_from_procfs(proc_root: Path = PROC_ROOT) -> list[BoundSocket]:
     return found
 
 
-def _process_names(pids: Iterable[int]) -> dict[int, str | None]:
-    names: dict[int, str | None] = {}
-    for pid in pids:
-        try:
-            names[pid] = psutil.Process(pid).name()
-        except psutil.Error:  # exited, or not ours to read
-            names[pid] = None
-    return names
-
-
 def _sort_key(bound: BoundSocket) -> tuple[str, int, str, int]:
     return bound.protocol, bound.port, bound.address, bound.pid or 0
 
@@ -148,10 +138,7 @@ def hidden_owners_note(hidden: int, sees_all: bool, user: str) -> str | None:
         )
     return (
         f"the owning process of {hidden} socket(s) is not visible to user '{user}': owners are found "
-        "in each process's /proc/PID/fd, which another user's process opens only to root or to a "
-        "process with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; to see them, "
-        f"{capability_grant('CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH')}. CAP_SYS_PTRACE also lets "
-        "the agent read any process's memory"
+        f"in each process's /proc/PID/fd, {other_users_fds_grant()}"
     )
 
 
@@ -163,7 +150,7 @@ def owners_note(hidden: int) -> str | None:
 def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) -> ListeningSockets:
     """The probe result for ``found`` sockets: de-duplicated, sorted, with process names."""
     unique = sorted(set(found), key=_sort_key)
-    names = _process_names({bound.pid for bound in unique if bound.pid is not None})
+    labels = process_labels({bound.pid for bound in unique if bound.pid is not None})
     hidden = sum(1 for bound in unique if bound.pid is None)
     return ListeningSockets(
         sockets=[
@@ -173,7 +160,7 @@ def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) 
                 address=b.address,
                 port=b.port,
                 pid=b.pid,
-                process_name=names.get(b.pid) if b.pid is not None else None,
+                process_name=labels[b.pid].name if b.pid is not None else None,
             )
             for b in unique
         ],

@@ -66,3 +66,12 @@ def capability_grant(*capabilities: str) -> str:
         f"(`systemctl edit {UNIT_NAME}`, then restart it; the unit sonde installs empties "
         "CapabilityBoundingSet=, so an ambient capability alone is dropped)"
     )
+
+
+def other_users_fds_grant() -> str:
+    """The end of a note on a /proc/PID/fd the agent may not read: who may, and how to let the agent."""
+    return (
+        "which another user's process opens only to root or to a process with CAP_SYS_PTRACE and "
+        f"CAP_DAC_READ_SEARCH; to see them, {capability_grant('CAP_SYS_PTRACE', 'CAP_DAC_READ_SEARCH')}. "
+        "CAP_SYS_PTRACE also lets the agent read any process's memory"
+    )

@@ -13,8 +13,9 @@ because it was measuring. It stays in the memory ranking and the count.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import psutil
@@ -26,6 +27,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
 from sonde.packs.system.info import iso_utc
 
+PROC_ROOT = Path("/proc")  # a directory per process: /proc/PID
 CPU_SAMPLE_S = 0.2
 CMDLINE_MAX_CHARS = 512
 SUMMARY_ATTRS = ["name", "username", "memory_info", "status", "cmdline", "create_time"]
@@ -78,6 +80,27 @@ def summarize(pid: int, cpu: float | None, memory: float | None, values: dict[st
         cmdline=join_cmdline(values.get("cmdline")),
         create_time=iso_utc(create_time) if create_time is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class ProcessLabel:
+    """What names a process to a reader: its name and, when asked for, its user."""
+
+    name: str | None
+    user: str | None = None
+
+
+def process_labels(pids: Iterable[int], with_user: bool = False) -> dict[int, ProcessLabel]:
+    """PID -> its name (and user, ``with_user``), each None where the process exited or hides it."""
+    attrs = ["name", "username"] if with_user else ["name"]
+    labels: dict[int, ProcessLabel] = {}
+    for pid in pids:
+        try:
+            values = psutil.Process(pid).as_dict(attrs, ad_value=None)
+        except psutil.Error:  # exited meanwhile
+            values = {}
+        labels[pid] = ProcessLabel(values.get("name"), values.get("username"))
+    return labels
 
 
 @dataclass(frozen=True)
