@@ -141,6 +141,20 @@ def human_bytes(count: int | float | None) -> str:
     return f"{value:.1f} {unit}"
 
 
+def human_seconds(seconds: float | None) -> str:
+    """``seconds`` as a person reads them: ``42 s``, ``5.2 minutes``, ``3.1 hours``, ``4.1 days``;
+    ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} minutes"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 86400:.1f} days"
+
+
 def shown_number(value: float) -> str:
     """A figure as a finding gives it: whole numbers whole (never ``2.19588e+08``), others to a
     tenth, small ones to two significant digits."""

@@ -19,7 +19,8 @@ import pytest
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.nginx import process
 from sonde.packs.nginx.logformat import judge_errors, parse_error_line
-from sonde.packs.nginx.runbook import RUNBOOK, human_age
+from sonde.packs.nginx.runbook import RUNBOOK
+from sonde.packs.runbook import human_seconds
 from tests.packs import test_nginx
 from tests.packs.test_nginx import HAND, get, run, start_nginx
 
@@ -208,7 +209,7 @@ async def test_logs_with_only_old_lines_are_not_judged(aged: Started, tmp_path: 
     [stale] = RUNBOOK.evaluate({"nginx.status.summary": summary, "nginx.logs.error": errors})
     assert (stale.severity, stale.title) == (
         "info",
-        "the access log's newest entry is 8 days old: no traffic, or it logs elsewhere",
+        "the access log's newest entry is 8.0 days old: no traffic, or it logs elsewhere",
     )
 
 
@@ -229,7 +230,14 @@ def test_the_hand_error_log_sorts_its_errors() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "shown"),
-    [(694_800, "8 days"), (86_400, "1 day"), (7_300, "2 hours"), (960, "16 minutes"), (42, "42 seconds")],
+    [
+        (694_800, "8.0 days"),
+        (86_400, "24.0 hours"),
+        (7_300, "2.0 hours"),
+        (960, "16.0 minutes"),
+        (42, "42 s"),
+        (None, "?"),
+    ],
 )
-def test_ages_read_as_a_person_says_them(seconds: int, shown: str) -> None:
-    assert human_age(seconds) == shown
+def test_ages_read_as_a_person_says_them(seconds: int | None, shown: str) -> None:
+    assert human_seconds(seconds) == shown

@@ -582,7 +582,7 @@ async def test_a_login_without_pg_monitor_counts_other_users_sessions(
         {**THRESHOLDS, "connection_usage_percent": Threshold(warning=0.01, critical=100, unit="%")}
     )
     [finding] = low.evaluate({"postgres.connections.usage": limited})
-    assert "grant it pg_monitor" in finding.detail
+    assert f" {limited['visibility']}" in finding.detail
     sizes = await run("postgres.databases.sizes", user=login)
     [listed] = [db for db in sizes["databases"] if db["name"] == database]
     assert listed["connections"] == 3

@@ -26,7 +26,7 @@ from sonde.packs.postgres import PACK
 from sonde.packs.postgres import runbook as postgres_runbook
 from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Finding, Threshold
+from sonde.packs.runbook import Finding, Threshold, human_bytes
 from tests.packs.pg_servers import Server, as_owner, lone_server, primary_and_standby
 
 REGISTRY = PackRegistry.of([PACK])
@@ -378,7 +378,7 @@ async def test_a_standby_whose_primary_stopped_is_not_streaming() -> None:
         assert finding.severity == "warning"
         assert finding.title.startswith("WAL replay is paused on this standby")
         assert (
-            f"{paused['standby']['receive_replay_gap_bytes']} bytes received are not replayed"
+            f"{human_bytes(paused['standby']['receive_replay_gap_bytes'])} received are not replayed"
             in finding.detail
         )
         assert "pg_wal_replay_resume()" in finding.detail

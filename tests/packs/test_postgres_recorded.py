@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sonde.packs.postgres.runbook import RUNBOOK
-from sonde.packs.runbook import Finding
+from sonde.packs.runbook import Finding, human_bytes
 
 RECORDED = Path(__file__).parent / "recorded"
 
@@ -90,7 +90,9 @@ def test_a_paused_standby_says_paused() -> None:
         "warning",
         "WAL replay is paused on this standby, 42.96 s behind its primary",
     )
-    assert f"{standby['receive_replay_gap_bytes']} bytes received are not replayed yet" in finding.detail
+    assert (
+        f"{human_bytes(standby['receive_replay_gap_bytes'])} received are not replayed yet" in finding.detail
+    )
     far = {**reading, "standby": {**standby, "replay_delay_s": 400.0}}
     [finding] = evaluate("postgres.replication.status", far)
     assert (finding.severity, finding.title) == (
@@ -117,13 +119,13 @@ def test_transactions_left_idle() -> None:
     [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [left]})
     assert (finding.severity, finding.title) == (
         "warning",
-        "A PostgreSQL transaction has been left open and idle for 64.0 s (open 64.2 s)",
+        "A PostgreSQL transaction has been left open and idle for 64 s (open 64.2 s)",
     )
     assert "holds every lock it took" in finding.detail
     assert f"pg_terminate_backend({left['pid']})" in finding.detail
     aborted = {**by_state["idle in transaction (aborted)"], "idle_s": 70.0, "duration_s": 70.0}
     [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [aborted]})
-    assert finding.title == "A failed PostgreSQL transaction has been left open and idle for 70.0 s"
+    assert finding.title == "A failed PostgreSQL transaction has been left open and idle for 70 s"
     assert "no locks" in finding.detail
     # a transaction busy with short statements, read between two, is open, not left idle
     busy = {**left, "idle_s": 0.01, "duration_s": 0.02}

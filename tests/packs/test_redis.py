@@ -25,7 +25,7 @@ from sonde.packs.redis.memory import memory
 from sonde.packs.redis.probes import replication, server_info, slow_entry
 from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Threshold, shown_number
+from sonde.packs.runbook import Threshold, human_seconds, shown_number
 from tests.conftest import require
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -321,7 +321,7 @@ async def test_rejected_connection_finding(admin: redis.Redis, restored_config: 
     )
     [finding] = strict.evaluate({"redis.server.info": found})
     assert finding.title == f"Redis has rejected {found['rejected_connections']} connections since start"
-    assert f"since the server started {found['uptime_s']} s ago" in finding.detail
+    assert f"since the server started {human_seconds(found['uptime_s'])} ago" in finding.detail
     assert f"Now: maxclients {limit}, {found['connected_clients']} clients connected" in finding.detail
     assert "was reached;" not in finding.detail  # the limit was hit then, not necessarily now
 

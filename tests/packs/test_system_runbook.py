@@ -161,7 +161,7 @@ def test_oom_kills_of_the_last_hour() -> None:
         {"system.memory.usage": memory(50, oom_kills=[kill(6104, 90)], oom_since_boot=1)}
     )
     assert (one.severity, one.title) == ("warning", "The OOM killer killed 1 process in the last 60 minutes")
-    assert "python3 (pid 6104), 90 seconds ago (2025-05-01T10:00:00+00:00), in a memory cgroup" in one.detail
+    assert "python3 (pid 6104), 90 s ago (2025-05-01T10:00:00+00:00), in a memory cgroup" in one.detail
     assert (
         "(pid 6104), 2.5 minutes ago"
         in RUNBOOK.evaluate(
@@ -174,7 +174,7 @@ def test_oom_kills_of_the_last_hour() -> None:
         "critical",
         "The OOM killer killed 3 processes in the last 60 minutes",
     )
-    assert "python3 (pid 4), 5 seconds ago" in many.detail
+    assert "python3 (pid 4), 5 s ago" in many.detail
     assert "(pid 1)" not in many.detail
 
 
@@ -182,7 +182,7 @@ def test_oom_kills_past_the_listed_ones_may_be_recent_too() -> None:
     listed = [kill(pid, 60.0 * pid) for pid in range(10, 0, -1)]
     [finding] = RUNBOOK.evaluate({"system.memory.usage": memory(50, oom_kills=listed, oom_since_boot=25)})
     assert finding.title == "The OOM killer killed at least 10 processes in the last 60 minutes"
-    assert finding.detail.startswith("Newest first: python3 (pid 1), 60 seconds ago")
+    assert finding.detail.startswith("Newest first: python3 (pid 1), 60 s ago")
     assert "; and 5 more." in finding.detail
 
 

@@ -130,7 +130,7 @@ async def test_an_oom_kill_in_a_memory_cgroup_is_a_finding(small_memory_cgroup: 
     [oom] = [f for f in found if "OOM killer" in f.title]
     assert oom.probe == "system.memory.usage"
     assert oom.severity in ("warning", "critical")
-    assert re.search(rf"\(pid {child_pid}\), [0-9.]+ (seconds|minutes) ago", oom.detail)
+    assert re.search(rf"\(pid {child_pid}\), [0-9.]+ (s|minutes) ago", oom.detail)
     assert "memory cgroup" in oom.detail
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sonde.packs.runbook import Finding, Reading, Severity, Threshold
+from sonde.packs.runbook import SEVERITY_ORDER, Finding, Reading, Severity, Threshold, human_seconds
 
 LOCKS = "mysql.locks.waits"
 PROCESSES = "mysql.processes.list"
@@ -25,21 +25,9 @@ BACKGROUND_COMMANDS = frozenset(
 BACKGROUND_USERS = frozenset({"system user", "event_scheduler"})
 
 
-def human_seconds(seconds: float | None) -> str:
-    """``seconds`` as a person reads them: ``42 s``, ``5.2 minutes``, ``3.1 hours``."""
-    if seconds is None:
-        return "? s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} minutes"
-    return f"{seconds / 3600:.1f} hours"
-
-
 def worse(*severities: Severity | None) -> Severity | None:
     """The gravest of ``severities`` (None when none is set)."""
-    order: tuple[Severity, ...] = ("critical", "warning", "info")
-    return next((s for s in order if s in severities), None)
+    return min((s for s in severities if s is not None), key=SEVERITY_ORDER.__getitem__, default=None)
 
 
 def describe_thread(thread: Mapping[str, Any] | None) -> str:
@@ -113,7 +101,7 @@ def row_lock_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> 
         blockers[key] = blocker
     found: list[Finding] = []
     for key, waits in sorted(by_blocker.items(), key=lambda kv: -len(kv[1]))[:BLOCKERS_JUDGED]:
-        tables = sorted({str(w["lock_table"]).replace("`", "") for w in waits if w.get("lock_table")})
+        tables = sorted({str(w["lock_table"]) for w in waits if w.get("lock_table")})
         found += _blocker_finding(
             thresholds, blockers[key], waits, f"row locks in {', '.join(tables) or '?'}"
         )

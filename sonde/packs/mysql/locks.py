@@ -197,7 +197,7 @@ def metadata_waits(read: Readings, holders_known: bool) -> list[MetadataLockWait
 
 
 def lock_waits(
-    read: Readings, holders_note: str | None, sees_all: bool, row_waits_note: str | None = None
+    read: Readings, holders_note: str | None, sees_all: bool, row_waits_note: str | None
 ) -> LockWaits:
     """The answer from the readings; the notes say why metadata lock holders, or row lock waits, are not known."""
     row_waits = [

@@ -6,8 +6,17 @@ from collections.abc import Mapping
 from functools import partial
 
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.lock_findings import human_seconds, lock_wait_findings, long_query_findings
-from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check, human_bytes
+from sonde.packs.mysql.lock_findings import lock_wait_findings, long_query_findings
+from sonde.packs.runbook import (
+    Finding,
+    Reading,
+    Runbook,
+    RunbookStep,
+    Threshold,
+    check,
+    human_bytes,
+    human_seconds,
+)
 
 THRESHOLDS: dict[str, Threshold] = {
     "connection_usage_percent": Threshold(warning=80, critical=90, unit="%"),
@@ -52,7 +61,7 @@ def slow_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     probe = "mysql.status.summary"
     about = (
         f"Queries slower than long_query_time={reading.get('long_query_time_s')} s "
-        f"({reading.get('slow_queries_total')} since the server started {reading.get('uptime_s')} s ago; "
+        f"({reading.get('slow_queries_total')} since the server started {human_seconds(reading.get('uptime_s'))} ago; "
         f"slow query log {'on' if reading.get('slow_query_log') else 'off'}). See mysql.processes.list."
     )
     found: list[Finding] = []

@@ -69,15 +69,16 @@ def entry_cost(parse: Parse, line: str) -> int:
     return max(json_size(line), json_size(vars(entry)) if entry is not None else 0) + 1
 
 
-def as_sent(parse: Parse, raw: str, line: str) -> tuple[str, str]:
-    """What the answer holds of ``line`` (its entry's JSON, else the line) and the same of its ``raw``
-    line (before it was scrubbed): `count_sent` counts the redactions the probe made in the first."""
+def sent_text(line: str, entry: object | None) -> str:
+    """What the answer holds of ``line``: its parsed ``entry``'s JSON, else the line."""
+    return line if entry is None else json.dumps(vars(entry), ensure_ascii=False)
 
-    def text(line: str) -> str:
-        entry = parse(line)
-        return line if entry is None else json.dumps(vars(entry), ensure_ascii=False)
 
-    return text(raw), text(line)
+def as_sent(parse: Parse, raw: str, line: str, entry: object | None) -> tuple[str, str]:
+    """What the answer holds of ``line`` (``entry``, parsed from it: `sent_text`) and the same of its
+    ``raw`` line (before it was scrubbed): `count_sent` counts the redactions the probe made in the
+    first."""
+    return sent_text(raw, parse(raw)), sent_text(line, entry)
 
 
 def count_in_sent(ctx: ProbeContext, pairs: list[tuple[str, str]]) -> None:
@@ -169,7 +170,7 @@ async def error_log(ctx: ProbeContext, params: ErrorLogParams) -> ErrorLog:
     count_in_sent(
         ctx,
         [
-            as_sent(parse_error_line, raw, line)
+            as_sent(parse_error_line, raw, line, entry)
             for raw, line, entry in zip(found.raw, found.lines, parsed, strict=True)
             if entry is not None and entry.level in listed
         ],
@@ -242,7 +243,7 @@ async def access_log(ctx: ProbeContext, params: LogParams) -> AccessLog:
             unparsed.append(line)
         else:
             entries.append(AccessLogEntry(**vars(entry)))
-        sent.append(as_sent(parse_access_line, raw, line))
+        sent.append(as_sent(parse_access_line, raw, line, entry))
     count_in_sent(ctx, sent)
     return AccessLog(
         path=str(path), entries=entries, unparsed_lines=unparsed, truncated=found.truncated

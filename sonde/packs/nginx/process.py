@@ -10,7 +10,6 @@ config file and only a number from the pid file: neither is sent.
 
 from __future__ import annotations
 
-import datetime
 import glob
 import os
 import re
@@ -23,6 +22,7 @@ from pydantic import Field
 from sonde.packs.base import NoParams, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.nginx import PACK
+from sonde.packs.system.info import iso_utc
 from sonde.packs.system.privileges import agent_user, capability_grant
 
 DEFAULT_CONFIG = "/etc/nginx/nginx.conf"
@@ -42,7 +42,7 @@ class ListeningAddress(Result):
 class NginxMaster(Result):
     pid: int
     config: str | None  # the -c it was started with; None: nginx's built-in default
-    started: str  # ISO 8601 UTC
+    started: str | None  # ISO 8601 UTC, to the second (`iso_utc`)
     workers: int
     listening: list[ListeningAddress] | None  # None: not visible to the agent (listening_note)
     listening_note: str | None
@@ -117,12 +117,18 @@ def _cmdline(process: psutil.Process) -> str:
         return ""
 
 
+def launched_as(master: psutil.Process) -> str:
+    """A master's command line, as `nginx_masters` read it (empty when it may not be read)."""
+    return " ".join(master.info["cmdline"] or [])
+
+
 def nginx_masters() -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["name"]):
-        if process.info["name"] == "nginx" and _cmdline(process).startswith(MASTER_PREFIX):
-            found.append(process)
-    return found
+    """The nginx master processes, each with its name and command line read once (``info``)."""
+    return [
+        process
+        for process in psutil.process_iter(["name", "cmdline"])
+        if process.info["name"] == "nginx" and launched_as(process).startswith(MASTER_PREFIX)
+    ]
 
 
 def _same_file(one: str | None, other: str) -> bool:
@@ -138,7 +144,7 @@ def configured_master(
         if master.pid == pid:
             return master
     for master in masters:
-        started = started_with(_cmdline(master))
+        started = started_with(launched_as(master))
         if _same_file(started, config) or (started is None and _same_file(DEFAULT_CONFIG, config)):
             return master
     return masters[0] if masters and not named else None
@@ -159,11 +165,10 @@ def listening_of(master: psutil.Process) -> tuple[list[ListeningAddress] | None,
 def describe_master(master: psutil.Process) -> NginxMaster:
     workers = [child for child in master.children() if _cmdline(child).startswith(WORKER_PREFIX)]
     listening, note = listening_of(master)
-    started = datetime.datetime.fromtimestamp(master.create_time(), datetime.UTC)
     return NginxMaster(
         pid=master.pid,
-        config=started_with(_cmdline(master)),
-        started=started.isoformat(timespec="seconds"),
+        config=started_with(launched_as(master)),
+        started=iso_utc(master.create_time()),
         workers=len(workers),
         listening=listening,
         listening_note=note,

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from functools import partial
 
 from sonde.packs.nginx import PACK
-from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check
+from sonde.packs.nginx.probes import RECENT_MINUTES
+from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check, human_seconds
 
 THRESHOLDS: dict[str, Threshold] = {
     "server_error_percent": Threshold(warning=1, critical=5, unit="%"),
@@ -16,18 +17,7 @@ THRESHOLDS: dict[str, Threshold] = {
 }
 MIN_REQUESTS_FOR_SHARE = 20  # a share over fewer requests says little
 SEVERE_LEVELS = ("error", "crit", "alert", "emerg")
-RECENT_MINUTES = 15  # the window the log steps ask for
 MISSING_FILES_NOTED = 10  # requests for missing files in the window worth an info finding
-AGE_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60))
-
-
-def human_age(seconds: float) -> str:
-    """``694800`` -> ``8 days``; under a minute, ``seconds``."""
-    for unit, size in AGE_UNITS:
-        if seconds >= size:
-            count = int(seconds // size)
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return f"{int(seconds)} seconds"
 
 
 def process_findings(reading: Reading) -> list[Finding]:
@@ -62,20 +52,20 @@ def process_findings(reading: Reading) -> list[Finding]:
     ]
 
 
-def stale_log(reading: Reading, what: str, probe: str) -> list[Finding] | None:
-    """An info finding when the newest entry of a windowed reading is older than its window (None
-    when it is recent, or there is none: judge it)."""
+def stale_log(reading: Reading) -> list[Finding] | None:
+    """An info finding when the access log's newest entry (`nginx.status.summary`) is older than its
+    window (None when it is recent, or there is none: judge it)."""
     age, minutes = reading.get("last_age_s"), reading.get("recent_minutes")
     if age is None or minutes is None or age <= minutes * 60:
         return None
     return [
         Finding(
             "info",
-            f"the {what}'s newest entry is {human_age(age)} old: no traffic, or it logs elsewhere",
+            f"the access log's newest entry is {human_seconds(age)} old: no traffic, or it logs elsewhere",
             f"Its newest entry is from {reading.get('last_time')}, so nothing was judged of the last "
             f"{minutes} minutes. If nginx serves traffic, check that the agent reads the log it writes "
             "(agent config packs.nginx.access_log, the access_log directives).",
-            probe,
+            "nginx.status.summary",
         )
     ]
 
@@ -102,7 +92,7 @@ def config_findings(reading: Reading) -> list[Finding]:
 
 
 def traffic_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
-    stale = stale_log(reading, "access log", "nginx.status.summary")
+    stale = stale_log(reading)
     if stale is not None:
         return stale
     if reading.get("requests", 0) < MIN_REQUESTS_FOR_SHARE:

@@ -6,7 +6,17 @@ from collections.abc import Mapping
 from functools import partial
 
 from sonde.packs.postgres import PACK
-from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check
+from sonde.packs.postgres.activity import PREPARED_PID
+from sonde.packs.runbook import (
+    Finding,
+    Reading,
+    Runbook,
+    RunbookStep,
+    Threshold,
+    check,
+    human_bytes,
+    human_seconds,
+)
 
 MIB = 1024 * 1024
 THRESHOLDS: dict[str, Threshold] = {
@@ -46,7 +56,11 @@ def connection_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     probe = "postgres.connections.usage"
     states = ", ".join(f"{state} {n}" for state, n in reading.get("by_state", {}).items())
     hidden = (
-        " Other users' sessions' states are hidden from the agent's login: grant it pg_monitor."
+        " "
+        + (
+            reading.get("visibility")
+            or "Other users' sessions' states are hidden from the agent's login: grant it pg_monitor."
+        )
         if reading.get("hidden_sessions")
         else ""
     )
@@ -120,7 +134,7 @@ def left_idle(session: Reading) -> bool:
 def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Finding]:
     """A transaction its client left open and idle: named so, with how long it has sat idle."""
     idle_s = session.get("idle_s")
-    idle = f"{idle_s:.1f} s" if idle_s is not None else "an unknown time"
+    idle = human_seconds(idle_s) if idle_s is not None else "an unknown time"
     who = (
         f"PID {session['pid']} (user {session.get('user')}, database {session.get('database')}, application "
         f"'{session.get('application_name') or ''}')"
@@ -166,17 +180,16 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
         else "A PostgreSQL transaction has been open for {value}",
         f"{len(queries)} long-running; the longest is PID {longest['pid']} ({longest['state']}, user "
         f"{longest['user']}"
-        + ("" if one_statement else f", its current or last statement started {statement_s:.1f} s ago")
+        + (
+            ""
+            if one_statement
+            else f", its current or last statement started {human_seconds(statement_s)} ago"
+        )
         + f"): {(longest['query'] or '')[:200]}",
     ) + unjudged_findings(reading)
 
 
 BLOCKERS_SHOWN = 10
-PREPARED_PID = 0  # pg_blocking_pids()'s name for a prepared transaction
-
-
-def seconds(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1f} s"
 
 
 def blocker_text(blocker: Reading) -> str:
@@ -185,11 +198,11 @@ def blocker_text(blocker: Reading) -> str:
     if state is None:
         doing = "state hidden"
     elif blocker.get("idle_s") is not None:
-        doing = f"{state} for {seconds(blocker['idle_s'])}"
+        doing = f"{state} for {human_seconds(blocker['idle_s'])}"
     else:
-        doing = f"{state}, its statement running {seconds(blocker.get('duration_s'))}"
+        doing = f"{state}, its statement running {human_seconds(blocker.get('duration_s'))}"
     if blocker.get("transaction_s") is not None:
-        doing += f", transaction open {seconds(blocker['transaction_s'])}"
+        doing += f", transaction open {human_seconds(blocker['transaction_s'])}"
     return (
         f"PID {blocker['pid']} ({doing}; user {blocker.get('user')}, application "
         f"'{blocker.get('application_name') or ''}')"
@@ -204,7 +217,7 @@ def prepared_text(reading: Reading) -> str:
         return "a prepared transaction (PID 0: no session holds it; see pg_prepared_xacts)"
     shown = "; ".join(
         f"prepared transaction '{row['gid']}' (owner {row['owner']}, database {row['database']}, "
-        f"prepared at {row['prepared_at']}, {seconds(row.get('age_s'))} ago)"
+        f"prepared at {row['prepared_at']}, {human_seconds(row.get('age_s'))} ago)"
         for row in blocking[:BLOCKERS_SHOWN]
     )
     return f"{shown}: no session holds it; COMMIT PREPARED or ROLLBACK PREPARED '<gid>' ends it"
@@ -222,8 +235,12 @@ def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> l
     if PREPARED_PID in blocker_pids:
         waited_on.append(prepared_text(reading))
     hidden = (
-        " Some of these sessions are other users', whose queries and states are hidden from the agent's "
-        "login: grant it pg_monitor."
+        " "
+        + (
+            reading.get("visibility")
+            or "Some of these sessions are other users', whose queries and states are hidden from the "
+            "agent's login: grant it pg_monitor."
+        )
         if reading.get("hidden_sessions")
         else ""
     )
@@ -256,7 +273,11 @@ def not_streaming_finding(standby: Reading, probe: str) -> Finding:
         "the standby's connection, or no longer has the WAL the standby needs; this standby's log says "
         "which. Its replay delay reads 0 once all it received is replayed, so it says nothing while no "
         "WAL comes in"
-        + (f"; the last transaction it replayed committed {last:.1f} s ago." if last is not None else ".")
+        + (
+            f"; the last transaction it replayed committed {human_seconds(last)} ago."
+            if last is not None
+            else "."
+        )
     )
     if standby.get("primary_conninfo_set") is False:
         detail += " primary_conninfo is empty: this standby is not set up to stream at all."
@@ -286,7 +307,7 @@ def standby_findings(thresholds: Mapping[str, Threshold], standby: Reading, prob
         )
     gap = standby.get("receive_replay_gap_bytes")
     gap_text = (
-        f"{gap} bytes received are not replayed yet"
+        f"{human_bytes(gap)} received are not replayed yet"
         if gap is not None
         else "no WAL was streamed since it started"
     )
@@ -336,8 +357,8 @@ def slot_findings(thresholds: Mapping[str, Threshold], slot: Reading, probe: str
                 "warning",
                 f"Replication slot {name} is about to lose WAL its consumer needs",
                 f"wal_status 'unreserved': it holds more WAL than max_slot_wal_keep_size; the next "
-                f"checkpoint may remove WAL its consumer has not received ({slot.get('safe_wal_bytes')} "
-                "bytes of margin). Its consumer must catch up now.",
+                f"checkpoint may remove WAL its consumer has not received ({human_bytes(slot.get('safe_wal_bytes'))} "
+                "of margin). Its consumer must catch up now.",
                 probe,
             )
         )
@@ -359,7 +380,7 @@ def archiver_findings(thresholds: Mapping[str, Threshold], archiver: Reading, pr
     severity = thresholds["archive_failing_s"].severity(since) if since is not None else "critical"
     last_ok = (
         f"the last success was {archiver.get('last_archived_wal')} at {archiver.get('last_archived_at')}, "
-        f"{since:.0f} s ago"
+        f"{human_seconds(since)} ago"
         if since is not None
         else "none succeeded since the statistics were reset"
     )
@@ -424,31 +445,28 @@ def wraparound_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     """One finding for the database nearest wraparound, naming how many others are past the warning."""
     threshold = thresholds["xid_age"]
     databases = reading.get("databases") or []
-    oldest = reading.get("oldest") or (databases[0] if databases else None)
+    oldest = reading.get("oldest")
     if oldest is None:
         return []
     age = max(oldest["xid_age"], oldest["multixact_age"])
     severity = threshold.severity(age)
     if severity is None:
         return []
-    kind = "transaction ID" if oldest["xid_age"] >= oldest["multixact_age"] else "multixact ID"
+    kind, setting = (
+        ("transaction ID", "autovacuum_freeze_max_age")
+        if oldest["xid_age"] >= oldest["multixact_age"]
+        else ("multixact ID", "autovacuum_multixact_freeze_max_age")
+    )
     others = sum(
         1
         for db in databases
         if db["name"] != oldest["name"] and threshold.severity(max(db["xid_age"], db["multixact_age"]))
     )
-    freeze_max = (
-        reading.get("autovacuum_freeze_max_age")
-        if kind == "transaction ID"
-        else reading.get("autovacuum_multixact_freeze_max_age")
-    )
+    freeze_max = reading.get(setting)
     detail = (
         f"Its oldest unfrozen {kind} is {age:,} old (transaction IDs {oldest['xid_age']:,}, multixact IDs "
         f"{oldest['multixact_age']:,}), of the 2,147,483,648 at which they wrap around: about 3 million "
         "short of that the server refuses every write until the database is vacuumed. "
-    )
-    setting = (
-        "autovacuum_freeze_max_age" if kind == "transaction ID" else "autovacuum_multixact_freeze_max_age"
     )
     if freeze_max is not None and age > freeze_max:
         detail += f"Autovacuum should have frozen it at {freeze_max:,} ({setting}): its vacuums fail or are held back. "

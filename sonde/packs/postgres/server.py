@@ -11,6 +11,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
+from sonde.packs.postgres.activity import seconds_since
 from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
 from sonde.packs.postgres.visibility import (
     CLIENT_SESSIONS,
@@ -225,19 +226,22 @@ class Replication(Result):
     visibility: str | None
 
 
+def with_ages(row: dict[str, Any], ages: tuple[str, ...]) -> dict[str, Any]:
+    """``row`` with its ``ages`` read against the probe's transaction start (`seconds_since`)."""
+    return {**row, **{key: seconds_since(row[key]) for key in ages}}
+
+
 def standby_state(row: dict[str, Any]) -> StandbyState:
-    """`STANDBY`'s row: ages read against the probe's transaction start, so never below 0."""
+    """`STANDBY`'s row, its ages never below 0."""
     values = {key: row[key] for key in StandbyState.model_fields}
-    for key in ("replay_delay_s", "last_replayed_xact_s", "receiver_last_message_s"):
-        values[key] = None if values[key] is None else max(values[key], 0.0)
-    return StandbyState(**values)
+    return StandbyState(
+        **with_ages(values, ("replay_delay_s", "last_replayed_xact_s", "receiver_last_message_s"))
+    )
 
 
 def archiver_state(row: dict[str, Any]) -> Archiver:
-    values = dict(row)
-    for key in ("last_archived_s", "last_failed_s"):
-        values[key] = None if values[key] is None else max(values[key], 0.0)
-    return Archiver(**values)
+    """`ARCHIVER`'s row, its ages never below 0."""
+    return Archiver(**with_ages(row, ("last_archived_s", "last_failed_s")))
 
 
 def replication_reading(

@@ -22,6 +22,7 @@ from sonde.packs.runbook import (
     Threshold,
     check,
     human_bytes,
+    human_seconds,
     shown_number,
 )
 
@@ -37,21 +38,10 @@ MEMORY = "redis.memory.details"
 WHAT_FILLS_IT = "what fills it (redis.keyspace.summary; redis-cli --bigkeys)"
 
 
-def human_seconds(seconds: float | None) -> str:
-    """``seconds`` rounded to what a person reads: ``45 s``, ``12 min``, ``3.2 h``, ``4.1 days``."""
-    if seconds is None:
-        return "?"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.1f} days"
-
-
 def since_start(reading: Reading) -> str:
     """How long a Redis counter has been counting, with the uptime when the reading has it."""
     uptime = reading.get("uptime_s")
-    started = "since the server started" + (f" {uptime} s ago" if uptime is not None else "")
+    started = "since the server started" + (f" {human_seconds(uptime)} ago" if uptime is not None else "")
     return f"{started} (or since its last CONFIG RESETSTAT)"
 
 
@@ -222,7 +212,7 @@ def replication_findings(thresholds: Mapping[str, Threshold], reading: Reading) 
                 "critical",
                 "Redis replica has lost its primary",
                 f"Link to {reading.get('master_host')}:{reading.get('master_port')} is down "
-                f"(for {reading.get('master_link_down_s')} s); this replica serves stale data.",
+                f"(for {human_seconds(reading.get('master_link_down_s'))}); this replica serves stale data.",
                 probe,
             )
         )

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep, Threshold, check, human_bytes
+from sonde.packs.runbook import (
+    Finding,
+    Reading,
+    Runbook,
+    RunbookStep,
+    Threshold,
+    check,
+    human_bytes,
+    human_seconds,
+)
 from sonde.packs.system import PACK
 
 THRESHOLDS = {
@@ -23,10 +32,6 @@ OOM_RECENT_S = 60 * 60  # OOM kills older than this are history, not trouble
 OOM_KILLS_NAMED = 5
 # filesystems read-only by nature: no finding when they are
 READ_ONLY_BY_NATURE = frozenset({"iso9660", "udf", "squashfs", "erofs", "cramfs", "romfs", "tmpfs"})
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:g} seconds" if seconds < 120 else f"{seconds / 60:.1f} minutes"
 
 
 def disk_findings(reading: Reading) -> list[Finding]:
@@ -92,7 +97,7 @@ def memory_findings(reading: Reading) -> list[Finding]:
 def _kill_named(kill: dict[str, Any]) -> str:
     scope = "in a memory cgroup (its limit ran out)" if kill["memory_cgroup"] else "the machine ran out"
     when = f" ({kill['time']})" if kill.get("time") else ""
-    return f"{kill['process']} (pid {kill['pid']}), {_duration(kill['seconds_ago'])} ago{when}, {scope}"
+    return f"{kill['process']} (pid {kill['pid']}), {human_seconds(kill['seconds_ago'])} ago{when}, {scope}"
 
 
 def oom_findings(reading: Reading) -> list[Finding]:
