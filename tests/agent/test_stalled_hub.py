@@ -121,6 +121,7 @@ async def test_a_hub_that_stops_reading_finds_at_most_max_in_flight_answers_held
             held.append(probe_tasks())
             sending.cancel_scope.cancel()
     assert max(held) <= LIMIT
+    assert held[-1] == LIMIT  # stuck, it holds a full set: the count sees the answers it holds
     assert made.started < REQUESTS  # past the limit the agent stopped taking requests, it did not hold them
 
 

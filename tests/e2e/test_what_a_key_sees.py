@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from sonde.packs.registry import load_packs
+from tests.conftest import require
 from tests.e2e.harness import SharedFleet
 from tests.e2e.mcpclient import call, call_error, mcp_client
 from tests.e2e.procs import RunningHub, running_hub
@@ -193,8 +194,7 @@ async def test_a_probe_of_a_pack_the_agent_does_not_run_says_so(fleet: SharedFle
         listed = await call(client, "list_agents", name="alpha")
         runs = {label.split("@")[0] for label in listed["agents"][0]["packs"]}
         missing = [pack for pack in probes if pack not in runs]
-        if not missing:
-            pytest.skip("alpha runs the systemd, docker and nginx packs")
+        require(bool(missing), "alpha runs the systemd, docker and nginx packs: none is left out here")
         said = await call_error(client, "probe", agent="alpha", probe=probes[missing[0]])
     assert said.startswith(f"Unknown probe '{probes[missing[0]]}' on agent alpha. Agent alpha does not run")
     assert f"the {missing[0]} pack: it is not installed there, or it does not apply" in said

@@ -182,7 +182,7 @@ async def test_long_open_transaction_finding() -> None:
             lambda r: any(t["id"] == holder.thread_id() for t in r["threads"]),
             min_time_s=1,  # the transaction's age counts, though the thread idles
         )
-    assert ("mysql.processes.list", "mysql.locks.waits") <= tuple(RUNBOOK.probes[1:3])
+    assert RUNBOOK.probes[1:3] == ["mysql.processes.list", "mysql.locks.waits"]
     assert RUNBOOK.steps[1].params == {"min_time_s": 60}
     quick = build_runbook({**THRESHOLDS, "long_query_s": Threshold(warning=1, critical=3600, unit=" s")})
     [finding] = [f for f in quick.evaluate({"mysql.processes.list": found}) if "MySQL transaction" in f.title]

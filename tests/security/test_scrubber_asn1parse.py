@@ -22,8 +22,13 @@ from sonde.packs.docker.probes import log_lines
 from sonde.packs.executor import execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK as SYSTEM
+from tests.conftest import require
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+
+@pytest.fixture(autouse=True)
+def openssl_cli() -> None:
+    require(shutil.which("openssl") is not None, "needs the openssl CLI (Debian's openssl package)")
+
 
 SCRUBBER = Scrubber()
 REDACTED = "[REDACTED]"
