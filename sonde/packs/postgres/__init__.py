@@ -37,6 +37,7 @@ PACK = Pack(
     modules=(
         f"{__name__}.activity",
         f"{__name__}.server",
+        f"{__name__}.cache",
         f"{__name__}.runbook",
     ),
 )

@@ -1,9 +1,7 @@
-"""PostgreSQL as a whole: databases, their sizes and transaction ID ages, replication and WAL archiving,
-and the buffer cache hit ratio."""
+"""PostgreSQL as a whole: databases, their sizes and transaction ID ages, replication and WAL archiving."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import Field
@@ -94,9 +92,6 @@ FREEZE_SETTINGS = """
 SELECT current_setting('autovacuum_freeze_max_age')::bigint AS autovacuum_freeze_max_age,
        current_setting('autovacuum_multixact_freeze_max_age')::bigint AS autovacuum_multixact_freeze_max_age,
        current_setting('autovacuum')::bool AS autovacuum"""
-CACHE = """
-SELECT datname AS name, blks_hit AS hits, blks_read AS reads
-FROM pg_stat_database WHERE datname IS NOT NULL ORDER BY blks_read DESC, datname"""
 
 
 class DatabasesParams(PostgresParams):
@@ -359,62 +354,3 @@ def wraparound_reading(rows: list[dict[str, Any]], settings: dict[str, Any], lim
 async def vacuum_wraparound(ctx: ProbeContext, params: WraparoundParams) -> Wraparound:
     rows, [settings] = await run_queries(ctx, params, (WRAPAROUND, ()), (FREEZE_SETTINGS, ()))
     return wraparound_reading(rows, settings, params.limit)
-
-
-class DatabaseCache(Result):
-    name: str
-    hits: int
-    reads: int
-    hit_percent: float | None
-
-
-class CacheHitRatio(Result):
-    hit_percent: float | None
-    hits: int
-    reads: int
-    databases: list[DatabaseCache]
-    truncated: bool
-
-
-class CacheParams(PostgresParams):
-    limit: int = Field(
-        default=50, ge=1, le=1000, strict=True, description="Databases listed, most disk reads first."
-    )
-
-
-def hit_percent(hits: int | Decimal, reads: int | Decimal) -> float | None:
-    total = hits + reads
-    return round(float(hits) * 100 / float(total), 2) if total else None
-
-
-def cache_ratio(rows: list[dict[str, Any]], limit: int) -> CacheHitRatio:
-    """Totals over every row of ``rows``; the first ``limit`` rows listed per database."""
-    hits = sum(int(row["hits"]) for row in rows)
-    reads = sum(int(row["reads"]) for row in rows)
-    return CacheHitRatio(
-        hit_percent=hit_percent(hits, reads),
-        hits=hits,
-        reads=reads,
-        databases=[
-            DatabaseCache(
-                name=row["name"],
-                hits=row["hits"],
-                reads=row["reads"],
-                hit_percent=hit_percent(row["hits"], row["reads"]),
-            )
-            for row in rows[:limit]
-        ],
-        truncated=len(rows) > limit,
-    )
-
-
-@PACK.probe(
-    "postgres.cache.hit_ratio",
-    """Buffer cache hit ratio since the statistics were last reset: blocks found in shared
-    buffers vs read from disk (or the OS cache), in percent, overall and per database.
-    Below about 90 % on a busy server, shared_buffers may be too small for the working set.""",
-    timeout_s=15,
-)
-async def cache_hit_ratio(ctx: ProbeContext, params: CacheParams) -> CacheHitRatio:
-    [rows] = await run_queries(ctx, params, (CACHE, ()))
-    return cache_ratio(rows, params.limit)

@@ -10,9 +10,8 @@ lines stop once those kept would take more of the answer than its budget (``trun
 and a set ``stop`` flag (the probe gave up) ends the work at the next line (`abandon.Abandoned`).
 A line is cut to `LINE_MAX_CHARS` before it is scrubbed (a value cut short at its end is
 hidden to the end: `sonde.agent.scrub_shapes.CUT`) and comes as a `CutLine` counting what was
-left out, sent scrubbed for `marked` to say so; how lines are scrubbed is
-`sonde.packs.system.linescrub`'s. The readers return each line sent with its raw line, so a
-probe counts the redactions it made in what it sends (`count_sent`).
+left out, sent scrubbed for `marked` to say so (scrubbing: `linescrub`'s). The readers return
+each line sent with its raw line: a probe counts the redactions in what it sends (`count_sent`).
 
 Opening goes through `open_regular`: the path (already resolved by
 ``ProbeContext.allowed_path``) is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must
