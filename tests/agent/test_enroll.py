@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from sonde.protocol.signing import (
     public_key_to_text,
 )
 from tests.agent.probes import registry_for_tests
+from tests.ports import free_port
 
 TOKEN = "tok_0123456789abcdef"
 HUB_PUBLIC_KEY = public_key_to_text(new_private_key().public_key())
@@ -182,9 +182,7 @@ def test_garbage_answers_are_clear_errors(
 
 
 def test_unreachable_hub(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(EnrollError) as caught:
         enroll(url, TOKEN, "web-1", config_path=tmp_path / "c.json", registry=registry_for_tests())

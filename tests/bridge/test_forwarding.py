@@ -7,13 +7,13 @@ from both ends: what the client reads on stdout, and what the hub received.
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import trio
 
 from tests.bridge.fakehub import GOOD_KEY, PROTOCOL_VERSION, fake_hub
 from tests.bridge.peer import INITIALIZE, INITIALIZED, bridged, call, eventually
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -171,9 +171,7 @@ async def test_a_refused_key_is_error_32603_with_the_hubs_reason() -> None:
 
 
 async def test_network_error_becomes_error_32603() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"  # nothing listens here now
     async with bridged(url) as (peer, _ended):
         await peer.send(INITIALIZE)

@@ -5,7 +5,6 @@ its MCP URL, saves the key; a hub that cannot be reached is only warned of (the 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.procs import SONDE, RunningHub, base_env, running_hub
+from tests.ports import free_port
 from tests.subprocs import run_any
 
 
@@ -53,9 +53,7 @@ def test_the_hubs_url_saves_the_key(hub: RunningHub, tmp_path: Path, suffix: str
 
 
 def test_an_unreachable_hub_is_only_warned_of(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     done = login(tmp_path, f"http://127.0.0.1:{port}", "sonde_abc")
     assert done.returncode == 0, done.stderr
     assert "could not reach" in done.stderr

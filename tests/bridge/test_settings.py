@@ -15,6 +15,7 @@ from sonde.bridge.settings import NotConfigured, resolve_settings
 from sonde.hub_url import normalize_hub_url
 from sonde.protocol.signing import new_private_key, private_key_to_text, public_key_to_text
 from tests.bridge.fakehub import GOOD_KEY, fake_hub
+from tests.ports import free_port
 
 FROM_CONFIG = AgentConfig(hub_url="http://config.example:3000", api_key="sonde_config")
 ENV = {"SONDE_HUB_URL": "http://env.example:3000", "SONDE_API_KEY": "sonde_env"}
@@ -157,11 +158,7 @@ async def test_login_checks_the_key_with_the_hub(tmp_path: Path, capsys: pytest.
 def test_login_saves_anyway_when_the_hub_is_unreachable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     path = tmp_path / "config.json"
     assert login(f"http://127.0.0.1:{port}", "sonde_abc", path=path) == 0
     assert "could not reach" in capsys.readouterr().err

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,15 +24,10 @@ from tests.conftest import require
 from tests.e2e.harness import status_of
 from tests.e2e.mcpclient import call, mcp_client
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
+from tests.ports import free_port
 
 DOWN = "The redis server is down: it accepts no connection"
 FULL = "The redis server refuses new connections: its connection limit is reached"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 import psycopg
 
 from tests.conftest import require
+from tests.ports import free_port
 
 COMMAND_TIMEOUT_S = 20  # one initdb, pg_basebackup or pg_ctl; each takes well under a second here
 # fast and small: no fsync (thrown away after), little shared memory
@@ -35,12 +35,6 @@ def binaries() -> Path | None:
         Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda path: int(path.parent.parent.name)
     )
     return found[-1].parent if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def as_owner(argv: Sequence[str]) -> list[str]:

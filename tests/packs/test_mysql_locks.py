@@ -9,7 +9,6 @@ test makes its own database (unique name), holds its locks for seconds, and drop
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -37,6 +36,7 @@ from tests.packs.test_mysql import (
     run,
 )
 from tests.packs.test_mysql_visibility import TRIES, Accounts, access_denied_errors
+from tests.ports import free_port
 
 POLL_S = 0.1
 MARIADBD = "/usr/sbin/mariadbd"
@@ -220,12 +220,6 @@ async def accounts() -> AsyncIterator[Accounts]:
 
 
 # Who holds a metadata lock: a MariaDB of our own with performance_schema on
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

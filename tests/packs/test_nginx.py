@@ -38,6 +38,7 @@ from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold, shown_number
 from tests.conftest import require
 from tests.packs.test_system_unprivileged import NOBODY, probe_as_nobody, unprivileged
+from tests.ports import free_port
 
 HAND = Path(__file__).parent / "recorded" / "hand"
 REGISTRY = PackRegistry.of([PACK])
@@ -226,12 +227,6 @@ def nginx_binary() -> str:
     require(found is not None, "nginx is not installed: apt-get install nginx-light")
     assert found is not None
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def config(root: Path, port: int, closed_port: int) -> str:

@@ -7,7 +7,6 @@ and stops it after.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import uuid
@@ -30,6 +29,7 @@ from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import human_bytes, shown_number
 from tests.conftest import require
+from tests.ports import free_port
 from tests.subprocs import without_file_overrides
 
 REGISTRY = PackRegistry.of([PACK])
@@ -54,13 +54,6 @@ class OwnRedis:
 
     async def probe(self, name: str) -> dict[str, Any]:
         return (await execute_probe(REGISTRY, name, {"port": self.port}, ProbeContext())).result
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def ready(process: subprocess.Popen[str]) -> bool:
