@@ -68,6 +68,7 @@ class FakeHub:
     first_heartbeat: trio.Event = field(default_factory=trio.Event)
     disconnected: trio.Event = field(default_factory=trio.Event)
     _linked: trio.Event = field(default_factory=trio.Event)
+    _heartbeat: trio.Event = field(default_factory=trio.Event)
 
     def new_codec(self) -> FrameCodec:
         """A codec for one connection: Ed25519 until the ack, then that connection's link keys."""
@@ -160,10 +161,17 @@ class FakeHub:
             await self._linked.wait()
         return self.links
 
+    async def wait_for_heartbeats(self, count: int) -> None:
+        """Wait until ``count`` heartbeats have come in."""
+        while len(self.heartbeats) < count:
+            await self._heartbeat.wait()
+
     async def _on_message(self, message: Message) -> None:
         if isinstance(message, AgentHeartbeat):
             self.heartbeats.append((trio.current_time(), message.payload.probes_in_flight))
             self.first_heartbeat.set()
+            self._heartbeat.set()
+            self._heartbeat = trio.Event()
 
 
 class DeafTransport:
