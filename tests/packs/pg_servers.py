@@ -1,5 +1,6 @@
 """Throwaway PostgreSQL servers of the tests' own, on 127.0.0.1 under /tmp: a lone server, or a
-primary with a streaming standby (pg_basebackup -R), each started by a fixture and stopped after.
+primary with a streaming standby (pg_basebackup -R) or one fed by log shipping alone, each started
+by a fixture and stopped after.
 
 Made with the machine's own PostgreSQL binaries (Debian's under /usr/lib/postgresql/*/bin), run as
 the ``postgres`` user when the tests run as root (initdb refuses root). Nothing waits unbounded: every
@@ -111,11 +112,16 @@ def workspace() -> Iterator[tuple[Path, Path]]:
     assert found is not None
     root = Path(tempfile.mkdtemp(prefix="sonde-pg-"))
     try:
-        if os.geteuid() == 0:
-            shutil.chown(root, "postgres", "postgres")
-        yield found, root
+        yield found, owned(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def owned(path: Path) -> Path:
+    """``path``, made the ``postgres`` user's when this is root (the servers run as that user)."""
+    if os.geteuid() == 0:
+        shutil.chown(path, "postgres", "postgres")
+    return path
 
 
 def initdb(server: Server, *args: str) -> None:
@@ -138,18 +144,31 @@ def lone_server(settings: dict[str, str], *initdb_args: str) -> Iterator[Server]
 
 
 @contextmanager
-def primary_and_standby() -> Iterator[tuple[Server, Server]]:
-    """A primary and a standby streaming from it (made with pg_basebackup -R), stopped and removed after."""
+def primary_and_standby(log_shipping: bool = False) -> Iterator[tuple[Server, Server]]:
+    """A primary and a standby streaming from it (made with pg_basebackup -R), stopped and removed after.
+
+    With ``log_shipping`` the standby never streams: the primary archives its WAL into a directory
+    (archive_command cp) and the standby, made without -R, replays from there alone (restore_command).
+    """
     with workspace() as (bin_dir, root):
+        archive = root / "archive"
         primary = Server(bin_dir, root, "primary")
         standby = Server(bin_dir, root, "standby")
+        if log_shipping:
+            archive.mkdir()
+            owned(archive)
+            primary.settings |= {"archive_mode": "on", "archive_command": f"'cp %p {archive}/%f'"}
+            standby.settings |= {"restore_command": f"'cp {archive}/%f %p'"}
         initdb(primary)
         try:
             primary.start()
             standby.run(
                 "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
-                "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast",
+                "-D", str(standby.data), *([] if log_shipping else ["-R"]), "-X", "stream", "-c", "fast",
             )  # fmt: skip
+            if log_shipping:
+                (standby.data / "standby.signal").touch()
+                owned(standby.data / "standby.signal")
             standby.start()
             yield primary, standby
         finally:

@@ -56,9 +56,13 @@ async def run(name: str, server: Server, **params: Any) -> dict[str, Any]:
 
 
 async def wait_for(
-    name: str, server: Server, seen: Callable[[dict[str, Any]], bool], **params: Any
+    name: str,
+    server: Server,
+    seen: Callable[[dict[str, Any]], bool],
+    timeout_s: float = WAIT_S,
+    **params: Any,
 ) -> dict[str, Any]:
-    with trio.fail_after(WAIT_S):
+    with trio.fail_after(timeout_s):
         while True:
             result = await run(name, server, **params)
             if seen(result):
@@ -399,3 +403,30 @@ async def test_a_standby_whose_primary_stopped_is_not_streaming() -> None:
     assert (finding.severity, finding.title) == ("critical", "This standby is not streaming from its primary")
     assert "pg_stat_wal_receiver is empty" in finding.detail
     assert "restore_command is empty" in finding.detail
+
+
+async def test_a_standby_that_replays_from_the_archive_alone_is_no_alarm() -> None:
+    # Log shipping by design (no primary_conninfo, a restore_command): no WAL receiver ever runs,
+    # and Sonde called it critical, "not streaming from its primary".
+    with trio.fail_after(30), primary_and_standby(log_shipping=True) as (primary, standby):
+        primary.sql("CREATE TABLE t (n int)", "INSERT INTO t VALUES (1)", "SELECT pg_switch_wal()")
+        shipped = await wait_for(
+            "postgres.replication.status",
+            standby,
+            lambda r: r["standby"]["last_replayed_xact_s"] is not None,
+            timeout_s=20,  # the archived segment is fetched on the standby's next retry (every 5 s)
+        )
+    assert shipped["role"] == "standby"
+    standby_reading = shipped["standby"]
+    assert (
+        standby_reading["receiver_running"],
+        standby_reading["primary_conninfo_set"],
+        standby_reading["restore_command_set"],
+    ) == (False, False, True)
+    [finding] = findings("postgres.replication.status", shipped)
+    assert (finding.severity, finding.title) == (
+        "info",
+        "This standby replays WAL from the archive only, not streaming",
+    )
+    assert "The last transaction it replayed committed" in finding.detail
+    assert "its lag is not judged here" in finding.detail

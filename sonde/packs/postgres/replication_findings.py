@@ -39,9 +39,36 @@ def not_streaming_finding(standby: Reading, probe: str) -> Finding:
     return Finding("critical", "This standby is not streaming from its primary", detail, probe)
 
 
+def archive_only_finding(standby: Reading, probe: str) -> Finding:
+    """A standby set up to replay from the WAL archive alone (log shipping): no receiver is expected."""
+    last = standby.get("last_replayed_xact_s")
+    replayed = (
+        f"The last transaction it replayed committed {human_seconds(last)} ago"
+        if last is not None
+        else "It has replayed no transaction since it started"
+    )
+    return Finding(
+        "info",
+        "This standby replays WAL from the archive only, not streaming",
+        "primary_conninfo is empty and restore_command is set: it is set up for log shipping, and is "
+        "as current as the last WAL segment its primary archived (how often that happens is the "
+        f"primary's archive_timeout). {replayed}; on a busy primary that is how far behind it is, on an "
+        "idle one it says nothing, so its lag is not judged here: check the primary's archiving "
+        "(postgres.replication.status there).",
+        probe,
+    )
+
+
 def standby_findings(thresholds: Mapping[str, Threshold], standby: Reading, probe: str) -> list[Finding]:
     found: list[Finding] = []
-    if standby.get("receiver_running") is False:
+    archive_only = (
+        standby.get("receiver_running") is False
+        and standby.get("primary_conninfo_set") is False
+        and standby.get("restore_command_set") is True
+    )
+    if archive_only:
+        found.append(archive_only_finding(standby, probe))
+    elif standby.get("receiver_running") is False:
         found.append(not_streaming_finding(standby, probe))
     elif standby.get("receiver_status") not in (None, "streaming"):
         found.append(
@@ -73,7 +100,7 @@ def standby_findings(thresholds: Mapping[str, Threshold], standby: Reading, prob
                 probe,
             )
         )
-    else:
+    elif not archive_only:
         found += check(
             thresholds["replication_lag_s"],
             delay,
