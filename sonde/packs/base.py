@@ -74,6 +74,11 @@ class Result(BaseModel):
         return self._newest_last
 
 
+class OutOfTime(Exception):
+    """A probe saw its deadline come before it could do its work, and says why (its message): it
+    ends as a probe past its deadline does (code ``timeout``), with that reason added."""
+
+
 class ProbeUnavailable(Exception):
     """The probe cannot run on this machine (missing command, service or permission)."""
 

@@ -9,6 +9,9 @@ until it returns, and logged; while ``MAX_STUCK_THREADS`` are stuck, new thread
 work is refused with an error saying so, so the number of threads stays bounded.
 Clients of a network service also cut their socket when their probe ends
 (`sonde.packs.services.Hangup`), so their threads return.
+
+Probes of the database packs also take a turn at their server (`server_turns`): at most
+two of them talk to one server at once (`sonde.packs.server_turns`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import trio
 
 from sonde.packs.base import ProbeUnavailable
 from sonde.packs.process import DEFAULT_MAX_OUTPUT_BYTES, CommandOutput, run_command
+from sonde.packs.server_turns import ServerKey, ServerTurns
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -194,12 +198,17 @@ class ProbeContext:
     A probe that filters text for the caller (a ``contains`` or ``grep``) must only
     keep what still matches once redacted: a filter matched on the raw text tells
     the caller whether a secret it cannot see starts with what it guessed.
+
+    ``server_turns`` is the agent's, like ``threads``; ``turns_held`` names the turns the
+    probe running with this context holds (`sonde.packs.server_turns.takes_turns`).
     """
 
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     threads: ProbeThreads = field(default_factory=ProbeThreads)
     redact: Callable[[str], str] = unredacted
     remembered: Remembered = field(default_factory=Remembered)
+    server_turns: ServerTurns = field(default_factory=ServerTurns)
+    turns_held: frozenset[ServerKey] = frozenset()
 
     async def run(
         self, argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES

@@ -20,7 +20,7 @@ import trio
 from pydantic import ValidationError
 
 from sonde.echo import clipped
-from sonde.packs.base import PackLoadError, ProbeUnavailable, ServiceRefused
+from sonde.packs.base import OutOfTime, PackLoadError, ProbeUnavailable, ServiceRefused
 from sonde.packs.context import PathNotAllowed, ProbeContext, unredacted
 from sonde.packs.registry import PackRegistry
 from sonde.protocol.jsontext import valid_text, valid_unicode
@@ -132,6 +132,10 @@ async def execute_probe(
             result = await spec.run(ctx if ctx.redact is unredacted else replace(ctx, redact=tally), parsed)
     except trio.TooSlowError:
         raise ProbeExecutionError("timeout", f"probe {name} did not finish within {limit_s:g}s") from None
+    except OutOfTime as exc:
+        raise ProbeExecutionError(
+            "timeout", f"probe {name} did not finish within {limit_s:g}s: {exc}"
+        ) from None
     except ServiceRefused as exc:  # the server is down or full: the runbook's finding (its code)
         raise ProbeExecutionError(exc.code, str(exc)) from None
     except ProbeUnavailable as exc:

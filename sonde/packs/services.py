@@ -29,6 +29,7 @@ from sonde.packs.base import Detection, Params
 
 DETECT_CONNECT_TIMEOUT_S = 0.3
 CONNECT_TIMEOUT_S = 5
+SERVER_GOODBYE_S = 1.0  # at most, for a server to close its side once the client said goodbye
 MIN_DRIVER_TIMEOUT_S = 0.1  # a driver timeout is never 0 (that means "none" to some drivers)
 
 # a name or IPv4 address, an IPv6 literal (bare or in brackets; `_ipv6_literal` checks it), or a socket path
@@ -233,6 +234,25 @@ class Hangup:
             earlier.close()  # the client is done with that one
         if duplicate is not None:
             _shut(duplicate)
+
+    async def hang_up(self, wait_s: float = SERVER_GOODBYE_S) -> None:
+        """`cut`, once the server has closed its side of the socket (at most ``wait_s`` later).
+
+        Call it when the client has said goodbye (PostgreSQL's Terminate, MySQL's COM_QUIT) and
+        closed its own descriptor. The server closes its side when it has let the connection go:
+        a PostgreSQL backend exits first, and until then it holds one of the server's connection
+        slots (and its row in pg_stat_activity). Waiting for that before a probe ends lets the
+        probe's turn at the server (`sonde.packs.server_turns`) pass on only once the slot is
+        free again. Cancelled, it cuts at once.
+        """
+        with self._lock:
+            attached = None if self._cut else self._socket
+        try:
+            if attached is not None:
+                with trio.move_on_after(wait_s):
+                    await trio.lowlevel.wait_readable(attached)  # the server's end of file
+        finally:
+            self.cut()
 
     def cut(self) -> None:
         """Shut the attached socket down (now or at its attach); idempotent, never blocks."""

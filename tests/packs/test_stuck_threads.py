@@ -7,7 +7,9 @@ every thread-backed probe on the agent timed out until it restarted. Here a fake
 of such a server (and of MySQL and Redis servers that trickle a byte at a time,
 which no per-read timeout stops) runs on 127.0.0.1, and the real probes go
 through the executor: each ends at its deadline, its connection is cut, and
-ordinary probes still answer after more hung calls than there are slots.
+ordinary probes still answer after more hung calls than there are slots. Each hung
+probe of a wave talks to a server of its own: at one server, only two at once would
+get a turn (`sonde.packs.server_turns`), and take a thread.
 """
 
 from __future__ import annotations
@@ -177,11 +179,11 @@ async def times_out_at_deadline(ctx: ProbeContext, name: str, port: int) -> None
     assert trio.current_time() - started < DEADLINE_S + LATE_S
 
 
-async def hang_waves(ctx: ProbeContext, name: str, server: HungServer) -> None:
-    """``WAVES`` times, ``THREAD_LIMIT`` hung probes at once: each ends at its deadline."""
+async def hang_waves(ctx: ProbeContext, name: str, servers: list[HungServer]) -> None:
+    """``WAVES`` times, a hung probe at each of ``servers`` at once: each ends at its deadline."""
     for _ in range(WAVES):
         async with trio.open_nursery() as nursery:
-            for _ in range(THREAD_LIMIT):
+            for server in servers:
                 nursery.start_soon(times_out_at_deadline, ctx, name, server.port)
 
 
@@ -218,10 +220,12 @@ async def test_a_server_that_hangs_or_trickles_does_not_take_the_probe_threads(
     probe: str,
     handler: Callable[[trio.SocketStream], Awaitable[None]],
 ) -> None:
-    server = await serve_hung(nursery, handler)  # `nursery` is pytest-trio's: cancelled after the test
-    await hang_waves(ctx, probe, server)
+    # `nursery` is pytest-trio's: cancelled after the test
+    servers = [await serve_hung(nursery, handler) for _ in range(THREAD_LIMIT)]
+    await hang_waves(ctx, probe, servers)
     await still_answers(ctx, readable)
-    await server.wait_all_closed(WAVES * THREAD_LIMIT)  # each connection was cut
+    for server in servers:
+        await server.wait_all_closed(WAVES)  # each connection was cut
     await no_thread_stuck(ctx.threads)  # and each thread returned
 
 

@@ -5,6 +5,11 @@ reports: each names itself ``sonde`` when it connects (the ``program_name``
 connection attribute, readable in performance_schema where that is on), and each
 statement it sends begins with `SONDE_MARK`, which the process list shows while the
 statement runs.
+
+Every probe of the pack runs with a turn at its server (`one_turn`, on its entry point):
+at most two of them talk to one server at once (`sonde.packs.server_turns`), and each
+holds one connection (one `session`), so one agent holds at most two of a server's
+connections.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import trio
 from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import DEFAULTS
+from sonde.packs.server_turns import takes_turns
 from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint, nothing_listens
 
 READ_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
@@ -58,6 +64,9 @@ class MysqlParams(ServiceParams):
 
 def mysql_endpoint(ctx: ProbeContext, params: MysqlParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("mysql"), DEFAULTS)
+
+
+one_turn = takes_turns("mysql", DEFAULTS)  # on every probe's entry point
 
 
 def _socket(where: Endpoint, limits: SocketLimits) -> socket.socket:
@@ -219,7 +228,8 @@ class Session:
 async def session(ctx: ProbeContext, params: MysqlParams) -> AsyncIterator[Session]:
     """A `Session` on the configured server, closed on the way out (cancellation included).
 
-    The connection is cut when the session ends, so no thread stays blocked on it.
+    The connection is cut when the session ends, so no thread stays blocked on it: once the
+    server has closed its side after the goodbye (`Hangup.hang_up`), at once when cancelled.
     """
     where, hangup = mysql_endpoint(ctx, params), Hangup()
     try:
@@ -231,7 +241,7 @@ async def session(ctx: ProbeContext, params: MysqlParams) -> AsyncIterator[Sessi
                 with trio.move_on_after(CLOSE_TIMEOUT_S, shield=True), suppress(ProbeUnavailable):
                     await ctx.in_thread(_close, connection)
     finally:
-        hangup.cut()
+        await hangup.hang_up()
 
 
 async def run_queries(ctx: ProbeContext, params: MysqlParams, *queries: Query) -> list[list[dict[str, Any]]]:

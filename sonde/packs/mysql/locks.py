@@ -26,7 +26,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import SONDE_THREAD, MysqlParams, Session, as_dict, session
+from sonde.packs.mysql.connection import SONDE_THREAD, MysqlParams, Session, as_dict, one_turn, session
 from sonde.packs.mysql.probes import (
     THREAD_COLUMNS,
     TRANSACTIONS,
@@ -242,6 +242,7 @@ def lock_waits(
     connections are left out. Use it when queries hang or time out on locks.""",
     timeout_s=15,
 )
+@one_turn
 async def locks_waits(ctx: ProbeContext, params: LockParams) -> LockWaits:
     async with session(ctx, params) as connection:
         grants, [server], current, waiters = await connection.run(

@@ -17,7 +17,15 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import SONDE_THREAD, MysqlParams, Session, as_dict, run_queries, session
+from sonde.packs.mysql.connection import (
+    SONDE_THREAD,
+    MysqlParams,
+    Session,
+    as_dict,
+    one_turn,
+    run_queries,
+    session,
+)
 from sonde.packs.mysql.visibility import SHOW_GRANTS, databases_visibility, global_privileges
 
 QUERY_MAX_CHARS = 1000
@@ -115,6 +123,7 @@ def databases_listing(rows: list[dict[str, Any]], limit: int, grants: list[dict[
     cannot be known. Use it for 'what fills the disk' on a database server.""",
     timeout_s=20,
 )
+@one_turn
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
     rows, grants = await run_queries(ctx, params, (DATABASES, (params.include_system,)), (SHOW_GRANTS, ()))
     return databases_listing(rows, params.limit, grants)
@@ -187,6 +196,7 @@ def hidden_threads_note(hidden: int) -> str:
     says so: it cannot read the transactions either (transaction_s null).""",
     timeout_s=15,
 )
+@one_turn
 async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
     listed = (params.include_sleeping, params.min_time_s)
     async with session(ctx, params) as connection:

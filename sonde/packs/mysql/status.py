@@ -41,6 +41,7 @@ from sonde.packs.mysql.connection import (
     MysqlParams,
     as_dict,
     as_number,
+    one_turn,
     run_queries,
     session,
 )
@@ -166,6 +167,7 @@ def summarize_status(
     Use it for 'is the database overloaded' or 'too many connections'.""",
     timeout_s=25,
 )
+@one_turn
 async def status_summary(ctx: ProbeContext, params: StatusParams) -> StatusSummary:
     async with session(ctx, params) as connection:
         before_rows, [siblings], session_before, variables = await connection.run(
@@ -236,6 +238,7 @@ def summarize_innodb(status: Mapping[str, str], variables: Mapping[str, str]) ->
     queries caused by I/O or lock contention; mysql.locks.waits names who blocks whom now.""",
     timeout_s=15,
 )
+@one_turn
 async def innodb_summary(ctx: ProbeContext, params: MysqlParams) -> InnodbSummary:
     status, variables = await run_queries(ctx, params, (STATUS, ()), (VARIABLES, ()))
     return summarize_innodb(as_dict(status), as_dict(variables))

@@ -17,7 +17,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
+from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, one_turn, run_queries
 from sonde.packs.postgres.visibility import (
     CLIENT_SESSIONS,
     DETAILS_HIDDEN,
@@ -195,6 +195,7 @@ def connection_usage(rows: list[dict[str, Any]], limits: dict[str, Any]) -> Conn
     what is hidden. Use it for 'too many connections' errors.""",
     timeout_s=15,
 )
+@one_turn
 async def connections_usage(ctx: ProbeContext, params: PostgresParams) -> ConnectionUsage:
     rows, settings = await run_queries(ctx, params, (CONNECTION_COUNTS, ()), (SETTINGS, ()))
     return connection_usage(rows, settings[0])
@@ -261,6 +262,7 @@ def session(row: dict[str, Any]) -> Session:
     `unjudged_sessions`, `sees_all_sessions` is false and `visibility` says so.""",
     timeout_s=15,
 )
+@one_turn
 async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
     rows, [unjudged] = await run_queries(
         ctx, params, (LONG_RUNNING, (params.min_duration_s, params.limit + 1)), (UNJUDGED, ())
@@ -365,6 +367,7 @@ def locks_listing(
     `visibility` says so. Use it for 'queries hang' or 'deadlock'.""",
     timeout_s=15,
 )
+@one_turn
 async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:
     blocked, counts, [sees] = await run_queries(
         ctx, params, (BLOCKED, (params.limit + 1,)), (LOCK_COUNTS, ()), (SEES_ALL, ())

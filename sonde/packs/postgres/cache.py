@@ -10,7 +10,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.connection import PostgresParams, run_queries
+from sonde.packs.postgres.connection import PostgresParams, one_turn, run_queries
 
 CACHE = """
 SELECT datname AS name, blks_hit AS hits, blks_read AS reads
@@ -71,6 +71,7 @@ def cache_ratio(rows: list[dict[str, Any]], limit: int) -> CacheHitRatio:
     Below about 90 % on a busy server, shared_buffers may be too small for the working set.""",
     timeout_s=15,
 )
+@one_turn
 async def cache_hit_ratio(ctx: ProbeContext, params: CacheParams) -> CacheHitRatio:
     [rows] = await run_queries(ctx, params, (CACHE, ()))
     return cache_ratio(rows, params.limit)

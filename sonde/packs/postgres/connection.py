@@ -1,4 +1,10 @@
-"""Run read-only SQL against PostgreSQL in a worker thread, errors turned into our vocabulary."""
+"""Run read-only SQL against PostgreSQL in a worker thread, errors turned into our vocabulary.
+
+Every probe of the pack runs with a turn at its server (`one_turn`, on its entry point):
+at most two of them talk to one server at once (`sonde.packs.server_turns`), and each
+holds one connection at a time (`run_queries` calls follow one another), so one agent
+holds at most two of a server's connections.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Any
 from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import DEFAULTS
+from sonde.packs.server_turns import takes_turns
 from sonde.packs.services import (
     CONNECT_TIMEOUT_S,
     DatabaseName,
@@ -68,6 +75,15 @@ class PostgresParams(ServiceParams):
 
 def postgres_endpoint(ctx: ProbeContext, params: PostgresParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("postgres"), DEFAULTS, params.database)
+
+
+def server_address(where: Endpoint) -> str:
+    """Where the server listens: host and port, or its socket file (a socket directory holds
+    one per port, so the directory alone would not name one server)."""
+    return f"{where.host.rstrip('/')}/.s.PGSQL.{where.port}" if where.host.startswith("/") else where.where()
+
+
+one_turn = takes_turns("postgres", DEFAULTS, server_address)  # on every probe's entry point
 
 
 def database_origin(ctx: ProbeContext, params: PostgresParams) -> str:
@@ -168,12 +184,14 @@ async def run_queries(
 ) -> list[list[dict[str, Any]]]:
     """Each query's rows (as dicts), over one connection opened and closed in a worker thread.
 
-    Cancelled (the probe's deadline), it returns at once and cuts the connection, so
-    the thread's blocked call fails and the thread returns.
+    It returns once the server has let the connection go (its backend exited: `Hangup.hang_up`),
+    so the probe's turn at the server passes on with the server's slot free. Cancelled (the
+    probe's deadline), it returns at once and cuts the connection, so the thread's blocked
+    call fails and the thread returns.
     """
     where, origin = postgres_endpoint(ctx, params), database_origin(ctx, params)
     hangup = Hangup()
     try:
         return await ctx.in_thread(_run, where, queries, origin, Limits.from_deadline(), hangup)
     finally:
-        hangup.cut()
+        await hangup.hang_up()

@@ -10,7 +10,7 @@ from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import PACK
 from sonde.packs.postgres.activity import seconds_since
-from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, run_queries
+from sonde.packs.postgres.connection import SONDE_APPLICATION, PostgresParams, one_turn, run_queries
 from sonde.packs.postgres.visibility import (
     CLIENT_SESSIONS,
     DETAILS_HIDDEN,
@@ -156,6 +156,7 @@ def databases_listing(rows: list[dict[str, Any]], limit: int, sees_all: bool) ->
     'what fills the disk' on a database server.""",
     timeout_s=20,
 )
+@one_turn
 async def databases_sizes(ctx: ProbeContext, params: DatabasesParams) -> Databases:
     rows, [sees] = await run_queries(ctx, params, (DATABASES, (params.include_templates,)), (SEES_ALL, ()))
     return databases_listing(rows, params.limit, sees["sees_all"])
@@ -290,6 +291,7 @@ def replication_reading(
     `hidden_replicas` counts the replicas it cannot judge and `visibility` says so.""",
     timeout_s=15,
 )
+@one_turn
 async def replication_status(ctx: ProbeContext, params: PostgresParams) -> Replication:
     [[recovery], [archiver]] = await run_queries(ctx, params, (IN_RECOVERY, ()), (ARCHIVER, ()))
     if recovery["in_recovery"]:
@@ -351,6 +353,7 @@ def wraparound_reading(rows: list[dict[str, Any]], settings: dict[str, Any], lim
     login.""",
     timeout_s=15,
 )
+@one_turn
 async def vacuum_wraparound(ctx: ProbeContext, params: WraparoundParams) -> Wraparound:
     rows, [settings] = await run_queries(ctx, params, (WRAPAROUND, ()), (FREEZE_SETTINGS, ()))
     return wraparound_reading(rows, settings, params.limit)

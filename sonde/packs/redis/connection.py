@@ -1,4 +1,10 @@
-"""Talk to Redis in a worker thread; INFO comes back as raw text for `parse_info`."""
+"""Talk to Redis in a worker thread; INFO comes back as raw text for `parse_info`.
+
+Every probe of the pack runs with a turn at its server (`one_turn`, on its entry point):
+at most two of them talk to one server at once (`sonde.packs.server_turns`), and each
+holds one connection at a time (`with_redis` calls follow one another), so one agent
+holds at most two of a server's connections.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from typing import Any, TypeVar
 from sonde.packs.base import ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import DEFAULTS
+from sonde.packs.server_turns import takes_turns
 from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, endpoint, nothing_listens
 
 T = TypeVar("T")
@@ -22,6 +29,9 @@ class RedisParams(ServiceParams):
 
 def redis_endpoint(ctx: ProbeContext, params: RedisParams) -> Endpoint:
     return endpoint(params, ctx.settings.for_pack("redis"), DEFAULTS)
+
+
+one_turn = takes_turns("redis", DEFAULTS)  # on every probe's entry point
 
 
 def _client(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:

@@ -15,7 +15,7 @@ import trio
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import PACK
-from sonde.packs.redis.connection import RedisParams, redis_endpoint
+from sonde.packs.redis.connection import RedisParams, one_turn, redis_endpoint
 from sonde.packs.redis.info import integer, keyspace, number
 from sonde.packs.redis.probes import read_info
 
@@ -113,6 +113,7 @@ def on_this_machine(ctx: ProbeContext, params: RedisParams) -> bool:
     with OOM: under noeviction, and under volatile-* when no key has a TTL.""",
     timeout_s=15,
 )
+@one_turn
 async def redis_memory(ctx: ProbeContext, params: RedisParams) -> Memory:
     before, started = await read_info(ctx, params), trio.current_time()
     await trio.sleep(EVICTION_SAMPLE_S)

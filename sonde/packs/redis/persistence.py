@@ -16,7 +16,7 @@ from typing import Any
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import PACK
-from sonde.packs.redis.connection import RedisParams, info_text, with_redis
+from sonde.packs.redis.connection import RedisParams, info_text, one_turn, with_redis
 from sonde.packs.redis.info import integer, parse_info
 from sonde.packs.system.info import iso_utc
 
@@ -118,6 +118,7 @@ def _info_and_settings(refused: Refusals, client: Any) -> tuple[str, dict[str, s
     with stop-writes-on-bgsave-error yes and save points set, Redis refuses writes (MISCONF).""",
     timeout_s=15,
 )
+@one_turn
 async def redis_persistence(ctx: ProbeContext, params: RedisParams) -> Persistence:
     refused: Refusals = ctx.remembered.get("redis.config_get_refused", dict)
     text, settings = await with_redis(ctx, params, partial(_info_and_settings, refused))

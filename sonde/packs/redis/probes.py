@@ -10,7 +10,7 @@ from pydantic import Field
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.redis import PACK
-from sonde.packs.redis.connection import RedisParams, info_text, with_redis
+from sonde.packs.redis.connection import RedisParams, info_text, one_turn, with_redis
 from sonde.packs.redis.info import hit_percent, integer, keyspace, parse_info, replicas
 from sonde.packs.system.info import iso_utc
 
@@ -74,6 +74,7 @@ def server_info(info: Mapping[str, str], own_connections: int = 0) -> ServerInfo
     Redis cannot count them without listing every client).""",
     timeout_s=15,
 )
+@one_turn
 async def redis_server_info(ctx: ProbeContext, params: RedisParams) -> ServerInfo:
     return server_info(await read_info(ctx, params), OWN_CONNECTIONS)
 
@@ -96,6 +97,7 @@ class Keyspace(Result):
     total. Use it to see which database holds the data and whether keys expire.""",
     timeout_s=15,
 )
+@one_turn
 async def redis_keyspace(ctx: ProbeContext, params: RedisParams) -> Keyspace:
     found = keyspace(await read_info(ctx, params))
     databases = [
@@ -156,6 +158,7 @@ def slow_entry(raw: Mapping[str, Any]) -> SlowEntry:
     characters: arguments may hold data), client address and name; with the log length.""",
     timeout_s=15,
 )
+@one_turn
 async def redis_slowlog(ctx: ProbeContext, params: SlowlogParams) -> Slowlog:
     length, raw = await with_redis(ctx, params, lambda client: _slowlog(client, params.limit))
     return Slowlog(length=length, entries=[slow_entry(r) for r in raw], truncated=length > len(raw))
@@ -220,5 +223,6 @@ def replication(info: Mapping[str, str]) -> Replication:
     last I/O with it, how long the link has been down and whether a sync is in progress.""",
     timeout_s=15,
 )
+@one_turn
 async def redis_replication(ctx: ProbeContext, params: RedisParams) -> Replication:
     return replication(await read_info(ctx, params))
