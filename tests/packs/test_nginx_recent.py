@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sonde.packs.context import ProbeContext, ProbeSettings
@@ -144,6 +145,30 @@ async def test_a_stopped_nginx_is_a_critical_finding(installed_nginx: str, tmp_p
         "nginx is installed but not running, nor started at boot",
     )
     assert "`enabledPacks`" in only_installed.detail
+
+
+async def test_a_killed_nginx_leaves_a_stale_pid_file_and_is_critical(
+    installed_nginx: str, tmp_path: Path
+) -> None:
+    # SIGKILLed (the OOM killer, kill -9), nginx leaves its pid file naming a PID no nginx has:
+    # a crash, so critical even where nothing starts nginx at boot
+    started = start(installed_nginx, tmp_path)
+    workers = psutil.Process(started.process.pid).children()
+    assert workers  # killed too: a worker outlives its master and keeps the sockets
+    for worker in workers:
+        worker.kill()
+    started.process.kill()
+    started.process.wait(timeout=10)
+    psutil.wait_procs(workers, timeout=10)
+    status = await run(started.context(), "nginx.process.status")
+    pid_file = tmp_path / "nginx.pid"
+    assert (status["running"], status["master"], status["pid_file_pid"]) == (False, None, started.process.pid)
+    assert status["pid_file_note"] == (
+        f"{pid_file} names PID {started.process.pid}, which is no nginx master: a stale pid file"
+    )
+    [finding] = RUNBOOK.evaluate({"nginx.process.status": {**status, "enabled_at_boot": False}})
+    assert (finding.severity, finding.title) == ("critical", "nginx is not running")
+    assert "a stale pid file" in finding.detail
 
 
 def test_started_at_boot_is_an_enabled_unit_or_a_start_link(
