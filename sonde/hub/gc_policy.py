@@ -15,10 +15,12 @@ So, for the `sonde hub` process only:
 - automatic full collections are off. Objects that survive the young
   generations are long-lived connection state; what of it becomes cyclic
   garbage comes from connections that closed (about 25 objects, 3 KiB, for
-  every HTTP or WebSocket connection, agent or not), so `govern_gc` runs a
+  every HTTP or WebSocket connection, agent or not) and from MCP sessions that
+  ended (about 50 objects each; a client may open and end them over one
+  connection that never closes), so `govern_gc` runs a
   full collection when enough connections have closed since the last one
   (10 % of those open, at least 100), at most every 5 minutes, and in any case
-  every 6 hours when any closed at all. With a steady fleet the hub never
+  every 6 hours when any closed at all (a session's end counts as a close). With a steady fleet the hub never
   pauses for a full collection; after churn it pauses once (about 0.3 ms per
   connected agent) and reclaims what the leavers left. (Counting departed
   agents alone, as this first did, let a client that opened and closed
@@ -96,7 +98,7 @@ async def govern_gc(churn: Churn, check_every_s: float = CHECK_EVERY_S) -> None:
         started = time.perf_counter()
         freed = gc.collect()
         log.info(
-            "full garbage collection after %d connections closed: %d objects freed in %.2f s",
+            "full garbage collection after %d connections closed or MCP sessions ended: %d objects freed in %.2f s",
             closed - policy.closed_at_last,
             freed,
             time.perf_counter() - started,

@@ -21,6 +21,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.mcp_answers import PerRequestTransport
 from sonde.hub.mcp_events import EventLog, SessionEvents
+from sonde.hub.tcp_guard import CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,15 @@ class SessionManager(StreamableHTTPSessionManager):
         self._server_instances[admitted.mcp_session_id] = transport
         return transport
 
+    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        """The SDK's, and the end counted for the garbage collector (`CONNECTIONS.ended`): an ended
+        session's objects are cyclic garbage only a full collection frees, and its client's
+        connection may never close (a proxy's pooled one, a client that keeps one alive). The SDK
+        may discard a session twice (its DELETE, then its server task): it ended once."""
+        if session_id in self._server_instances:
+            CONNECTIONS.ended()
+        await super()._discard_session(session_id, transport)
+
     def _end_idlest(self, owned: list[str], requestor: AuthorizationContext) -> bool:
         """End the one of ``owned`` idle longest (nothing in flight, no open stream) to make room.
 
@@ -120,6 +130,7 @@ class SessionManager(StreamableHTTPSessionManager):
             return False
         transport = self._server_instances.pop(idlest)
         self._session_owners.pop(idlest, None)
+        CONNECTIONS.ended()
         assert transport.idle_scope is not None
         transport.idle_scope.cancel()  # its server task ends and terminates the transport
         IDLE_ENDINGS.say(requestor["client_id"], len(owned))

@@ -81,6 +81,12 @@ class ConnectionCount:
         self._open -= 1
         self._closed += 1
 
+    def ended(self) -> None:
+        """Other connection state ended that leaves garbage as a closed connection does: an MCP
+        session (a client may open and end any number of them over one connection that stays
+        open), counted with the closed ones for the garbage collector (`sonde.hub.gc_policy`)."""
+        self._closed += 1
+
     def open_now(self) -> int:
         return self._open
 
