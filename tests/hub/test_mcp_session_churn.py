@@ -10,6 +10,8 @@ opens or closes at all: only the session can be what is counted.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -45,31 +47,37 @@ async def open_and_end(client: httpx.AsyncClient) -> None:
     assert gone.status_code == 404  # ended for good
 
 
-async def test_each_ended_session_counts_as_a_close() -> None:
-    manager = SessionManager(app=Server[Any]("churn-test"), json_response=True, session_idle_timeout=60)
+@asynccontextmanager
+async def served(idle_timeout_s: float) -> AsyncIterator[tuple[SessionManager, httpx.AsyncClient]]:
+    """The hub's session manager serving a bare MCP server, and a client of it (in process)."""
+    manager = SessionManager(
+        app=Server[Any]("churn-test"), json_response=True, session_idle_timeout=idle_timeout_s
+    )
     async with manager.run():
         transport = httpx.ASGITransport(app=manager.handle_request)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            before = CONNECTIONS.closed_total()
-            for _ in range(3):
-                await open_and_end(client)
-            with trio.fail_after(5):
-                while CONNECTIONS.closed_total() < before + 3:  # noqa: ASYNC110 (the count has no event)
-                    await trio.sleep(0.01)
-            await trio.sleep(0.1)
+            yield manager, client
+
+
+async def test_each_ended_session_counts_as_a_close() -> None:
+    async with served(60) as (_, client):
+        before = CONNECTIONS.closed_total()
+        for _ in range(3):
+            await open_and_end(client)
+        with trio.fail_after(5):
+            while CONNECTIONS.closed_total() < before + 3:  # noqa: ASYNC110 (the count has no event)
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
     assert CONNECTIONS.closed_total() == before + 3
 
 
 async def test_a_session_ended_by_its_idle_timeout_counts_as_a_close() -> None:
-    manager = SessionManager(app=Server[Any]("churn-test"), json_response=True, session_idle_timeout=0.2)
-    async with manager.run():
-        transport = httpx.ASGITransport(app=manager.handle_request)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            before = CONNECTIONS.closed_total()
-            opened = await client.post("/mcp", json=INITIALIZE, headers=HEADERS)
-            assert opened.status_code == 200, opened.text
-            with trio.fail_after(5):
-                while manager._server_instances:  # noqa: ASYNC110 (the SDK's table has no event)
-                    await trio.sleep(0.01)
-            await trio.sleep(0.1)
+    async with served(0.2) as (manager, client):
+        before = CONNECTIONS.closed_total()
+        opened = await client.post("/mcp", json=INITIALIZE, headers=HEADERS)
+        assert opened.status_code == 200, opened.text
+        with trio.fail_after(5):
+            while manager._server_instances:  # noqa: ASYNC110 (the SDK's table has no event)
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
     assert CONNECTIONS.closed_total() == before + 1
