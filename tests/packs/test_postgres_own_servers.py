@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -177,15 +178,7 @@ async def test_blockers_are_told_with_their_state_age_and_application(
     waiter = await trio.to_thread.run_sync(own_server.connect, "app")
     opened += [holder, waiter]
     await trio.to_thread.run_sync(lambda: holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE"))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(
-            trio.to_thread.run_sync, lambda: waiter.execute("UPDATE t SET n = n + 1 WHERE id = 1")
-        )
-        found = await wait_for(
-            "postgres.locks.blocked",
-            own_server,
-            lambda r: any(b["pid"] == waiter.info.backend_pid for b in r["blocked"]),
-        )
+    async with blocked_reading(own_server, waiter, "UPDATE t SET n = n + 1 WHERE id = 1") as found:
         await trio.to_thread.run_sync(holder.rollback)
     [blocker] = found["blockers"]
     assert (blocker["pid"], blocker["state"]) == (holder.info.backend_pid, "idle in transaction")
@@ -195,6 +188,21 @@ async def test_blockers_are_told_with_their_state_age_and_application(
     assert f"wait on PID {holder.info.backend_pid} (idle in transaction for " in finding.detail
     assert ", transaction open " in finding.detail
     assert "user app, application 'billing')" in finding.detail
+
+
+@asynccontextmanager
+async def blocked_reading(
+    server: Server, waiter: psycopg.Connection[Any], statement: str
+) -> AsyncIterator[dict[str, Any]]:
+    """``waiter`` runs ``statement`` in a thread until it is blocked; yields the first
+    `postgres.locks.blocked` reading that lists it. The block must let the lock go."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, lambda: waiter.execute(statement))  # type: ignore[arg-type]
+        yield await wait_for(
+            "postgres.locks.blocked",
+            server,
+            lambda r: any(b["pid"] == waiter.info.backend_pid for b in r["blocked"]),
+        )
 
 
 def roll_back_prepared(server: Server) -> None:
@@ -216,15 +224,7 @@ async def test_a_prepared_transaction_is_named_as_the_blocker(
     opened.append(waiter)
     try:
         await trio.to_thread.run_sync(lambda: waiter.execute("SET lock_timeout = '8s'"))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                trio.to_thread.run_sync, lambda: waiter.execute("UPDATE t SET n = 2 WHERE id = 2")
-            )
-            found = await wait_for(
-                "postgres.locks.blocked",
-                own_server,
-                lambda r: any(b["pid"] == waiter.info.backend_pid for b in r["blocked"]),
-            )
+        async with blocked_reading(own_server, waiter, "UPDATE t SET n = 2 WHERE id = 2") as found:
             await trio.to_thread.run_sync(
                 own_server.sql, "ROLLBACK PREPARED 'sonde-gid-1'"
             )  # the UPDATE goes
