@@ -1,7 +1,8 @@
 """Enrolled agents as stored by the hub, and the revocation list.
 
 ``AgentRecord`` mirrors a row of the ``agents`` table with the JSON columns (packs, tags,
-attestation, pending_attestation) decoded. Functions are synchronous over a
+attestation, pending_attestation) decoded, its packs the copies other records share
+(`sonde.hub.shared_packs`). Functions are synchronous over a
 ``sqlite_utils.Database``, for use through the store or directly by CLI commands.
 """
 
@@ -18,13 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlite_utils import Database
 
 from sonde.hub.db import query_one, write_transaction
+from sonde.hub.shared_packs import packs_text, shared_packs
 from sonde.protocol.names import NAME_PATTERN
 
 AgentStatus = Literal["offline", "online", "degraded"]
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 MAX_TAGS = 64
 _TAG_RE = re.compile(TAG_PATTERN)
-_JSON_FIELDS = ("packs", "tags", "attestation", "pending_attestation")
+_JSON_FIELDS = ("tags", "attestation", "pending_attestation")  # and packs (`shared_packs`)
 
 Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
 
@@ -62,17 +64,21 @@ _UPDATABLE = frozenset(_COLUMNS) - {"id"}
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM agents"
 
 
-def _to_row(record: AgentRecord) -> dict[str, Any]:
-    row = record.model_dump()
+def _to_row(record: AgentRecord, names: Iterable[str] = _COLUMNS) -> dict[str, Any]:
+    """The columns ``names`` of ``record`` as stored (the JSON ones encoded)."""
+    row = {name: getattr(record, name) for name in names}
     for name in _JSON_FIELDS:
-        if row[name] is not None:
+        if row.get(name) is not None:
             row[name] = json.dumps(row[name], sort_keys=True)
+    if "packs" in row:
+        row["packs"] = packs_text(row["packs"])
     return row
 
 
 def _from_row(row: dict[str, Any]) -> AgentRecord:
     decoded = {name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS}
-    return AgentRecord.model_validate({**row, **decoded})
+    packs = () if row["packs"] is None else shared_packs(row["packs"])  # the copies other records hold
+    return AgentRecord.model_validate({**row, **decoded, "packs": packs})
 
 
 def _ensure_name_free(db: Database, name: str, agent_id: str) -> None:
@@ -155,7 +161,7 @@ def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord |
         current = get_agent(db, agent_id)
         if current is None or not fields:
             return current
-        updated = AgentRecord.model_validate({**current.model_dump(), **fields})
+        updated = AgentRecord.model_validate({**dict(current), **fields})  # packs shared, not copied
         if updated.status == "degraded" and updated.pending_attestation is None:
             # held means a claim waits for an admin. A hub that did not yet see an accept made
             # from the CLI (in this file) may still write "degraded" as its agent disconnects:
@@ -164,7 +170,7 @@ def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord |
             updated = updated.model_copy(update={"status": "offline"})
         if "name" in fields:
             _ensure_name_free(db, updated.name, agent_id)
-        row = _to_row(updated)
+        row = _to_row(updated, fields)
         assignments = ", ".join(f"{name} = :{name}" for name in fields)  # names checked above
         db.execute(f"UPDATE agents SET {assignments} WHERE id = :id", {**row, "id": agent_id})
     return updated

@@ -21,6 +21,7 @@ from sonde import __version__
 from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
 from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession, booted_at
+from sonde.hub.shared_packs import described_packs
 from sonde.hub.store import StoreCommitFailed
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
@@ -193,10 +194,11 @@ class Admitted:
     """A verified register, the hub's half of the link-key exchange, the keys agreed, and the
     agent's record as stored when it connected."""
 
-    register: AgentRegister
+    register: AgentRegister  # without its packs (a few hundred KiB a connection): they are in ``packs``
     hub_link_key: str
     link_keys: LinkKeys
     record: AgentRecord  # as stored when it connected
+    packs: list[Any]  # the packs it described, as the copies other agents' records share
 
 
 async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Admitted:
@@ -249,7 +251,9 @@ async def admit(hub: Hub, codec: FrameCodec, message: AgentRegister, raw: dict[s
     except ValueError as exc:
         raise Refused("protocol_error", f"the register's {exc}", record.name) from None
     codec.peer_key = public_key_from_text(record.public_key)
-    return Admitted(message, exchange.public_text, link_keys, await current_record(hub, record))
+    packs = described_packs(message.payload.packs)
+    without_packs = message.model_copy(update={"payload": message.payload.model_copy(update={"packs": ()})})
+    return Admitted(without_packs, exchange.public_text, link_keys, await current_record(hub, record), packs)
 
 
 async def current_record(hub: Hub, record: AgentRecord) -> AgentRecord:
@@ -313,7 +317,9 @@ async def run_session(
         liveness_timeout_s=2 * interval + LIVENESS_GRACE_S,
         peer=f"agent {register.payload.name} ({agent_id})",
     ) as link:
-        session = AgentSession(agent_id, link, register.payload, booted_mono=booted_at(register), peer=peer)
+        session = AgentSession(
+            agent_id, link, register.payload, admitted.packs, booted_mono=booted_at(register), peer=peer
+        )
         session_ref.append(session)
         with session.cancel_scope:
             replaced = await hub.fleet.attach(session)

@@ -15,6 +15,7 @@ import sqlite_utils
 
 from sonde.hub.agent_records import AgentRecord, delete_agent, find_agent_by_name, insert_agent
 from sonde.hub.enrollment_tokens import EnrollmentRefused, consume_enrollment_token, peek_enrollment_token
+from sonde.hub.shared_packs import described_packs
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.signing import public_key_from_text
 
@@ -51,7 +52,7 @@ def enroll_agent(db: sqlite_utils.Database, request: EnrollRequest, now: float |
         kernel=request.kernel,
         arch=request.arch,
         agent_version=request.agent_version,
-        packs=[p.model_dump(mode="json", by_alias=True) for p in request.packs],
+        packs=described_packs(request.packs),
         tags=[],
         status="offline",
         last_seen=None,

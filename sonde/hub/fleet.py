@@ -44,7 +44,8 @@ class AgentSession:
 
     agent_id: str
     link: Link
-    register: RegisterPayload
+    register: RegisterPayload  # without its packs: those are in ``packs``, shared with other agents'
+    packs: list[Any] = field(default_factory=list)  # the packs it described (`shared_packs`)
     connected_at: float = field(default_factory=time.time)
     # when the agent's machine booted, on the hub's monotonic clock (`booted_at`); None: it did not say
     booted_mono: float | None = None
@@ -224,7 +225,7 @@ class Fleet:
             kernel=reg.kernel,
             arch=reg.arch,
             agent_version=reg.agent_version,
-            packs=[p.model_dump(mode="json", by_alias=True) for p in reg.packs],
+            packs=session.packs,
         )
         await self._notify()
         return old
