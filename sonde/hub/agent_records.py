@@ -1,7 +1,8 @@
 """Enrolled agents as stored by the hub, and the revocation list.
 
-``AgentRecord`` mirrors a row of the ``agents`` table with the JSON columns (packs, tags,
-attestation, pending_attestation) decoded, its packs the copies other records share
+``AgentRecord`` mirrors a row of the ``agents`` table with the JSON columns (tags,
+attestation, pending_attestation) decoded, and the set of packs the row names read from
+``pack_sets`` (`sonde.hub.pack_sets`) as the copies other records share
 (`sonde.hub.shared_packs`). Functions are synchronous over a
 ``sqlite_utils.Database``, for use through the store or directly by CLI commands.
 """
@@ -19,14 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlite_utils import Database
 
 from sonde.hub.db import query_one, write_transaction
-from sonde.hub.shared_packs import packs_text, shared_packs
+from sonde.hub.pack_sets import drop_unused_pack_set, pack_set_of, read_pack_set, store_pack_set
 from sonde.protocol.names import NAME_PATTERN
 
 AgentStatus = Literal["offline", "online", "degraded"]
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 MAX_TAGS = 64
 _TAG_RE = re.compile(TAG_PATTERN)
-_JSON_FIELDS = ("tags", "attestation", "pending_attestation")  # and packs (`shared_packs`)
+_JSON_FIELDS = ("tags", "attestation", "pending_attestation")
 
 Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
 
@@ -59,25 +60,27 @@ class AgentRecord(BaseModel):
     pending_attestation: dict[str, Any] | None = None
 
 
-_COLUMNS = tuple(AgentRecord.model_fields)
-_UPDATABLE = frozenset(_COLUMNS) - {"id"}
+_FIELDS = tuple(AgentRecord.model_fields)
+_UPDATABLE = frozenset(_FIELDS) - {"id"}
+_COLUMNS = tuple("pack_set" if name == "packs" else name for name in _FIELDS)
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM agents"
 
 
-def _to_row(record: AgentRecord, names: Iterable[str] = _COLUMNS) -> dict[str, Any]:
-    """The columns ``names`` of ``record`` as stored (the JSON ones encoded)."""
+def _to_row(db: Database, record: AgentRecord, names: Iterable[str] = _FIELDS) -> dict[str, Any]:
+    """The fields ``names`` of ``record`` as columns: JSON encoded, the packs as the id of
+    their set (stored if new)."""
     row = {name: getattr(record, name) for name in names}
     for name in _JSON_FIELDS:
         if row.get(name) is not None:
             row[name] = json.dumps(row[name], sort_keys=True)
     if "packs" in row:
-        row["packs"] = packs_text(row["packs"])
+        row["pack_set"] = store_pack_set(db, row.pop("packs"))
     return row
 
 
-def _from_row(row: dict[str, Any]) -> AgentRecord:
+def _from_row(db: Database, row: dict[str, Any]) -> AgentRecord:
     decoded = {name: None if row[name] is None else json.loads(row[name]) for name in _JSON_FIELDS}
-    packs = () if row["packs"] is None else shared_packs(row["packs"])  # the copies other records hold
+    packs = read_pack_set(db, row.pop("pack_set"))
     return AgentRecord.model_validate({**row, **decoded, "packs": packs})
 
 
@@ -89,9 +92,9 @@ def _ensure_name_free(db: Database, name: str, agent_id: str) -> None:
 
 def insert_agent(db: Database, record: AgentRecord) -> None:
     """Store a newly enrolled agent. Raises AgentNameTaken if the name is in use."""
-    row = _to_row(record)
     with write_transaction(db):
         _ensure_name_free(db, record.name, record.id)
+        row = _to_row(db, record)
         db.execute(
             f"INSERT INTO agents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})", row
         )
@@ -100,18 +103,18 @@ def insert_agent(db: Database, record: AgentRecord) -> None:
 def get_agent(db: Database, agent_id: str) -> AgentRecord | None:
     """The agent with this id, or None."""
     row = query_one(db, f"{_SELECT} WHERE id = ?", [agent_id])
-    return None if row is None else _from_row(row)
+    return None if row is None else _from_row(db, row)
 
 
 def find_agent_by_name(db: Database, name: str) -> AgentRecord | None:
     """The agent with this name, or None."""
     row = query_one(db, f"{_SELECT} WHERE name = ?", [name])
-    return None if row is None else _from_row(row)
+    return None if row is None else _from_row(db, row)
 
 
 def list_agents(db: Database) -> list[AgentRecord]:
     """Every enrolled agent, by name."""
-    return [_from_row(row) for row in db.query(f"{_SELECT} ORDER BY name")]
+    return [_from_row(db, row) for row in db.query(f"{_SELECT} ORDER BY name")]
 
 
 def mark_all_offline(db: Database) -> list[AgentRecord]:
@@ -170,9 +173,12 @@ def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord |
             updated = updated.model_copy(update={"status": "offline"})
         if "name" in fields:
             _ensure_name_free(db, updated.name, agent_id)
-        row = _to_row(updated, fields)
-        assignments = ", ".join(f"{name} = :{name}" for name in fields)  # names checked above
+        old_set = pack_set_of(db, agent_id) if "packs" in fields else None
+        row = _to_row(db, updated, fields)
+        assignments = ", ".join(f"{name} = :{name}" for name in row)  # names checked above
         db.execute(f"UPDATE agents SET {assignments} WHERE id = :id", {**row, "id": agent_id})
+        if old_set != row.get("pack_set"):
+            drop_unused_pack_set(db, old_set)
     return updated
 
 
@@ -212,7 +218,9 @@ def delete_agent(db: Database, agent_id: str, now: float | None = None) -> Agent
         record = get_agent(db, agent_id)
         if record is None:
             return None
+        pack_set = pack_set_of(db, agent_id)
         db.execute("DELETE FROM agents WHERE id = ?", [agent_id])
+        drop_unused_pack_set(db, pack_set)
         db.execute(
             "INSERT OR REPLACE INTO revoked_agents (id, name, revoked_at) VALUES (?, ?, ?)",
             [agent_id, record.name, revoked_at],

@@ -43,6 +43,7 @@ from sonde.hub.db_errors import (
     raise_worded,
 )
 from sonde.hub.db_files import lost_database_problem
+from sonde.hub.pack_sets import migrate_to_pack_sets
 
 BUSY_TIMEOUT_MS = 5000
 # every commit is on disk when it returns (the -wal file is synced), not only at checkpoints
@@ -119,7 +120,11 @@ def _migration_2_token_revocation(db: Database) -> None:
     db.execute("ALTER TABLE enrollment_tokens ADD COLUMN revoked_at REAL")
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migration_1_initial, _migration_2_token_revocation)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (
+    _migration_1_initial,
+    _migration_2_token_revocation,
+    migrate_to_pack_sets,  # 3: each set of pack descriptions stored once, not in every agent's row
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 HUB_TABLES = {"meta", "agents", "audit"}  # in every hub database since version 1
 

@@ -215,6 +215,9 @@ class Fleet:
         self.sessions[session.agent_id] = session
         self._refusals.pop(session.agent_id, None)
         reg = session.register
+        record = self.records.get(session.agent_id)
+        # the same packs as last time are not written again (a set is tens of KB)
+        changed = {} if record is not None and record.packs == session.packs else {"packs": session.packs}
         await self.update(
             session.agent_id,
             status="online" if self.status(session.agent_id) != "degraded" else "degraded",
@@ -225,7 +228,7 @@ class Fleet:
             kernel=reg.kernel,
             arch=reg.arch,
             agent_version=reg.agent_version,
-            packs=session.packs,
+            **changed,
         )
         await self._notify()
         return old

@@ -7,11 +7,14 @@ the built-in packs that is about 70 KB of JSON and 300 KiB of Python objects per
 them, against the 100 KiB the hub is meant to hold an agent in.
 
 Agents of one Sonde version describe a pack alike, so records share one copy of each
-description (`shared_packs`): a record's ``packs`` is a list of `SharedPack` that other
-records hold too. Nothing may change one in place; a record gets new packs by being
-replaced (`Fleet.update`). A description no record holds any more is let go (the
-copies are weakly kept), but for the last few lists of packs read, which stay so that
-reading a record back from the database is one lookup, not a parse.
+description: a record's ``packs`` is a list of `SharedPack` that other records hold too.
+Nothing may change one in place; a record gets new packs by being replaced
+(`Fleet.update`). A description no record holds any more is let go (the copies are
+weakly kept), but for those of the last few sets of packs read, which stay so that
+reading a record back from the database is one lookup (`packs_of_set`), not a parse.
+
+A set of packs is known by the hash of its stored text (`pack_set_id`): the database
+keeps each set once too (`sonde.hub.pack_sets`).
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
-from functools import lru_cache
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 from weakref import WeakValueDictionary
 
-from sonde.protocol.messages import PackDescriptor
+if TYPE_CHECKING:  # not imported: the database's migration uses this module, CLI commands too
+    from sonde.protocol.messages import PackDescriptor
 
-RECENT_LISTS = 16  # distinct lists of packs kept for a lookup by their stored text
+RECENT_SETS = 16  # sets of packs kept for a lookup by their id
 
 
 class SharedPack(dict[str, Any]):
@@ -37,22 +41,45 @@ class SharedPack(dict[str, Any]):
 
 _lock = threading.Lock()  # the store's threads read records too
 _descriptions: WeakValueDictionary[bytes, SharedPack] = WeakValueDictionary()
+_recent_sets: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
 
 
-def packs_text(packs: list[Any] | tuple[Any, ...]) -> str:
-    """A record's packs as the ``packs`` column stores them."""
-    return json.dumps(packs, sort_keys=True)
+def packs_text(packs: Iterable[Any]) -> str:
+    """A set of packs as the database stores it."""
+    return json.dumps(list(packs), sort_keys=True)
 
 
-@lru_cache(maxsize=RECENT_LISTS)
-def shared_packs(text: str) -> tuple[Any, ...]:
-    """The packs stored as ``text`` (`packs_text`), each the copy other records share."""
-    return tuple(_shared(pack) for pack in json.loads(text))
+def pack_set_id(text: str) -> str:
+    """The id of the set of packs stored as ``text`` (`packs_text`)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def packs_of_set(set_id: str, read_text: Callable[[str], str]) -> tuple[Any, ...]:
+    """The packs of set ``set_id``, each the copy other records share; ``read_text`` gives
+    the set's stored text when it is not among the recent ones."""
+    with _lock:
+        found = _recent_sets.get(set_id)
+        if found is not None:
+            _recent_sets.move_to_end(set_id)
+            return found
+    packs = tuple(_shared(pack) for pack in json.loads(read_text(set_id)))
+    with _lock:
+        _recent_sets[set_id] = packs
+        while len(_recent_sets) > RECENT_SETS:
+            _recent_sets.popitem(last=False)
+    return packs
+
+
+def forget_recent_sets() -> None:
+    """Keep no set for lookups (tests: what no record holds is then let go)."""
+    with _lock:
+        _recent_sets.clear()
 
 
 def described_packs(descriptors: Iterable[PackDescriptor]) -> list[Any]:
     """The packs an agent described (at register or enrollment) as its record keeps them."""
-    return list(shared_packs(packs_text([p.model_dump(mode="json", by_alias=True) for p in descriptors])))
+    text = packs_text(p.model_dump(mode="json", by_alias=True) for p in descriptors)
+    return list(packs_of_set(pack_set_id(text), lambda _: text))
 
 
 def _shared(pack: Any) -> Any:

@@ -41,8 +41,8 @@ def test_round_trip(db: Database) -> None:
     assert record.status == "offline"
     assert record.last_seen is None
     assert record.pending_attestation is None
-    stored = db.execute("SELECT packs, tags FROM agents").fetchone()
-    assert stored == ('[{"name": "system", "version": "1.0"}]', '["prod"]')
+    stored = db.execute("SELECT pack_sets.packs, tags FROM agents JOIN pack_sets ON pack_set = pack_sets.id")
+    assert stored.fetchone() == ('[{"name": "system", "version": "1.0"}]', '["prod"]')
 
 
 def test_list_is_by_name_and_unknown_is_none(db: Database) -> None:

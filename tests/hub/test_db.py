@@ -28,7 +28,7 @@ from sonde.hub.enrollment_tokens import (
 )
 
 T0 = 1_700_000_000.0
-TABLES = {"meta", "agents", "revoked_agents", "enrollment_tokens", "api_keys", "audit"}
+TABLES = {"meta", "agents", "revoked_agents", "enrollment_tokens", "api_keys", "audit", "pack_sets"}
 
 
 def mode_of(path: Path) -> int:
@@ -58,7 +58,7 @@ def test_pragmas(tmp_path: Path) -> None:
 def test_first_open_creates_schema(tmp_path: Path) -> None:
     db = open_database(tmp_path / "hub.db")
     try:
-        assert schema_version(db) == SCHEMA_VERSION == 2
+        assert schema_version(db) == SCHEMA_VERSION == 3
         assert TABLES <= set(db.table_names())
         indexes = {index.name for index in db.table("audit").indexes}
         assert {"idx_audit_ts", "idx_audit_actor", "idx_audit_target"} <= indexes

@@ -24,7 +24,7 @@ from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
 from sonde.hub.enrollment_tokens import create_enrollment_token
 from sonde.hub.serve import serve_hub
-from sonde.hub.shared_packs import shared_packs
+from sonde.hub.shared_packs import forget_recent_sets
 from sonde.packs.registry import load_packs
 from tests.hub.test_agent_records import make_agent
 
@@ -67,7 +67,7 @@ def test_a_description_no_record_holds_is_let_go(db: Database) -> None:
     (record,) = list_agents(db)
     held = weakref.ref(record.packs[0])
     del record
-    shared_packs.cache_clear()  # the few recent lists kept for lookups
+    forget_recent_sets()  # the few recent sets kept for lookups
     gc.collect()
     assert held() is None
 
