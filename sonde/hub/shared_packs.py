@@ -24,13 +24,16 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 from weakref import WeakValueDictionary
+
+from pydantic import TypeAdapter
 
 if TYPE_CHECKING:  # not imported: the database's migration uses this module, CLI commands too
     from sonde.protocol.messages import PackDescriptor
 
-RECENT_SETS = 16  # sets of packs kept for a lookup by their id
+RECENT_SETS = 16  # sets of packs kept for a lookup by their id (or the hash of what an agent sent)
 
 
 class SharedPack(dict[str, Any]):
@@ -55,8 +58,8 @@ def pack_set_id(text: str) -> str:
 
 
 def packs_of_set(set_id: str, read_text: Callable[[str], str]) -> tuple[Any, ...]:
-    """The packs of set ``set_id``, each the copy other records share; ``read_text`` gives
-    the set's stored text when it is not among the recent ones."""
+    """The packs of set ``set_id`` (a stored set's id, or `described_packs`'s key), each the
+    copy other records share; ``read_text`` gives the set's text when it is not a recent one."""
     with _lock:
         found = _recent_sets.get(set_id)
         if found is not None:
@@ -76,10 +79,29 @@ def forget_recent_sets() -> None:
         _recent_sets.clear()
 
 
-def described_packs(descriptors: Iterable[PackDescriptor]) -> list[Any]:
-    """The packs an agent described (at register or enrollment) as its record keeps them."""
-    text = packs_text(p.model_dump(mode="json", by_alias=True) for p in descriptors)
-    return list(packs_of_set(pack_set_id(text), lambda _: text))
+def described_packs(descriptors: tuple[PackDescriptor, ...]) -> list[Any]:
+    """The packs an agent described (at register or enrollment) as its record keeps them.
+
+    Known by a hash of pydantic's own JSON of them (a tenth of a millisecond for the built-in
+    packs, against a millisecond to turn them into dicts and those into text): a reconnecting
+    agent, or one more of a fleet, is one lookup.
+    """
+    key = (
+        "described:"
+        + hashlib.sha256(_descriptors_adapter().dump_json(descriptors, by_alias=True)).hexdigest()
+    )
+    return list(packs_of_set(key, partial(_described_text, descriptors)))
+
+
+def _described_text(descriptors: tuple[PackDescriptor, ...], _key: str) -> str:
+    return json.dumps([p.model_dump(mode="json", by_alias=True) for p in descriptors])
+
+
+@cache
+def _descriptors_adapter() -> TypeAdapter[tuple[PackDescriptor, ...]]:
+    from sonde.protocol.messages import PackDescriptor  # the wire models, only when an agent describes
+
+    return TypeAdapter(tuple[PackDescriptor, ...])
 
 
 def _shared(pack: Any) -> Any:
