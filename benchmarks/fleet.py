@@ -34,6 +34,8 @@ EVENT_TIMEOUT_S = 600.0
 @dataclass
 class SimulatedFleet:
     configs_dir: Path
+    # the agents describe every installed pack besides the bench pack, as a real agent does (scale)
+    describe_installed: bool = False
     enrolled: int = 0
     enroll_seconds: float = 0.0
 
@@ -77,6 +79,7 @@ async def ensure_enrolled(workspace: Workspace, hub: RunningHub, fleet: Simulate
                 "dir": str(fleet.configs_dir),
                 "first": first,
                 "code_hash": workspace.code_hash,
+                "describe_installed": fleet.describe_installed,
             }
             nursery.start_soon(enroll_chunk, workspace, f"enroll-{first}", spec | {"tokens": chunk}, failures)
     if failures:
@@ -147,6 +150,7 @@ async def running_agents(
                 "hang_every": hang_every,
                 "hang_flag": str(hang_flag) if hang_flag else None,
                 "code_hash": workspace.code_hash,
+                "describe_installed": fleet.describe_installed,
             }
             path = write_spec(workspace, f"agents-{first}", spec)
             argv = python_module("benchmarks.fleet_worker", str(path))

@@ -4,7 +4,9 @@ Every simulated agent is the real agent code, many per process: `enroll`
 (the real REST enrollment, posting the bench pack) writes one config file per
 agent; `run` starts one real `agent_main` per config (the daemon's connect
 loop, the signed register, the link with heartbeats, the `ProbeRunner`)
-offering the bench pack.
+offering the bench pack. With ``describe_installed`` in the spec the agents
+offer every installed pack as well, so their enrollment and register describe
+Sonde's own packs as a real agent's do.
 
 The worker speaks JSON lines on stdout (``{"event": ...}``) and stops by
 itself: `run` holds the agents until its stdin closes or ``max_seconds``
@@ -60,7 +62,7 @@ def enroll_one(spec: dict[str, Any], index: int, token: str) -> str | None:
             token,
             agent_name(index),
             config_path=config_file(Path(spec["dir"]), index),
-            registry=bench_registry(),
+            registry=bench_registry(spec.get("describe_installed", False)),
         )
     except EnrollError as exc:
         return f"{agent_name(index)}: {exc.code}: {exc.message}"
@@ -103,7 +105,7 @@ class Agents:
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
-        self.registry = bench_registry()
+        self.registry = bench_registry(spec.get("describe_installed", False))
         self.daemons: list[AgentDaemon] = []
         self.errors: list[str] = []
         self.ack_times: list[float] = []

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from sonde.packs.base import NoParams, Pack, Params, Result
 from sonde.packs.context import ProbeContext
-from sonde.packs.registry import PackRegistry
+from sonde.packs.registry import PackRegistry, load_packs
 from sonde.packs.runbook import Finding, Reading, Runbook, RunbookStep
 
 PACK_NAME = "bench"
@@ -101,9 +101,14 @@ RUNBOOK = Runbook(
 PACK.runbooks[RUNBOOK.category] = RUNBOOK
 
 
-def bench_registry() -> PackRegistry:
-    """The registry a simulated agent offers: the bench pack alone."""
-    return PackRegistry.of([PACK])
+def bench_registry(describe_installed: bool = False) -> PackRegistry:
+    """The registry a simulated agent offers: the bench pack, and with ``describe_installed``
+    every pack installed here too (Sonde's own), so that its register and enrollment describe
+    them as a real agent's do (some 70 KB of probe descriptions and parameter schemas)."""
+    if not describe_installed:
+        return PackRegistry.of([PACK])
+    installed = [pack for name, pack in load_packs().packs.items() if name != PACK_NAME]
+    return PackRegistry.of([PACK, *installed])
 
 
 ENTRY_POINT_DIST = "sonde_bench_pack-1.0.0.dist-info"

@@ -65,6 +65,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="run the hub (and with --agent the first agent worker) under cProfile instead of py-spy",
     )
+    parser.add_argument(
+        "--describe-installed",
+        action="store_true",
+        help="the simulated agents describe every installed pack too, as real agents do (scenario 4)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the collapsed stacks go")
     return parser.parse_args(argv)
 
@@ -103,7 +108,7 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
     workspace = Workspace.create()
     try:
         data = HubData(workspace.directory("profile/hub"))
-        fleet = SimulatedFleet(workspace.directory("profile/agents"))
+        fleet = SimulatedFleet(workspace.directory("profile/agents"), describe_installed=args.describe_installed)
         hub_options = cprofile_options(hub_stats) if args.cprofile else []
         async with running_hub(
             workspace,

@@ -9,7 +9,10 @@ with 4,096 now, and the limit is kept so that runs compare).
 - time to all online: from spawning the workers until ``GET /api/v1/agents``
   lists A agents online (includes the workers' Python start-up);
   ``connect_s`` is the workers' own time from first connect to last ack.
-- hub RSS per agent: (RSS with A agents online - baseline) / A.
+- hub RSS per agent: (RSS with A agents online - baseline) / A. The agents
+  describe every installed pack besides the bench pack (``packs_described``),
+  as a real agent describes its packs at enrollment and register: the hub
+  holds those descriptions for every agent it knows.
 - idle CPU: the hub's CPU over the first half of the hold, nothing but
   heartbeats arriving (A / interval per second); also per heartbeat, and
   that cost extrapolated to the target's load (10,000 agents, 30 s interval).
@@ -40,7 +43,7 @@ from benchmarks.fleet import SimulatedFleet, ensure_enrolled, running_agents
 from benchmarks.hub import HubData, RunningHub, agent_statuses, count_online, running_hub
 from benchmarks.mcp_calls import ErrorLog, ToolFailed, timed_call
 from benchmarks.mcp_calls import mcp_client as open_mcp
-from benchmarks.pack import ECHO_PROBE
+from benchmarks.pack import ECHO_PROBE, bench_registry
 from benchmarks.procs import CpuWindow, sample_cpu, sample_rss
 from benchmarks.stats import distribution, scalar
 
@@ -62,10 +65,11 @@ async def run(bench: Bench) -> ScenarioResult:
         "hold_s": sizes.scale_hold_s,
         "heartbeat_interval_s": sizes.scale_heartbeat_s,
         "connects_in_flight": CONNECTS_IN_FLIGHT,
+        "packs_described": sorted(bench_registry(describe_installed=True).packs),
     }
     workspace = bench.workspace
     data = HubData(workspace.directory("scale/hub"))
-    fleet = SimulatedFleet(workspace.directory("scale/agents"))
+    fleet = SimulatedFleet(workspace.directory("scale/agents"), describe_installed=True)
     for count in sizes.scale_agents:
         async with running_hub(
             workspace, data, name=f"scale-hub-{count}", heartbeat_interval_s=sizes.scale_heartbeat_s
