@@ -108,7 +108,9 @@ async def profile(args: argparse.Namespace, py_spy: str) -> dict[str, Path]:
     workspace = Workspace.create()
     try:
         data = HubData(workspace.directory("profile/hub"))
-        fleet = SimulatedFleet(workspace.directory("profile/agents"), describe_installed=args.describe_installed)
+        fleet = SimulatedFleet(
+            workspace.directory("profile/agents"), describe_installed=args.describe_installed
+        )
         hub_options = cprofile_options(hub_stats) if args.cprofile else []
         async with running_hub(
             workspace,
