@@ -55,7 +55,7 @@ from sonde.hub.audit_budget import UnauthenticatedBudget
 from sonde.hub.db import write_transaction
 from sonde.hub.db_errors import LASTING_FAILURE_CODES, LOCK_CODES, primary_code_in
 from sonde.hub.errors import is_damaged_database
-from sonde.hub.store import Store, StoreCommitFailed
+from sonde.hub.store import Store, StoreClosed, StoreCommitFailed
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -157,7 +157,7 @@ class AuditQueue:
             with trio.CancelScope(shield=True):
                 try:
                     await self._write_pending(final=True)
-                except AuditUnavailable:
+                except (AuditUnavailable, StoreClosed):  # the store was cancelled with the hub
                     log.error("%d audit entries were not written before the hub stopped", len(self._pending))
 
     async def write_with(
@@ -195,6 +195,9 @@ class AuditQueue:
             try:
                 with trio.CancelScope(shield=True):  # the outcome must be known: keep the entries or not
                     await self._store.write(_append_entries, taken.entries)
+            except StoreClosed:  # cancelled with the hub: the entries are still to write, and counted
+                self._pending[:0] = taken.pending
+                raise
             except (StoreCommitFailed, sqlite3.Error) as exc:
                 self._pending[:0] = taken.pending
                 self._failed(exc)

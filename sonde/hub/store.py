@@ -263,16 +263,23 @@ async def _run_writer(
     counters: WriteCounters,
     health: WriteHealth,
 ) -> None:
-    """Take batches off the queue and commit them, until the queue is closed and empty."""
+    """Take batches off the queue and commit them, until the queue is closed and empty.
+
+    Cancelled, it fails what is still queued, and what is queued after, at once: a caller
+    waiting shielded for its write (the audit's last flush) would otherwise wait forever.
+    """
     limiter = trio.CapacityLimiter(1)
-    async for first in receive:
-        batch = take_batch(first, receive)
-        # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
-        # callers always hear how it ended, even when the store is being cancelled.
-        with trio.CancelScope(shield=True):
-            changes = writer.db.conn.total_changes  # the writer's thread is idle between batches
-            results = await trio.to_thread.run_sync(commit_batch, writer.db, batch, limiter=limiter)
-            wrote = writer.db.conn.total_changes > changes  # a change made, and kept unless a result says not
-            await trio.to_thread.run_sync(writer.reopen_if_read_only, results, limiter=limiter)
-        health.batch_done(results, wrote)  # before the callers wake: what they answer, /health says too
-        deliver(batch, results, counters)
+    try:
+        async for first in receive:
+            batch = take_batch(first, receive)
+            # A thread cannot be abandoned mid-transaction anyway; shielding means the batch's
+            # callers always hear how it ended, even when the store is being cancelled.
+            with trio.CancelScope(shield=True):
+                changes = writer.db.conn.total_changes  # the writer's thread is idle between batches
+                results = await trio.to_thread.run_sync(commit_batch, writer.db, batch, limiter=limiter)
+                wrote = writer.db.conn.total_changes > changes  # a change made, kept unless a result says not
+                await trio.to_thread.run_sync(writer.reopen_if_read_only, results, limiter=limiter)
+            health.batch_done(results, wrote)  # before the callers wake: what they answer, /health says too
+            deliver(batch, results, counters)
+    finally:
+        fail_leftovers(receive)  # and close it: a later write raises StoreClosed instead of queueing

@@ -97,7 +97,7 @@ async def test_real_agents_connected_to_a_real_hub_share_their_packs(tmp_path: P
                 await trio.sleep(0.01)
         records = list(hub.fleet.records.values())
         sessions = list(hub.fleet.sessions.values())
-        for daemon in daemons:  # stopped before any assert: a failure inside the nursery would wait on them
+        for daemon in daemons:  # stopped cleanly, before the asserts
             await daemon.stop("test over")
         shutdown.set()
     first, second = records
