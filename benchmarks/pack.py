@@ -103,12 +103,20 @@ PACK.runbooks[RUNBOOK.category] = RUNBOOK
 
 def bench_registry(describe_installed: bool = False) -> PackRegistry:
     """The registry a simulated agent offers: the bench pack, and with ``describe_installed``
-    every pack installed here too (Sonde's own), so that its register and enrollment describe
-    them as a real agent's do (some 70 KB of probe descriptions and parameter schemas)."""
+    the installed packs (Sonde's own) that a real agent here would offer too, those it detects
+    on this machine, so that its register and enrollment describe them as a real agent's do
+    (some 70 KB of probe descriptions and parameter schemas).
+
+    The same set for both, as `sonde enroll` and `sonde start` offer: offered every installed
+    pack, the agents registered more packs than they had enrolled with, so each one's first
+    register changed its record's packs (a 70 KB encode and a database write), which a real
+    agent's does not."""
     if not describe_installed:
         return PackRegistry.of([PACK])
+    from sonde.agent.identity import active_packs  # agent code: not for the hub, which loads this pack
+
     installed = [pack for name, pack in load_packs().packs.items() if name != PACK_NAME]
-    return PackRegistry.of([PACK, *installed])
+    return active_packs(PackRegistry.of([PACK, *installed]), None)
 
 
 ENTRY_POINT_DIST = "sonde_bench_pack-1.0.0.dist-info"
