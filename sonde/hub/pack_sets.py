@@ -19,15 +19,18 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from sonde.hub.shared_packs import pack_set_id, packs_of_set, packs_text
+from sonde.hub.shared_packs import pack_set_id, packs_of_set, packs_text, stored_set_id
 
 log = logging.getLogger(__name__)
 
 
 def store_pack_set(db: Database, packs: list[Any]) -> str:
     """Store the set ``packs`` unless it is stored already; returns its id."""
-    text = packs_text(packs)
-    set_id = pack_set_id(text)
+    set_id, text = stored_set_id(packs)
+    if text is None:  # a set worked out before: stored, unless its last agent has gone since
+        if db.execute("SELECT 1 FROM pack_sets WHERE id = ?", [set_id]).fetchone() is not None:
+            return set_id
+        text = packs_text(packs)
     db.execute("INSERT OR IGNORE INTO pack_sets (id, packs) VALUES (?, ?)", [set_id, text])
     return set_id
 
