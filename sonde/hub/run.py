@@ -93,9 +93,11 @@ def build_config(
 
 
 async def run_until_signal(config: HubConfig) -> None:
-    """Serve until SIGTERM or SIGINT; this process's garbage collection follows `gc_policy`."""
+    """Serve until SIGTERM or SIGINT; this process's garbage collection follows `gc_policy`,
+    its C heap `heap_trim`."""
     from sonde.hub.core import Hub
     from sonde.hub.gc_policy import configure_gc, govern_gc
+    from sonde.hub.heap_trim import govern_heap
     from sonde.hub.serve import serve_hub
     from sonde.hub.tcp_guard import CONNECTIONS
 
@@ -114,7 +116,9 @@ async def run_until_signal(config: HubConfig) -> None:
 
             async def govern() -> None:
                 with governor:
-                    await govern_gc(CONNECTIONS)
+                    async with trio.open_nursery() as governors:
+                        governors.start_soon(govern_gc, CONNECTIONS)
+                        governors.start_soon(govern_heap, CONNECTIONS)
 
             nursery.start_soon(govern)
             async for signum in signals:
