@@ -34,7 +34,7 @@ EVENT_TIMEOUT_S = 600.0
 @dataclass
 class SimulatedFleet:
     configs_dir: Path
-    # the agents describe every installed pack besides the bench pack, as a real agent does (scale)
+    # the agents describe the installed packs a real agent here offers besides the bench pack (scale)
     describe_installed: bool = False
     enrolled: int = 0
     enroll_seconds: float = 0.0

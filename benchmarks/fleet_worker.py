@@ -5,8 +5,8 @@ Every simulated agent is the real agent code, many per process: `enroll`
 agent; `run` starts one real `agent_main` per config (the daemon's connect
 loop, the signed register, the link with heartbeats, the `ProbeRunner`)
 offering the bench pack. With ``describe_installed`` in the spec the agents
-offer every installed pack as well, so their enrollment and register describe
-Sonde's own packs as a real agent's do.
+offer the installed packs a real agent here offers as well (those it detects), so
+their enrollment and register describe Sonde's own packs as a real agent's do.
 
 The worker speaks JSON lines on stdout (``{"event": ...}``) and stops by
 itself: `run` holds the agents until its stdin closes or ``max_seconds``

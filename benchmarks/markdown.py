@@ -34,6 +34,7 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("fanout", "partial_s", "value", "3. partial answer (1 in 100 hanging), s"),
     ("scale", "time_to_all_online_s", "value", "4. time to all online, s"),
     ("scale", "hub_rss_per_agent_kib", "value", "4. hub RSS per agent, KiB"),
+    ("scale", "hub_rss_held_per_agent_kib", "value", "4. hub RSS per agent at the hold's end, KiB"),
     ("scale", "hub_idle_cpu_percent", "value", "4. hub idle CPU, % of a core"),
     ("scale", "hub_cpu_per_heartbeat_ms", "value", "4. hub CPU per heartbeat, ms"),
     ("scale", "idle_cpu_extrapolated_10k_30s_percent", "value", "4. idle CPU at 10k agents / 30 s, %"),

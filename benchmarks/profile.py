@@ -68,7 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--describe-installed",
         action="store_true",
-        help="the simulated agents describe every installed pack too, as real agents do (scenario 4)",
+        help="the simulated agents describe the installed packs a real agent here offers, as real agents do (scenario 4)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the collapsed stacks go")
     return parser.parse_args(argv)

@@ -9,10 +9,12 @@ with 4,096 now, and the limit is kept so that runs compare).
 - time to all online: from spawning the workers until ``GET /api/v1/agents``
   lists A agents online (includes the workers' Python start-up);
   ``connect_s`` is the workers' own time from first connect to last ack.
-- hub RSS per agent: (RSS with A agents online - baseline) / A. The agents
-  describe every installed pack besides the bench pack (``packs_described``),
-  as a real agent describes its packs at enrollment and register: the hub
-  holds those descriptions for every agent it knows.
+- hub RSS per agent: (RSS with A agents online - baseline) / A, and the same
+  at the hold's end (``hub_rss_held_per_agent_kib``), once the hub has given
+  back what the connect storm left in its heap. The agents describe the
+  installed packs a real agent here offers besides the bench pack
+  (``packs_described``), at enrollment and register: the hub holds those
+  descriptions for every agent it knows.
 - idle CPU: the hub's CPU over the first half of the hold, nothing but
   heartbeats arriving (A / interval per second); also per heartbeat, and
   that cost extrapolated to the target's load (10,000 agents, 30 s interval).
@@ -120,6 +122,7 @@ async def hold_agents(
             await trio.sleep(hold_s / 2)
             idle_percent = idle.percent()
             probes, errors = await probe_for(hub, fleet.names(count), hold_s / 2)
+            held_rss = meter.rss_bytes()  # the storm over: what the hub holds the fleet in
             capabilities = await time_capabilities(hub)
             snapshot_at, agents_now = time.time(), await list_agents(hub)
             worker_rss = sum(worker.meter().rss_bytes() for worker in agents.workers)
@@ -138,6 +141,7 @@ async def hold_agents(
     figures["hub_rss_online_mib" + at] = scalar(online_rss / 2**20, "MiB")
     figures["hub_rss_mib" + at] = distribution(rss, "MiB")
     figures["hub_rss_per_agent_kib" + at] = scalar((online_rss - baseline) / 1024 / max(reached, 1), "KiB")
+    figures["hub_rss_held_per_agent_kib" + at] = scalar((held_rss - baseline) / 1024 / max(reached, 1), "KiB")
     figures["hub_idle_cpu_percent" + at] = scalar(idle_percent, "% of one core")
     beats_per_s = max(reached, 1) / interval
     figures["heartbeats_per_s" + at] = scalar(beats_per_s, "1/s")
