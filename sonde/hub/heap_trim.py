@@ -12,8 +12,10 @@ gave those pages back.
 So, for the `sonde hub` process only, where the C library is glibc: once at least
 `TRIM_AFTER` connections have opened or closed since the last trim, and none did in
 the last `CHECK_EVERY_S` (the storm is over), or `AT_LEAST_EVERY_S` have passed
-(one that does not end), `malloc_trim(0)` runs in a worker thread: a few
-milliseconds, off the event loop. Elsewhere (musl, macOS) nothing is done.
+(one that does not end), `malloc_trim(0)` runs in a worker thread, off the event
+loop: 5 ms on a 300 MB heap with nothing to give back, 48 ms giving back 480 MB
+(glibc holds the heap's lock meanwhile, so the loop's own large allocations may
+wait for it that long). Elsewhere (musl, macOS) nothing is done.
 """
 
 from __future__ import annotations
