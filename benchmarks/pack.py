@@ -105,11 +105,11 @@ def bench_registry(describe_installed: bool = False) -> PackRegistry:
     """The registry a simulated agent offers: the bench pack, and with ``describe_installed``
     the installed packs (Sonde's own) that a real agent here would offer too, those it detects
     on this machine, so that its register and enrollment describe them as a real agent's do
-    (some 70 KB of probe descriptions and parameter schemas).
+    (tens of KB of probe descriptions and parameter schemas).
 
     The same set for both, as `sonde enroll` and `sonde start` offer: offered every installed
     pack, the agents registered more packs than they had enrolled with, so each one's first
-    register changed its record's packs (a 70 KB encode and a database write), which a real
+    register changed its record's packs (an encode of them and a database write), which a real
     agent's does not."""
     if not describe_installed:
         return PackRegistry.of([PACK])

@@ -50,6 +50,7 @@ class TrimPolicy:
     churn_before: int = 0  # at the previous check
 
     def due(self, now: float, churn: int) -> bool:
+        """Whether to trim now, at a check that sees ``churn`` (kept for the next one's quiet test)."""
         quiet = churn == self.churn_before
         self.churn_before = churn
         if churn - self.churn_at_last < TRIM_AFTER:

@@ -31,8 +31,12 @@ def store_pack_set(db: Database, packs: list[Any]) -> str:
         if db.execute("SELECT 1 FROM pack_sets WHERE id = ?", [set_id]).fetchone() is not None:
             return set_id
         text = packs_text(packs)
-    db.execute("INSERT OR IGNORE INTO pack_sets (id, packs) VALUES (?, ?)", [set_id, text])
+    _insert_set(db, set_id, text)
     return set_id
+
+
+def _insert_set(db: Database, set_id: str, text: str) -> None:
+    db.execute("INSERT OR IGNORE INTO pack_sets (id, packs) VALUES (?, ?)", [set_id, text])
 
 
 def read_pack_set(db: Database, set_id: str) -> tuple[Any, ...]:
@@ -70,7 +74,7 @@ def migrate_to_pack_sets(db: Database) -> None:
     for agent_id in agent_ids:  # one row at a time: all of them at once could be gigabytes
         (text,) = db.execute("SELECT packs FROM agents WHERE id = ?", [agent_id]).fetchone()
         set_id = pack_set_id(text)
-        db.execute("INSERT OR IGNORE INTO pack_sets (id, packs) VALUES (?, ?)", [set_id, text])
+        _insert_set(db, set_id, text)  # the text as stored before, not encoded again
         db.execute("UPDATE agents SET packs = ? WHERE id = ?", [set_id, agent_id])
     db.execute("ALTER TABLE agents RENAME COLUMN packs TO pack_set")
     db.execute("CREATE INDEX idx_agents_pack_set ON agents (pack_set)")

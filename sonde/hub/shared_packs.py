@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from weakref import WeakValueDictionary
 
 from pydantic import TypeAdapter
@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # not imported: the database's migration uses this module, CL
     from sonde.protocol.messages import PackDescriptor
 
 RECENT_SETS = 16  # sets of packs kept for a lookup by their id (or the hash of what an agent sent)
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class SharedPack(dict[str, Any]):
@@ -44,10 +46,36 @@ class SharedPack(dict[str, Any]):
 
 _lock = threading.Lock()  # the store's threads read records too
 _descriptions: WeakValueDictionary[bytes, SharedPack] = WeakValueDictionary()
-_recent_sets: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+
+
+class _Recent(Generic[K, V]):
+    """The last `RECENT_SETS` entries put or found, the others let go (under ``_lock``)."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        with _lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: K, value: V) -> None:
+        with _lock:
+            self._entries[key] = value
+            while len(self._entries) > RECENT_SETS:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with _lock:
+            self._entries.clear()
+
+
+_recent_sets: _Recent[str, tuple[Any, ...]] = _Recent()
 # the ids of the last few sets of shared descriptions stored, by their members' identities;
 # each entry holds its members, so no identity in a key is another object's while it is kept
-_stored_ids: OrderedDict[tuple[int, ...], tuple[tuple[SharedPack, ...], str]] = OrderedDict()
+_stored_ids: _Recent[tuple[int, ...], tuple[tuple[SharedPack, ...], str]] = _Recent()
 
 
 def packs_text(packs: Iterable[Any]) -> str:
@@ -68,43 +96,31 @@ def stored_set_id(packs: Sequence[Any]) -> tuple[str, str | None]:
     built-in packs)."""
     shared = all(type(pack) is SharedPack for pack in packs)
     key = tuple(map(id, packs))
-    if shared:
-        with _lock:
-            found = _stored_ids.get(key)
-            if found is not None:
-                _stored_ids.move_to_end(key)
-                return found[1], None
+    found = _stored_ids.get(key) if shared else None
+    if found is not None:
+        return found[1], None
     text = packs_text(packs)
     set_id = pack_set_id(text)
     if shared:
-        with _lock:
-            _stored_ids[key] = (tuple(packs), set_id)
-            while len(_stored_ids) > RECENT_SETS:
-                _stored_ids.popitem(last=False)
+        _stored_ids.put(key, (tuple(packs), set_id))
     return set_id, text
 
 
 def packs_of_set(set_id: str, read_text: Callable[[str], str]) -> tuple[Any, ...]:
     """The packs of set ``set_id`` (a stored set's id, or `described_packs`'s key), each the
     copy other records share; ``read_text`` gives the set's text when it is not a recent one."""
-    with _lock:
-        found = _recent_sets.get(set_id)
-        if found is not None:
-            _recent_sets.move_to_end(set_id)
-            return found
+    found = _recent_sets.get(set_id)
+    if found is not None:
+        return found
     packs = tuple(_shared(pack) for pack in json.loads(read_text(set_id)))
-    with _lock:
-        _recent_sets[set_id] = packs
-        while len(_recent_sets) > RECENT_SETS:
-            _recent_sets.popitem(last=False)
+    _recent_sets.put(set_id, packs)
     return packs
 
 
 def forget_recent_sets() -> None:
     """Keep no set for lookups, nor their stored ids (tests: what no record holds is then let go)."""
-    with _lock:
-        _recent_sets.clear()
-        _stored_ids.clear()
+    _recent_sets.clear()
+    _stored_ids.clear()
 
 
 def described_packs(descriptors: tuple[PackDescriptor, ...]) -> list[Any]:
