@@ -208,7 +208,7 @@ async def test_heartbeats_on_schedule_and_silence_is_death(autojump_clock: trio.
             with trio.move_on_after(35):
                 async with beating_link(agent_transport, agent_codec, interval_s=10):
                     await trio.sleep_forever()
-            assert [round(b - start, 3) for b in beats] == [10.0, 20.0, 30.0]
+            assert [round(b - start, 3) for b in beats] == [0.0, 10.0, 20.0, 30.0]
             assert not hub_link.closed
             # the agent link is gone but its socket closed: sleep until the hub notices or times out
             await hub_link.wait_closed()
@@ -249,4 +249,4 @@ async def test_heartbeat_sent_wakes_right_after_each_heartbeat(autojump_clock: t
                     while True:
                         await agent_link.heartbeat_sent()
                         woken.append(trio.current_time() - start)
-    assert [round(t, 3) for t in woken] == [10.0, 20.0, 30.0]
+    assert [round(t, 3) for t in woken] == [0.0, 10.0, 20.0, 30.0]
