@@ -9,6 +9,7 @@ CI); no browser is ever downloaded.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -56,7 +57,8 @@ def running_chromium() -> Iterator[str]:
     """A headless Chromium with an empty profile; yields its DevTools HTTP address."""
     profile = Path(tempfile.mkdtemp(prefix="sonde-chromium-"))
     argv = [chromium_path(), *FLAGS, f"--user-data-dir={profile}", "about:blank"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "TMPDIR": str(profile)}  # its singleton socket's directory goes with the profile
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         port_file = profile / "DevToolsActivePort"  # Chromium writes its port here once listening
         deadline = time.monotonic() + START_TIMEOUT_S
