@@ -227,7 +227,8 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
     is kept of it is alive while the store is asked: its text and parsed forms are some
     500 KiB of objects with real pack descriptions, and in a reconnect storm many registers
     wait on the store at once. Held there, they left the hub's heap fragmented for good:
-    130 against 96 KiB of RSS per agent at 1,000 agents connecting 96 at a time.
+    129-134 KiB of RSS per agent at 1,000 agents connecting 96 at a time, against 112-117
+    since (benchmarks, scale scenario, alternating runs).
     """
     checked = verify_register(hub, codec, await transport.receive_text())
     try:
