@@ -138,7 +138,8 @@ async def run_up(config: HubConfig) -> None:
     key = quickstart_key(config.data_dir)
     hub_ready, hub_started = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        # SIGHUP too: `sonde up` runs in a terminal, and that is its hangup (stop as on Ctrl-C)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             url = await nursery.start(
                 lambda task_status: serve_hub(
                     config, shutdown=shutdown, hub_ready=hub_ready, task_status=task_status

@@ -20,6 +20,8 @@ from sonde.hub.proxies import parse_trusted_proxies
 from sonde.hub.tls_files import TLSFileError, check_tls_files
 from sonde.log_levels import checked_log_level
 
+log = logging.getLogger(__name__)
+
 
 def build_config(
     *,
@@ -94,7 +96,12 @@ def build_config(
 
 async def run_until_signal(config: HubConfig) -> None:
     """Serve until SIGTERM or SIGINT; this process's garbage collection follows `gc_policy`,
-    its C heap `heap_trim`."""
+    its C heap `heap_trim`.
+
+    SIGHUP is said and ignored, as by the agent: the hub has nothing to reload, and its default
+    action ended the hub on the spot (no agent told, no caller answered, the call in flight
+    never audited), which systemd counts a clean exit and does not restart.
+    """
     from sonde.hub.core import Hub
     from sonde.hub.gc_policy import configure_gc, govern_gc
     from sonde.hub.heap_trim import govern_heap
@@ -104,7 +111,7 @@ async def run_until_signal(config: HubConfig) -> None:
     shutdown = trio.Event()
     ready_send, ready_receive = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             await nursery.start(
                 lambda task_status: serve_hub(
                     config, hub_ready=ready_send, shutdown=shutdown, task_status=task_status
@@ -122,6 +129,9 @@ async def run_until_signal(config: HubConfig) -> None:
 
             nursery.start_soon(govern)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("SIGHUP received: ignored (the hub has nothing to reload; SIGTERM stops it)")
+                    continue
                 say("sonde hub: shutting down", config.log_format, signal=signal.Signals(signum).name)
                 shutdown.set()
                 break
