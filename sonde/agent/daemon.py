@@ -35,6 +35,7 @@ from sonde.agent.connection import (
     keep_alive,
     websocket_url,
 )
+from sonde.agent.exit_codes import EXIT_OK, EXIT_REJECTED
 from sonde.agent.identity import default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
 from sonde.agent.scrubber import Scrubber
@@ -73,8 +74,6 @@ STABLE_CONNECTION_S = 30.0
 MIN_HEARTBEAT_INTERVAL_S = 1.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
 
-EXIT_OK = 0
-EXIT_REJECTED = 3
 NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL` first (it asks for the token)"
 
 

@@ -19,16 +19,14 @@ import trio
 
 from sonde.agent.config import AgentConfig
 from sonde.agent.connection import Connector, connect_websocket
-from sonde.agent.daemon import BACKOFF_MAX_S, EXIT_OK, NOT_ENROLLED_MESSAGE, AgentDaemon
+from sonde.agent.daemon import BACKOFF_MAX_S, NOT_ENROLLED_MESSAGE, AgentDaemon
+from sonde.agent.exit_codes import EXIT_NOT_ENROLLED, EXIT_OK, EXIT_ROOT, EXIT_USAGE
 from sonde.agent.identity import active_packs
 from sonde.log_levels import TextFormatter
 from sonde.packs.registry import PackRegistry, load_packs
 
 log = logging.getLogger(__name__)
 
-EXIT_NOT_ENROLLED = 1
-EXIT_ROOT = 2
-EXIT_USAGE = 2
 ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (or pass --allow-root)"
 
 

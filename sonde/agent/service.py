@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonde.agent.config import CONFIG_FILE_NAME, ConfigError, config_path, load_config, write_atomically
+from sonde.agent.exit_codes import EXIT_REJECTED, EXIT_USAGE
 from sonde.agent.identity import active_packs
 from sonde.agent.packs_report import ROOT_EQUIVALENT_GROUPS, root_equivalent_warning
 from sonde.packs.registry import PackRegistry, load_packs
@@ -94,6 +95,9 @@ def render_unit(spec: UnitSpec) -> str:
         f"ReadWritePaths={spec.home}",
         "Restart=on-failure",
         "RestartSec=5",
+        # a removed or forgotten agent (3) or a bad setting (2) will not mend itself: no restart
+        # every 5 s forever, each refused and audited by the hub; fix it, then start the unit
+        f"RestartPreventExitStatus={EXIT_USAGE} {EXIT_REJECTED}",
         *HARDENING,
         "",
         "[Install]",

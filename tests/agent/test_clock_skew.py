@@ -16,7 +16,8 @@ from functools import partial
 import pytest
 import trio
 
-from sonde.agent.daemon import EXIT_REJECTED, AgentDaemon
+from sonde.agent.daemon import AgentDaemon
+from sonde.agent.exit_codes import EXIT_REJECTED
 from sonde.agent.main import agent_main
 from sonde.protocol.errors import ProbeFailed
 from sonde.protocol.messages import ProbeRequest, ProbeRequestPayload, utc_now

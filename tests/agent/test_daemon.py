@@ -20,14 +20,13 @@ from sonde.agent.config import AgentConfig
 from sonde.agent.connection import sole_error, websocket_url
 from sonde.agent.daemon import (
     ACK_TIMEOUT_S,
-    EXIT_OK,
-    EXIT_REJECTED,
     STABLE_CONNECTION_S,
     AgentDaemon,
     backoff_delay,
 )
+from sonde.agent.exit_codes import EXIT_NOT_ENROLLED, EXIT_OK, EXIT_REJECTED, EXIT_ROOT
 from sonde.agent.identity import code_hash
-from sonde.agent.main import EXIT_NOT_ENROLLED, EXIT_ROOT, agent_main, run_agent
+from sonde.agent.main import agent_main, run_agent
 from sonde.protocol.errors import AgentUnavailable
 from sonde.protocol.messages import (
     HubReject,

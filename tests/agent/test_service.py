@@ -103,6 +103,7 @@ def test_the_unit_runs_sonde_start_as_user_sonde_with_every_hardening_line() -> 
         "SystemCallArchitectures=native",
         "Restart=on-failure",
         "RestartSec=5",
+        "RestartPreventExitStatus=2 3",
         "WantedBy=multi-user.target",
     ]
     for line in [*required, *HARDENING]:
