@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
+import trio
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator
 
 from sonde.hub.errors import HubError
@@ -86,20 +87,33 @@ class ThrottledProgress:
     A thousand agents finishing within a second would otherwise be a thousand
     notifications for the client to read and the hub to send; a person (or a
     model) needs a few per second.
+
+    Reports go out one at a time, and only a count above the last one sent (MCP: progress
+    increases). Agents finishing together report from their own tasks: sent side by side,
+    the last report could reach the client before an earlier one still on its way (4 of 4,
+    then 1 of 4). One that comes while another is being sent is dropped, unless it is the last.
     """
 
     def __init__(self, report: ProgressFn, interval_s: float = PROGRESS_INTERVAL_S) -> None:
         self._report = report
         self._interval_s = interval_s
         self._last: float | None = None
+        self._sent: float | None = None
+        self._sending = trio.Lock()
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        now = time.monotonic()
         final = progress == total
-        if not final and self._last is not None and now - self._last < self._interval_s:
+        if not final and (self._sending.locked() or self._throttled()):
             return
-        self._last = now
-        await self._report(progress, total, message)
+        async with self._sending:
+            if self._sent is not None and progress <= self._sent:
+                return
+            self._last = time.monotonic()
+            self._sent = progress
+            await self._report(progress, total, message)
+
+    def _throttled(self) -> bool:
+        return self._last is not None and time.monotonic() - self._last < self._interval_s
 
 
 @dataclass
