@@ -97,6 +97,14 @@ class AgentConfig(BaseModel):
                 raise ValueError(f"not an Ed25519 public key: {exc}") from None
         return value
 
+    @field_validator("allowed_paths")
+    @classmethod
+    def _absolute_paths(cls, value: list[str]) -> list[str]:
+        for path in value:  # a relative one would be read from wherever the agent was started
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path: write it from / (such as /var/log)")
+        return value
+
     @field_validator("scrub_patterns")
     @classmethod
     def _compilable_patterns(cls, value: list[str]) -> list[str]:
@@ -125,7 +133,8 @@ def describe_config_error(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors()[:3]:
         where = ".".join(str(part) for part in error["loc"])
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+        what = error["msg"].removeprefix("Value error, ")  # pydantic's word for our own validators' refusals
+        parts.append(f"{where}: {what}" if where else what)
     return "; ".join(parts)
 
 

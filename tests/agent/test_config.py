@@ -213,3 +213,14 @@ def test_a_config_owned_by_another_user_is_refused(tmp_path: Path) -> None:
         load_config(path)
     os.chown(path, 0, 0)
     assert load_config(path) == config
+
+
+def test_a_relative_allowed_path_is_refused_naming_it(tmp_path: Path) -> None:
+    # read from the agent's working directory it would allow whatever lies there (/ under systemd)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"allowedPaths": ["/var/log", "relative/path"]}))
+    path.chmod(0o600)
+    with pytest.raises(
+        ConfigError, match=r"allowedPaths: 'relative/path' is not an absolute path: write it from /"
+    ):
+        load_config(path)
