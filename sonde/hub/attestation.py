@@ -12,7 +12,8 @@ connect the new one is compared:
   admin accepts the new state; the hold is audited and logged as a warning (what changed,
   the command that accepts it); reconnecting with the same claim while held changes
   nothing and is not audited nor logged again (a churning agent cannot flood the audit
-  log), a different claim is held, audited and logged anew;
+  log), a different claim is held, audited and logged anew (the accepted one again too, said
+  so: a mismatch seen is an admin's to clear);
 - the first connect after enrollment sets the baseline (no false alarm even
   if the packs detected at start differ from those at enrollment).
 
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 
 Verdict = Literal["same", "first", "upgraded", "unexplained"]
 CHECK_ACCEPTED_EVERY_S = 2.0  # how soon a hub hears of an accept made from the CLI
+# A held agent back on its accepted claim stays held (a mismatch is for an admin to clear): said so
+BACK_WHILE_HELD = "back to its accepted attestation after an unexplained change, still held"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, An
     result = compare(record.attestation, claimed, first_connect=record.last_seen is None)
     if result.verdict == "same":
         if record.status == "degraded" and record.pending_attestation != claimed:
-            return await hold(hub, record, claimed, ["changed again while held"])
+            return await hold(hub, record, claimed, [BACK_WHILE_HELD])
         return record
     if result.verdict == "unexplained":
         if record.status == "degraded" and record.pending_attestation == claimed:

@@ -103,3 +103,20 @@ def test_a_held_agent_reconnecting_with_the_same_claim_is_audited_and_logged_onc
             overview = http.get("/api/v1/agents/foxtrot").json()
         last = [line for line in hub.proc.lines if re.search(HELD_WARNING, line)][-1]
         assert "; ".join(overview["attestation"]["pending_changes"]) in last, (overview, last)
+
+
+def test_a_held_agent_back_on_its_accepted_claim_stays_held_and_is_told_so(tmp_path: Path) -> None:
+    with running_hub(tmp_path, "--heartbeat-interval", "1") as hub:
+        agent = held_agent(hub, tmp_path, "golf")
+        unchanged_env = {k: v for k, v in agent.env.items() if k != "PYTHONPATH"}  # the pack gone again
+        agent.env = unchanged_env
+        reconnect(hub, agent)
+        wait_until(lambda: len(held_rows(hub, "golf")) == 2)
+        assert status_of(hub, "golf") == "degraded"  # a mismatch was seen: an admin clears it
+        said = "back to its accepted attestation after an unexplained change, still held"
+        assert held_rows(hub, "golf")[0]["detail"] == {"changes": [said]}, held_rows(hub, "golf")
+        last = [line for line in hub.proc.lines if "agent golf is held as degraded" in line][-1]
+        assert f"({said})" in last, last  # before: "changed again while held", with nothing pending
+        with hub.client() as http:
+            overview = http.get("/api/v1/agents/golf").json()
+        assert overview["attestation"]["pending_changes"] == [said]

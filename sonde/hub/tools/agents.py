@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import AgentRecord
-from sonde.hub.attestation import compare
+from sonde.hub.attestation import BACK_WHILE_HELD, compare
 from sonde.hub.policy import AGENT_NAME_GLOB
 from sonde.hub.probing import current_status, resolve_agent, visible_agents_now
 from sonde.hub.tools.base import (
@@ -160,7 +160,9 @@ def held_changes(record: AgentRecord) -> list[str]:
     """What a held claim changes from the accepted baseline; [] when none is held."""
     if record.pending_attestation is None:
         return []
-    return compare(record.attestation, record.pending_attestation, first_connect=False).changes
+    return compare(record.attestation, record.pending_attestation, first_connect=False).changes or [
+        BACK_WHILE_HELD
+    ]
 
 
 AGENT_OVERVIEW = """Everything about ONE agent: identity (hostname, OS, kernel, arch), status and
