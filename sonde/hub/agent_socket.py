@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
+from sqlite_utils import Database
 
 from sonde import __version__
 from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
@@ -56,11 +57,12 @@ LIVENESS_GRACE_S = 5.0
 
 
 class Refused(Exception):
-    def __init__(self, code: RejectCode, reason: str, agent: str | None = None) -> None:
+    def __init__(self, code: RejectCode, reason: str, agent: str | None = None, claimed: str = "") -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
         self.agent = agent  # the enrolled agent's name, once the refusal is about one
+        self.claimed = claimed  # a revoked id a register gave, unchecked (no key kept); ``agent``: its name
         self.register: AgentRegister | None = None  # the register refused, once it parsed
 
     def reject(self) -> HubReject:
@@ -166,6 +168,10 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
 async def refuse(hub: Hub, transport: Transport, codec: FrameCodec, refused: Refused, peer: str) -> None:
     """Log, audit and remember one refused connection, then answer it with ``hub.reject`` and close."""
     who = f" (agent {refused.agent})" if refused.agent else ""
+    detail = {"peer": peer, "reason": refused.reason}
+    if refused.claimed:  # the id matched a revoked row: the hub's own text, none of the caller's
+        who = f" (claims agent {refused.agent}'s revoked id {refused.claimed})"
+        detail["claimedId"] = refused.claimed
     log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
     if refused.agent is not None and refused.register is not None and refused.register.agent_id:
         hub.fleet.note_refusal(refused.register.agent_id, refused.reason, peer)
@@ -174,7 +180,7 @@ async def refuse(hub: Hub, transport: Transport, codec: FrameCodec, refused: Ref
         "agent.connect",
         refused.agent,
         "denied",
-        detail={"peer": peer, "reason": refused.reason},
+        detail=detail,
         unauthenticated=True,  # whoever opens a socket can cause it
     )
     await transport.send_text(codec.encode(refused.reject()))
@@ -234,16 +240,23 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
     try:
         if isinstance(checked, NotEnrolled):
             assert checked.register.agent_id is not None
-            revoked = await hub.store.read(revocation_reason, checked.register.agent_id)
+            revoked = await hub.store.read(revocation, checked.register.agent_id)
             if revoked is not None:
                 # the fix is the agent's to name: `sonde enroll` for a service, a restart for `sonde up`'s own
-                raise Refused("revoked", revoked)
+                raise Refused("revoked", *revoked, claimed=checked.register.agent_id)
             raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
         record = await current_record(hub, checked.record)
     except Refused as refused:
         refused.register = checked.register
         raise
     return Admitted(checked.register, checked.hub_link_key, checked.link_keys, record, checked.packs)
+
+
+def revocation(db: Database, agent_id: str) -> tuple[str, str] | None:
+    """Why ``agent_id`` is refused (`revocation_reason`) and the name it had; None if never revoked."""
+    row = db.execute("SELECT name FROM revoked_agents WHERE id = ?", [agent_id]).fetchone()
+    reason = revocation_reason(db, agent_id)
+    return None if reason is None or row is None else (reason, row[0])
 
 
 def verify_register(hub: Hub, codec: FrameCodec, text: str) -> Verified | NotEnrolled:

@@ -23,7 +23,8 @@ import trio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.agent_socket import serve_agent_websocket
-from sonde.hub.auth import BEARER_CHALLENGE
+from sonde.hub.auth import BEARER_CHALLENGE, bearer_secret
+from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving
 from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
 from sonde.hub.mcp_server import SondeUser
@@ -223,7 +224,7 @@ class RootApp:
             await send(message)
 
         if caller is None:
-            await self.refuse_unauthenticated(scope, client, send_with_headers)
+            await self.refuse_unauthenticated(scope, client, headers.get("authorization"), send_with_headers)
             return
         scope = {
             **scope,
@@ -242,7 +243,11 @@ class RootApp:
                 with trio.CancelScope(shield=True):
                     await self.audit_rebinding(caller.key_id, client, headers, answer.refused)
 
-    async def refuse_unauthenticated(self, scope: Scope, client: str, send: Any) -> None:
+    async def refuse_unauthenticated(
+        self, scope: Scope, client: str, authorization: str | None, send: Any
+    ) -> None:
+        """429 while the address is held back (`FailureLimiter`), else 401, audited: a revoked key
+        named by its id (looked up only here, past the limiter) and told it was revoked."""
         retry = self.hub.keys.failures.retry_after(client)
         if retry is not None:  # a valid key is never held back: its address may be a shared proxy
             await send_json(
@@ -259,23 +264,21 @@ class RootApp:
             )
             return
         self.hub.keys.failures.failed(client)
+        secret = bearer_secret(authorization)
+        revoked = None if secret is None else await self.hub.store.read(revoked_key_use, secret)
         await self.hub.audit(
             "anonymous",
             "mcp.auth",
             None,
             "denied",
-            detail={"client": client, "path": scope["path"]},
+            detail={"client": client, "path": scope["path"], **(revoked.detail if revoked else {})},
             unauthenticated=True,
         )
+        message = revoked.message if revoked else "a valid API key is required: Authorization: Bearer <key>"
         await send_json(
             send,
             401,
-            {
-                "error": {
-                    "code": "unauthorized",
-                    "message": "a valid API key is required: Authorization: Bearer <key>",
-                }
-            },
+            {"error": {"code": "unauthorized", "message": message}},
             [(b"www-authenticate", BEARER_CHALLENGE.encode())],
         )
 

@@ -3,13 +3,17 @@
 `enroll_agent` runs as one write in the store's writer, so checking the name,
 spending the token and inserting the agent happen together or not at all.
 A name already enrolled is never taken over silently: only a token created
-for that very name (by an admin) replaces the old identity.
+for that very name (by an admin) replaces the old identity. The new identity
+keeps the old one's tags (what key policies and tag filters select it by), and
+its audit row names the identity replaced (`Enrollment.audit_detail`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 import sqlite_utils
 
@@ -20,8 +24,26 @@ from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.signing import public_key_from_text
 
 
-def enroll_agent(db: sqlite_utils.Database, request: EnrollRequest, now: float | None = None) -> AgentRecord:
-    """Create the agent; raises `EnrollmentRefused` (token or name problems) or ValueError (bad key)."""
+@dataclass(frozen=True)
+class Enrollment:
+    """An agent just enrolled, and the agent it replaced under that name (None for a new name)."""
+
+    record: AgentRecord
+    replaced: AgentRecord | None = None
+
+    def audit_detail(self) -> dict[str, Any]:
+        """The detail of its ``agent.enroll`` audit row: the new id; for a name enrolled again,
+        the id replaced and the tags the new identity kept."""
+        if self.replaced is None:
+            return {"agentId": self.record.id}
+        return {"agentId": self.record.id, "replaced": self.replaced.id, "tagsKept": self.record.tags}
+
+
+def enroll_agent(db: sqlite_utils.Database, request: EnrollRequest, now: float | None = None) -> Enrollment:
+    """Create the agent; one enrolled under its name before is replaced, and its tags kept.
+
+    Raises `EnrollmentRefused` (token or name problems, a bad public key).
+    """
     now = time.time() if now is None else now
     try:
         public_key_from_text(request.public_key)
@@ -53,7 +75,7 @@ def enroll_agent(db: sqlite_utils.Database, request: EnrollRequest, now: float |
         arch=request.arch,
         agent_version=request.agent_version,
         packs=described_packs(request.packs),
-        tags=[],
+        tags=[] if existing is None else existing.tags,  # as read in this write: CLI changes too
         status="offline",
         last_seen=None,
         enrolled_at=now,
@@ -61,4 +83,4 @@ def enroll_agent(db: sqlite_utils.Database, request: EnrollRequest, now: float |
         pending_attestation=None,
     )
     insert_agent(db, record)
-    return record
+    return Enrollment(record, existing)

@@ -192,6 +192,37 @@ def find_api_key(db: Database, secret: str) -> ApiKeyRecord | None:
     return None if row is None else _api_key_from_row(row)
 
 
+@dataclass(frozen=True)
+class RevokedKeyUse:
+    """A request refused for bearing a revoked key: what its audit row adds (the key's id, never
+    its text) and what its 401 says (read only by whoever holds the key)."""
+
+    detail: dict[str, str]
+    message: str
+
+
+def revoked_key_use(db: Database, secret: str) -> RevokedKeyUse | None:
+    """How to name a refused use of the revoked key whose secret this is; None for any other text.
+
+    One read by the hash's unique index, asked only once authentication failed (which the
+    failed-login limiter bounds): an authenticated request never pays for it.
+    """
+    if not secret or len(secret) > MAX_SECRET_CHARS:
+        return None
+    row = query_one(
+        db,
+        "SELECT id, revoked_at FROM api_keys WHERE key_hash = ? AND revoked_at IS NOT NULL",
+        [hash_secret(secret)],
+    )
+    if row is None:
+        return None
+    when = iso_utc(row["revoked_at"])
+    return RevokedKeyUse(
+        {"keyId": row["id"], "reason": "key revoked"},
+        f"this API key was revoked at {when}; ask an admin for a new one",
+    )
+
+
 def touch_api_key(db: Database, key_id: str, now: float) -> None:
     """Record that the key was used at ``now``."""
     db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", [now, key_id])

@@ -27,7 +27,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from sonde.hub.audit import audit_entry
-from sonde.hub.auth import BEARER_CHALLENGE, Caller
+from sonde.hub.auth import BEARER_CHALLENGE, Caller, bearer_secret
 from sonde.hub.enrollment import enroll_agent
 from sonde.hub.enrollment_tokens import EnrollmentRefused
 from sonde.hub.errors import (
@@ -38,6 +38,7 @@ from sonde.hub.errors import (
     forbidden,
     is_damaged_database,
 )
+from sonde.hub.keys import revoked_key_use
 from sonde.hub.store import StoreCommitFailed
 from sonde.packs.executor import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
@@ -81,7 +82,8 @@ async def parse_body(model: type[M]) -> M:
 
 
 async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Caller:
-    """The caller of this request; 401 (audited, rate limited per address) without a valid key.
+    """The caller of this request; 401 (audited, rate limited per address) without a valid key
+    (the 401 of a revoked key says so, and its audit row names the key by id).
 
     ``action`` names the route in the audit row of a refusal of this caller (a
     role's 403 here, a policy's later in the handler).
@@ -99,16 +101,18 @@ async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Calle
                 {"Retry-After": str(wait_s)},
             )
         hub.keys.failures.failed(client)
+        secret = bearer_secret(request.headers.get("Authorization"))
+        revoked = None if secret is None else await hub.store.read(revoked_key_use, secret)
         await hub.audit(
             "anonymous",
             "rest.auth",
             request.path,  # cut to size by Hub.audit, as every target is
             "denied",
-            detail={"client": request.remote_addr},
+            detail={"client": request.remote_addr, **(revoked.detail if revoked else {})},
             unauthenticated=True,
         )
         raise HubError(
-            "a valid API key is required: Authorization: Bearer <key>",
+            revoked.message if revoked else "a valid API key is required: Authorization: Bearer <key>",
             "unauthorized",
             401,
             {"WWW-Authenticate": BEARER_CHALLENGE},  # RFC 9110 11.6.1, as /mcp answers
@@ -275,10 +279,10 @@ Handler = Callable[..., Awaitable[Any]]
 async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
     body = await parse_body(EnrollRequest)
     try:
-        record = await hub.write_audited(
+        enrolled = await hub.write_audited(
             lambda db: enroll_agent(db, body, time.time()),
             lambda made: audit_entry(
-                "enrollment", "agent.enroll", made.name, "ok", detail={"agentId": made.id}
+                "enrollment", "agent.enroll", made.record.name, "ok", detail=made.audit_detail()
             ),
         )
     except EnrollmentRefused as exc:
@@ -287,7 +291,8 @@ async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
             "enrollment", "agent.enroll", body.name, "denied", detail={"code": exc.code}, unauthenticated=True
         )
         raise ApiError(status, exc.code, exc.message) from None
-    hub.fleet.remember(record)
+    record = enrolled.record
+    hub.fleet.remember(record)  # with the tags it kept: key policies select it by them at once
     from sonde.protocol.signing import public_key_to_text
 
     answer = EnrollResponse(
