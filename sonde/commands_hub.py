@@ -1,4 +1,5 @@
-"""The `sonde hub` command tree (cyclopts) and its admin sub-commands: key, token, agent, audit, backup.
+"""The `sonde hub` command tree (cyclopts) and its admin sub-commands: key, token, agent, audit, backup,
+restore.
 
 Each admin command works on a hub's data directory through `sonde.hub.admin` and its action
 modules, imported inside its body like every command's. `sonde.commands` adds the tree to the
@@ -14,7 +15,9 @@ from typing import Annotated, Literal
 
 from cyclopts import App, Parameter, Token
 
-hub_app = App(name="hub", help="Run the hub, or manage its keys, tokens, agents, audit log and backups.")
+hub_app = App(
+    name="hub", help="Run the hub, or manage its keys, tokens, agents, audit log, backups and restores."
+)
 key_app = App(name="key", help="API keys for MCP clients and the REST API.")
 token_app = App(name="token", help="Single-use enrollment tokens for new agents.")
 audit_app = App(name="audit", help="The hub's hash-chained audit log.")
@@ -69,6 +72,27 @@ def hub_backup(dest: Path, /, *, data_dir: AdminDataDir = None) -> int:
     from sonde.hub.backup import hub_backup as backup
 
     return admin.run_admin(backup, data_dir_or_default(data_dir), dest)
+
+
+@hub_app.command(name="restore")
+def hub_restore(backup: Path, /, *, data_dir: AdminDataDir = None) -> int:
+    """Put BACKUP (a file `sonde hub backup` wrote) in the place of the hub's database; the hub stopped.
+
+    Refused while a hub runs on the data directory. The backup is copied and checked first; the
+    files it replaces (sonde.db, its -wal and -shm) are kept beside it as
+    `sonde.db.replaced-<UTC time>`, never deleted. Says what the backup takes back: keys and agents
+    removed since it was taken that it knows again, those made since that it lacks. Exits 0 with
+    the backup in place, 1 when nothing was changed, 2 for a BACKUP that is no file.
+
+    Parameters
+    ----------
+    backup
+        The backup file to restore.
+    """
+    from sonde.hub import admin
+    from sonde.hub.restore import hub_restore as restore
+
+    return admin.run_admin(restore, data_dir_or_default(data_dir), backup)
 
 
 @key_app.command(name="create")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -177,8 +178,8 @@ def hub_backup(data_dir: Path, dest: Path) -> int:
     err(
         f"backed up {source} to {target} in {time.time() - started:.1f} s: {counted(copied.agents, 'agent')}, "
         f"{counted(copied.api_keys, 'API key')}, {counted(copied.audit_rows, 'audit row')}; {chain}. It holds the hub's "
-        f"signing key: keep it as private as the hub's TLS key. To restore it: stop the hub, move "
-        f"sonde.db-wal and sonde.db-shm away, copy it to {source}, start the hub."
+        f"signing key: keep it as private as the hub's TLS key. To restore it, with the hub stopped: "
+        f"`sonde hub restore {shlex.quote(str(target))} --data-dir {shlex.quote(str(data_dir))}`."
     )
     return 0
 

@@ -21,6 +21,8 @@ import shlex
 import shutil
 from pathlib import Path
 
+from sonde.hub.config import default_data_dir
+
 WAL_SUFFIX = "-wal"
 SHM_SUFFIX = "-shm"
 # Written only after a hub's database committed its first rows: `sonde.hub.core.HUB_MARK_FILE`
@@ -60,16 +62,19 @@ def lost_database_problem(path: Path) -> str | None:
 
 
 def restore_advice(path: Path) -> str:
-    """How to put a backup of ``path`` in place, for a message: a ``-wal`` file of the old one
-    must go first (SQLite would apply its frames to the copy, and damage it)."""
+    """How to put a backup of ``path`` in place, for a message: `sonde hub restore`, which moves
+    a ``-wal`` file of the old one aside first (SQLite would apply its frames to the copy)."""
     around = [p.name for p in _beside_files(path) if p.exists()]
     after = (
-        f", after moving {' and '.join(around)} away (they belong to the old file, and SQLite would "
+        f" (it moves {' and '.join(around)} aside: they belong to the old file, and SQLite would "
         "apply them to the copy)"
         if around
         else ""
     )
-    return f"restore {path.name} from a backup, with the hub stopped{after}"
+    where = "" if path.parent == default_data_dir() else f" --data-dir {shlex.quote(str(path.parent))}"
+    return (
+        f"restore {path.name} from a backup, with the hub stopped: `sonde hub restore BACKUP{where}`{after}"
+    )
 
 
 def start_over_advice(path: Path) -> str:

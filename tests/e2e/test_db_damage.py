@@ -87,8 +87,8 @@ def test_a_database_lost_beside_its_wal_is_refused_and_nothing_is_changed(tmp_pa
     assert "first-admin-key is there (the first admin key a hub made here)" in stderr
     assert "a new signing key (the agents enrolled with the old one would refuse it)" in stderr
     assert (
-        "Either restore sonde.db from a backup, with the hub stopped, after moving sonde.db-wal and "
-        in stderr
+        "Either restore sonde.db from a backup, with the hub stopped: `sonde hub restore BACKUP "
+        f"--data-dir {hub.data_dir}` (it moves sonde.db-wal and sonde.db-shm aside" in stderr
     )
     leftovers = ", ".join(
         str(hub.data_dir / name)

@@ -50,7 +50,8 @@ def test_a_wal_without_its_database_is_refused_and_kept(tmp_path: Path, how: str
     text = str(refused.value)
     assert f"the hub's database {path} is {db_file}, but a hub ran in {tmp_path}" in text
     assert f"sonde.db-wal holds {len(WAL_BYTES)} bytes of its changes" in text
-    assert "after moving sonde.db-wal away (they belong to the old file" in text
+    assert "`sonde hub restore BACKUP --data-dir " in text
+    assert "(it moves sonde.db-wal aside: they belong to the old file" in text
     assert f"to start a new hub here on purpose, remove {tmp_path / 'sonde.db-wal'} (or pass" in text
 
 

@@ -1,0 +1,246 @@
+"""`sonde hub restore BACKUP`: put a backup in the place of the hub's database, the hub stopped.
+
+By hand it is four steps, and one missed damages the copy: SQLite applies the ``-wal`` file it
+finds beside ``sonde.db`` to whatever file is there, so the old file's ``-wal`` left beside a
+restored copy mixed the two, and a hub served the mix without a word (keys made after the
+backup alive in it, its audit chain cut, pages SQLite calls malformed). Here:
+
+- the data directory is held as a hub holds it (`claim_data_dir`): refused while a hub runs;
+- the backup is copied, as `sonde hub backup` copies, into a new 0600 file in the data
+  directory and checked there (a hub's database, SQLite's integrity check, its audit chain);
+  nothing is changed when that fails;
+- the files it replaces (``sonde.db``, its ``-wal`` and ``-shm``) are moved aside, never
+  deleted, to ``sonde.db.replaced-<UTC time>`` (its ``-wal`` and ``-shm`` renamed with it, so
+  SQLite still reads them as one), and the checked copy is named ``sonde.db``;
+- what the backup takes back is said, read from the replaced file: API keys and agents removed
+  since the backup that it knows again, and those made since that it lacks; a backup of
+  another hub (another signing key than ``hub-key.pub``) is said too;
+- the restore is put on the restored database's audit chain (``cli.hub.restore``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonde.hub.admin import err, open_hub_database, record
+from sonde.hub.backup import BACKUP_MODE, MAX_SAME_MOMENT, Copied, backup_name, copy_database, counted, flush
+from sonde.hub.data_dir import DataDirInUse, claim_data_dir
+from sonde.hub.db import open_database_read_only, write_transaction
+from sonde.hub.db_files import SHM_SUFFIX, WAL_SUFFIX
+from sonde.interrupts import stop_taking_interrupts
+
+HUB_KEY_META = "hub_private_key"  # sonde.hub.core's, read here without importing the server
+HUB_MARK_FILE = "hub-key.pub"
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one database holds that a restore changes: keys and agents by id."""
+
+    active_keys: dict[str, str]  # id -> name
+    revoked_keys: dict[str, str]
+    agents: dict[str, str]
+    removed_agents: dict[str, str]
+
+
+def hub_restore(data_dir: Path, backup: Path) -> int:
+    """`sonde hub restore BACKUP`: exit 0 with the backup in place, 1 when nothing was changed."""
+    if not backup.is_file():
+        err(f"sonde hub: no backup at {backup}: name the file `sonde hub backup` wrote")
+        return 2
+    try:
+        with claim_data_dir(data_dir):
+            return restore_held(data_dir, backup)
+    except DataDirInUse:
+        err(
+            f"sonde hub: nothing was restored: a hub is serving the data directory {data_dir} (it "
+            "holds its hub.lock); stop that hub first, then restore"
+        )
+        return 1
+
+
+def restore_held(data_dir: Path, backup: Path) -> int:
+    """The restore, with ``data_dir`` held: no hub runs on it meanwhile."""
+    database = data_dir / "sonde.db"
+    started = time.time()
+    partial = data_dir / f".sonde.db.restoring-{os.getpid()}"
+    try:
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
+        copied = copy_database(backup, partial)
+        flush(partial)
+    except ValueError as exc:
+        partial.unlink(missing_ok=True)
+        err(f"sonde hub: nothing was restored: {backup} {exc}")
+        return 1
+    except (sqlite3.Error, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        err(f"sonde hub: nothing was restored: cannot copy {backup} into {data_dir}: {exc}")
+        return 1
+    try:
+        aside = aside_name(database, started)
+        moved = move_aside(database, aside)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        err(f"sonde hub: nothing was restored: cannot move {database} aside: {exc.strerror or exc}")
+        return 1
+    stop_taking_interrupts()  # the old files are aside: finish, rather than leave no sonde.db
+    os.rename(partial, database)
+    fsync_directory(data_dir)
+    # read before the audit entry's write, the last to open it: read-only connections leave an
+    # empty -wal and -shm behind, a connection that writes removes them as it closes
+    taken_back = differences(aside if moved else None, holdings(database))
+    warning = other_hub_warning(data_dir, database)
+    note_restore(data_dir, backup, moved)
+    err(
+        f"restored {database} from {backup}: {counted(copied.agents, 'agent')}, "
+        f"{counted(copied.api_keys, 'API key')}, {counted(copied.audit_rows, 'audit row')}; {chain(copied)}."
+    )
+    if moved:
+        kept = ", ".join(p.name for p in moved)
+        err(f"  the files it replaced are kept as {kept}: delete them once the hub runs well")
+    for line in [*taken_back, *([warning] if warning else [])]:
+        err(f"  {line}")
+    err("  start the hub to serve it")
+    return 0
+
+
+def aside_name(database: Path, at: float) -> Path:
+    """``sonde.db.replaced-20261126T051500.123Z`` (``-2`` and on after it if taken)."""
+    moment = backup_name(at).removeprefix("sonde-").removesuffix(".db")
+    for counter in range(1, MAX_SAME_MOMENT + 1):
+        aside = database.with_name(
+            f"{database.name}.replaced-{moment}" + (f"-{counter}" if counter > 1 else "")
+        )
+        if not any(os.path.lexists(f"{aside}{suffix}") for suffix in ("", WAL_SUFFIX, SHM_SUFFIX)):
+            return aside
+    raise OSError(f"{MAX_SAME_MOMENT} replaced files of this moment are there already")
+
+
+def move_aside(database: Path, aside: Path) -> list[Path]:
+    """Rename ``database`` and its -wal and -shm to ``aside`` (+ the same suffixes); what moved.
+    On a failure, what had moved is moved back before the OSError goes on."""
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):
+            source = database.with_name(database.name + suffix)
+            if os.path.lexists(source):
+                target = aside.with_name(aside.name + suffix)
+                os.link(source, target)  # never over an existing file
+                source.unlink()
+                moved.append((source, target))
+    except OSError:
+        for source, target in reversed(moved):
+            with contextlib.suppress(OSError):
+                os.rename(target, source)
+        raise
+    return [target for _, target in moved]
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def chain(copied: Copied) -> str:
+    if copied.chain_problem is None:
+        return "its audit chain verifies"
+    return f"its audit chain is BROKEN at {copied.chain_problem}, as it was in the backup"
+
+
+def holdings(path: Path) -> Held | None:
+    """The keys and agents ``path`` holds; None when it cannot be read (said by the caller)."""
+    try:
+        db = open_database_read_only(path)
+    except (sqlite3.Error, OSError):
+        return None
+    try:
+        keys = list(db.execute("SELECT id, name, revoked_at FROM api_keys"))
+        return Held(
+            active_keys={row[0]: row[1] for row in keys if row[2] is None},
+            revoked_keys={row[0]: row[1] for row in keys if row[2] is not None},
+            agents=dict(db.execute("SELECT id, name FROM agents").fetchall()),
+            removed_agents=dict(db.execute("SELECT id, name FROM revoked_agents").fetchall()),
+        )
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
+def differences(replaced: Path | None, restored: Held | None) -> list[str]:
+    """What the restore took back, compared with the file it replaced, for a person to act on."""
+    if replaced is None or restored is None:
+        return []
+    before = holdings(replaced)
+    if before is None:
+        return [f"{replaced.name} could not be read, to say what the backup takes back"]
+    lines = []
+    if back := sorted(set(restored.active_keys) & set(before.revoked_keys)):
+        lines.append(
+            f"API keys revoked since the backup are active again: {named(back, restored.active_keys)}; "
+            "revoke them again (`sonde hub key revoke ID`)"
+        )
+    if gone := sorted(set(before.active_keys) - set(restored.active_keys) - set(restored.revoked_keys)):
+        lines.append(f"API keys made since the backup are gone: {named(gone, before.active_keys)}")
+    if known := sorted(set(restored.agents) & set(before.removed_agents)):
+        lines.append(
+            f"agents removed since the backup are known again: {named(known, restored.agents)}; "
+            "remove them again (`sonde hub agent remove NAME`)"
+        )
+    if lost := sorted(set(before.agents) - set(restored.agents)):
+        lines.append(
+            f"agents enrolled since the backup are unknown to it and must enroll again: "
+            f"{named(lost, before.agents)}"
+        )
+    return lines
+
+
+def named(ids: list[str], names: dict[str, str], shown: int = 10) -> str:
+    """``name (id)``, by name, the first ``shown`` of them."""
+    ids = sorted(ids, key=lambda i: (names[i], i))
+    listed = [f"{names[i]} ({i})" for i in ids[:shown]]
+    return ", ".join(listed) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def other_hub_warning(data_dir: Path, database: Path) -> str | None:
+    """Said when the restored database holds another signing key than ``hub-key.pub`` names."""
+    from sonde.protocol.signing import private_key_from_text, public_key_to_text
+
+    mark = data_dir / HUB_MARK_FILE
+    try:
+        marked = mark.read_text().strip()
+        db = open_database_read_only(database)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
+        finally:
+            db.close()
+    except (OSError, UnicodeDecodeError, sqlite3.Error):
+        return None
+    if row is None or public_key_to_text(private_key_from_text(row[0]).public_key()) == marked:
+        return None
+    return (
+        f"this backup is another hub's: its signing key is not the one {mark} names, and the agents "
+        f"enrolled with this directory's hub will refuse it. If that is meant, delete {mark}"
+    )
+
+
+def note_restore(data_dir: Path, backup: Path, moved: list[Path]) -> None:
+    """Put the restore on the restored database's audit chain; a failure is said, not fatal."""
+    try:
+        db = open_hub_database(data_dir)
+        try:
+            with write_transaction(db):
+                record(db, "cli.hub.restore", str(backup), replaced=[p.name for p in moved])
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        with contextlib.suppress(OSError):
+            err(f"sonde hub: (the restore was not put on the audit log: {exc})")

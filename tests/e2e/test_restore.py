@@ -1,0 +1,102 @@
+"""`sonde hub restore`: a backup put in place of a crashed hub's database, for real.
+
+By hand, the old file's -wal left beside the restored copy was applied to it by SQLite: the hub
+served a mix of the two (keys made after the backup alive, the audit chain cut, pages damaged).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sqlite3
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.procs import URL_LINE, base_env, enroll_agent, running_hub, spawn
+
+
+def key_ids(hub_cli: object) -> dict[str, str]:
+    """name -> id of every API key, read with `sonde hub key list --json`."""
+    done = hub_cli("hub", "key", "list", "--json")  # type: ignore[operator]
+    assert done.returncode == 0, done.stderr
+    return {key["name"]: key["id"] for key in json.loads(done.stdout)}
+
+
+def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: Path) -> None:
+    backup = tmp_path / "backup.db"
+    with running_hub(tmp_path) as hub:
+        for name in ("kept", "revoked-later"):
+            assert hub.cli("hub", "key", "create", "--name", name).returncode == 0
+        enroll_agent(hub, tmp_path, "early")
+        done = hub.cli("hub", "backup", str(backup))
+        assert done.returncode == 0, done.stderr
+        assert "sonde hub restore" in done.stderr  # the backup says how to restore it
+        ids = key_ids(hub.cli)
+        assert hub.cli("hub", "key", "revoke", ids["revoked-later"]).returncode == 0
+        assert hub.cli("hub", "key", "create", "--name", "made-later").returncode == 0
+        enroll_agent(hub, tmp_path, "late")
+        assert hub.cli("hub", "agent", "remove", "early").returncode == 0
+
+        refused = hub.cli("hub", "restore", str(backup))  # the hub still runs: nothing changes
+        assert refused.returncode == 1
+        assert "nothing was restored: a hub is serving the data directory" in refused.stderr
+        assert not list(hub.data_dir.glob("sonde.db.replaced-*"))
+
+        hub.proc.stop(signal.SIGKILL)  # a crash: its last changes are in sonde.db-wal
+        assert (hub.data_dir / "sonde.db-wal").stat().st_size > 0
+
+        restored = hub.cli("hub", "restore", str(backup))
+        assert restored.returncode == 0, restored.stderr
+        said = restored.stderr
+        assert f"restored {hub.data_dir / 'sonde.db'} from {backup}: 1 agent, 3 API keys" in said, said
+        assert "its audit chain verifies" in said
+        assert re.search(
+            rf"API keys revoked since the backup are active again: revoked-later \({ids['revoked-later']}\)",
+            said,
+        )
+        assert re.search(r"API keys made since the backup are gone: made-later \(\w+\)", said), said
+        assert re.search(r"agents removed since the backup are known again: early \(\w+\)", said), said
+        assert re.search(r"agents enrolled since the backup .* must enroll again: late \(\w+\)", said), said
+        replaced = sorted(p.name for p in hub.data_dir.glob("sonde.db.replaced-*"))
+        assert [name.rsplit("Z", 1)[1] for name in replaced] == ["", "-shm", "-wal"], replaced
+        assert not (hub.data_dir / "sonde.db-wal").exists()  # the old file's is aside, not beside the copy
+
+        assert set(key_ids(hub.cli)) == {"admin", "kept", "revoked-later"}
+        verified = hub.cli("hub", "audit", "verify")
+        assert verified.returncode == 0, verified.stderr
+        with sqlite3.connect(hub.data_dir / "sonde.db") as db:
+            actions = [row[0] for row in db.execute("SELECT action FROM audit ORDER BY seq DESC LIMIT 1")]
+        db.close()
+        assert actions == ["cli.hub.restore"]
+
+        # a hub serves it: the first admin key works, the agents are the backup's
+        again = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
+        try:
+            url = again.wait_for(URL_LINE).group(1)
+            answer = httpx.get(f"{url}/api/v1/agents", headers={"Authorization": f"Bearer {hub.admin_key}"})
+            assert answer.status_code == 200
+            assert [agent["name"] for agent in answer.json()["agents"]] == ["early"]
+        finally:
+            assert again.stop() == 0
+
+
+def test_a_file_that_is_no_hub_database_changes_nothing(tmp_path: Path) -> None:
+    not_a_backup = tmp_path / "notes.db"
+    with sqlite3.connect(not_a_backup) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+    db.close()
+    with running_hub(tmp_path) as hub:
+        data_dir = hub.data_dir
+    before = (data_dir / "sonde.db").read_bytes()
+    done = spawn(
+        ["hub", "restore", str(not_a_backup), "--data-dir", str(data_dir)], base_env(tmp_path / "home")
+    )
+    assert done.popen.wait(30) == 1
+    done.stop()
+    assert "nothing was restored" in done.output, done.output
+    assert "is not a hub database" in done.output, done.output
+    assert (data_dir / "sonde.db").read_bytes() == before
+    assert not list(data_dir.glob("sonde.db.replaced-*"))
+    assert not list(data_dir.glob(".sonde.db.restoring-*"))
