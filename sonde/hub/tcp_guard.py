@@ -39,6 +39,14 @@ connections opened and closed in this process: each leaves cyclic garbage, and
 the hub's collector (`sonde.hub.gc_policy`) runs a full collection after
 enough have closed.
 
+It drops a peer that stops reading. Hypercorn writes an answer with its send lock held and
+shielded from cancellation, with no deadline: a client that sent a request and never read
+the answer (one address, thousands of sockets, no key) held a file descriptor, the answer's
+memory and, for /mcp, a place among the requests its key and the hub serve at once, until it
+chose to go; with the hub's descriptors spent, REST timed out and agents could not connect.
+Now each `SEND_CHUNK_BYTES` of a write must be taken within `SEND_STALL_S`, or the
+connection is closed (`STALLED` says so, once a minute with a count).
+
 `use_guarded_tcp_server` puts the class where hypercorn's trio worker looks it
 up; it is idempotent. tests/security/test_attack_connections.py provokes each
 of the above against a real hub.
@@ -51,7 +59,7 @@ import time
 
 import hypercorn.trio.run as hypercorn_trio_run
 import trio
-from hypercorn.events import Event, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import TCPServer
 
 from sonde.hub.run import innermost
@@ -150,6 +158,34 @@ class WaitingConnections:
 
 WAITING = WaitingConnections()
 
+SEND_STALL_S = 30.0  # to take each chunk below: 2 KiB/s, well under any link a client uses
+SEND_CHUNK_BYTES = 64 * 1024
+
+
+class StalledPeers:
+    """Connections dropped for taking no bytes: counted, and said at most once a minute."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        self._said = 0
+        self._said_at = -WARN_EVERY_S
+
+    def note(self, address: str | None) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._said_at >= WARN_EVERY_S:
+            log.warning(
+                "dropped %d connection(s) whose peer took no bytes of an answer for %.0f s (the last "
+                "from %s): a client that does not read what it asked for is not kept",
+                self.dropped - self._said,
+                SEND_STALL_S,
+                address or "an address already gone",
+            )
+            self._said, self._said_at = self.dropped, now
+
+
+STALLED = StalledPeers()
+
 
 class GuardedTCPServer(TCPServer):
     """`TCPServer` whose half-close never overlaps a send, whose failures stay its own, which
@@ -166,6 +202,9 @@ class GuardedTCPServer(TCPServer):
         await self.idle_task.stop()
 
     async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            await self._send_data(event.data)
+            return
         if isinstance(event, Updated):
             if not event.idle:
                 self._request_started()
@@ -177,6 +216,27 @@ class GuardedTCPServer(TCPServer):
                 await super().protocol_send(event)
             return
         await super().protocol_send(event)
+
+    async def _send_data(self, data: bytes) -> None:
+        """Hypercorn's write (under the send lock, shielded: a cancelled write would leave half a
+        frame), but each `SEND_CHUNK_BYTES` must be taken within `SEND_STALL_S`."""
+        async with self.send_lock:
+            gone = False
+            try:
+                with trio.CancelScope(shield=True):
+                    view = memoryview(data)
+                    for start in range(0, len(view), SEND_CHUNK_BYTES):
+                        with trio.move_on_after(SEND_STALL_S) as deadline:
+                            await self.stream.send_all(view[start : start + SEND_CHUNK_BYTES])
+                        if deadline.cancelled_caught:
+                            gone = True
+                            STALLED.note(self.address)
+                            await self.stream.aclose()  # half a chunk may be out: nothing more can be
+                            break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                gone = True
+            if gone:
+                await self.protocol.handle(Closed())
 
     def _request_started(self) -> None:
         if self.waiting_from is not None:
