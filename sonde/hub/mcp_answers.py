@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
+import anyio
 import trio
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.shared._stream_protocols import ReadStream, WriteStream
@@ -310,7 +311,13 @@ class PerRequestTransport(StreamableHTTPServerTransport):
             method="notifications/cancelled",
             params={"requestId": post.plan.wire_id, "reason": "the client disconnected"},
         )
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):  # the session ended
+        # the session ended meanwhile (its DELETE, an eviction): the SDK's streams are anyio's
+        with contextlib.suppress(
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ):
             await writer.send(SessionMessage(cancel))
 
     def _message_metadata(self, request: Any, **kwargs: Any) -> ServerMessageMetadata:

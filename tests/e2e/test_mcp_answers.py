@@ -139,3 +139,28 @@ async def test_the_sdk_client_in_its_default_auto_mode_works_with_progress(fleet
     assert probed.structured_content["result"]["total_bytes"] > 0
     assert not checked.is_error
     assert progress  # the event stream carried the progress
+
+
+async def test_a_session_ended_while_its_client_goes_mid_call_logs_no_error(fleet: SharedFleet) -> None:
+    """DELETE of the session, then the caller's socket closed, its probe still running: the
+    hub's "the client went" cancel meets a session gone. It logged an ASGI traceback per request
+    (the SDK's streams raise anyio's closed-resource errors, not trio's)."""
+    hub = fleet.hub
+    headers = {"Authorization": f"Bearer {hub.admin_key}"}
+    seen = len(hub.proc.lines)
+    async with httpx2.AsyncClient(base_url=hub.url, headers=headers, timeout=30) as http:
+        session, _, _ = await open_session(http)
+        async with httpx2.AsyncClient(base_url=hub.url, headers=headers, timeout=30) as caller:
+            async with trio.open_nursery() as nursery:
+                arguments = {"agent": "alpha", "probe": "e2e.sleep.long"}
+                body = json.dumps(tool_call(1, "probe", arguments, None))
+                nursery.start_soon(
+                    lambda: caller.post("/mcp", content=body, headers={**session.headers, **headers})
+                )
+                await trio.sleep(1.0)  # the probe is running on alpha
+                ended = await http.delete("/mcp", headers=session.headers)
+                assert ended.status_code == 200, ended.text
+                nursery.cancel_scope.cancel()  # and the caller goes: its socket closes
+    await trio.sleep(1.5)
+    logged = hub.proc.lines[seen:]
+    assert not [line for line in logged if "Error in ASGI" in line or "Traceback" in line], "\n".join(logged)
