@@ -15,10 +15,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import trio
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import AgentRecord, find_agent_by_name, get_agent
+from sonde.hub.watching import look_every
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -51,8 +51,9 @@ async def cut_off_removed_agents(hub: Hub, every_s: float = CHECK_REMOVED_EVERY_
     """Until cancelled, every ``every_s``: forget and cut off each agent the hub still holds
     that another process (`sonde hub agent remove`) removed from the database."""
     since = time.time() - LOOK_BACK_S
-    while True:
-        await trio.sleep(every_s)
+
+    async def look() -> None:
+        nonlocal since
         looked_at = time.time()
         for agent_id in await hub.store.read(revoked_since, since):
             record = hub.fleet.records.get(agent_id)
@@ -62,3 +63,5 @@ async def cut_off_removed_agents(hub: Hub, every_s: float = CHECK_REMOVED_EVERY_
                 )
                 hub.fleet.forget(agent_id, REMOVED_BY_ADMIN)
         since = looked_at - LOOK_BACK_S
+
+    await look_every(every_s, "agents removed with the CLI", look)

@@ -30,11 +30,10 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import trio
-
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
 from sonde.hub.audit import audit_entry
 from sonde.hub.config import default_data_dir
+from sonde.hub.watching import look_every
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -193,9 +192,11 @@ async def watch_accepted_agents(hub: Hub, every_s: float = CHECK_ACCEPTED_EVERY_
     The CLI's accept changes the file, not this process, and writes ``offline`` (it cannot
     know the agent is connected): the hub makes the stored status true again.
     """
-    while True:
-        await trio.sleep(every_s)
+
+    async def look() -> None:
         for name in await notice_accepted_agents(hub):
             log.info(
                 "agent %s: its changed attestation was accepted (from the CLI); its probes run again", name
             )
+
+    await look_every(every_s, "attestations accepted with the CLI", look)

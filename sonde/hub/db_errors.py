@@ -6,6 +6,8 @@ kinds, each naming the file and what to do, and the wording of a SQLite or OS er
 from __future__ import annotations
 
 import errno
+import os
+import resource
 import sqlite3
 from pathlib import Path
 from typing import NoReturn
@@ -13,6 +15,7 @@ from typing import NoReturn
 from sonde.hub.db_files import file_system_full, restore_advice, start_over_advice
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+SPARE_DESCRIPTORS = 4  # what opening a database and its -wal and -shm takes, and the listing
 # SQLite's primary result codes for a write the database refused for a reason that lasts
 LASTING_FAILURE_CODES = frozenset(
     {
@@ -95,6 +98,18 @@ def is_read_only_error(error: BaseException | None) -> bool:
     return False
 
 
+def descriptors_spent() -> int | None:
+    """This process's open-file limit when (nearly) every descriptor under it is open, else None.
+
+    SQLite says only "unable to open database file" then, which read as a file permission."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError as exc:
+        return soft if exc.errno in (errno.EMFILE, errno.ENFILE) else None
+    return soft if soft != resource.RLIM_INFINITY and open_now >= soft - SPARE_DESCRIPTORS else None
+
+
 def database_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
     """What using ``path`` failed of, for a person: a `DatabaseUnusable` naming the file and what
     to do (a read-only, full, damaged or unopenable file); else ``error`` itself."""
@@ -106,6 +121,12 @@ def database_error(path: Path, error: sqlite3.Error) -> sqlite3.Error:
     if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and file_system_full(path)):
         return DatabaseFull(path, error)  # a -shm file that cannot grow is only an I/O error
     if name == "SQLITE_CANTOPEN":
+        if (limit := descriptors_spent()) is not None:
+            return DatabaseUnusable(
+                f"cannot open the hub's database {path}: this process has all of its {limit} file "
+                "descriptors open (connections held at once, most likely: `ss -tnp` shows whose); "
+                "raise its open-file limit (LimitNOFILE= under systemd, `ulimit -n`), or find who holds them"
+            )
         return database_unusable(path, str(error))
     if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return DatabaseUnusable(

@@ -17,10 +17,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import trio
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import get_agent
+from sonde.hub.watching import look_every
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -73,9 +73,15 @@ async def notice_tag_changes(hub: Hub, after_seq: int) -> tuple[list[str], int]:
 
 async def watch_tag_changes(hub: Hub, every_s: float = CHECK_TAGS_EVERY_S) -> None:
     """Until cancelled, every ``every_s``: `notice_tag_changes` since the last look."""
-    after_seq = await hub.store.read(audit_seq_before, time.time() - LOOK_BACK_S)
-    while True:
-        await trio.sleep(every_s)
+    after_seq: int | None = None
+    since = time.time() - LOOK_BACK_S
+
+    async def look() -> None:
+        nonlocal after_seq
+        if after_seq is None:  # a first read, made again until it works
+            after_seq = await hub.store.read(audit_seq_before, since)
         changed, after_seq = await notice_tag_changes(hub, after_seq)
         for name in changed:
             log.info("agent %s: its tags were set from the CLI; using them now", name)
+
+    await look_every(every_s, "tags set with the CLI", look)
