@@ -37,6 +37,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class OncePerMinute(logging.Filter):
+    """Lets one record a minute through, without its traceback, saying how many were held back.
+
+    For trio's accept loop: a hub out of file descriptors logged every failed accept, ten a
+    second, each with the same traceback (789 of them in 80 s of one load review)."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._at = -every_s
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._at < self.every_s:
+            self._held += 1
+            return False
+        if self._held:
+            record.msg = f"{record.msg} (and {self._held} more like it since the last one said)"
+        record.exc_info = record.exc_text = None
+        self._at, self._held = now, 0
+        return True
+
+
+ACCEPT_LOOP_LOGGER = "trio.serve_listeners"
+
+
 def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
@@ -49,6 +76,9 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     # its "Invalid Host header: NAME" says nothing of the fix; the hub logs its own line (`sonde.hub.asgi`)
     logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
+    accept_loop = logging.getLogger(ACCEPT_LOOP_LOGGER)
+    if not any(isinstance(f, OncePerMinute) for f in accept_loop.filters):
+        accept_loop.addFilter(OncePerMinute())
 
 
 def say(
