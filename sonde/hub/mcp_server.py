@@ -15,7 +15,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -32,6 +32,7 @@ from sonde import __version__
 from sonde.echo import echoed
 from sonde.hub.auth import Caller
 from sonde.hub.errors import database_damaged, database_unavailable, is_damaged_database
+from sonde.hub.keys import get_api_key
 from sonde.hub.mcp_events import EventLog
 from sonde.hub.mcp_sessions import SessionManager
 from sonde.hub.probing import capitalized
@@ -41,6 +42,8 @@ from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec, no_progress
 from sonde.packs.executor import describe_params_error
 
 if TYPE_CHECKING:
+    from sqlite_utils import Database
+
     from sonde.hub.core import Hub
 
 log = logging.getLogger(__name__)
@@ -289,4 +292,26 @@ def build_session_manager(hub: Hub, bound_port: int) -> StreamableHTTPSessionMan
     )
     manager.event_log = EventLog()  # SSE answers resume after a dropped connection: see mcp_events
     manager.max_sessions_per_owner = hub.config.max_sessions_per_key
+    manager.revoked_keys = lambda key_ids: revoked_keys(hub, key_ids)
     return manager
+
+
+def keys_revoked(db: Database, key_ids: Collection[str]) -> set[str]:
+    """Those of ``key_ids`` revoked or gone: one lookup by id each."""
+    return {
+        key_id for key_id in key_ids if (key := get_api_key(db, key_id)) is None or key.revoked_at is not None
+    }
+
+
+async def revoked_keys(hub: Hub, key_ids: Collection[str]) -> set[str]:
+    """Those of ``key_ids`` revoked, their MCP sessions to be ended (`SessionManager.revoked_keys`);
+    none while the database cannot be read (logged; the next look tries again). When some are,
+    the key cache is dropped: their requests get 401 now, not once their cache entry expires."""
+    try:
+        revoked = await hub.store.read(keys_revoked, key_ids)
+    except sqlite3.Error as exc:
+        log.warning("could not read which API keys holding MCP sessions were revoked: %s", exc)
+        return set()
+    if revoked:
+        hub.keys.forget()
+    return revoked
