@@ -107,9 +107,9 @@ def copy_database(source: Path, partial: Path) -> Copied:
     return copied
 
 
-def flush(partial: Path) -> None:
-    """Put ``partial``'s bytes on the disk."""
-    fd = os.open(partial, os.O_RDONLY)
+def flush(path: Path) -> None:
+    """Put ``path``'s bytes on the disk: a file's, or a directory's entries (a name given)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -130,11 +130,7 @@ def publish(partial: Path, dest: Path, target: Path, at: float) -> Path:
             target = destination(dest, at)
     stop_taking_interrupts()  # the copy is in place: what is left is saying so, not undoing it
     partial.unlink()
-    directory = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    flush(target.parent)
     return target
 
 

@@ -90,7 +90,7 @@ def restore_held(data_dir: Path, backup: Path) -> int:
         return 1
     stop_taking_interrupts()  # the old files are aside: finish, rather than leave no sonde.db
     os.rename(partial, database)
-    fsync_directory(data_dir)
+    flush(data_dir)  # the new name on the disk
     # read before the audit entry's write, the last to open it: read-only connections leave an
     # empty -wal and -shm behind, a connection that writes removes them as it closes
     taken_back = differences(aside if moved else None, holdings(database))
@@ -139,14 +139,6 @@ def move_aside(database: Path, aside: Path) -> list[Path]:
                 os.rename(target, source)
         raise
     return [target for _, target in moved]
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def chain(copied: Copied) -> str:

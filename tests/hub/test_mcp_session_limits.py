@@ -26,22 +26,14 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import Server
 
 from sonde.hub.mcp_sessions import SessionManager
+from tests.e2e.mcpclient import initialize_request
 
 pytestmark = pytest.mark.timeout(30)
 
 HUB_LIMIT = 4
 PROTOCOL_VERSION = "2025-06-18"
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "limits-test", "version": "1"},
-    },
-}
+INITIALIZE = initialize_request(PROTOCOL_VERSION, request_id=1)
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 
