@@ -23,7 +23,7 @@ import trio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from sonde.hub.agent_socket import serve_agent_websocket
-from sonde.hub.auth import BEARER_CHALLENGE, bearer_secret
+from sonde.hub.auth import BEARER_CHALLENGE, Caller, bearer_secret
 from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving
 from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
@@ -53,6 +53,7 @@ MCP_BODY_DEADLINE_S = 30.0  # to send a whole request body, from its headers on
 # bounds what all keys together can hold (bodies, tasks, sockets).
 MAX_MCP_IN_FLIGHT_PER_KEY = 256
 MAX_MCP_IN_FLIGHT = 1024
+ADMIN_SHARE = 8  # one place in 8 of those is kept for admin keys: four member keys at their cap fill the rest
 BUSY_RETRY_AFTER_S = 1
 
 
@@ -81,20 +82,31 @@ async def read_body(receive: Any, limit: int) -> bytes | None:
 
 
 class McpInFlight:
-    """The MCP POSTs being served, per API key and in all; past either cap a request is refused."""
+    """The MCP POSTs being served, per API key and in all; past either cap a request is refused.
 
-    def __init__(self, per_key: int = MAX_MCP_IN_FLIGHT_PER_KEY, total: int = MAX_MCP_IN_FLIGHT) -> None:
+    The last ``admin_reserve`` places are an admin key's: four member keys at their own cap
+    (with clients that ask and never read, say) filled the hub's and kept every admin out,
+    as an agent keeps its last probe slots for admin keys.
+    """
+
+    def __init__(
+        self,
+        per_key: int = MAX_MCP_IN_FLIGHT_PER_KEY,
+        total: int = MAX_MCP_IN_FLIGHT,
+        admin_reserve: int | None = None,
+    ) -> None:
         self.per_key = per_key
         self.total = total
+        self.admin_reserve = total // ADMIN_SHARE if admin_reserve is None else admin_reserve
         self._by_key: dict[str, int] = {}
         self._all = 0
 
-    def enter(self, key_id: str) -> str | None:
+    def enter(self, key_id: str, admin: bool = False) -> str | None:
         """Count one more request of ``key_id``; or, at a cap, count nothing and say which."""
         held = self._by_key.get(key_id, 0)
         if held >= self.per_key:
             return "key"
-        if self._all >= self.total:
+        if self._all >= (self.total if admin else self.total - self.admin_reserve):
             return "hub"
         self._by_key[key_id] = held + 1
         self._all += 1
@@ -121,7 +133,8 @@ def busy_refusal(cap: str, in_flight: McpInFlight) -> tuple[int, dict[str, Any]]
         )
         return 429, {"error": {"code": "too_many_requests", "message": message}}
     message = (
-        f"the hub is serving {in_flight.total} MCP requests already; try again in {BUSY_RETRY_AFTER_S} s"
+        f"the hub is serving {in_flight.total - in_flight.admin_reserve} MCP requests or more already"
+        f" (its last {in_flight.admin_reserve} places are kept for admin keys); try again in {BUSY_RETRY_AFTER_S} s"
     )
     return 503, {"error": {"code": "busy", "message": message}}
 
@@ -235,7 +248,7 @@ class RootApp:
         answer = SdkRefusalAnswer(send_with_headers, headers, client, self.rebinding_log)
         try:
             if scope["method"] == "POST":
-                await self.serve_mcp_post(scope, headers, caller.key_id, receive, answer.send)
+                await self.serve_mcp_post(scope, headers, caller, receive, answer.send)
             else:
                 await self.mcp.handle_request(scope, receive, answer.send)
         finally:
@@ -287,9 +300,10 @@ class RootApp:
         await self.hub.audit(key_id, "mcp.request", None, "denied", detail=detail, unauthenticated=True)
 
     async def serve_mcp_post(
-        self, scope: Scope, headers: dict[str, str], key_id: str, receive: Any, send: Any
+        self, scope: Scope, headers: dict[str, str], caller: Caller, receive: Any, send: Any
     ) -> None:
-        busy = self.in_flight.enter(key_id)
+        key_id = caller.key_id
+        busy = self.in_flight.enter(key_id, admin=caller.is_admin)
         if busy is not None:
             status, refusal = busy_refusal(busy, self.in_flight)
             await send_json(send, status, refusal, [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())])

@@ -158,7 +158,10 @@ class WaitingConnections:
 
 WAITING = WaitingConnections()
 
-SEND_STALL_S = 30.0  # to take each chunk below: 2 KiB/s, well under any link a client uses
+# To take each chunk below. Not 30 s: a client reading a large answer steadily at 4 KiB/s over
+# loopback was cut at 30 s (its window reopens a 32-64 KiB segment at a time, and TCP backs off
+# its probes of a closed window); 120 s is as long as TCP itself backs off.
+SEND_STALL_S = 120.0
 SEND_CHUNK_BYTES = 64 * 1024
 
 
@@ -175,9 +178,10 @@ class StalledPeers:
         now = time.monotonic()
         if now - self._said_at >= WARN_EVERY_S:
             log.warning(
-                "dropped %d connection(s) whose peer took no bytes of an answer for %.0f s (the last "
-                "from %s): a client that does not read what it asked for is not kept",
+                "dropped %d connection(s) whose peer took none of the next %d KiB of an answer within "
+                "%.0f s (the last from %s): a client that does not read what it asked for is not kept",
                 self.dropped - self._said,
+                SEND_CHUNK_BYTES // 1024,
                 SEND_STALL_S,
                 address or "an address already gone",
             )

@@ -15,11 +15,11 @@ def test_a_key_past_its_share_is_refused_and_counted_for_nothing() -> None:
 
 
 def test_past_the_hub_wide_cap_every_key_waits() -> None:
-    counted = McpInFlight(per_key=5, total=3)
+    counted = McpInFlight(per_key=5, total=3, admin_reserve=0)
     assert [counted.enter(key) for key in ("a", "b", "c", "d")] == [None, None, None, "hub"]
     status, body = busy_refusal("hub", counted)
     assert status == 503
-    assert "serving 3 MCP requests" in body["error"]["message"]
+    assert "serving 3 MCP requests or more" in body["error"]["message"]
     for key in ("a", "b", "c"):
         counted.leave(key)
     assert counted.held("a") == 0
@@ -30,3 +30,16 @@ def test_a_key_refusal_is_a_429() -> None:
     status, body = busy_refusal("key", McpInFlight(per_key=256))
     assert status == 429
     assert body["error"]["code"] == "too_many_requests"
+
+
+def test_member_keys_filling_the_hub_leave_its_last_places_to_admin_keys() -> None:
+    # four member keys at their own cap (clients that ask and never read): the admin still gets in
+    counted = McpInFlight(per_key=256, total=1024, admin_reserve=128)
+    for member in ("m1", "m2", "m3", "m4"):
+        assert [counted.enter(member) for _ in range(256)].count(None) == (256 if member != "m4" else 128)
+    assert counted.enter("m5") == "hub"
+    assert counted.enter("admin", admin=True) is None
+    status, body = busy_refusal("hub", counted)
+    assert status == 503
+    assert "its last 128 places are kept for admin keys" in body["error"]["message"]
+    assert [counted.enter("admin", admin=True) for _ in range(128)].count(None) == 127  # to the hub's cap

@@ -3,55 +3,66 @@
 Hypercorn wrote each answer shielded and without a deadline: thousands of such sockets from one
 address, with no key, held the hub's file descriptors (REST timed out, agents could not
 connect) and, on /mcp, every place among the requests served at once.
+
+An in-process hub (`serve_hub`) on 127.0.0.1 port 0, its stall deadline cut to 2 s, and a raw
+socket with a small receive buffer that asks for far more than the two sockets' buffers hold.
 """
 
 from __future__ import annotations
 
-import re
 import socket
-import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from sonde.hub.tcp_guard import SEND_STALL_S
-from tests.e2e.procs import running_hub
-from tests.security.test_attack_connections import assert_hub_serves, server_of
+import httpx
+import pytest
+import trio
 
-ASKED = 40  # answers of some 50 KB each: far more than the two sockets' buffers hold
+from sonde.hub import serve, tcp_guard
+from sonde.hub.config import HubConfig
 
+pytestmark = pytest.mark.timeout(60)
 
-def read_to_the_end(sock: socket.socket) -> bytes:
-    """What ``sock`` still holds, until the hub's close (EOF or reset)."""
-    sock.settimeout(10)
-    got = b""
-    try:
-        while chunk := sock.recv(65536):
-            got += chunk
-    except ConnectionResetError:
-        pass
-    return got
+STALL_S = 2.0
+ASKED = 40  # answers of some 50 KB each
 
 
-def test_a_client_that_reads_none_of_its_answers_is_dropped(tmp_path: Path) -> None:
-    with running_hub(tmp_path) as hub:
-        server, netloc = server_of(hub)
-        stalled = socket.socket()
-        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stalled.bind(("127.0.0.2", 0))
-        stalled.connect(server)
-        try:
-            stalled.sendall(f"GET /api/v1/openapi.json HTTP/1.1\r\nHost: {netloc}\r\n\r\n".encode() * ASKED)
-            started = time.monotonic()
-            assert_hub_serves(hub)  # everyone else is served meanwhile
-            hub.proc.wait_for(
-                re.compile(
-                    rf"dropped 1 connection\(s\) whose peer took no bytes of an answer for {SEND_STALL_S:.0f} s "
-                    r"\(the last from 127\.0\.0\.2\)"
-                ),
-                timeout=SEND_STALL_S + 30,
+@pytest.fixture
+async def hub_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.setattr(tcp_guard, "SEND_STALL_S", STALL_S)
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            lambda task_status: serve.serve_hub(
+                HubConfig(data_dir=tmp_path, port=0), shutdown=shutdown, task_status=task_status
             )
-            assert time.monotonic() - started > SEND_STALL_S / 2  # a stall, not the first slow write
-            answers = read_to_the_end(stalled).count(b"HTTP/1.1 200 ")
-            assert 1 <= answers < ASKED  # closed part way: what it buffered, then the end
-        finally:
-            stalled.close()
-        assert_hub_serves(hub)
+        )
+        yield url
+        shutdown.set()
+
+
+async def test_a_client_that_reads_none_of_its_answers_is_dropped(
+    hub_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    parts = urlsplit(hub_url)
+    stalled = trio.socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await stalled.bind(("127.0.0.2", 0))
+    await stalled.connect((parts.hostname, parts.port))
+    with stalled:
+        request = f"GET /api/v1/openapi.json HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode()
+        await stalled.send(request * ASKED)
+        async with httpx.AsyncClient(base_url=hub_url) as other:  # everyone else is served meanwhile
+            assert (await other.get("/api/v1/health")).status_code == 200
+        await trio.sleep(STALL_S * 3)  # reading nothing: a chunk waits past its deadline
+        [said] = [r.getMessage() for r in caplog.records if r.name == "sonde.hub.tcp_guard"]
+        assert said == (
+            "dropped 1 connection(s) whose peer took none of the next 64 KiB of an answer within 2 s "
+            "(the last from 127.0.0.2): a client that does not read what it asked for is not kept"
+        )
+        got = b""
+        with trio.fail_after(10):
+            while chunk := await stalled.recv(65536):  # what it buffered, then the hub's close
+                got += chunk
+        assert 1 <= got.count(b"HTTP/1.1 200 ") < ASKED
