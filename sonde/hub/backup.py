@@ -97,7 +97,7 @@ def copy_database(source: Path, partial: Path) -> Copied:
             copied = Copied(
                 agents=copy["agents"].count,
                 api_keys=copy["api_keys"].count,
-                audit_rows=report.rows,
+                audit_rows=copy["audit"].count,  # all, where the check stops at a break
                 chain_problem=None if report.ok else f"seq {report.first_bad_seq}: {report.problem}",
             )
         finally:

@@ -21,6 +21,7 @@ backup alive in it, its audit chain cut, pages SQLite calls malformed). Here:
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import sqlite3
 import time
@@ -46,6 +47,9 @@ class Held:
     revoked_keys: dict[str, str]
     agents: dict[str, str]
     removed_agents: dict[str, str]
+    usable_tokens: dict[str, str]  # id -> the name it is reserved for, or its id
+    spent_tokens: dict[str, str]  # revoked or used
+    hub_key: str | None  # the signing key's text: another hub's database holds another
 
 
 def hub_restore(data_dir: Path, backup: Path) -> int:
@@ -65,30 +69,37 @@ def hub_restore(data_dir: Path, backup: Path) -> int:
 
 
 def restore_held(data_dir: Path, backup: Path) -> int:
-    """The restore, with ``data_dir`` held: no hub runs on it meanwhile."""
+    """The restore, with ``data_dir`` held: no hub runs on it meanwhile. The copy being made is
+    removed however this ends before it is in place (an error, Ctrl-C)."""
+    partial = data_dir / f".sonde.db.restoring-{os.getpid()}"
+    try:
+        return put_in_place(data_dir, backup, partial)
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+
+
+def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
     database = data_dir / "sonde.db"
     started = time.time()
-    partial = data_dir / f".sonde.db.restoring-{os.getpid()}"
     try:
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
         copied = copy_database(backup, partial)
         flush(partial)
     except ValueError as exc:
-        partial.unlink(missing_ok=True)
         err(f"sonde hub: nothing was restored: {backup} {exc}")
         return 1
     except (sqlite3.Error, OSError) as exc:
-        partial.unlink(missing_ok=True)
         err(f"sonde hub: nothing was restored: cannot copy {backup} into {data_dir}: {exc}")
         return 1
     try:
         aside = aside_name(database, started)
         moved = move_aside(database, aside)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         err(f"sonde hub: nothing was restored: cannot move {database} aside: {exc.strerror or exc}")
         return 1
     stop_taking_interrupts()  # the old files are aside: finish, rather than leave no sonde.db
+    owner = give_to_owner(partial, data_dir)
     os.rename(partial, database)
     flush(data_dir)  # the new name on the disk
     # read before the audit entry's write, the last to open it: read-only connections leave an
@@ -101,12 +112,26 @@ def restore_held(data_dir: Path, backup: Path) -> int:
         f"{counted(copied.api_keys, 'API key')}, {counted(copied.audit_rows, 'audit row')}; {chain(copied)}."
     )
     if moved:
-        kept = ", ".join(p.name for p in moved)
+        kept = ", ".join(sorted(p.name for p in data_dir.glob(f"{glob.escape(aside.name)}*")))
         err(f"  the files it replaced are kept as {kept}: delete them once the hub runs well")
+    if owner:
+        err(f"  {owner}")
     for line in [*taken_back, *([warning] if warning else [])]:
         err(f"  {line}")
     err("  start the hub to serve it")
     return 0
+
+
+def give_to_owner(path: Path, data_dir: Path) -> str | None:
+    """As root, give ``path`` to the data directory's owner (the hub's user), who must open it;
+    what was done, for the message (None when nothing was)."""
+    if os.geteuid() != 0:
+        return None
+    owner = data_dir.stat()
+    if owner.st_uid == 0:
+        return None
+    os.chown(path, owner.st_uid, owner.st_gid)
+    return f"sonde.db is given to uid {owner.st_uid}, its directory's owner: the hub runs as that user"
 
 
 def aside_name(database: Path, at: float) -> Path:
@@ -155,11 +180,19 @@ def holdings(path: Path) -> Held | None:
         return None
     try:
         keys = list(db.execute("SELECT id, name, revoked_at FROM api_keys"))
+        tokens = list(db.execute("SELECT id, name, used_at, revoked_at, expires_at FROM enrollment_tokens"))
+        now = time.time()
+        hub_key = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
         return Held(
             active_keys={row[0]: row[1] for row in keys if row[2] is None},
             revoked_keys={row[0]: row[1] for row in keys if row[2] is not None},
             agents=dict(db.execute("SELECT id, name FROM agents").fetchall()),
             removed_agents=dict(db.execute("SELECT id, name FROM revoked_agents").fetchall()),
+            usable_tokens={
+                t[0]: t[1] or t[0] for t in tokens if t[2] is None and t[3] is None and t[4] > now
+            },
+            spent_tokens={t[0]: t[1] or t[0] for t in tokens if t[2] is not None or t[3] is not None},
+            hub_key=None if hub_key is None else str(hub_key[0]),
         )
     except sqlite3.Error:
         return None
@@ -174,7 +207,14 @@ def differences(replaced: Path | None, restored: Held | None) -> list[str]:
     before = holdings(replaced)
     if before is None:
         return [f"{replaced.name} could not be read, to say what the backup takes back"]
+    if before.hub_key != restored.hub_key:
+        return [f"it is another hub's database than {replaced.name} was: nothing of the one taken back"]
     lines = []
+    if tokens := sorted(set(restored.usable_tokens) & set(before.spent_tokens)):
+        lines.append(
+            "enrollment tokens revoked or used since the backup can enroll again: "
+            f"{named(tokens, restored.usable_tokens)}; revoke them (`sonde hub token revoke ID`)"
+        )
     if back := sorted(set(restored.active_keys) & set(before.revoked_keys)):
         lines.append(
             f"API keys revoked since the backup are active again: {named(back, restored.active_keys)}; "

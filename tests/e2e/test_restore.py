@@ -7,14 +7,17 @@ served a mix of the two (keys made after the backup alive, the audit chain cut, 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import httpx
 
-from tests.e2e.procs import URL_LINE, base_env, enroll_agent, running_hub, spawn
+from tests.conftest import require
+from tests.e2e.procs import SONDE, URL_LINE, base_env, enroll_agent, running_hub, spawn
 
 
 def key_ids(hub_cli: object) -> dict[str, str]:
@@ -30,6 +33,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         for name in ("kept", "revoked-later"):
             assert hub.cli("hub", "key", "create", "--name", name).returncode == 0
         enroll_agent(hub, tmp_path, "early")
+        token = hub.token()  # made before the backup, revoked after it
         done = hub.cli("hub", "backup", str(backup))
         assert done.returncode == 0, done.stderr
         assert "sonde hub restore" in done.stderr  # the backup says how to restore it
@@ -38,6 +42,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         assert hub.cli("hub", "key", "create", "--name", "made-later").returncode == 0
         enroll_agent(hub, tmp_path, "late")
         assert hub.cli("hub", "agent", "remove", "early").returncode == 0
+        assert hub.cli("hub", "token", "revoke", token).returncode == 0
 
         refused = hub.cli("hub", "restore", str(backup))  # the hub still runs: nothing changes
         assert refused.returncode == 1
@@ -59,8 +64,12 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         assert re.search(r"API keys made since the backup are gone: made-later \(\w+\)", said), said
         assert re.search(r"agents removed since the backup are known again: early \(\w+\)", said), said
         assert re.search(r"agents enrolled since the backup .* must enroll again: late \(\w+\)", said), said
+        assert re.search(r"enrollment tokens revoked or used since the backup can enroll again: \w+", said), (
+            said
+        )
         replaced = sorted(p.name for p in hub.data_dir.glob("sonde.db.replaced-*"))
         assert [name.rsplit("Z", 1)[1] for name in replaced] == ["", "-shm", "-wal"], replaced
+        assert f"the files it replaced are kept as {', '.join(replaced)}:" in said, said
         assert not (hub.data_dir / "sonde.db-wal").exists()  # the old file's is aside, not beside the copy
 
         assert set(key_ids(hub.cli)) == {"admin", "kept", "revoked-later"}
@@ -100,3 +109,28 @@ def test_a_file_that_is_no_hub_database_changes_nothing(tmp_path: Path) -> None:
     assert (data_dir / "sonde.db").read_bytes() == before
     assert not list(data_dir.glob("sonde.db.replaced-*"))
     assert not list(data_dir.glob(".sonde.db.restoring-*"))
+
+
+def test_another_hubs_backup_is_said_to_be_one_and_given_to_the_directory_owner(tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "giving the data directory to another user needs root")
+    other_backup = tmp_path / "other.db"
+    with running_hub(tmp_path / "other") as other:
+        assert other.cli("hub", "backup", str(other_backup)).returncode == 0
+    with running_hub(tmp_path / "this") as hub:
+        data_dir = hub.data_dir
+        env = hub.env
+    os.chown(data_dir, 65534, 65534)  # the hub's own user, not root, runs it
+    done = subprocess.run(
+        [*SONDE, "hub", "restore", str(other_backup), "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "it is another hub's database than sonde.db.replaced-" in done.stderr, done.stderr
+    assert "since the backup" not in done.stderr  # nothing of this hub's history to take back
+    assert "this backup is another hub's: its signing key is not the one" in done.stderr
+    assert "sonde.db is given to uid 65534, its directory's owner" in done.stderr
+    assert (data_dir / "sonde.db").stat().st_uid == 65534
