@@ -68,9 +68,11 @@ def fast_command(argv: Sequence[str]) -> int | None:
 
 
 def run_start(*, allow_root: bool, log_level: str) -> int:
-    """`sonde start`: load the enrolled config, then run the agent; 1 when there is none or it is bad."""
+    """`sonde start`: load the enrolled config, then run the agent; 1 when there is none, 2 when it
+    is bad (a setting to mend: the systemd unit does not restart the agent for that)."""
     from sonde.agent.config import ConfigError, config_path, load_config
     from sonde.agent.daemon import NOT_ENROLLED_MESSAGE
+    from sonde.agent.exit_codes import EXIT_USAGE
     from sonde.agent.main import run_agent
 
     path = config_path()
@@ -78,7 +80,7 @@ def run_start(*, allow_root: bool, log_level: str) -> int:
         config = load_config(path)
     except ConfigError as exc:
         print(f"sonde start: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if config is None:
         print(f"sonde start: {NOT_ENROLLED_MESSAGE} (there is no {path})", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 until a signal or a fatal reject, and turn that into the exit code.
 
 Exit codes: 0 after SIGTERM/SIGINT, 1 when not enrolled, 2 when run as root without
-``--allow-root`` or given a bad log level, 3 when the hub no longer knows this agent.
+``--allow-root``, given a bad log level or a bad config file, 3 when the hub no longer knows
+this agent.
 SIGHUP is logged and ignored.
 """
 

@@ -389,7 +389,7 @@ def test_sonde_start_refuses_a_config_others_may_change(tmp_path: Path) -> None:
     path.write_text(json.dumps({"hubUrl": "http://127.0.0.1:1", "name": "web-1"}))
     path.chmod(0o666)
     done = run_any([*SONDE, "start", "--allow-root"], env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 2  # a setting to mend: the systemd unit does not restart it for that
     assert f"sonde start: config {path} has mode 666: others can change it" in done.stderr
     assert f"run `chmod go-w {path}`" in done.stderr
 
