@@ -212,8 +212,8 @@ async def cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope)
 
 async def serve_stdio(server: ToolServer, stdin_fd: int, stdout_fd: int) -> int:
     """Serve on ``stdin_fd``/``stdout_fd`` (closed on return) until end of input or
-    SIGTERM/SIGINT; returns 0."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    SIGTERM/SIGINT/SIGHUP (its client went); returns 0."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         stdin, stdout = trio.lowlevel.FdStream(stdin_fd), trio.lowlevel.FdStream(stdout_fd)
         async with stdin, stdout, trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_signal, signals, nursery.cancel_scope)

@@ -62,9 +62,10 @@ def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO"
 
 
 async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -> int:
-    """Bridge until stdin ends (exit 0), SIGTERM (0) or SIGINT (130)."""
+    """Bridge until stdin ends (exit 0), SIGTERM or SIGHUP (0; its client's terminal or
+    supervisor went: the hub's session is ended, not left to time out) or SIGINT (130)."""
     stopped_by: int | None = None
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with (
             trio.lowlevel.FdStream(stdin_fd) as stdin,
             trio.lowlevel.FdStream(stdout_fd) as stdout,

@@ -146,6 +146,9 @@ def innermost(exc: BaseException) -> BaseException:
 
 
 def run_hub(config: HubConfig) -> int:
+    # SIGHUP is ignored from here on (`run_until_signal` says so once serving): its default
+    # action ended a hub still starting, as it ended a running one
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     import mcp.server.lowlevel  # noqa: F401  (import first: the SDK may touch logging)
 
     from sonde.hub.data_dir import claim_data_dir

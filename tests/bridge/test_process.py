@@ -109,7 +109,7 @@ async def test_eof_deletes_the_session_and_exits_0_with_only_jsonrpc_on_stdout(t
     assert b"ended session session-1" in bridge.stderr
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130), (signal.SIGHUP, 0)])
 async def test_signals_delete_the_session_then_exit(tmp_path: Path, signum: int, code: int) -> None:
     async with fake_hub() as (hub, url):
         env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)

@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.e2e.procs import base_env, enroll_agent, running_hub, spawn, up_url_and_key, wait_until
+from tests.e2e.procs import URL_LINE, base_env, enroll_agent, running_hub, spawn, up_url_and_key, wait_until
 
 
 def online(hub_client: object, name: str) -> bool:
@@ -50,3 +50,18 @@ def test_up_stops_cleanly_on_hangup(tmp_path: Path) -> None:
         assert "sonde up: shutting down" in proc.lines
     finally:
         proc.stop()
+
+
+def test_hub_still_starting_ignores_sighup(tmp_path: Path) -> None:
+    # its first line (the open-file limit) comes before its imports and its signal receiver:
+    # SIGHUP's default action ended it there, with nothing said
+    proc = spawn(
+        ["hub", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], base_env(tmp_path / "home")
+    )
+    try:
+        proc.wait_for(re.compile(r"open-file limit"))
+        proc.popen.send_signal(signal.SIGHUP)
+        proc.wait_for(URL_LINE)  # it came up all the same
+        assert proc.popen.poll() is None
+    finally:
+        assert proc.stop(signal.SIGTERM) == 0

@@ -675,7 +675,7 @@ async def test_end_of_input_exits_0_after_answering(tmp_path: Path, slow_pack_en
     assert all(response["ok"] for response in done.responses)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 async def test_signal_stops_promptly_with_0(
     tmp_path: Path, slow_pack_env: dict[str, str], signum: int
 ) -> None:
