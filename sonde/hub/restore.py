@@ -32,6 +32,7 @@ from sonde.hub.admin import err, open_hub_database, record
 from sonde.hub.backup import BACKUP_MODE, MAX_SAME_MOMENT, Copied, backup_name, copy_database, counted, flush
 from sonde.hub.data_dir import DataDirInUse, claim_data_dir
 from sonde.hub.db import open_database_read_only, write_transaction
+from sonde.hub.db_errors import DatabaseTooNew, DatabaseUnusable, NotAHubDatabase
 from sonde.hub.db_files import SHM_SUFFIX, WAL_SUFFIX
 from sonde.interrupts import stop_taking_interrupts
 
@@ -88,6 +89,20 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
         flush(partial)
     except ValueError as exc:
         err(f"sonde hub: nothing was restored: {backup} {exc}")
+        return 1
+    except DatabaseTooNew as exc:
+        err(f"sonde hub: nothing was restored: {backup}: {exc}")
+        return 1
+    except NotAHubDatabase:
+        err(
+            f"sonde hub: nothing was restored: {backup} holds no hub database: name a file `sonde hub backup` wrote"
+        )
+        return 1
+    except DatabaseUnusable as exc:
+        cause = exc.__cause__ or exc
+        err(
+            f"sonde hub: nothing was restored: cannot read {backup} as a hub database ({cause}): name a file `sonde hub backup` wrote"
+        )
         return 1
     except (sqlite3.Error, OSError) as exc:
         err(f"sonde hub: nothing was restored: cannot copy {backup} into {data_dir}: {exc}")

@@ -105,7 +105,10 @@ def test_a_file_that_is_no_hub_database_changes_nothing(tmp_path: Path) -> None:
     assert done.popen.wait(30) == 1
     done.stop()
     assert "nothing was restored" in done.output, done.output
-    assert "is not a hub database" in done.output, done.output
+    assert f"{not_a_backup} holds no hub database: name a file `sonde hub backup` wrote" in done.output, (
+        done.output
+    )
+    assert "--data-dir" not in done.output  # the backup is what is wrong, not the data directory
     assert (data_dir / "sonde.db").read_bytes() == before
     assert not list(data_dir.glob("sonde.db.replaced-*"))
     assert not list(data_dir.glob(".sonde.db.restoring-*"))
