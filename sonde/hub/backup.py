@@ -107,6 +107,15 @@ def copy_database(source: Path, partial: Path) -> Copied:
     return copied
 
 
+def copy_into(source: Path, partial: Path) -> Copied:
+    """Create ``partial`` (0600, never over a file) and copy ``source`` into it, checked
+    (`copy_database`) and on the disk."""
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
+    copied = copy_database(source, partial)
+    flush(partial)
+    return copied
+
+
 def flush(path: Path) -> None:
     """Put ``path``'s bytes on the disk: a file's, or a directory's entries (a name given)."""
     fd = os.open(path, os.O_RDONLY)
@@ -149,9 +158,7 @@ def hub_backup(data_dir: Path, dest: Path) -> int:
         return 2
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
-        copied = copy_database(source, partial)
-        flush(partial)
+        copied = copy_into(source, partial)
         target = publish(partial, dest, target, started)
     except DestinationTaken as exc:
         err(f"sonde hub: no backup made: {exc}")

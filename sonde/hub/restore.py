@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonde.hub.admin import err, open_hub_database, record
-from sonde.hub.backup import BACKUP_MODE, MAX_SAME_MOMENT, Copied, backup_name, copy_database, counted, flush
+from sonde.hub.backup import MAX_SAME_MOMENT, Copied, backup_name, copy_into, counted, flush
 from sonde.hub.data_dir import DataDirInUse, claim_data_dir
 from sonde.hub.db import open_database_read_only, write_transaction
 from sonde.hub.db_errors import DatabaseTooNew, DatabaseUnusable, NotAHubDatabase
@@ -84,9 +84,7 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
     database = data_dir / "sonde.db"
     started = time.time()
     try:
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
-        copied = copy_database(backup, partial)
-        flush(partial)
+        copied = copy_into(backup, partial)
     except ValueError as exc:
         err(f"sonde hub: nothing was restored: {backup} {exc}")
         return 1
