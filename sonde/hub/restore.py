@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sonde.hub.admin import err, open_hub_database, record
 from sonde.hub.backup import MAX_SAME_MOMENT, Copied, backup_name, copy_into, counted, flush
-from sonde.hub.data_dir import DataDirInUse, claim_data_dir
+from sonde.hub.data_dir import LOCK_FILE, DataDirInUse, claim_data_dir
 from sonde.hub.db import open_database_read_only, write_transaction
 from sonde.hub.db_errors import DatabaseTooNew, DatabaseUnusable, NotAHubDatabase
 from sonde.hub.db_files import SHM_SUFFIX, WAL_SUFFIX
@@ -58,9 +58,15 @@ def hub_restore(data_dir: Path, backup: Path) -> int:
     if not backup.is_file():
         err(f"sonde hub: no backup at {backup}: name the file `sonde hub backup` wrote")
         return 2
+    made = not data_dir.exists()  # a failed restore there leaves no directory behind
     try:
         with claim_data_dir(data_dir):
-            return restore_held(data_dir, backup)
+            code = restore_held(data_dir, backup)
+        if code != 0 and made:
+            with contextlib.suppress(OSError):
+                (data_dir / LOCK_FILE).unlink()
+                data_dir.rmdir()
+        return code
     except DataDirInUse:
         err(
             f"sonde hub: nothing was restored: a hub is serving the data directory {data_dir} (it "

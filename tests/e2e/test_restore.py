@@ -112,6 +112,17 @@ def test_a_file_that_is_no_hub_database_changes_nothing(tmp_path: Path) -> None:
     assert (data_dir / "sonde.db").read_bytes() == before
     assert not list(data_dir.glob("sonde.db.replaced-*"))
     assert not list(data_dir.glob(".sonde.db.restoring-*"))
+    nowhere = tmp_path / "not-yet"  # a directory the restore would have made: none is left behind
+    refused = subprocess.run(
+        [*SONDE, "hub", "restore", str(not_a_backup), "--data-dir", str(nowhere)],
+        env=base_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert not nowhere.exists()
 
 
 def test_another_hubs_backup_is_said_to_be_one_and_given_to_the_directory_owner(tmp_path: Path) -> None:
