@@ -213,10 +213,6 @@ class SessionManager(StreamableHTTPSessionManager):
             assert admitted.mcp_session_id is not None
             self._open.used(admitted.mcp_session_id, requestor["client_id"] if requestor else None)
 
-    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        admitted = self._admit(requestor)
-        return None if isinstance(admitted, str) else admitted
-
     def _admit(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | str:
         """A new session's transport, room made for it; or why it is refused."""
         key_id = requestor["client_id"] if requestor is not None else None
