@@ -21,6 +21,7 @@ from sonde.hub import asgi, serve
 from sonde.hub.config import HubConfig
 from sonde.hub.core import open_hub
 from sonde.hub.rest import create_rest_app
+from tests.inprocess_hub import in_process_hub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,15 +38,8 @@ async def hub_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         return app
 
     monkeypatch.setattr(serve, "create_rest_app", rest_app_in_a_hurry)
-    shutdown = trio.Event()
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            lambda task_status: serve.serve_hub(
-                HubConfig(data_dir=tmp_path, port=0), shutdown=shutdown, task_status=task_status
-            )
-        )
+    async with in_process_hub(tmp_path) as url:
         yield url
-        shutdown.set()
 
 
 async def trickle(url: str, head: str) -> bytes:

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import trio
 
-from sonde.hub import serve, tcp_guard
-from sonde.hub.config import HubConfig
+from sonde.hub import tcp_guard
+from tests.inprocess_hub import in_process_hub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,15 +31,8 @@ ASKED = 40  # answers of some 50 KB each
 @pytest.fixture
 async def hub_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     monkeypatch.setattr(tcp_guard, "SEND_STALL_S", STALL_S)
-    shutdown = trio.Event()
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            lambda task_status: serve.serve_hub(
-                HubConfig(data_dir=tmp_path, port=0), shutdown=shutdown, task_status=task_status
-            )
-        )
+    async with in_process_hub(tmp_path) as url:
         yield url
-        shutdown.set()
 
 
 async def test_a_client_that_reads_none_of_its_answers_is_dropped(
