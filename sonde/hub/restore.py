@@ -123,8 +123,9 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
     flush(data_dir)  # the new name on the disk
     # read before the audit entry's write, the last to open it: read-only connections leave an
     # empty -wal and -shm behind, a connection that writes removes them as it closes
-    taken_back = differences(aside if moved else None, holdings(database))
-    warning = other_hub_warning(data_dir, database)
+    restored = holdings(database)
+    taken_back = differences(aside if moved else None, restored)
+    warning = other_hub_warning(data_dir, restored)
     note_restore(data_dir, backup, moved)
     err(
         f"restored {database} from {backup}: {counted(copied.agents, 'agent')}, "
@@ -261,21 +262,18 @@ def named(ids: list[str], names: dict[str, str], shown: int = 10) -> str:
     return ", ".join(listed) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def other_hub_warning(data_dir: Path, database: Path) -> str | None:
+def other_hub_warning(data_dir: Path, restored: Held | None) -> str | None:
     """Said when the restored database holds another signing key than ``hub-key.pub`` names."""
     from sonde.protocol.signing import private_key_from_text, public_key_to_text
 
     mark = data_dir / HUB_MARK_FILE
+    if restored is None or restored.hub_key is None:
+        return None
     try:
         marked = mark.read_text().strip()
-        db = open_database_read_only(database)
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
-        finally:
-            db.close()
-    except (OSError, UnicodeDecodeError, sqlite3.Error):
+    except (OSError, UnicodeDecodeError):
         return None
-    if row is None or public_key_to_text(private_key_from_text(row[0]).public_key()) == marked:
+    if public_key_to_text(private_key_from_text(restored.hub_key).public_key()) == marked:
         return None
     return (
         f"this backup is another hub's: its signing key is not the one {mark} names, and the agents "
