@@ -17,7 +17,7 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed
 from sonde.hub.admin import MAX_AGENT_NAME_CHARS, checked_argument, err, open_hub_database, record
-from sonde.hub.agent_records import list_agents
+from sonde.hub.agent_records import find_agent_by_name, list_agents
 from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
 from sonde.hub.durations import parse_duration
@@ -142,11 +142,15 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         with write_transaction(db):  # the facts REST's row has
             token, secret = create_enrollment_token(db, ttl_s, name)
             record(db, "cli.token.create", token.id, name=name, ttl_s=ttl_s)
+            enrolled = None if name is None else find_agent_by_name(db, name)
     finally:
         db.close()
     reserved = f" for agent {name!r}" if name else ""
     expires = utc_text(token.expires_at)
     err(f"created single-use enrollment token {token.id}{reserved}, valid until {expires}:")
+    if enrolled is not None:
+        kept = ", ".join(enrolled.tags) or "none"
+        err(f"enrolling with it replaces agent {enrolled.id}; the new identity keeps its tags ({kept})")
     print(secret, flush=True)
     return 0
 
