@@ -12,6 +12,9 @@ side writes one per tool call.
 
 from __future__ import annotations
 
+# werkzeug's routing encodes each request's Host with this codec: imported on the first request,
+# it failed that request with a 500 when the hub had no file descriptor left to read it with
+import encodings.idna  # noqa: F401
 import importlib.resources
 import logging
 import re

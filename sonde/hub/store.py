@@ -111,6 +111,17 @@ class _ReadConnections:
             self._opened.append(db)
         return db
 
+    def open_ahead(self, count: int) -> None:
+        """Open ``count`` connections now (in a worker thread), each with its files open: a read
+        never opens a file later, so reads go on when the process has no descriptor left
+        (before, the first REST request on a hub out of them failed with a 500)."""
+        for _ in range(count):
+            db = open_read_database(self.path)
+            with self._lock:
+                self._opened.append(db)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # its files open at the first read
+            self.give_back(db)
+
     def give_back(self, db: Database) -> None:
         with self._lock:
             if not self._closed:
@@ -217,6 +228,7 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     send, receive = trio.open_memory_channel[WriteOp](WRITE_QUEUE_SIZE)
     store = Store(path, send, WriteCounters())
     try:
+        await trio.to_thread.run_sync(store._readers.open_ahead, READ_THREADS)
         body_error: Exception | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_run_writer, writer, receive, store._counters, store.health)

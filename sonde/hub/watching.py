@@ -2,9 +2,11 @@
 attestations accepted, tags set. Each is one look every few seconds; a look that fails is said
 and made again next time, never the end of the hub.
 
-A look is a read, and a read may need a new connection to the file: a hub out of file
+A look is a read, and a read needed a new connection to the file: a hub out of file
 descriptors (thousands of connections at once) could not open one, the failure escaped the
-watcher, and the hub stopped, blaming its data directory's permissions.
+watcher, and the hub stopped, blaming its data directory's permissions. Reads now use
+connections the store opened at its start; a look can still fail as any read can (a damaged
+or vanished file, an I/O error).
 """
 
 from __future__ import annotations
