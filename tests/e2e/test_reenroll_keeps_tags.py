@@ -45,7 +45,10 @@ def test_enrolling_a_name_again_keeps_its_tags_and_names_the_identity_replaced(t
 
         made = hub.cli("hub", "token", "create", "--name", "a2")
         assert made.returncode == 0, made.stderr
-        assert f"enrolling with it replaces agent {old_id}; the new identity keeps its tags (prod, Web)" in made.stderr
+        assert (
+            f"enrolling with it replaces agent {old_id}; the new identity keeps its tags (prod, Web)"
+            in made.stderr
+        )
         token = made.stdout.strip()
         done = sonde_enroll(hub.url, token, "a2", agent_env(tmp_path / "fresh-home-a2"))
         assert done.returncode == 0, done.stderr
