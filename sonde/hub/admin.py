@@ -22,8 +22,8 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
 from sonde.hub.audit import record_entry
-from sonde.hub.db import open_database, refuse_lost_database
-from sonde.hub.db_errors import DatabaseUnusable, database_error, database_unusable
+from sonde.hub.db import SCHEMA_VERSION, open_database, refuse_lost_database, schema_version
+from sonde.hub.db_errors import DatabaseTooOld, DatabaseUnusable, database_error, database_unusable
 from sonde.packs.executor import describe_params_error
 
 
@@ -54,10 +54,25 @@ def existing_database(data_dir: Path) -> Path:
     return path
 
 
-def open_hub_database(data_dir: Path) -> Database:
-    """The hub's database in ``data_dir``, opened: never created, and refused (changing nothing)
-    when the file there is empty or another program's. Raises `NoHubDatabase`, `DatabaseUnusable`."""
-    return open_database(existing_database(data_dir), existing=True)
+def open_hub_database(data_dir: Path, *, older: bool = False) -> Database:
+    """The hub's database in ``data_dir``, opened: never created, never upgraded, and refused
+    (changing nothing) when the file there is empty or another program's, or (unless ``older``:
+    an audit row is all that is written) an older Sonde's. Raises `NoHubDatabase`, `DatabaseUnusable`.
+
+    Only a hub upgrades its file, at its start: a command run with a new Sonde beside an older
+    hub still serving upgraded the file under that hub, which then failed every agent's connect.
+    """
+    path = existing_database(data_dir)
+    db = open_database(path, existing=True, upgrade=False)
+    version = schema_version(db)
+    if version < SCHEMA_VERSION and not older:
+        db.close()
+        raise DatabaseTooOld(
+            f"the hub's database {path} has schema version {version}, an older Sonde's, and this "
+            f"Sonde's commands need version {SCHEMA_VERSION}: restart the hub with this Sonde (it "
+            "upgrades the file at its start), then run this again. Nothing was changed"
+        )
+    return db
 
 
 MAX_ARGUMENT_CHARS = 100  # no id or token is near this long

@@ -31,7 +31,7 @@ from sqlite_utils import Database
 
 from sonde.hub.admin import err, existing_database, open_hub_database, record
 from sonde.hub.audit import verify_audit
-from sonde.hub.db import open_database_read_only, write_transaction
+from sonde.hub.db import SCHEMA_VERSION, open_database_read_only, schema_version, write_transaction
 from sonde.interrupts import stop_taking_interrupts
 
 BACKUP_MODE = 0o600
@@ -50,6 +50,16 @@ class Copied:
     api_keys: int
     audit_rows: int
     chain_problem: str | None  # None: the copy's audit chain verifies
+    schema: int  # its schema version, an older Sonde's when under `SCHEMA_VERSION`
+
+    def older_schema(self) -> str | None:
+        """Said when an older Sonde wrote it (its hub still serving it, say): who can open it."""
+        if self.schema >= SCHEMA_VERSION:
+            return None
+        return (
+            f"it is an older Sonde's database (schema version {self.schema}, this Sonde's is "
+            f"{SCHEMA_VERSION}): this Sonde's hub upgrades it at its start, and that Sonde cannot open it after"
+        )
 
 
 def backup_name(at: float, counter: int = 1) -> str:
@@ -99,6 +109,7 @@ def copy_database(source: Path, partial: Path) -> Copied:
                 api_keys=copy["api_keys"].count,
                 audit_rows=copy["audit"].count,  # all, where the check stops at a break
                 chain_problem=None if report.ok else f"seq {report.first_bad_seq}: {report.problem}",
+                schema=schema_version(copy),
             )
         finally:
             target.close()
@@ -184,6 +195,8 @@ def hub_backup(data_dir: Path, dest: Path) -> int:
         f"signing key: keep it as private as the hub's TLS key. To restore it, with the hub stopped: "
         f"`sonde hub restore {shlex.quote(str(target))} --data-dir {shlex.quote(str(data_dir))}`."
     )
+    if older := copied.older_schema():
+        err(f"  {older}")
     return 0
 
 
@@ -194,7 +207,7 @@ def counted(n: int, noun: str) -> str:
 def note_backup(data_dir: Path, target: Path, copied: Copied) -> None:
     """Put the copy on the audit log; a database this user may only read gets a warning instead."""
     try:
-        db = open_hub_database(data_dir)
+        db = open_hub_database(data_dir, older=True)  # copied as it is
         try:
             with write_transaction(db):
                 record(db, "cli.hub.backup", str(target), audit_rows=copied.audit_rows)

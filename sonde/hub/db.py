@@ -24,6 +24,7 @@ What can go wrong, and how it is said to a person, is `sonde.hub.db_errors`.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -44,6 +45,8 @@ from sonde.hub.db_errors import (
 )
 from sonde.hub.db_files import lost_database_problem
 from sonde.hub.pack_sets import migrate_to_pack_sets
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 # every commit is on disk when it returns (the -wal file is synced), not only at checkpoints
@@ -129,8 +132,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 HUB_TABLES = {"meta", "agents", "audit"}  # in every hub database since version 1
 
 
-def open_database(path: Path, *, check_writable: bool = False, existing: bool = False) -> Database:
-    """Open (creating if needed) the hub database at ``path`` and bring its schema up to date.
+def open_database(
+    path: Path, *, check_writable: bool = False, existing: bool = False, upgrade: bool = True
+) -> Database:
+    """Open (creating if needed) the hub database at ``path`` and bring its schema up to date
+    (not with ``upgrade`` false: the caller checks `schema_version` is one it can use).
 
     The parent directory is created with mode 0700 and the file with mode 0600 when
     missing; with ``existing`` nothing is created: the file must hold a hub database
@@ -161,7 +167,10 @@ def open_database(path: Path, *, check_writable: bool = False, existing: bool = 
             db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes before WAL and the first table
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")  # a setting of this connection, not of the file
-        migrate(db, path)
+        if upgrade:
+            migrate(db, path)
+        else:
+            refuse_too_new(db, path)
         if check_writable:
             db.conn.execute("BEGIN IMMEDIATE")
             try:  # fails at once on a read-only file, and leaves nothing
@@ -314,8 +323,8 @@ def schema_version(db: Database) -> int:
     return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(db: Database, path: Path | None = None) -> None:
-    """Apply the migrations the database lacks, each in one transaction.
+def migrate(db: Database, path: Path) -> None:
+    """Apply the migrations the database lacks, each in one transaction; an upgrade is logged.
 
     Raises `DatabaseTooNew` (a RuntimeError) if the database is newer than this code.
     """
@@ -328,6 +337,11 @@ def migrate(db: Database, path: Path | None = None) -> None:
                 continue
             migration(db)
             db.execute(f"PRAGMA user_version={version}")
+    if 0 < current < SCHEMA_VERSION:  # not a new file: there is no way back but a backup
+        upgraded = f"upgraded the hub's database {path} from schema version {current} to {SCHEMA_VERSION}"
+        log.warning(
+            "%s: an older Sonde cannot open it now (to go back, restore a backup taken before)", upgraded
+        )
 
 
 def refuse_too_new(db: Database, path: Path | None = None) -> int:

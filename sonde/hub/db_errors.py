@@ -59,6 +59,11 @@ class DatabaseTooNew(DatabaseUnusable, RuntimeError):
     `sonde.hub.db.SCHEMA_VERSION`)."""
 
 
+class DatabaseTooOld(DatabaseUnusable):
+    """An admin command found a database an older Sonde wrote: only a hub upgrades it, at its
+    start (an older hub may still be serving it, and would fail on the upgraded file)."""
+
+
 class DatabaseLost(DatabaseUnusable):
     """The hub's database is missing or empty, but the data directory shows one existed
     (`sonde.hub.db_files.lost_database_problem`); nothing was opened or created."""

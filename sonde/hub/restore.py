@@ -136,7 +136,7 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
         err(f"  the files it replaced are kept as {kept}: delete them once the hub runs well")
     if owner:
         err(f"  {owner}")
-    for line in [*taken_back, *([warning] if warning else [])]:
+    for line in [*taken_back, *filter(None, [warning, copied.older_schema()])]:
         err(f"  {line}")
     err("  start the hub to serve it")
     return 0
@@ -284,7 +284,7 @@ def other_hub_warning(data_dir: Path, restored: Held | None) -> str | None:
 def note_restore(data_dir: Path, backup: Path, moved: list[Path]) -> None:
     """Put the restore on the restored database's audit chain; a failure is said, not fatal."""
     try:
-        db = open_hub_database(data_dir)
+        db = open_hub_database(data_dir, older=True)  # restored as it is: the hub upgrades it
         try:
             with write_transaction(db):
                 record(db, "cli.hub.restore", str(backup), replaced=[p.name for p in moved])
