@@ -204,19 +204,27 @@ def token_revoke(token: str, /, *, data_dir: AdminDataDir = None) -> int:
 
 
 @agent_admin_app.command(name="accept")
-def agent_accept(name: str, /, *, data_dir: AdminDataDir = None) -> int:
+def agent_accept(
+    name: str | None = None,
+    /,
+    *,
+    every_held: Annotated[bool, Parameter(name="--all", negative="")] = False,
+    data_dir: AdminDataDir = None,
+) -> int:
     """Accept an agent's changed attestation (it is held as degraded until then).
 
-    Exits 1 when the agent has none waiting: there is nothing to accept.
+    Exits 1 when none waits: there is nothing to accept.
 
     Parameters
     ----------
     name
         The agent's name or id.
+    every_held
+        Accept every held agent's (after upgrading Sonde on a fleet, say), each on the audit log.
     """
     from sonde.hub import admin, admin_agents
 
-    return admin.run_admin(admin_agents.agent_accept, data_dir_or_default(data_dir), name)
+    return admin.run_admin(admin_agents.agent_accept, data_dir_or_default(data_dir), name, every_held)
 
 
 @agent_admin_app.command(name="remove")

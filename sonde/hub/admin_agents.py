@@ -21,6 +21,7 @@ from sonde.name_rules import AGENT_NAME_RULE
 from sonde.protocol.names import NAME_PATTERN
 
 _NAME_RE = re.compile(NAME_PATTERN)
+SHOWN_NAMES = 20  # `accept --all` names this many of the agents it accepted, and counts the rest
 
 
 def checked_agent(name: str) -> str:
@@ -32,11 +33,16 @@ def checked_agent(name: str) -> str:
     return name
 
 
-def agent_accept(data_dir: Path, name: str) -> int:
-    """Accept a held agent's new attestation as its baseline; 1 when none waits (nothing to accept)."""
+def agent_accept(data_dir: Path, name: str | None, every_held: bool = False) -> int:
+    """Accept a held agent's new attestation as its baseline (or, ``every_held``, every held
+    agent's); 1 when none waits (nothing to accept)."""
     from sonde.hub.agent_records import find_agent_by_name, get_agent
     from sonde.hub.attestation import accept_pending
 
+    if (name is None) != every_held:
+        raise ValueError("give one agent's NAME, or --all for every held agent")
+    if name is None:
+        return accept_every_held(data_dir)
     checked_agent(name)
     db = open_hub_database(data_dir)
     try:
@@ -54,6 +60,29 @@ def agent_accept(data_dir: Path, name: str) -> int:
     finally:
         db.close()
     err(f"accepted the new attestation of {agent.name}; its probes run again")
+    return 0
+
+
+def accept_every_held(data_dir: Path) -> int:
+    """`sonde hub agent accept --all`: each held agent's claim accepted, with its own audit row."""
+    from sonde.hub.agent_records import list_agents
+    from sonde.hub.attestation import accept_pending
+
+    db = open_hub_database(data_dir)
+    try:
+        with write_transaction(db):  # read in the write: an agent held meanwhile is in it or waits
+            held = [agent for agent in list_agents(db) if agent.pending_attestation is not None]
+            for agent in held:
+                accept_pending(db, agent.id)
+                record(db, "attestation.accept", agent.name, accepted=agent.pending_attestation)
+    finally:
+        db.close()
+    if not held:
+        err("no agent has a changed attestation waiting; nothing to accept")
+        return 1
+    names = ", ".join(agent.name for agent in held[:SHOWN_NAMES])
+    more = f" and {len(held) - SHOWN_NAMES} more" if len(held) > SHOWN_NAMES else ""
+    err(f"accepted the new attestation of {len(held)} agent(s): {names}{more}; their probes run again")
     return 0
 
 

@@ -44,6 +44,12 @@ Verdict = Literal["same", "first", "upgraded", "unexplained"]
 CHECK_ACCEPTED_EVERY_S = 2.0  # how soon a hub hears of an accept made from the CLI
 # A held agent back on its accepted claim stays held (a mismatch is for an admin to clear): said so
 BACK_WHILE_HELD = "back to its accepted attestation after an unexplained change, still held"
+# Sonde installed again from another build of the same version changes the code hash and not the
+# version: what a fleet upgraded from a source checkout does (`accept --all` takes them all)
+SAME_VERSION_HINT = (
+    ". Its code changed under the same version: if Sonde was installed again there (another build "
+    "of that version), that explains it, and `sonde hub agent accept --all` accepts every agent held so"
+)
 
 
 @dataclass(frozen=True)
@@ -109,10 +115,11 @@ async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: 
         return updated or record
     log.warning(
         "agent %s is held as degraded: its attestation changed since it was accepted (%s), and its "
-        "probes are refused until an admin accepts it: `%s`",
+        "probes are refused until an admin accepts it: `%s`%s",
         record.name,
         "; ".join(pending),
         accept_command(hub, record.name),
+        SAME_VERSION_HINT if any(change.startswith("codeHash:") for change in pending) else "",
     )
     return updated or record
 
