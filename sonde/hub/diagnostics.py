@@ -4,6 +4,11 @@
 `health_check`) through a fixed pool of workers. It records each step as it
 finishes, so when a caller's deadline cancels it the outcomes still hold
 everything that came back (the `health_check` partial answer).
+
+A runbook is the hub's; an agent's packs may be older (a rolling upgrade) and
+lack a probe it names. Such a step is not run (`check_probe` would refuse it as
+an unknown probe there): it is marked ``not_offered``, with why, and counts as
+neither run nor failed.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import trio
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.errors import HubError
 from sonde.hub.executor_limits import FANOUT_LIMIT
-from sonde.hub.probing import run_probe_for
+from sonde.hub.probing import agent_probes, older_pack, run_probe_for
 from sonde.packs.runbook import Failure, Finding, Runbook
 
 if TYPE_CHECKING:
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 @dataclass
 class StepOutcome:
     probe: str
-    status: str = "pending"  # ok | error | skipped | timeout | pending
+    status: str = "pending"  # ok | error | skipped | not_offered | timeout | pending
     result: dict[str, Any] | None = None
     error: str | None = None
     code: str | None = None  # an error's code (the agent's, or the hub's)
@@ -95,7 +100,8 @@ async def run_runbooks(
     on_agent_done: AgentDone | None = None,
     workers: int = FANOUT_LIMIT,
 ) -> None:
-    """Run every step of every plan (one plan: one agent's runbooks), at most ``workers`` at once.
+    """Run every step of every plan (one plan: one agent's runbooks), at most ``workers`` at once,
+    but those the key's policy forbids or the agent does not offer (`plan_jobs`).
 
     A fixed pool of ``workers`` tasks takes the steps agent by agent, so the
     first agents finish (and ``on_agent_done`` reports them) early; a thousand
@@ -104,16 +110,7 @@ async def run_runbooks(
     deadline), everything still pending is marked timed out and evaluated, so
     the outcomes hold all that came back (the partial answer).
     """
-    jobs: list[_Job] = []
-    for index, outcomes in enumerate(plans):
-        for outcome in outcomes:
-            for spec in outcome.runbook.steps:
-                step = StepOutcome(spec.probe)
-                outcome.steps.append(step)
-                if caller.allows_probe(spec.probe):
-                    jobs.append(_Job(index, outcome, step, dict(spec.params)))
-                else:
-                    step.status, step.error = "skipped", "not allowed by your API key's policy"
+    jobs = plan_jobs(hub, caller, plans)
 
     async def worker(queue: Iterator[_Job]) -> None:
         for job in queue:
@@ -141,6 +138,34 @@ async def run_runbooks(
             for outcome in outcomes:
                 if not outcome.complete:
                     outcome.finish()
+
+
+def plan_jobs(hub: Hub, caller: Caller, plans: list[list[RunbookOutcome]]) -> list[_Job]:
+    """Give each outcome its steps; returns the jobs of those to run. A step the key's policy
+    forbids is skipped (the policy first, as `check_probe` does); one whose probe the agent does
+    not offer is not_offered, with why (`not_offered_reason`)."""
+    jobs: list[_Job] = []
+    for index, outcomes in enumerate(plans):
+        offered = agent_probes(outcomes[0].agent) if outcomes else {}  # a plan is one agent's
+        for outcome in outcomes:
+            for spec in outcome.runbook.steps:
+                step = StepOutcome(spec.probe)
+                outcome.steps.append(step)
+                if not caller.allows_probe(spec.probe):
+                    step.status, step.error = "skipped", "not allowed by your API key's policy"
+                elif spec.probe not in offered:
+                    step.status, step.error = (
+                        "not_offered",
+                        not_offered_reason(hub, outcome.agent, spec.probe),
+                    )
+                else:
+                    jobs.append(_Job(index, outcome, step, dict(spec.params)))
+    return jobs
+
+
+def not_offered_reason(hub: Hub, record: AgentRecord, probe: str) -> str:
+    """Why a runbook step is not run on this agent: its copy of the pack is older than the hub's."""
+    return older_pack(hub, record, probe) or f"agent {record.name} does not offer this probe"
 
 
 async def run_step(

@@ -85,6 +85,21 @@ def pack_not_run(hub: Hub, record: AgentRecord, probe: str) -> str:
     )
 
 
+def older_pack(hub: Hub, record: AgentRecord, probe: str) -> str:
+    """Why an agent that runs ``probe``'s pack lacks it while the hub's copy of that pack has it:
+    its copy is older (a rolling upgrade). Empty when that is not the case. Lower case, no period:
+    the reason of a runbook step not run there, or a sentence inside a refusal."""
+    pack = probe.split(".", 1)[0]
+    theirs = next((p for p in record.packs if p.get("name") == pack), None)
+    if theirs is None or hub.packs.probe(probe) is None:
+        return ""
+    return (
+        f"its {pack} pack ({clipped(str(theirs.get('version', '?')), 32)}) does not have {probe}, the hub's "
+        f"({hub.packs.packs[pack].version}) does: an older Sonde or {pack} pack runs there; "
+        f"upgrade it on {record.name}"
+    )
+
+
 def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, params: dict[str, Any]) -> None:
     """Refuse a probe the policy forbids, the agent lacks, or whose params are invalid.
 
@@ -100,8 +115,10 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
     offered = agent_probes(record)
     if probe not in offered:
         available = sorted(name for name in offered if caller.allows_probe(name))
+        older = older_pack(hub, record, probe)
+        why = f" {capitalized(older)}." if older else pack_not_run(hub, record, probe)
         raise not_found(
-            f"Unknown probe {echoed(probe)} on agent {record.name}.{pack_not_run(hub, record, probe)} "
+            f"Unknown probe {echoed(probe)} on agent {record.name}.{why} "
             f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
         )
     spec = hub.packs.probe(probe)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
 from sonde.hub.errors import Denial, forbidden, not_found, unavailable
-from sonde.hub.probing import capitalized, current_status, held, resolve_agent
+from sonde.hub.probing import agent_probes, capitalized, current_status, held, older_pack, resolve_agent
 from sonde.hub.tools.base import AGENT_FIELD, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.health import CATEGORY, READING_CAP_BYTES, FindingOut, finding_outs
 from sonde.packs.executor import cap_result
@@ -43,7 +43,8 @@ class DiagnoseOutput(ToolOutput):
 
 DIAGNOSE = """Deep look at ONE category on ONE agent (e.g. "check postgres on db-1"): runs that
 category's runbook and returns its findings plus the raw reading of each probe (large readings are
-truncated, marked truncated=true). Categories per agent come from list_capabilities.
+truncated, marked truncated=true). A probe the agent's older pack lacks (mid-upgrade) is not run: its
+reading has status not_offered and says why. Categories per agent come from list_capabilities.
 Use it after health_check points at an area, or when the user names one."""
 
 
@@ -69,7 +70,7 @@ async def diagnose(call: ToolCall, args: DiagnoseInput, *, via: str = "mcp.diagn
         category=args.category,
         findings=finding_outs(outcome),
         readings=readings,
-        complete=all(s.status == "ok" for s in outcome.steps),
+        complete=all(s.status in ("ok", "not_offered") for s in outcome.steps),
     )
 
 
@@ -90,12 +91,17 @@ async def diagnose_agent(
         raise held(record)
     if status != "online":
         raise unavailable(f"{capitalized(hub.fleet.unavailable_reason(record.id))}. Check list_agents.")
-    if not any(caller.allows_probe(probe) for probe in runbook.probes):
+    allowed = [probe for probe in runbook.probes if caller.allows_probe(probe)]
+    if not allowed:
         raise forbidden(
             f"Your API key's policy allows none of the {category!r} category's probes "
             f"({', '.join(runbook.probes)}): {caller.policy.describe()}.",
             Denial("probe_not_allowed", record.name, {"agentId": record.id, "category": category}),
         )
+    offered = agent_probes(record)
+    if not any(probe in offered for probe in allowed):  # running none of them would read as complete
+        why = older_pack(hub, record, allowed[0]) or "its packs do not have them"
+        raise not_found(f"Agent {record.name} offers none of the {category!r} category's probes: {why}.")
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
     with trio.move_on_after(hub.config.probe_timeout_s + 2):

@@ -72,6 +72,12 @@ class Skipped(BaseModel):
     reason: str
 
 
+class NotOffered(BaseModel):
+    agent: str
+    probe: str
+    reason: str
+
+
 class Failed(BaseModel):
     agent: str
     probe: str
@@ -106,6 +112,11 @@ class HealthCheckOutput(ToolOutput):
         description="The probes that ran and did not answer: an error (with the agent's or hub's reason) "
         "or no answer before the deadline.",
     )
+    not_offered: list[NotOffered] = Field(
+        default_factory=list,
+        description="Runbook steps not run on an agent because its pack there does not have the probe (an "
+        "older Sonde or pack, mid-upgrade): not checked on that agent, not a failure; upgrade it there.",
+    )
     partial: bool
     categories_not_found: list[str] = Field(
         default_factory=list,
@@ -113,8 +124,9 @@ class HealthCheckOutput(ToolOutput):
     )
     omitted: dict[str, int] = Field(
         default_factory=dict,
-        description=f"How many findings / unreachable / skipped / failed entries were left out (each list shows at "
-        f"most {MAX_LISTED}, the most severe first); narrow with agent, tags or categories to see them.",
+        description=f"How many findings / unreachable / skipped / failed / not_offered entries were left out "
+        f"(each list shows at most {MAX_LISTED}, the most severe first); narrow with agent, tags or categories "
+        "to see them.",
     )
 
 
@@ -125,7 +137,9 @@ critical > warning > info, each naming agent, category and the probe it came fro
 could not reach and the probes that failed or timed out, each with its reason (at most {MAX_LISTED} of each list; 'omitted' counts the rest, 'summary' counts all); and
 per-category status, the first that applies of critical > warning > incomplete > ok: a critical or
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
-probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A requested
+probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A probe an
+agent's older pack lacks (mid-upgrade) is not run there and listed in not_offered: it is neither a
+failure nor makes its category incomplete. A requested
 category no matching agent has is refused, or, when others were run, listed in categories_not_found;
 tags no agent carries are refused, and so is a check when your key reaches no agent at all.
 Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
@@ -157,7 +171,7 @@ def summarize_outcomes(
         (f for o in outcomes for f in finding_outs(o)),
         key=lambda f: (("critical", "warning", "info").index(f.severity), f.agent, f.title),
     )
-    steps = [s for o in outcomes for s in o.steps if s.status != "skipped"]
+    steps = [s for o in outcomes for s in o.steps if s.status not in ("skipped", "not_offered")]
     by_category: dict[str, list[RunbookOutcome]] = {}
     for outcome in outcomes:
         by_category.setdefault(outcome.runbook.category, []).append(outcome)
@@ -167,6 +181,12 @@ def summarize_outcomes(
         for o in outcomes
         for s in o.steps
         if s.status == "skipped"
+    ]
+    not_offered = [
+        NotOffered(agent=o.agent.name, probe=s.probe, reason=s.error or "")
+        for o in outcomes
+        for s in o.steps
+        if s.status == "not_offered"
     ]
     summary = Summary(
         critical=sum(f.severity == "critical" for f in findings),
@@ -188,7 +208,7 @@ def summarize_outcomes(
         )
         for o in outcomes
         for s in o.steps
-        if s.status not in ("ok", "skipped")
+        if s.status not in ("ok", "skipped", "not_offered")
     ]
     partial = any(s.status == "timeout" for s in steps)
     lists = {
@@ -196,6 +216,7 @@ def summarize_outcomes(
         "unreachable": len(unreachable),
         "skipped": len(skipped),
         "failed": len(failed),
+        "not_offered": len(not_offered),
     }
     return HealthCheckOutput(
         summary=summary,
@@ -204,6 +225,7 @@ def summarize_outcomes(
         categories=categories,
         skipped=skipped[:MAX_LISTED],
         failed=failed[:MAX_LISTED],
+        not_offered=not_offered[:MAX_LISTED],
         partial=partial,
         categories_not_found=categories_not_found or [],
         omitted={name: count - MAX_LISTED for name, count in lists.items() if count > MAX_LISTED},
@@ -214,8 +236,11 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
     """critical > warning > incomplete > ok, the first that applies: the worst finding decides, even
     when other probes were skipped (the key's policy), failed or timed out; without a critical or
     warning finding such a probe makes it incomplete. One where no probe ran is not_checked, never ok.
+    A step an agent does not offer (its older pack) counts as if its runbook had no such step, and an
+    agent that offers none of the category's probes is not counted in ``agents``.
     HEALTH_CHECK tells the model exactly this; keep the two in step."""
-    steps = [s for o in outcomes for s in o.steps]
+    steps = [s for o in outcomes for s in o.steps if s.status != "not_offered"]
+    applied = [o for o in outcomes if not o.steps or any(s.status != "not_offered" for s in o.steps)]
     severities = {f.severity for o in outcomes for f in o.findings}
     status: CategoryState
     if all(s.status == "skipped" for s in steps):
@@ -228,7 +253,7 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
         status = "incomplete"
     else:
         status = "ok"
-    return CategoryStatus(category=category, status=status, agents=len(outcomes))
+    return CategoryStatus(category=category, status=status, agents=len(applied))
 
 
 def hashtags(tags: list[str]) -> str:
