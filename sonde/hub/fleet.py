@@ -53,6 +53,8 @@ class AgentSession:
     last_seen: float = field(default_factory=time.time)
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    # a fan-out's probes (runbook steps) on this agent's link at once: `Fleet.run_probe`
+    bulk_slots: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(BULK_PER_AGENT))
 
     def uptime_s(self) -> float | None:
         """The agent machine's uptime now, on the hub's monotonic clock."""
@@ -99,6 +101,13 @@ def degraded_reason(name: str) -> str:
     )
 
 
+# A fan-out's probes (health_check's and diagnose's runbook steps) wait for one of their agent's
+# BULK_PER_AGENT slots and one of the hub's BULK_PER_HUB (first come, first served) before they
+# enter the agent's link; a single probe call does not. The link's writer is first in, first out:
+# with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one probe call
+# waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
+BULK_PER_AGENT = 8
+BULK_PER_HUB = 1024  # held for a probe's whole turn: 341 agents hanging at once to stall every fan-out
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
 
 
@@ -112,6 +121,7 @@ class Fleet:
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
+        self.bulk_slots = trio.CapacityLimiter(BULK_PER_HUB)
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard(peer="agent")
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
@@ -303,14 +313,25 @@ class Fleet:
     # --- probes ----------------------------------------------------------
 
     async def run_probe(
-        self, agent_id: str, probe: str, params: dict[str, Any], timeout_s: float, *, admin: bool = False
+        self,
+        agent_id: str,
+        probe: str,
+        params: dict[str, Any],
+        timeout_s: float,
+        *,
+        admin: bool = False,
+        bulk: bool = False,
     ) -> ProbeResponse:
         """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed.
 
         Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
         member key (an assistant in a loop) that fills the rest leaves room to look into it.
+        A ``bulk`` probe (a fan-out's) first waits for a slot of `BULK_PER_AGENT` and `BULK_PER_HUB`.
         """
         session = self.sessions.get(agent_id)
+        if bulk and session is not None:
+            async with session.bulk_slots, self.bulk_slots:
+                return await self.run_probe(agent_id, probe, params, timeout_s, admin=admin)
         if session is None:
             raise AgentUnavailable(self.unavailable_reason(agent_id))
         in_flight = session.link.statistics().in_flight

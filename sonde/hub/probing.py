@@ -172,8 +172,10 @@ async def run_probe_for(
     *,
     via: str = "mcp.probe",
     timeout_s: float | None = None,
+    bulk: bool = False,
 ) -> Reading:
-    """Check, run and audit one probe; raises `HubError` with a next step on any failure."""
+    """Check, run and audit one probe (``bulk``: a fan-out's, `Fleet.run_probe`); raises `HubError`
+    with a next step on any failure."""
     check_probe(hub, caller, record, probe, params)
     record, status = await current_status(hub, record)
     if status == "degraded":
@@ -182,7 +184,12 @@ async def run_probe_for(
     outcome, error = "ok", ""
     try:
         response = await hub.fleet.run_probe(
-            record.id, probe, params, timeout_s or hub.config.probe_timeout_s, admin=caller.is_admin
+            record.id,
+            probe,
+            params,
+            timeout_s or hub.config.probe_timeout_s,
+            admin=caller.is_admin,
+            bulk=bulk,
         )
     except (AgentUnavailable, ProbeTimeout) as exc:
         outcome, error = "error", str(exc)

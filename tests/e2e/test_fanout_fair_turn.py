@@ -1,0 +1,121 @@
+"""Fan-outs take turns on an agent: a single probe call is not queued behind them, nor refused.
+
+A real hub and a real agent with a test-only pack whose runbook has 16 steps that wait until the
+test lets them go. Five health_checks at once ask that agent for 80 probes.
+
+Before: every fan-out probe went straight onto the agent's link (first in, first out). The
+agent had 64 probes in flight, the rest of the fan-outs' were refused ("agent has 64 probes in
+flight already"), and so was a single probe call, admin key or not; under load a call that got in
+waited seconds behind the fan-outs' (9 s measured, with 50 health_checks over 200 agents). Now a
+fan-out's probe waits for one of the agent's 8 fan-out slots before it enters the link.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sonde.hub.fleet import BULK_PER_AGENT
+from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
+from tests.testpacks import install_test_pack
+
+STEPS = 16
+CHECKS = 5
+PACK = f'''
+"""Test-only: {STEPS} probes that wait for a file, one that answers at once."""
+import os
+import uuid
+from pathlib import Path
+
+import trio
+
+from sonde.packs.base import NoParams, Pack, Result
+from sonde.packs.runbook import Runbook, RunbookStep
+
+PACK = Pack("turns", "0.0.1", "Test-only: probes that wait until the test lets them go.")
+STATE = Path(os.environ.get("TURNS_STATE", "."))  # the agent's; the hub only reads the runbook
+
+
+class Value(Result):
+    value: int
+
+
+async def wait_for_release(ctx, params: NoParams) -> Value:
+    (STATE / f"started-{{uuid.uuid4().hex}}").touch()
+    while not (STATE / "release").exists():
+        await trio.sleep(0.05)
+    return Value(value=1)
+
+
+for n in range({STEPS}):
+    PACK.probe(f"turns.wait.w{{n:02d}}", "Waits for the test's release.")(wait_for_release)
+
+
+@PACK.probe("turns.quick", "Answers at once.")
+async def quick(ctx, params: NoParams) -> Value:
+    return Value(value=2)
+
+
+def nothing(reading):
+    return []
+
+
+PACK.runbooks["turns"] = Runbook(
+    "turns", "Steps that wait.", tuple(RunbookStep(f"turns.wait.w{{n:02d}}", nothing) for n in range({STEPS}))
+)
+'''
+
+
+def started(state: Path) -> int:
+    return len(list(state.glob("started-*")))
+
+
+def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -> None:
+    site = install_test_pack(tmp_path / "site", "turns", PACK)
+    state = tmp_path / "state"
+    state.mkdir()
+    with running_hub(tmp_path, site=site) as hub:
+        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(state)})
+        agent.start()
+        try:
+            wait_until(lambda: online(hub), timeout=30)
+            answers: list[dict[str, Any]] = []
+
+            def health_check() -> None:
+                with hub.client() as http:
+                    http.timeout = 60
+                    body = {"agent": "busy-1", "categories": ["turns"], "deadline_s": 60}
+                    answer = http.post("/api/v1/health-check", json=body)
+                    assert answer.status_code == 200, answer.text
+                    answers.append(answer.json())
+
+            checks = [threading.Thread(target=health_check) for _ in range(CHECKS)]
+            for check in checks:
+                check.start()
+            wait_until(lambda: started(state) >= BULK_PER_AGENT)
+            time.sleep(1.0)  # the fan-outs have sent all they could (before: 64 at once)
+            assert started(state) == BULK_PER_AGENT
+
+            with hub.client() as http:  # admin key: before, refused too (64 in flight)
+                single = http.post("/api/v1/probe", json={"agent": "busy-1", "probe": "turns.quick"})
+            assert single.status_code == 200, single.text
+            assert single.json()["result"] == {"value": 2}
+
+            (state / "release").touch()
+            for check in checks:
+                check.join(timeout=60)
+            assert len(answers) == CHECKS
+            for answer in answers:  # each fan-out waited its turn: none of its probes was refused
+                assert answer["failed"] == [], answer["failed"][:3]
+                assert answer["summary"]["probes_run"] == STEPS
+            assert started(state) == STEPS * CHECKS
+        finally:
+            (state / "release").touch()
+            agent.stop()
+
+
+def online(hub: RunningHub) -> bool:
+    with hub.client() as http:
+        return bool(http.get("/api/v1/agents/busy-1").json()["status"] == "online")
