@@ -10,11 +10,13 @@ with ``unknown_agent`` or ``revoked`` stops the agent (exit 3). A reject that
 echoes this register's ``nonce`` and ``agentId`` is bound to this attempt, so it
 is read even when its timestamp is outside the window (a skewed agent still
 learns it was removed); an unbound one (an older hub) with a bad timestamp is
-only logged. Any other reject, a transport error, a bad or missing ack, or a
-dropped link is retried after a full-jitter exponential backoff
-(`backoff_delay`), reset after a connection that stayed up
-`STABLE_CONNECTION_S`. SIGTERM/SIGINT close the socket with code 1000,
-cancel the probes in flight and exit 0 (`AgentDaemon.stop`).
+only logged. An unbound reject is never obeyed; one saying the hub cannot read the
+register (`unread_register_advice`: another Sonde version) says which side to upgrade.
+Any other reject (an unbound one included), a transport error, a bad or missing
+ack, or a dropped link is retried after a full-jitter exponential backoff
+(`backoff_delay`), reset after a connection that stayed up `STABLE_CONNECTION_S`.
+SIGTERM/SIGINT close the socket with code 1000, cancel the probes in flight and
+exit 0 (`AgentDaemon.stop`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from sonde.agent.connection import (
     websocket_url,
 )
 from sonde.agent.exit_codes import EXIT_OK, EXIT_REJECTED
+from sonde.agent.hub_version import unread_register_advice
 from sonde.agent.identity import default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
 from sonde.agent.scrubber import Scrubber
@@ -191,7 +194,7 @@ class AgentDaemon:
         except TRANSPORT_ERRORS as exc:
             log.warning("connection to %s failed: %s", self.url, describe_transport_error(exc))
         except RemoteProtocolError as exc:
-            if exc.code == "stale":
+            if exc.code in ("stale", "unread_register"):
                 log.warning("cannot use the hub at %s: %s", self.url, exc.message)
             else:
                 log.warning("the hub at %s answered badly: %s", self.url, exc.message)
@@ -308,7 +311,8 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
     its timestamp is outside the window: the hub signs a reject for any register it is sent,
     so one made for another connection's (a stranger's, with a key of its own) and handed on
     by a man in the middle of a ws:// link would otherwise stop this agent for good. Raises
-    `RemoteProtocolError`: ``unbound`` for such a reject (naming its reason, unheeded),
+    `RemoteProtocolError`: ``unbound`` for such a reject (naming its reason, unheeded), or
+    ``unread_register`` when it says the hub could not read the register (which side to upgrade),
     ``stale`` for any other answer with a bad timestamp, ``not_our_hub`` for one signed by
     another key.
     """
@@ -332,6 +336,9 @@ def read_answer(codec: FrameCodec, text: str, register: AgentRegister) -> tuple[
         raise RemoteProtocolError("not_our_hub", NOT_OUR_HUB.format(exc.message)) from None
     if isinstance(answer, HubReject) and not bound_to(answer, register):
         rejected = answer.payload
+        advice = unread_register_advice(rejected)  # a hub of another Sonde version, most often
+        if advice is not None:
+            raise RemoteProtocolError("unread_register", advice)
         raise RemoteProtocolError(
             "unbound",
             f"the hub's answer was a reject ({rejected.code}: {rejected.reason}), not heeded: it does not "

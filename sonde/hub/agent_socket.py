@@ -20,6 +20,7 @@ from sqlite_utils import Database
 
 from sonde import __version__
 from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
+from sonde.hub.agent_refusal import Refused, refuse, unreadable_register
 from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession, booted_at
 from sonde.hub.shared_packs import described_packs
@@ -28,14 +29,9 @@ from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange, LinkKeys
 from sonde.protocol.messages import (
-    SUPPORTED_VERSIONS,
     AckPayload,
     AgentRegister,
     HubAck,
-    HubReject,
-    RejectCode,
-    RejectPayload,
-    VersionRange,
     utc_now,
 )
 from sonde.protocol.signing import public_key_from_text, verify_frame
@@ -54,32 +50,6 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
 REGISTER_TIMEOUT_S = 15.0
 LIVENESS_GRACE_S = 5.0
-
-
-class Refused(Exception):
-    def __init__(self, code: RejectCode, reason: str, agent: str | None = None, claimed: str = "") -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-        self.agent = agent  # the enrolled agent's name, once the refusal is about one
-        self.claimed = claimed  # a revoked id a register gave, unchecked (no key kept); ``agent``: its name
-        self.register: AgentRegister | None = None  # the register refused, once it parsed
-
-    def reject(self) -> HubReject:
-        """The ``hub.reject`` to send: bound to the register it answers when there is one.
-
-        It echoes that register's ``nonce`` and ``agentId``: an agent that sees them knows this
-        signed answer is fresh whatever its timestamp says, so a skewed agent still learns it was
-        revoked. Only existing envelope fields carry the binding: an older agent ignores it.
-        """
-        payload = RejectPayload(
-            code=self.code,
-            reason=self.reason,
-            supported_versions=VersionRange(min=SUPPORTED_VERSIONS[0], max=SUPPORTED_VERSIONS[1]),
-        )
-        if self.register is None:
-            return HubReject(payload=payload)
-        return HubReject(payload=payload, nonce=self.register.nonce, agent_id=self.register.agent_id)
 
 
 class AsgiWebSocketTransport:
@@ -165,28 +135,6 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
         await cannot_write(transport, admitted.register.payload.name, exc)
 
 
-async def refuse(hub: Hub, transport: Transport, codec: FrameCodec, refused: Refused, peer: str) -> None:
-    """Log, audit and remember one refused connection, then answer it with ``hub.reject`` and close."""
-    who = f" (agent {refused.agent})" if refused.agent else ""
-    detail = {"peer": peer, "reason": refused.reason}
-    if refused.claimed:  # the id matched a revoked row: the hub's own text, none of the caller's
-        who = f" (claims agent {refused.agent}'s revoked id {refused.claimed})"
-        detail["claimedId"] = refused.claimed
-    log.warning("refused agent connection from %s%s: %s", peer, who, refused.reason)
-    if refused.agent is not None and refused.register is not None and refused.register.agent_id:
-        hub.fleet.note_refusal(refused.register.agent_id, refused.reason, peer)
-    await hub.audit(
-        "agent",
-        "agent.connect",
-        refused.agent,
-        "denied",
-        detail=detail,
-        unauthenticated=True,  # whoever opens a socket can cause it
-    )
-    await transport.send_text(codec.encode(refused.reject()))
-    await transport.close(CLOSE_POLICY, refused.code)
-
-
 async def cannot_write(transport: Transport, agent: str, exc: StoreCommitFailed) -> None:
     """A full disk, a database locked by another process: say so once per attempt, no traceback."""
     log.warning(
@@ -243,7 +191,7 @@ async def authenticate(hub: Hub, transport: Transport, codec: FrameCodec) -> Adm
             revoked = await hub.store.read(revocation, checked.register.agent_id)
             if revoked is not None:
                 # the fix is the agent's to name: `sonde enroll` for a service, a restart for `sonde up`'s own
-                raise Refused("revoked", *revoked, claimed=checked.register.agent_id)
+                raise Refused("revoked", *revoked, claimed=checked.register.agent_id, revoked_id=True)
             raise Refused("unknown_agent", "this agent id is not enrolled with this hub; run `sonde enroll`")
         record = await current_record(hub, checked.record)
     except Refused as refused:
@@ -264,8 +212,7 @@ def verify_register(hub: Hub, codec: FrameCodec, text: str) -> Verified | NotEnr
     try:
         message, raw = parse_frame(text, hub.config.max_frame_bytes)
     except ProtocolError as exc:
-        code: RejectCode = "unsupported_version" if exc.code == "unsupported_version" else "protocol_error"
-        raise Refused(code, exc.message) from None
+        raise unreadable_register(hub, exc, text) from None
     if not isinstance(message, AgentRegister) or not message.agent_id:
         raise Refused("protocol_error", "the first frame must be agent.register carrying agentId")
     register = message.model_copy(update={"payload": message.payload.model_copy(update={"packs": ()})})
