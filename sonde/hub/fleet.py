@@ -107,7 +107,7 @@ def degraded_reason(name: str) -> str:
 # with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one probe call
 # waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
 BULK_PER_AGENT = 8
-BULK_PER_HUB = 1024  # held for a probe's whole turn: 341 agents hanging at once to stall every fan-out
+BULK_PER_HUB = 1024  # held for a probe's whole turn: 128 agents hanging (8 each) stall every fan-out
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
 
 
@@ -326,14 +326,24 @@ class Fleet:
 
         Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
         member key (an assistant in a loop) that fills the rest leaves room to look into it.
-        A ``bulk`` probe (a fan-out's) first waits for a slot of `BULK_PER_AGENT` and `BULK_PER_HUB`.
+        A ``bulk`` probe (a fan-out's) first waits for a slot of `BULK_PER_AGENT` and `BULK_PER_HUB`,
+        and runs on the connection whose slot it holds: the agent reconnected meanwhile, it waits
+        for a slot of the new one (on the new link with the old one's slot, each reconnect let 8
+        more in).
         """
         session = self.sessions.get(agent_id)
-        if bulk and session is not None:
+        while bulk and session is not None:
             async with session.bulk_slots, self.bulk_slots:
-                return await self.run_probe(agent_id, probe, params, timeout_s, admin=admin)
+                if self.sessions.get(agent_id) is session:
+                    return await self._run_on(session, probe, params, timeout_s, admin)
+            session = self.sessions.get(agent_id)
         if session is None:
             raise AgentUnavailable(self.unavailable_reason(agent_id))
+        return await self._run_on(session, probe, params, timeout_s, admin)
+
+    async def _run_on(
+        self, session: AgentSession, probe: str, params: dict[str, Any], timeout_s: float, admin: bool
+    ) -> ProbeResponse:
         in_flight = session.link.statistics().in_flight
         if in_flight >= self.max_in_flight_per_agent:
             raise AgentUnavailable(

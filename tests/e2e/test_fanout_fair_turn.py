@@ -12,6 +12,7 @@ fan-out's probe waits for one of the agent's 8 fan-out slots before it enters th
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -43,9 +44,13 @@ class Value(Result):
 
 
 async def wait_for_release(ctx, params: NoParams) -> Value:
-    (STATE / f"started-{{uuid.uuid4().hex}}").touch()
-    while not (STATE / "release").exists():
-        await trio.sleep(0.05)
+    running = STATE / f"running-{{uuid.uuid4().hex}}"
+    running.touch()
+    try:
+        while not (STATE / "release").exists():
+            await trio.sleep(0.05)
+    finally:  # answered, or cancelled (its deadline)
+        running.rename(running.with_name(running.name.replace("running-", "ended-")))
     return Value(value=1)
 
 
@@ -68,8 +73,14 @@ PACK.runbooks["turns"] = Runbook(
 '''
 
 
+def running(state: Path) -> int:
+    """The waiting probes running on the agent now."""
+    return len(list(state.glob("running-*")))
+
+
 def started(state: Path) -> int:
-    return len(list(state.glob("started-*")))
+    """The waiting probes the agent has started, running or ended."""
+    return running(state) + len(list(state.glob("ended-*")))
 
 
 def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -> None:
@@ -82,21 +93,10 @@ def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -
         try:
             wait_until(lambda: online(hub), timeout=30)
             answers: list[dict[str, Any]] = []
-
-            def health_check() -> None:
-                with hub.client() as http:
-                    http.timeout = 60
-                    body = {"agent": "busy-1", "categories": ["turns"], "deadline_s": 60}
-                    answer = http.post("/api/v1/health-check", json=body)
-                    assert answer.status_code == 200, answer.text
-                    answers.append(answer.json())
-
-            checks = [threading.Thread(target=health_check) for _ in range(CHECKS)]
-            for check in checks:
-                check.start()
-            wait_until(lambda: started(state) >= BULK_PER_AGENT)
+            checks = start_health_checks(hub, answers)
+            wait_until(lambda: running(state) >= BULK_PER_AGENT)
             time.sleep(1.0)  # the fan-outs have sent all they could (before: 64 at once)
-            assert started(state) == BULK_PER_AGENT
+            assert running(state) == BULK_PER_AGENT
 
             with hub.client() as http:  # admin key: before, refused too (64 in flight)
                 single = http.post("/api/v1/probe", json={"agent": "busy-1", "probe": "turns.quick"})
@@ -113,6 +113,60 @@ def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -
             assert started(state) == STEPS * CHECKS
         finally:
             (state / "release").touch()
+            agent.stop()
+
+
+def start_health_checks(hub: RunningHub, answers: list[dict[str, Any]]) -> list[threading.Thread]:
+    """`CHECKS` health_checks of busy-1's waiting steps, each in a thread; their answers go to ``answers``."""
+
+    def health_check() -> None:
+        with hub.client() as http:
+            http.timeout = 60
+            body = {"agent": "busy-1", "categories": ["turns"], "deadline_s": 60}
+            answer = http.post("/api/v1/health-check", json=body)
+            assert answer.status_code == 200, answer.text
+            answers.append(answer.json())
+
+    checks = [threading.Thread(target=health_check) for _ in range(CHECKS)]
+    for check in checks:
+        check.start()
+    return checks
+
+
+def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connection(tmp_path: Path) -> None:
+    """Regression: a fan-out probe took its slot on the connection it found, then ran on the one
+    that replaced it meanwhile, beside that one's own 8: each reconnect let 8 more onto the link."""
+    site = install_test_pack(tmp_path / "site", "turns", PACK)
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    with running_hub(tmp_path, "--probe-timeout", "2", site=site) as hub:
+        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(before)})
+        first = agent.start()
+        try:
+            wait_until(lambda: online(hub), timeout=30)
+            answers: list[dict[str, Any]] = []
+            checks = start_health_checks(hub, answers)
+            wait_until(lambda: running(before) == BULK_PER_AGENT)
+            first.popen.send_signal(signal.SIGSTOP)  # its 8 time out (2 s); its socket stays open
+            agent.env = {**agent.env, "TURNS_STATE": str(after)}
+            second = agent.start()  # the same agent again: the hub takes its new connection
+            wait_until(lambda: running(after) >= 1, timeout=30)
+            checks += start_health_checks(hub, answers)  # these find the new connection
+            wait_until(lambda: started(after) >= 2 * BULK_PER_AGENT, timeout=30)  # some timed out (2 s)
+            for _ in range(30):  # 3 s of the waiters moving on: never more than 8 at once on the agent
+                assert running(after) <= BULK_PER_AGENT
+                time.sleep(0.1)
+            (after / "release").touch()
+            for check in checks:
+                check.join(timeout=60)
+            assert len(answers) == 2 * CHECKS
+        finally:
+            (before / "release").touch()
+            (after / "release").touch()
+            first.popen.send_signal(signal.SIGCONT)
+            first.stop()
+            agent.proc = second if "second" in locals() else first
             agent.stop()
 
 
