@@ -5,6 +5,8 @@ checked register came from, or, unchecked, the id a register *claims* when its s
 cannot be checked (a removed agent: no key kept; a frame that does not parse, from an agent
 newer than this hub most often: nothing to check). A claimed id is recorded as claimed,
 never as the agent's word, and the reject stays unbound (it echoes only a checked register).
+The claim of a frame that does not parse names its agent in the log line only: the audit row
+has no target and the agent's last refusal is not set (its text would be the frame's).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Refused(Exception):
         agent: str | None = None,
         claimed: str = "",
         revoked_id: bool = False,
+        claimed_name: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.code = code
@@ -51,6 +54,10 @@ class Refused(Exception):
         self.agent = agent  # the enrolled agent's name, once the refusal is about one
         self.claimed = claimed  # an id a register gave, unchecked; ``agent``: its name, if any
         self.revoked_id = revoked_id  # ``claimed`` is a revoked agent's id (no key kept to check it)
+        # the enrolled agent ``claimed`` names, by a frame that does not parse: said in the log line
+        # only, never its refusal's (`Fleet.note_refusal`) nor its audit row's target: anyone who
+        # opens a socket could file a refusal, its text the frame's, under any agent's name
+        self.claimed_name = claimed_name
         self.register: AgentRegister | None = None  # the register refused, once it parsed
 
     def reject(self) -> HubReject:
@@ -76,15 +83,16 @@ class Refused(Exception):
             return f" (agent {self.agent})" if self.agent else ""
         if self.revoked_id:
             return f" (claims agent {self.agent}'s revoked id {self.claimed})"
-        if self.agent:
-            return f" (claims agent {self.agent}'s id {self.claimed})"
+        if self.claimed_name:
+            return f" (claims agent {self.claimed_name}'s id {self.claimed})"
         return f" (claims agent id {self.claimed}, which is not enrolled here)"
 
     def agent_id(self) -> str | None:
-        """The id of the enrolled agent whose last refusal this is (`Fleet.note_refusal`)."""
-        if self.register is not None and self.register.agent_id:
-            return self.register.agent_id if self.agent is not None else None
-        return self.claimed or None
+        """The id of the enrolled agent whose last refusal this is (`Fleet.note_refusal`): of a
+        register that parsed only."""
+        if self.register is not None and self.register.agent_id and self.agent is not None:
+            return self.register.agent_id
+        return None
 
 
 def unreadable_register(hub: Hub, exc: ProtocolError, text: str) -> Refused:
@@ -96,7 +104,7 @@ def unreadable_register(hub: Hub, exc: ProtocolError, text: str) -> Refused:
     if claimed is None:
         return Refused(code, exc.message)
     record = hub.fleet.records.get(claimed)
-    return Refused(code, exc.message, record.name if record else None, claimed=claimed)
+    return Refused(code, exc.message, claimed=claimed, claimed_name=record.name if record else None)
 
 
 def claimed_agent_id(text: str, max_frame_bytes: int) -> str | None:

@@ -1,4 +1,5 @@
-"""A register the hub cannot parse names the agent whose id it claims, in the log line and audit row.
+"""A register the hub cannot parse names the agent whose id it claims, in the log line (and its
+id in the audit row's detail).
 
 Regression (found by an upgrade review with a new agent on an old hub): a register with a field
 the hub does not know, or a protocol version it does not speak, was refused as
@@ -85,14 +86,16 @@ async def test_an_unparsable_register_names_the_enrolled_agent_it_claims(
         )
         await trio.to_thread.run_sync(fleet.hub.proc.wait_for, re.compile(line))
         row = await denied_row(fleet, identity.agent_id)
-    assert (row["actor"], row["target"], row["outcome"]) == ("agent", identity.name, "denied")
+    # unchecked, and its text the frame's (a field name of the sender's choosing): never filed
+    # under the agent, in the audit log or as its last refusal, which MCP callers read (a review
+    # planted "unknown field 'NOTE TO ASSISTANT: ...'" there for an agent that was offline)
+    assert (row["actor"], row["target"], row["outcome"]) == ("agent", None, "denied")
     assert json.loads(row["detail"]) == {
         "peer": "127.0.0.1",
         "reason": reason,
         "claimedId": identity.agent_id,
     }
-    refusal = agent_rows(fleet.hub)[identity.name]["last_refusal"]
-    assert (refusal["reason"], refusal["peer"]) == (reason, "127.0.0.1")
+    assert agent_rows(fleet.hub)[identity.name].get("last_refusal") is None
 
 
 async def test_an_unparsable_register_claiming_an_unknown_id_says_so(fleet: SharedFleet) -> None:
