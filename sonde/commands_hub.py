@@ -220,7 +220,8 @@ def agent_accept(
     name
         The agent's name or id.
     every_held
-        Accept every held agent's (after upgrading Sonde on a fleet, say), each on the audit log.
+        Accept every held agent's (a fleet you installed another build on), each listed with what
+        changed, and on the audit log.
     """
     from sonde.hub import admin, admin_agents
 

@@ -21,7 +21,7 @@ from sonde.name_rules import AGENT_NAME_RULE
 from sonde.protocol.names import NAME_PATTERN
 
 _NAME_RE = re.compile(NAME_PATTERN)
-SHOWN_NAMES = 20  # `accept --all` names this many of the agents it accepted, and counts the rest
+SHOWN_NAMES = 20  # `accept --all` shows this many of the agents it accepted, and counts the rest
 
 
 def checked_agent(name: str) -> str:
@@ -66,7 +66,7 @@ def agent_accept(data_dir: Path, name: str | None, every_held: bool = False) -> 
 def accept_every_held(data_dir: Path) -> int:
     """`sonde hub agent accept --all`: each held agent's claim accepted, with its own audit row."""
     from sonde.hub.agent_records import list_agents
-    from sonde.hub.attestation import accept_pending
+    from sonde.hub.attestation import accept_pending, compare
 
     db = open_hub_database(data_dir)
     try:
@@ -80,9 +80,13 @@ def accept_every_held(data_dir: Path) -> int:
     if not held:
         err("no agent has a changed attestation waiting; nothing to accept")
         return 1
-    names = ", ".join(agent.name for agent in held[:SHOWN_NAMES])
-    more = f" and {len(held) - SHOWN_NAMES} more" if len(held) > SHOWN_NAMES else ""
-    err(f"accepted the new attestation of {len(held)} agent(s): {names}{more}; their probes run again")
+    err(f"accepted the new attestation of {len(held)} agent(s); their probes run again:")
+    for agent in held[:SHOWN_NAMES]:  # what each was held for: the audit rows have it all
+        assert agent.pending_attestation is not None
+        changes = compare(agent.attestation, agent.pending_attestation, first_connect=False).changes
+        err(f"  {agent.name}: {'; '.join(changes) or 'back to its accepted attestation'}")
+    if len(held) > SHOWN_NAMES:
+        err(f"  and {len(held) - SHOWN_NAMES} more (`sonde hub audit list --action attestation.accept`)")
     return 0
 
 

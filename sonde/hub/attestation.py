@@ -45,10 +45,10 @@ CHECK_ACCEPTED_EVERY_S = 2.0  # how soon a hub hears of an accept made from the 
 # A held agent back on its accepted claim stays held (a mismatch is for an admin to clear): said so
 BACK_WHILE_HELD = "back to its accepted attestation after an unexplained change, still held"
 # Sonde installed again from another build of the same version changes the code hash and not the
-# version: what a fleet upgraded from a source checkout does (`accept --all` takes them all)
+# version (a fleet upgraded from a source checkout); so do files changed behind the package manager
 SAME_VERSION_HINT = (
-    ". Its code changed under the same version: if Sonde was installed again there (another build "
-    "of that version), that explains it, and `sonde hub agent accept --all` accepts every agent held so"
+    ". Its code changed under the same version: Sonde installed again there from another build of "
+    "that version does that, and so do changed files; accept it once you know which"
 )
 
 
