@@ -7,8 +7,8 @@ category in one of its two steps, the ``rollfresh`` category (new in 0.0.2) in i
 
 health_check tried every step on every agent: the probe old-1 lacks was refused as unknown
 there (`check_probe`, from its register), listed as failed, and made the category incomplete
-for the whole fleet. Such a step is now not run: it is listed in not_offered, with why, and
-its category is what the probes that did run say.
+for the whole fleet. Such a step is now not run: it is listed in not_offered, with why, not as a
+failure; its category is incomplete, as for a step the key's policy skips.
 """
 
 from __future__ import annotations
@@ -121,10 +121,11 @@ async def test_health_check_lists_a_probe_the_older_pack_lacks_as_not_offered(hu
         {"agent": "old-1", "probe": "rollout.state.newer", "reason": WHY},  # the rollfresh step
         {"agent": "old-1", "probe": "rollout.state.newer", "reason": WHY},  # the rollout step
     ]
-    # what did run decides each category; old-1 offers none of rollfresh's probes: not counted there
+    # a step not run on old-1 leaves each category incomplete, as a skipped one does (not ok: a
+    # downgraded pack would read as all well), never failed
     assert report["categories"] == [
-        {"category": "rollfresh", "status": "ok", "agents": 1},
-        {"category": "rollout", "status": "ok", "agents": 2},
+        {"category": "rollfresh", "status": "incomplete", "agents": 2},
+        {"category": "rollout", "status": "incomplete", "agents": 2},
     ]
     assert [(f["agent"], f["title"]) for f in report["findings"]] == [("new-1", "rollout newer checked")]
     summary = report["summary"]
@@ -162,10 +163,10 @@ def test_the_rest_health_check_answers_the_same(hub: RunningHub) -> None:
     report = answer.json()
     assert report["failed"] == []
     assert [(n["agent"], n["probe"]) for n in report["not_offered"]] == [("old-1", "rollout.state.newer")] * 2
-    # rollfresh: nothing of it on old-1 to run; rollout: its one offered step answered
+    # rollfresh: nothing of it on old-1 to run; rollout: one of its two steps answered
     assert report["categories"] == [
-        {"category": "rollfresh", "status": "not_checked", "agents": 0},
-        {"category": "rollout", "status": "ok", "agents": 1},
+        {"category": "rollfresh", "status": "not_checked", "agents": 1},
+        {"category": "rollout", "status": "incomplete", "agents": 1},
     ]
 
 

@@ -1,5 +1,5 @@
 """A runbook step an agent does not offer (its older pack, mid-upgrade) in a health_check answer:
-listed apart from the failures, capped like every list, and no reason for a category's status.
+listed apart from the failures, capped like every list, and, as a skipped step, its category incomplete.
 tests/e2e/test_older_agent_pack.py drives the same through a real hub and agents."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_a_step_not_offered_is_neither_run_nor_failed() -> None:
     assert answer.failed == []
     assert [(n.agent, n.probe, n.reason) for n in answer.not_offered] == [("old-1", "mysql.step.s1", WHY)]
     assert (answer.summary.probes_run, answer.summary.probes_failed) == (3, 0)
-    assert [(c.status, c.agents) for c in answer.categories] == [("ok", 2)]
+    assert [(c.status, c.agents) for c in answer.categories] == [("incomplete", 2)]
 
 
 def test_a_category_is_what_the_offered_steps_say() -> None:
@@ -38,7 +38,7 @@ def test_a_category_is_what_the_offered_steps_say() -> None:
     )
     assert category_status("mysql", [outcome("a", "skipped", "not_offered")]).status == "not_checked"
     nothing_there = category_status("mysql", [outcome("a", "ok"), outcome("b", "not_offered", "not_offered")])
-    assert (nothing_there.status, nothing_there.agents) == ("ok", 1)
+    assert (nothing_there.status, nothing_there.agents) == ("incomplete", 2)
     assert category_status("mysql", [outcome("a", "not_offered")]).status == "not_checked"
 
 
@@ -47,7 +47,7 @@ def test_a_fleet_of_older_agents_is_listed_cut_and_counted() -> None:
     answer = summarize_outcomes(outcomes, [], time.perf_counter())
     assert len(answer.not_offered) == MAX_LISTED
     assert answer.omitted == {"not_offered": 120 - MAX_LISTED}
-    assert [c.status for c in answer.categories] == ["ok"]
+    assert [c.status for c in answer.categories] == ["incomplete"]
 
 
 def test_an_answer_with_nothing_not_offered_is_as_before_but_the_empty_list() -> None:

@@ -138,8 +138,8 @@ could not reach and the probes that failed or timed out, each with its reason (a
 per-category status, the first that applies of critical > warning > incomplete > ok: a critical or
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
 probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A probe an
-agent's older pack lacks (mid-upgrade) is not run there and listed in not_offered: it is neither a
-failure nor makes its category incomplete. A requested
+agent's older pack lacks (mid-upgrade) is not run there and listed in not_offered, with why: not a
+failure, but its category is incomplete, as for a skipped one. A requested
 category no matching agent has is refused, or, when others were run, listed in categories_not_found;
 tags no agent carries are refused, and so is a check when your key reaches no agent at all.
 Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
@@ -236,14 +236,13 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
     """critical > warning > incomplete > ok, the first that applies: the worst finding decides, even
     when other probes were skipped (the key's policy), failed or timed out; without a critical or
     warning finding such a probe makes it incomplete. One where no probe ran is not_checked, never ok.
-    A step an agent does not offer (its older pack) counts as if its runbook had no such step, and an
-    agent that offers none of the category's probes is not counted in ``agents``.
+    A step an agent does not offer (its older pack) is not run, as a skipped one: it makes the category
+    incomplete, never ok.
     HEALTH_CHECK tells the model exactly this; keep the two in step."""
-    steps = [s for o in outcomes for s in o.steps if s.status != "not_offered"]
-    applied = [o for o in outcomes if not o.steps or any(s.status != "not_offered" for s in o.steps)]
+    steps = [s for o in outcomes for s in o.steps]
     severities = {f.severity for o in outcomes for f in o.findings}
     status: CategoryState
-    if all(s.status == "skipped" for s in steps):
+    if all(s.status in ("skipped", "not_offered") for s in steps):
         status = "not_checked"
     elif "critical" in severities:
         status = "critical"
@@ -253,7 +252,7 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
         status = "incomplete"
     else:
         status = "ok"
-    return CategoryStatus(category=category, status=status, agents=len(applied))
+    return CategoryStatus(category=category, status=status, agents=len(outcomes))
 
 
 def hashtags(tags: list[str]) -> str:
