@@ -69,7 +69,7 @@ def open_hub_database(data_dir: Path, *, older: bool = False) -> Database:
         db.close()
         raise DatabaseTooOld(
             f"the hub's database {path} has schema version {version}, an older Sonde's, and this "
-            f"Sonde's commands need version {SCHEMA_VERSION}: restart the hub with this Sonde (it "
+            f"Sonde's commands need version {SCHEMA_VERSION}: start the hub with this Sonde (it "
             "upgrades the file at its start), then run this again. Nothing was changed"
         )
     return db

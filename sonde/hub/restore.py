@@ -200,7 +200,9 @@ def holdings(path: Path) -> Held | None:
         return None
     try:
         keys = list(db.execute("SELECT id, name, revoked_at FROM api_keys"))
-        tokens = list(db.execute("SELECT id, name, used_at, revoked_at, expires_at FROM enrollment_tokens"))
+        # schema 1 (an older Sonde's, restored as it is) has no token revocation
+        revoked = "revoked_at" if "revoked_at" in db["enrollment_tokens"].columns_dict else "NULL"
+        tokens = list(db.execute(f"SELECT id, name, used_at, {revoked}, expires_at FROM enrollment_tokens"))
         now = time.time()
         hub_key = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
         return Held(

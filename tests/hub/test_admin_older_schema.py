@@ -15,18 +15,20 @@ import pytest
 
 from sonde.hub import db as hub_db
 from sonde.hub.admin import record
+from sonde.hub.agent_records import insert_agent
 from sonde.hub.db import SCHEMA_VERSION, open_database, write_transaction
 from tests.hub.test_admin_errors import EVERY_COMMAND, hub_cli
+from tests.hub.test_agent_records import make_agent
 
 OLDER = 2
 
 
-def older_database(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A hub database as the Sonde of schema version 2 left it, with one agent and one audit row."""
+def older_database(data_dir: Path, monkeypatch: pytest.MonkeyPatch, version: int = OLDER) -> Path:
+    """A hub database as the Sonde of schema ``version`` left it, with one agent and one audit row."""
     path = data_dir / "sonde.db"
     with monkeypatch.context() as patched:
-        patched.setattr(hub_db, "MIGRATIONS", hub_db.MIGRATIONS[:OLDER])
-        patched.setattr(hub_db, "SCHEMA_VERSION", OLDER)
+        patched.setattr(hub_db, "MIGRATIONS", hub_db.MIGRATIONS[:version])
+        patched.setattr(hub_db, "SCHEMA_VERSION", version)
         db = open_database(path)
         with write_transaction(db):
             db.execute(
@@ -56,7 +58,7 @@ def test_commands_refuse_an_older_database_and_leave_it_as_it_was(
         f"has schema version {OLDER}, an older Sonde's, and this Sonde's commands need version "
         in done.stderr
     )
-    assert "restart the hub with this Sonde (it upgrades the file at its start)" in done.stderr
+    assert "start the hub with this Sonde (it upgrades the file at its start)" in done.stderr
     assert "Traceback" not in done.stderr
     assert version_of(path) == OLDER
 
@@ -80,6 +82,23 @@ def test_a_backup_and_its_restore_keep_an_older_database_as_it_is(
     assert done.returncode == 0, done.stderr
     assert said in done.stderr
     assert version_of(restored_dir / "sonde.db") == OLDER
+
+
+def test_restoring_the_first_schemas_backup_says_what_it_takes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: schema 1 has no token revocation; reading its tokens failed, and the restore
+    said nothing of what it took back (nor whose hub's it was)."""
+    backup = older_database(tmp_path / "then", monkeypatch, version=1)
+    live = tmp_path / "data" / "sonde.db"
+    db = open_database(live)
+    insert_agent(db, make_agent("db-9"))
+    db.close()
+    done = hub_cli(live.parent, "restore", str(backup))
+    assert done.returncode == 0, done.stderr
+    assert "agents enrolled since the backup are unknown to it and must enroll again: db-9 (" in done.stderr
+    assert "could not be read" not in done.stderr
+    assert version_of(live) == 1
 
 
 def test_the_hub_says_it_upgraded_its_database(
