@@ -32,6 +32,7 @@ from sqlite_utils import Database
 from sonde.hub.admin import err, existing_database, open_hub_database, record
 from sonde.hub.audit import verify_audit
 from sonde.hub.db import SCHEMA_VERSION, open_database_read_only, schema_version, write_transaction
+from sonde.hub.db_copies import flush
 from sonde.interrupts import stop_taking_interrupts
 
 BACKUP_MODE = 0o600
@@ -125,15 +126,6 @@ def copy_into(source: Path, partial: Path) -> Copied:
     copied = copy_database(source, partial)
     flush(partial)
     return copied
-
-
-def flush(path: Path) -> None:
-    """Put ``path``'s bytes on the disk: a file's, or a directory's entries (a name given)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def publish(partial: Path, dest: Path, target: Path, at: float) -> Path:

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from sonde.hub.db_copies import keep_before_upgrade
 from sonde.hub.db_errors import (
     DatabaseLost,
     DatabaseTooNew,
@@ -324,11 +325,12 @@ def schema_version(db: Database) -> int:
 
 
 def migrate(db: Database, path: Path) -> None:
-    """Apply the migrations the database lacks, each in one transaction; an upgrade is logged.
-
-    Raises `DatabaseTooNew` (a RuntimeError) if the database is newer than this code.
-    """
+    """Apply the migrations the database lacks, each in one transaction; an upgrade (of a file
+    not new) is logged, the file as it was kept first. Raises `DatabaseTooNew` (a RuntimeError)
+    if the database is newer than this code."""
     current = refuse_too_new(db, path)
+    upgrade = 0 < current < SCHEMA_VERSION
+    kept = keep_before_upgrade(db, path, current) if upgrade else None
     for version, migration in enumerate(MIGRATIONS, start=1):
         if version <= current:
             continue
@@ -337,11 +339,10 @@ def migrate(db: Database, path: Path) -> None:
                 continue
             migration(db)
             db.execute(f"PRAGMA user_version={version}")
-    if 0 < current < SCHEMA_VERSION:  # not a new file: there is no way back but a backup
+    if upgrade:
         upgraded = f"upgraded the hub's database {path} from schema version {current} to {SCHEMA_VERSION}"
-        log.warning(
-            "%s: an older Sonde cannot open it now (to go back, restore a backup taken before)", upgraded
-        )
+        back = f"the file as it was is kept as {kept}" if kept else "restore a backup taken before"
+        log.warning("%s: an older Sonde cannot open it now (to go back: %s)", upgraded, back)
 
 
 def refuse_too_new(db: Database, path: Path | None = None) -> int:

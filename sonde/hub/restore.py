@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonde.hub.admin import err, open_hub_database, record
-from sonde.hub.backup import MAX_SAME_MOMENT, Copied, backup_name, copy_into, counted, flush
+from sonde.hub.backup import MAX_SAME_MOMENT, Copied, backup_name, copy_into, counted
 from sonde.hub.data_dir import LOCK_FILE, DataDirInUse, claim_data_dir
 from sonde.hub.db import open_database_read_only, write_transaction
+from sonde.hub.db_copies import flush
 from sonde.hub.db_errors import DatabaseTooNew, DatabaseUnusable, NotAHubDatabase
 from sonde.hub.db_files import SHM_SUFFIX, WAL_SUFFIX
 from sonde.interrupts import stop_taking_interrupts

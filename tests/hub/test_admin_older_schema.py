@@ -8,12 +8,14 @@ connect (1011) and every enrollment, while /api/v1/health still said ok.
 from __future__ import annotations
 
 import logging
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from sonde.hub import db as hub_db
+from sonde.hub import db_copies
 from sonde.hub.admin import record
 from sonde.hub.agent_records import insert_agent
 from sonde.hub.db import SCHEMA_VERSION, open_database, write_transaction
@@ -101,19 +103,43 @@ def test_restoring_the_first_schemas_backup_says_what_it_takes_back(
     assert version_of(live) == 1
 
 
-def test_the_hub_says_it_upgraded_its_database(
+def test_the_hub_says_it_upgraded_its_database_and_keeps_it_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = older_database(tmp_path / "data", monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sonde.hub.db"):
         open_database(path).close()  # what the hub's start does
     assert version_of(path) == SCHEMA_VERSION
+    kept = path.with_name("sonde.db.schema-2")
     assert [r.getMessage() for r in caplog.records] == [
         f"upgraded the hub's database {path} from schema version {OLDER} to {SCHEMA_VERSION}: an older "
-        "Sonde cannot open it now (to go back, restore a backup taken before)"
+        f"Sonde cannot open it now (to go back: the file as it was is kept as {kept})"
     ]
+    assert kept.stat().st_mode & 0o777 == 0o600  # it holds the hub's signing key
+    assert version_of(kept) == OLDER
+    with sqlite3.connect(kept) as copy:
+        assert copy.execute("SELECT name FROM agents").fetchall() == [("web-1",)]
+        assert copy.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # one file
+    copy.close()
+    assert sorted(p.name for p in path.parent.iterdir() if "schema" in p.name) == ["sonde.db.schema-2"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sonde.hub.db"):
         open_database(path).close()
         open_database(tmp_path / "new" / "sonde.db").close()
     assert caplog.records == []  # said once, and never of a new file
+    assert not (tmp_path / "new" / "sonde.db.schema-0").exists()
+
+
+def test_a_disk_without_room_for_the_copy_still_upgrades(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = older_database(tmp_path / "data", monkeypatch)
+    full = shutil.disk_usage(path.parent)._replace(free=1024)
+    monkeypatch.setattr(db_copies.shutil, "disk_usage", lambda _: full)
+    with caplog.at_level(logging.WARNING, logger="sonde.hub.db"):
+        open_database(path).close()
+    assert version_of(path) == SCHEMA_VERSION
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("not keeping a copy of the hub's database as it was before its upgrade: "), said
+    assert said[1].endswith("(to go back: restore a backup taken before)"), said
+    assert not path.with_name("sonde.db.schema-2").exists()
