@@ -46,6 +46,7 @@ def keep_before_upgrade(db: Database, path: Path, version: int) -> Path | None:
             size // 2**20,
         )
         return None
+    log.info("keeping the hub's database as it was before its upgrade (%d MiB) as %s", size // 2**20, target)
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, COPY_MODE))
