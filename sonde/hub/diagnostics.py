@@ -173,7 +173,7 @@ async def run_step(
 ) -> None:
     started = time.perf_counter()
     try:
-        reading = await run_probe_for(hub, caller, record, step.probe, params, via=via, bulk=True)
+        reading = await run_probe_for(hub, caller, record, step.probe, params, via=via, fan_out=True)
     except HubError as exc:
         step.status, step.error, step.code = "error", exc.message, exc.code
     else:

@@ -22,6 +22,7 @@ import trio
 
 from sonde.hub.agent_records import AgentRecord, record_departures, record_last_seen, update_agent
 from sonde.hub.store import Store, StoreClosed
+from sonde.hub.turns import Turns
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
@@ -54,7 +55,7 @@ class AgentSession:
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     # a fan-out's probes (runbook steps) on this agent's link at once: `Fleet.run_probe`
-    bulk_slots: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(BULK_PER_AGENT))
+    fan_out_places: Turns = field(default_factory=lambda: Turns(BULK_PER_AGENT))
 
     def uptime_s(self) -> float | None:
         """The agent machine's uptime now, on the hub's monotonic clock."""
@@ -102,10 +103,10 @@ def degraded_reason(name: str) -> str:
 
 
 # A fan-out's probes (health_check's and diagnose's runbook steps) wait for one of their agent's
-# BULK_PER_AGENT slots and one of the hub's BULK_PER_HUB (first come, first served) before they
-# enter the agent's link; a single probe call does not. The link's writer is first in, first out:
-# with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one probe call
-# waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
+# BULK_PER_AGENT places and one of the hub's BULK_PER_HUB before they enter the agent's link,
+# API keys in turns (`Turns`); a single probe call does not wait. The link's writer is first in,
+# first out: with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one
+# probe call waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
 BULK_PER_AGENT = 8
 BULK_PER_HUB = 1024  # held for a probe's whole turn: 128 agents hanging (8 each) stall every fan-out
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
@@ -121,7 +122,7 @@ class Fleet:
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
-        self.bulk_slots = trio.CapacityLimiter(BULK_PER_HUB)
+        self.fan_out_places = Turns(BULK_PER_HUB)
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard(peer="agent")
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
@@ -320,20 +321,20 @@ class Fleet:
         timeout_s: float,
         *,
         admin: bool = False,
-        bulk: bool = False,
+        fan_out_of: str | None = None,
     ) -> ProbeResponse:
         """Run one probe on one agent; raises AgentUnavailable, ProbeTimeout or ProbeFailed.
 
         Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
         member key (an assistant in a loop) that fills the rest leaves room to look into it.
-        A ``bulk`` probe (a fan-out's) first waits for a slot of `BULK_PER_AGENT` and `BULK_PER_HUB`,
-        and runs on the connection whose slot it holds: the agent reconnected meanwhile, it waits
-        for a slot of the new one (on the new link with the old one's slot, each reconnect let 8
-        more in).
+        A fan-out's probe (``fan_out_of``: the caller's key id) first waits for a place of
+        `BULK_PER_AGENT` and of `BULK_PER_HUB`, keys in turns, and runs on the connection whose
+        place it holds: the agent reconnected meanwhile, it waits for a place on the new one (on
+        the new link with the old one's place, each reconnect let 8 more in).
         """
         session = self.sessions.get(agent_id)
-        while bulk and session is not None:
-            async with session.bulk_slots, self.bulk_slots:
+        while fan_out_of is not None and session is not None:
+            async with session.fan_out_places.place(fan_out_of), self.fan_out_places.place(fan_out_of):
                 if self.sessions.get(agent_id) is session:
                     return await self._run_on(session, probe, params, timeout_s, admin)
             session = self.sessions.get(agent_id)

@@ -172,10 +172,10 @@ async def run_probe_for(
     *,
     via: str = "mcp.probe",
     timeout_s: float | None = None,
-    bulk: bool = False,
+    fan_out: bool = False,
 ) -> Reading:
-    """Check, run and audit one probe (``bulk``: a fan-out's, `Fleet.run_probe`); raises `HubError`
-    with a next step on any failure."""
+    """Check, run and audit one probe (``fan_out``: one of many the call runs, which take turns
+    with other keys', `Fleet.run_probe`); raises `HubError` with a next step on any failure."""
     check_probe(hub, caller, record, probe, params)
     record, status = await current_status(hub, record)
     if status == "degraded":
@@ -189,7 +189,7 @@ async def run_probe_for(
             params,
             timeout_s or hub.config.probe_timeout_s,
             admin=caller.is_admin,
-            bulk=bulk,
+            fan_out_of=caller.key_id if fan_out else None,
         )
     except (AgentUnavailable, ProbeTimeout) as exc:
         outcome, error = "error", str(exc)

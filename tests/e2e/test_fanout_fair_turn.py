@@ -24,6 +24,7 @@ from tests.testpacks import install_test_pack
 
 STEPS = 16
 CHECKS = 5
+OTHER_STEPS = 4
 PACK = f'''
 """Test-only: {STEPS} probes that wait for a file, one that answers at once."""
 import os
@@ -43,19 +44,26 @@ class Value(Result):
     value: int
 
 
-async def wait_for_release(ctx, params: NoParams) -> Value:
-    running = STATE / f"running-{{uuid.uuid4().hex}}"
-    running.touch()
-    try:
-        while not (STATE / "release").exists():
-            await trio.sleep(0.05)
-    finally:  # answered, or cancelled (its deadline)
-        running.rename(running.with_name(running.name.replace("running-", "ended-")))
-    return Value(value=1)
+def waiting(name):
+    async def wait_for_release(ctx, params: NoParams) -> Value:
+        with open(STATE / "order", "a") as order:  # the order probes started in
+            order.write(name + "\\n")
+        running = STATE / f"running-{{uuid.uuid4().hex}}"
+        running.touch()
+        try:
+            while not (STATE / "release").exists():
+                await trio.sleep(0.05)
+        finally:  # answered, or cancelled (its deadline)
+            running.rename(running.with_name(running.name.replace("running-", "ended-")))
+        return Value(value=1)
+
+    return wait_for_release
 
 
-for n in range({STEPS}):
-    PACK.probe(f"turns.wait.w{{n:02d}}", "Waits for the test's release.")(wait_for_release)
+WAITING = [f"turns.wait.w{{n:02d}}" for n in range({STEPS})]
+OTHER = [f"turns.other.o{{n}}" for n in range({OTHER_STEPS})]
+for name in WAITING + OTHER:
+    PACK.probe(name, "Waits for the test's release.")(waiting(name))
 
 
 @PACK.probe("turns.quick", "Answers at once.")
@@ -67,9 +75,8 @@ def nothing(reading):
     return []
 
 
-PACK.runbooks["turns"] = Runbook(
-    "turns", "Steps that wait.", tuple(RunbookStep(f"turns.wait.w{{n:02d}}", nothing) for n in range({STEPS}))
-)
+PACK.runbooks["turns"] = Runbook("turns", "Steps that wait.", tuple(RunbookStep(n, nothing) for n in WAITING))
+PACK.runbooks["other"] = Runbook("other", "Other steps that wait.", tuple(RunbookStep(n, nothing) for n in OTHER))
 '''
 
 
@@ -116,18 +123,24 @@ def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -
             agent.stop()
 
 
-def start_health_checks(hub: RunningHub, answers: list[dict[str, Any]]) -> list[threading.Thread]:
-    """`CHECKS` health_checks of busy-1's waiting steps, each in a thread; their answers go to ``answers``."""
+def start_health_checks(
+    hub: RunningHub,
+    answers: list[dict[str, Any]],
+    key: str | None = None,
+    category: str = "turns",
+    count: int = CHECKS,
+) -> list[threading.Thread]:
+    """``count`` health_checks of busy-1's waiting steps, each in a thread; their answers go to ``answers``."""
 
     def health_check() -> None:
-        with hub.client() as http:
+        with hub.client(key) as http:
             http.timeout = 60
-            body = {"agent": "busy-1", "categories": ["turns"], "deadline_s": 60}
+            body = {"agent": "busy-1", "categories": [category], "deadline_s": 60}
             answer = http.post("/api/v1/health-check", json=body)
             assert answer.status_code == 200, answer.text
             answers.append(answer.json())
 
-    checks = [threading.Thread(target=health_check) for _ in range(CHECKS)]
+    checks = [threading.Thread(target=health_check) for _ in range(count)]
     for check in checks:
         check.start()
     return checks
@@ -167,6 +180,41 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
             first.popen.send_signal(signal.SIGCONT)
             first.stop()
             agent.proc = second if "second" in locals() else first
+            agent.stop()
+
+
+def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -> None:
+    """Regression: fan-outs waited for an agent's places in arrival order, so one key's five
+    health_checks (80 steps queued) kept another key's (4 steps) waiting until all of theirs had run."""
+    site = install_test_pack(tmp_path / "site", "turns", PACK)
+    state = tmp_path / "state"
+    state.mkdir()
+    with running_hub(tmp_path, site=site) as hub:
+        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(state)})
+        agent.start()
+        try:
+            wait_until(lambda: online(hub), timeout=30)
+            made = hub.cli("hub", "key", "create", "--name", "team-b")
+            assert made.returncode == 0, made.stderr
+            answers: list[dict[str, Any]] = []
+            checks = start_health_checks(hub, answers)  # the admin key's flood
+            wait_until(lambda: running(state) == BULK_PER_AGENT)
+            checks += start_health_checks(hub, answers, made.stdout.strip(), "other", 1)
+            time.sleep(1.0)  # team-b's steps wait their turn
+            (state / "release").touch()
+            for check in checks:
+                check.join(timeout=60)
+            assert len(answers) == CHECKS + 1
+            order = (state / "order").read_text().split()
+            assert len(order) == STEPS * CHECKS + OTHER_STEPS
+            other = [n for n, name in enumerate(order) if name.startswith("turns.other.")]
+            assert len(other) == OTHER_STEPS
+            # every other place handed on is team-b's: its 4 start among the first 8 after the 8
+            # that held the places, give or take the order an agent starts one read's probes in
+            # (in arrival order, after the flood's 80)
+            assert max(other) < 2 * BULK_PER_AGENT + 2 * OTHER_STEPS, other
+        finally:
+            (state / "release").touch()
             agent.stop()
 
 
