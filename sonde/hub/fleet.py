@@ -334,9 +334,11 @@ class Fleet:
         """
         session = self.sessions.get(agent_id)
         while fan_out_of is not None and session is not None:
-            async with session.fan_out_places.place(fan_out_of), self.fan_out_places.place(fan_out_of):
-                if self.sessions.get(agent_id) is session:
-                    return await self._run_on(session, probe, params, timeout_s, admin)
+            async with session.fan_out_places.place(fan_out_of):
+                if self.sessions.get(agent_id) is session:  # not a place of an old connection
+                    async with self.fan_out_places.place(fan_out_of):
+                        if self.sessions.get(agent_id) is session:
+                            return await self._run_on(session, probe, params, timeout_s, admin)
             session = self.sessions.get(agent_id)
         if session is None:
             raise AgentUnavailable(self.unavailable_reason(agent_id))

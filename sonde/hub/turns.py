@@ -6,13 +6,16 @@ key's single `health_check` waited behind all of them. Here each key waiting has
 rotation, and its own waiters keep their order: two keys share the places evenly, whatever
 either has queued.
 
-A waiter cancelled before its turn is skipped when the turn comes; one cancelled once its place
-was handed to it holds it until its next checkpoint, and gives it back as it leaves the block.
+A waiter cancelled before its turn leaves its key's line at once (its key's turn too, when it
+was the last); one cancelled once its place was handed to it holds it until its next
+checkpoint, and gives it back as it leaves the block. Lines are insertion-ordered dicts, so
+both are O(1). (Marked and left for their turn to skip, as at first, the cancelled waiters of a
+key looping short `health_check`s piled up until a place came back, up to a probe's 31 s, and
+that one hand-over cleared them all at once: 1.3 s for two million.)
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,7 +26,6 @@ import trio
 @dataclass(eq=False)
 class _Ticket:
     handed: trio.Event = field(default_factory=trio.Event)
-    gone: bool = False  # cancelled while waiting: skipped
 
 
 class Turns:
@@ -31,13 +33,13 @@ class Turns:
 
     def __init__(self, places: int) -> None:
         self._free = places  # more than 0 only when no one waits
-        self._waiting: dict[str, deque[_Ticket]] = {}
-        self._order: deque[str] = deque()  # the keys waiting, the next turn's first
+        # the keys waiting, the next turn's first, each with its waiters, the first first
+        self._waiting: dict[str, dict[_Ticket, None]] = {}
 
     @property
     def waiting(self) -> int:
-        """How many wait (those cancelled but not yet skipped included)."""
-        return sum(len(queue) for queue in self._waiting.values())
+        """How many wait."""
+        return sum(len(line) for line in self._waiting.values())
 
     @asynccontextmanager
     async def place(self, whose: str) -> AsyncIterator[None]:
@@ -55,36 +57,28 @@ class Turns:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
         ticket = _Ticket()
-        queue = self._waiting.get(whose)
-        if queue is None:
-            queue = self._waiting[whose] = deque()
-            self._order.append(whose)
-        queue.append(ticket)
+        line = self._waiting.setdefault(whose, {})
+        line[ticket] = None
         try:
             await ticket.handed.wait()
         except BaseException:
             if ticket.handed.is_set():  # trio does not cancel a wait once woken; were it to, not lost
                 self._hand_on()
             else:
-                ticket.gone = True
+                del line[ticket]  # still in the line: its key's, there as long as it is not empty
+                if not line:
+                    del self._waiting[whose]
             raise
 
     def _hand_on(self) -> None:
-        """A place given back: to the next key's first waiter, or free."""
-        while self._order:
-            whose = self._order.popleft()
-            queue = self._waiting[whose]
-            ticket = None
-            while queue and ticket is None:
-                candidate = queue.popleft()
-                ticket = None if candidate.gone else candidate
-            while queue and queue[0].gone:
-                queue.popleft()
-            if queue:
-                self._order.append(whose)  # its next waiter, after the other keys'
-            else:
-                del self._waiting[whose]
-            if ticket is not None:
-                ticket.handed.set()
-                return
-        self._free += 1
+        """A place given back: to the first waiter of the key whose turn it is, or free."""
+        if not self._waiting:
+            self._free += 1
+            return
+        whose = next(iter(self._waiting))
+        line = self._waiting.pop(whose)
+        ticket = next(iter(line))
+        del line[ticket]
+        if line:
+            self._waiting[whose] = line  # its next waiter, after the other keys'
+        ticket.handed.set()

@@ -143,3 +143,32 @@ async def test_never_more_holders_than_places_under_churn() -> None:
         with trio.fail_after(1):
             async with turns.place("x"):
                 pass
+
+
+async def test_waiters_cancelled_while_every_place_is_held_leave_nothing_behind() -> None:
+    """Regression: cancelled waiters were marked and left for their turn to skip, so while places
+    were held (a probe's 31 s) a key looping short health_checks piled up millions of them."""
+    turns = Turns(1)
+    holders = Holders(turns)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(holders.hold, "a0", "a")
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(3):
+            deadlines = [trio.CancelScope() for _ in range(100)]
+            for n, deadline in enumerate(deadlines):
+                nursery.start_soon(cancelled_while_waiting, turns, f"k{n % 3}", deadline)
+            await trio.testing.wait_all_tasks_blocked()
+            assert turns.waiting == 100
+            for deadline in deadlines:
+                deadline.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert turns.waiting == 0  # gone at once, not at the next hand-over
+            assert turns._waiting == {}
+        holders.go.set()
+    assert holders.taken == ["a0"]
+
+
+async def cancelled_while_waiting(turns: Turns, whose: str, deadline: trio.CancelScope) -> None:
+    with deadline:
+        async with turns.place(whose):
+            raise AssertionError("no place was given back")
