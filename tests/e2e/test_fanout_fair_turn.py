@@ -15,11 +15,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sonde.hub.fleet import BULK_PER_AGENT
-from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
+from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.testpacks import install_test_pack
 
 STEPS = 16
@@ -90,37 +92,47 @@ def started(state: Path) -> int:
     return running(state) + len(list(state.glob("ended-*")))
 
 
-def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -> None:
+@contextmanager
+def busy_agent(
+    tmp_path: Path, *hub_args: str, state: str = "state"
+) -> Iterator[tuple[RunningHub, EnrolledAgent, Path]]:
+    """A hub with the test pack and agent busy-1, online, its probes' marks in ``tmp_path/state``;
+    every waiting probe is let go, and the agent stopped, at the end."""
     site = install_test_pack(tmp_path / "site", "turns", PACK)
-    state = tmp_path / "state"
-    state.mkdir()
-    with running_hub(tmp_path, site=site) as hub:
-        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(state)})
+    marks = tmp_path / state
+    marks.mkdir()
+    with running_hub(tmp_path, *hub_args, site=site) as hub:
+        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(marks)})
         agent.start()
         try:
             wait_until(lambda: online(hub), timeout=30)
-            answers: list[dict[str, Any]] = []
-            checks = start_health_checks(hub, answers)
-            wait_until(lambda: running(state) >= BULK_PER_AGENT)
-            time.sleep(1.0)  # the fan-outs have sent all they could (before: 64 at once)
-            assert running(state) == BULK_PER_AGENT
-
-            with hub.client() as http:  # admin key: before, refused too (64 in flight)
-                single = http.post("/api/v1/probe", json={"agent": "busy-1", "probe": "turns.quick"})
-            assert single.status_code == 200, single.text
-            assert single.json()["result"] == {"value": 2}
-
-            (state / "release").touch()
-            for check in checks:
-                check.join(timeout=60)
-            assert len(answers) == CHECKS
-            for answer in answers:  # each fan-out waited its turn: none of its probes was refused
-                assert answer["failed"] == [], answer["failed"][:3]
-                assert answer["summary"]["probes_run"] == STEPS
-            assert started(state) == STEPS * CHECKS
+            yield hub, agent, marks
         finally:
-            (state / "release").touch()
+            (marks / "release").touch()
             agent.stop()
+
+
+def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -> None:
+    with busy_agent(tmp_path) as (hub, _, state):
+        answers: list[dict[str, Any]] = []
+        checks = start_health_checks(hub, answers)
+        wait_until(lambda: running(state) >= BULK_PER_AGENT)
+        time.sleep(1.0)  # the fan-outs have sent all they could (before: 64 at once)
+        assert running(state) == BULK_PER_AGENT
+
+        with hub.client() as http:  # admin key: before, refused too (64 in flight)
+            single = http.post("/api/v1/probe", json={"agent": "busy-1", "probe": "turns.quick"})
+        assert single.status_code == 200, single.text
+        assert single.json()["result"] == {"value": 2}
+
+        (state / "release").touch()
+        for check in checks:
+            check.join(timeout=60)
+        assert len(answers) == CHECKS
+        for answer in answers:  # each fan-out waited its turn: none of its probes was refused
+            assert answer["failed"] == [], answer["failed"][:3]
+            assert answer["summary"]["probes_run"] == STEPS
+        assert started(state) == STEPS * CHECKS
 
 
 def start_health_checks(
@@ -149,21 +161,18 @@ def start_health_checks(
 def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connection(tmp_path: Path) -> None:
     """Regression: a fan-out probe took its slot on the connection it found, then ran on the one
     that replaced it meanwhile, beside that one's own 8: each reconnect let 8 more onto the link."""
-    site = install_test_pack(tmp_path / "site", "turns", PACK)
-    before, after = tmp_path / "before", tmp_path / "after"
-    before.mkdir()
+    after = tmp_path / "after"
     after.mkdir()
-    with running_hub(tmp_path, "--probe-timeout", "2", site=site) as hub:
-        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(before)})
-        first = agent.start()
+    with busy_agent(tmp_path, "--probe-timeout", "2", state="before") as (hub, agent, before):
+        first = agent.proc
+        assert first is not None
         try:
-            wait_until(lambda: online(hub), timeout=30)
             answers: list[dict[str, Any]] = []
             checks = start_health_checks(hub, answers)
             wait_until(lambda: running(before) == BULK_PER_AGENT)
             first.popen.send_signal(signal.SIGSTOP)  # its 8 time out (2 s); its socket stays open
             agent.env = {**agent.env, "TURNS_STATE": str(after)}
-            second = agent.start()  # the same agent again: the hub takes its new connection
+            agent.start()  # the same agent again (its process now): the hub takes its new connection
             wait_until(lambda: running(after) >= 1, timeout=30)
             checks += start_health_checks(hub, answers)  # these find the new connection
             wait_until(lambda: started(after) >= 2 * BULK_PER_AGENT, timeout=30)  # some timed out (2 s)
@@ -175,47 +184,34 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
                 check.join(timeout=60)
             assert len(answers) == 2 * CHECKS
         finally:
-            (before / "release").touch()
             (after / "release").touch()
             first.popen.send_signal(signal.SIGCONT)
-            first.stop()
-            agent.proc = second if "second" in locals() else first
-            agent.stop()
+            first.stop()  # the second, if started, is the agent's process: stopped with it
 
 
 def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -> None:
     """Regression: fan-outs waited for an agent's places in arrival order, so one key's five
     health_checks (80 steps queued) kept another key's (4 steps) waiting until all of theirs had run."""
-    site = install_test_pack(tmp_path / "site", "turns", PACK)
-    state = tmp_path / "state"
-    state.mkdir()
-    with running_hub(tmp_path, site=site) as hub:
-        agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(state)})
-        agent.start()
-        try:
-            wait_until(lambda: online(hub), timeout=30)
-            made = hub.cli("hub", "key", "create", "--name", "team-b")
-            assert made.returncode == 0, made.stderr
-            answers: list[dict[str, Any]] = []
-            checks = start_health_checks(hub, answers)  # the admin key's flood
-            wait_until(lambda: running(state) == BULK_PER_AGENT)
-            checks += start_health_checks(hub, answers, made.stdout.strip(), "other", 1)
-            time.sleep(1.0)  # team-b's steps wait their turn
-            (state / "release").touch()
-            for check in checks:
-                check.join(timeout=60)
-            assert len(answers) == CHECKS + 1
-            order = (state / "order").read_text().split()
-            assert len(order) == STEPS * CHECKS + OTHER_STEPS
-            other = [n for n, name in enumerate(order) if name.startswith("turns.other.")]
-            assert len(other) == OTHER_STEPS
-            # every other place handed on is team-b's: its 4 start among the first 8 after the 8
-            # that held the places, give or take the order an agent starts one read's probes in
-            # (in arrival order, after the flood's 80)
-            assert max(other) < 2 * BULK_PER_AGENT + 2 * OTHER_STEPS, other
-        finally:
-            (state / "release").touch()
-            agent.stop()
+    with busy_agent(tmp_path) as (hub, _, state):
+        made = hub.cli("hub", "key", "create", "--name", "team-b")
+        assert made.returncode == 0, made.stderr
+        answers: list[dict[str, Any]] = []
+        checks = start_health_checks(hub, answers)  # the admin key's flood
+        wait_until(lambda: running(state) == BULK_PER_AGENT)
+        checks += start_health_checks(hub, answers, made.stdout.strip(), "other", 1)
+        time.sleep(1.0)  # team-b's steps wait their turn
+        (state / "release").touch()
+        for check in checks:
+            check.join(timeout=60)
+        assert len(answers) == CHECKS + 1
+        order = (state / "order").read_text().split()
+        assert len(order) == STEPS * CHECKS + OTHER_STEPS
+        other = [n for n, name in enumerate(order) if name.startswith("turns.other.")]
+        assert len(other) == OTHER_STEPS
+        # every other place handed on is team-b's: its 4 start among the first 8 after the 8
+        # that held the places, give or take the order an agent starts one read's probes in
+        # (in arrival order, after the flood's 80)
+        assert max(other) < 2 * BULK_PER_AGENT + 2 * OTHER_STEPS, other
 
 
 def online(hub: RunningHub) -> bool:
