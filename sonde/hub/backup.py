@@ -32,10 +32,9 @@ from sqlite_utils import Database
 from sonde.hub.admin import err, existing_database, open_hub_database, record
 from sonde.hub.audit import verify_audit
 from sonde.hub.db import SCHEMA_VERSION, open_database_read_only, schema_version, write_transaction
-from sonde.hub.db_copies import flush
+from sonde.hub.db_copies import copied_into, flush
 from sonde.interrupts import stop_taking_interrupts
 
-BACKUP_MODE = 0o600
 MAX_SAME_MOMENT = 1000  # copies of one millisecond in one directory: past that, something loops
 
 
@@ -90,16 +89,13 @@ def destination(dest: Path, at: float) -> Path:
     return dest
 
 
-def copy_database(source: Path, partial: Path) -> Copied:
-    """Copy ``source`` into the new, empty file ``partial`` and check the copy.
-    Raises sqlite3.Error (the source or the copy unreadable, a full disk) or ValueError
-    (the copy fails SQLite's integrity check)."""
+def copy_into(source: Path, partial: Path) -> Copied:
+    """Create ``partial`` (0600, never over a file), copy ``source`` into it (`copied_into`), check
+    the copy, and put it on the disk. Raises sqlite3.Error (the source or the copy unreadable, a
+    full disk), OSError, or ValueError (the copy fails SQLite's integrity check)."""
     reader = open_database_read_only(source)
     try:
-        target = sqlite3.connect(partial)
-        try:
-            reader.conn.backup(target)  # all pages in one step: one read transaction, one moment
-            target.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal to carry beside it
+        with copied_into(reader.conn, partial) as target:
             problems = [row[0] for row in target.execute("PRAGMA integrity_check(10)")]
             if problems != ["ok"]:
                 raise ValueError(f"the copy failed SQLite's integrity check: {'; '.join(problems)}")
@@ -112,18 +108,8 @@ def copy_database(source: Path, partial: Path) -> Copied:
                 chain_problem=None if report.ok else f"seq {report.first_bad_seq}: {report.problem}",
                 schema=schema_version(copy),
             )
-        finally:
-            target.close()
     finally:
         reader.close()
-    return copied
-
-
-def copy_into(source: Path, partial: Path) -> Copied:
-    """Create ``partial`` (0600, never over a file) and copy ``source`` into it, checked
-    (`copy_database`) and on the disk."""
-    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, BACKUP_MODE))
-    copied = copy_database(source, partial)
     flush(partial)
     return copied
 

@@ -15,6 +15,8 @@ import logging
 import os
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlite_utils import Database
@@ -49,13 +51,8 @@ def keep_before_upgrade(db: Database, path: Path, version: int) -> Path | None:
     log.info("keeping the hub's database as it was before its upgrade (%d MiB) as %s", size // 2**20, target)
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, COPY_MODE))
-        copy = sqlite3.connect(partial)
-        try:
-            db.conn.backup(copy)
-            copy.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal to carry beside it
-        finally:
-            copy.close()
+        with copied_into(db.conn, partial):
+            pass  # nothing to check: it is the file the hub opened, as it is
         flush(partial)
         os.rename(partial, target)
         flush(target.parent)  # the new name on the disk
@@ -65,6 +62,21 @@ def keep_before_upgrade(db: Database, path: Path, version: int) -> Path | None:
     finally:
         partial.unlink(missing_ok=True)
     return target
+
+
+@contextmanager
+def copied_into(source: sqlite3.Connection, partial: Path) -> Iterator[sqlite3.Connection]:
+    """Create ``partial`` (0600: a copy holds the hub's signing key; never over a file) holding
+    ``source`` as one file, all its pages in one step (one read transaction, one moment); yield
+    the copy, open, for checks. `flush` it after."""
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, COPY_MODE))
+    copy = sqlite3.connect(partial)
+    try:
+        source.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal to carry beside it
+        yield copy
+    finally:
+        copy.close()
 
 
 def flush(path: Path) -> None:
