@@ -44,7 +44,8 @@ class DiagnoseOutput(ToolOutput):
 DIAGNOSE = """Deep look at ONE category on ONE agent (e.g. "check postgres on db-1"): runs that
 category's runbook and returns its findings plus the raw reading of each probe (large readings are
 truncated, marked truncated=true). A probe the agent's older pack lacks (mid-upgrade) is not run: its
-reading has status not_offered and says why. Categories per agent come from list_capabilities.
+reading has status not_offered and says why, and the answer is not complete, as when a probe fails.
+Categories per agent come from list_capabilities.
 Use it after health_check points at an area, or when the user names one."""
 
 
@@ -70,7 +71,7 @@ async def diagnose(call: ToolCall, args: DiagnoseInput, *, via: str = "mcp.diagn
         category=args.category,
         findings=finding_outs(outcome),
         readings=readings,
-        complete=all(s.status in ("ok", "not_offered") for s in outcome.steps),
+        complete=all(s.status == "ok" for s in outcome.steps),
     )
 
 
@@ -99,7 +100,7 @@ async def diagnose_agent(
             Denial("probe_not_allowed", record.name, {"agentId": record.id, "category": category}),
         )
     offered = agent_probes(record)
-    if not any(probe in offered for probe in allowed):  # running none of them would read as complete
+    if not any(probe in offered for probe in allowed):  # nothing of the category to run there
         why = older_pack(hub, record, allowed[0]) or "its packs do not have them"
         raise not_found(f"Agent {record.name} offers none of the {category!r} category's probes: {why}.")
     outcome = RunbookOutcome(record, runbook)
