@@ -55,7 +55,7 @@ class AgentSession:
     probes_in_flight: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     # a fan-out's probes (runbook steps) on this agent's link at once: `Fleet.run_probe`
-    fan_out_places: Turns = field(default_factory=lambda: Turns(BULK_PER_AGENT))
+    fan_out_places: Turns = field(default_factory=lambda: Turns(FAN_OUT_PER_AGENT))
 
     def uptime_s(self) -> float | None:
         """The agent machine's uptime now, on the hub's monotonic clock."""
@@ -103,12 +103,12 @@ def degraded_reason(name: str) -> str:
 
 
 # A fan-out's probes (health_check's and diagnose's runbook steps) wait for one of their agent's
-# BULK_PER_AGENT places and one of the hub's BULK_PER_HUB before they enter the agent's link,
+# FAN_OUT_PER_AGENT places and one of the hub's FAN_OUT_PER_HUB before they enter the agent's link,
 # API keys in turns (`Turns`); a single probe call does not wait. The link's writer is first in,
 # first out: with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one
 # probe call waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
-BULK_PER_AGENT = 8
-BULK_PER_HUB = 1024  # held for a probe's whole turn: 128 agents hanging (8 each) stall every fan-out
+FAN_OUT_PER_AGENT = 8
+FAN_OUT_PER_HUB = 1024  # held for a probe's whole turn: 128 agents hanging (8 each) stall every fan-out
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
 
 
@@ -122,7 +122,7 @@ class Fleet:
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
-        self.fan_out_places = Turns(BULK_PER_HUB)
+        self.fan_out_places = Turns(FAN_OUT_PER_HUB)
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard(peer="agent")
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
@@ -328,7 +328,7 @@ class Fleet:
         Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
         member key (an assistant in a loop) that fills the rest leaves room to look into it.
         A fan-out's probe (``fan_out_of``: the caller's key id) first waits for a place of
-        `BULK_PER_AGENT` and of `BULK_PER_HUB`, keys in turns, and runs on the connection whose
+        `FAN_OUT_PER_AGENT` and of `FAN_OUT_PER_HUB`, keys in turns, and runs on the connection whose
         place it holds: the agent reconnected meanwhile, it waits for a place on the new one (on
         the new link with the old one's place, each reconnect let 8 more in).
         """

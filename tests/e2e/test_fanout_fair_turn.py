@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sonde.hub.fleet import BULK_PER_AGENT
+from sonde.hub.fleet import FAN_OUT_PER_AGENT
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.testpacks import install_test_pack
 
@@ -116,9 +116,9 @@ def test_a_probe_call_gets_a_turn_while_fan_outs_fill_an_agent(tmp_path: Path) -
     with busy_agent(tmp_path) as (hub, _, state):
         answers: list[dict[str, Any]] = []
         checks = start_health_checks(hub, answers)
-        wait_until(lambda: running(state) >= BULK_PER_AGENT)
+        wait_until(lambda: running(state) >= FAN_OUT_PER_AGENT)
         time.sleep(1.0)  # the fan-outs have sent all they could (before: 64 at once)
-        assert running(state) == BULK_PER_AGENT
+        assert running(state) == FAN_OUT_PER_AGENT
 
         with hub.client() as http:  # admin key: before, refused too (64 in flight)
             single = http.post("/api/v1/probe", json={"agent": "busy-1", "probe": "turns.quick"})
@@ -169,15 +169,15 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
         try:
             answers: list[dict[str, Any]] = []
             checks = start_health_checks(hub, answers)
-            wait_until(lambda: running(before) == BULK_PER_AGENT)
+            wait_until(lambda: running(before) == FAN_OUT_PER_AGENT)
             first.popen.send_signal(signal.SIGSTOP)  # its 8 time out (2 s); its socket stays open
             agent.env = {**agent.env, "TURNS_STATE": str(after)}
             agent.start()  # the same agent again (its process now): the hub takes its new connection
             wait_until(lambda: running(after) >= 1, timeout=30)
             checks += start_health_checks(hub, answers)  # these find the new connection
-            wait_until(lambda: started(after) >= 2 * BULK_PER_AGENT, timeout=30)  # some timed out (2 s)
+            wait_until(lambda: started(after) >= 2 * FAN_OUT_PER_AGENT, timeout=30)  # some timed out (2 s)
             for _ in range(30):  # 3 s of the waiters moving on: never more than 8 at once on the agent
-                assert running(after) <= BULK_PER_AGENT
+                assert running(after) <= FAN_OUT_PER_AGENT
                 time.sleep(0.1)
             (after / "release").touch()
             for check in checks:
@@ -197,7 +197,7 @@ def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -
         assert made.returncode == 0, made.stderr
         answers: list[dict[str, Any]] = []
         checks = start_health_checks(hub, answers)  # the admin key's flood
-        wait_until(lambda: running(state) == BULK_PER_AGENT)
+        wait_until(lambda: running(state) == FAN_OUT_PER_AGENT)
         checks += start_health_checks(hub, answers, made.stdout.strip(), "other", 1)
         time.sleep(1.0)  # team-b's steps wait their turn
         (state / "release").touch()
@@ -211,7 +211,7 @@ def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -
         # every other place handed on is team-b's: its 4 start among the first 8 after the 8
         # that held the places, give or take the order an agent starts one read's probes in
         # (in arrival order, after the flood's 80)
-        assert max(other) < 2 * BULK_PER_AGENT + 2 * OTHER_STEPS, other
+        assert max(other) < 2 * FAN_OUT_PER_AGENT + 2 * OTHER_STEPS, other
 
 
 def online(hub: RunningHub) -> bool:
