@@ -98,6 +98,8 @@ class HealthCheckInput(ToolInput):
     )
 
 
+# a step's statuses when it was not run: the key's policy forbids it, the agent's pack lacks it
+NOT_RUN = ("skipped", "not_offered")
 MAX_LISTED = 50  # per list of a health_check answer: a fleet's worth would swamp the model
 
 
@@ -171,7 +173,7 @@ def summarize_outcomes(
         (f for o in outcomes for f in finding_outs(o)),
         key=lambda f: (("critical", "warning", "info").index(f.severity), f.agent, f.title),
     )
-    steps = [s for o in outcomes for s in o.steps if s.status not in ("skipped", "not_offered")]
+    steps = [s for o in outcomes for s in o.steps if s.status not in NOT_RUN]
     by_category: dict[str, list[RunbookOutcome]] = {}
     for outcome in outcomes:
         by_category.setdefault(outcome.runbook.category, []).append(outcome)
@@ -208,7 +210,7 @@ def summarize_outcomes(
         )
         for o in outcomes
         for s in o.steps
-        if s.status not in ("ok", "skipped", "not_offered")
+        if s.status != "ok" and s.status not in NOT_RUN
     ]
     partial = any(s.status == "timeout" for s in steps)
     lists = {
@@ -242,7 +244,7 @@ def category_status(category: str, outcomes: list[RunbookOutcome]) -> CategorySt
     steps = [s for o in outcomes for s in o.steps]
     severities = {f.severity for o in outcomes for f in o.findings}
     status: CategoryState
-    if all(s.status in ("skipped", "not_offered") for s in steps):
+    if all(s.status in NOT_RUN for s in steps):
         status = "not_checked"
     elif "critical" in severities:
         status = "critical"
