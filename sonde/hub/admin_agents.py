@@ -71,19 +71,18 @@ def accept_every_held(data_dir: Path) -> int:
     db = open_hub_database(data_dir)
     try:
         with write_transaction(db):  # read in the write: an agent held meanwhile is in it or waits
-            held = [agent for agent in list_agents(db) if agent.pending_attestation is not None]
-            for agent in held:
+            held = [(a, claim) for a in list_agents(db) if (claim := a.pending_attestation) is not None]
+            for agent, claim in held:
                 accept_pending(db, agent.id)
-                record(db, "attestation.accept", agent.name, accepted=agent.pending_attestation)
+                record(db, "attestation.accept", agent.name, accepted=claim)
     finally:
         db.close()
     if not held:
         err("no agent has a changed attestation waiting; nothing to accept")
         return 1
     err(f"accepted the new attestation of {len(held)} agent(s); their probes run again:")
-    for agent in held[:SHOWN_NAMES]:  # what each was held for: the audit rows have it all
-        assert agent.pending_attestation is not None
-        changes = compare(agent.attestation, agent.pending_attestation, first_connect=False).changes
+    for agent, claim in held[:SHOWN_NAMES]:  # what each was held for: the audit rows have it all
+        changes = compare(agent.attestation, claim, first_connect=False).changes
         err(f"  {agent.name}: {'; '.join(changes) or 'back to its accepted attestation'}")
     if len(held) > SHOWN_NAMES:
         err(f"  and {len(held) - SHOWN_NAMES} more (`sonde hub audit list --action attestation.accept`)")
