@@ -160,6 +160,11 @@ class RunningHub:
             check=False,
         )
 
+    def statuses(self) -> dict[str, str]:
+        """Each enrolled agent's status, by name, as `GET /api/v1/agents` gives it."""
+        with self.client() as http:
+            return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
+
     def token(self, *extra: str) -> str:
         done = self.cli("hub", "token", "create", *extra)
         assert done.returncode == 0, done.stderr

@@ -15,14 +15,9 @@ from pathlib import Path
 import sonde
 from sonde.hub.attestation import SAME_VERSION_HINT
 from tests.e2e.harness import audit_rows
-from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until, watch, with_site
+from tests.e2e.procs import enroll_agent, running_hub, wait_until, watch, with_site
 
 NAMES = ("web-1", "web-2")
-
-
-def statuses(hub: RunningHub) -> dict[str, str]:
-    with hub.client() as http:
-        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
 
 
 def another_build(site: Path) -> Path:
@@ -41,7 +36,7 @@ def test_a_fleet_on_another_build_is_held_and_accepted_at_once(tmp_path: Path) -
         agents = [enroll_agent(hub, tmp_path, name) for name in NAMES]
         for agent in agents:
             agent.start()
-        wait_until(lambda: statuses(hub) == dict.fromkeys(NAMES, "online"))  # the baseline
+        wait_until(lambda: hub.statuses() == dict.fromkeys(NAMES, "online"))  # the baseline
         import time
 
         time.sleep(4)
@@ -51,7 +46,7 @@ def test_a_fleet_on_another_build_is_held_and_accepted_at_once(tmp_path: Path) -
             agent.proc = watch(
                 [sys.executable, "-P", "-m", "sonde", "start", "--allow-root"], with_site(agent.env, site)
             )
-        wait_until(lambda: statuses(hub) == dict.fromkeys(NAMES, "degraded"))
+        wait_until(lambda: hub.statuses() == dict.fromkeys(NAMES, "degraded"))
         held = [line for line in hub.proc.lines if "is held as degraded" in line]
         assert len(held) == 2, held
         assert all("codeHash: " in line and line.endswith(SAME_VERSION_HINT) for line in held), held
@@ -68,7 +63,7 @@ def test_a_fleet_on_another_build_is_held_and_accepted_at_once(tmp_path: Path) -
         assert said[0] == "accepted the new attestation of 2 agent(s); their probes run again:", said
         # what each was held for, to look at after: here its code, under the same version
         assert [line.split(": codeHash: 'sha256:")[0] for line in said[1:]] == ["  web-1", "  web-2"], said
-        wait_until(lambda: statuses(hub) == dict.fromkeys(NAMES, "online"))  # the running hub saw it
+        wait_until(lambda: hub.statuses() == dict.fromkeys(NAMES, "online"))  # the running hub saw it
         assert sorted(r["target"] for r in audit_rows(hub, "attestation.accept")) == list(NAMES)
 
         again = hub.cli("hub", "agent", "accept", "--all")

@@ -105,7 +105,7 @@ def busy_agent(
         agent = enroll_agent(hub, tmp_path, "busy-1", site, extra_env={"TURNS_STATE": str(marks)})
         agent.start()
         try:
-            wait_until(lambda: online(hub), timeout=30)
+            wait_until(lambda: hub.statuses() == {"busy-1": "online"}, timeout=30)
             yield hub, agent, marks
         finally:
             (marks / "release").touch()
@@ -212,8 +212,3 @@ def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -
         # that held the places, give or take the order an agent starts one read's probes in
         # (in arrival order, after the flood's 80)
         assert max(other) < 2 * FAN_OUT_PER_AGENT + 2 * OTHER_STEPS, other
-
-
-def online(hub: RunningHub) -> bool:
-    with hub.client() as http:
-        return bool(http.get("/api/v1/agents/busy-1").json()["status"] == "online")

@@ -19,11 +19,6 @@ from tests.e2e.toolpack import write_toolpack
 TAGS = {"web": ["prod"], "stage": ["staging"]}
 
 
-def statuses(hub: RunningHub) -> dict[str, str]:
-    with hub.client() as http:
-        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
     tmp = tmp_path_factory.mktemp("health-inputs")
@@ -33,7 +28,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
         for agent in agents:
             agent.start()
         try:
-            wait_until(lambda: statuses(running) == dict.fromkeys(TAGS, "online"), timeout=30)
+            wait_until(lambda: running.statuses() == dict.fromkeys(TAGS, "online"), timeout=30)
             with running.client() as http:
                 for name, tags in TAGS.items():
                     assert http.put(f"/api/v1/agents/{name}/tags", json={"tags": tags}).status_code == 200

@@ -80,11 +80,6 @@ WHY = (
 )
 
 
-def statuses(hub: RunningHub) -> dict[str, str]:
-    with hub.client() as http:
-        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
     tmp = tmp_path_factory.mktemp("older-pack")
@@ -98,7 +93,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
         for agent in agents:
             agent.start()
         try:
-            wait_until(lambda: statuses(running) == {"new-1": "online", "old-1": "online"}, timeout=30)
+            wait_until(lambda: running.statuses() == {"new-1": "online", "old-1": "online"}, timeout=30)
             yield running
         finally:
             for agent in agents:

@@ -19,11 +19,6 @@ from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
 ALLOWED_PROBES = {"system.memory.usage", "system.info"}
 
 
-def statuses(hub: RunningHub) -> dict[str, str]:
-    with hub.client() as http:
-        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
-
-
 @pytest.fixture(scope="module")
 def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub, str]]:
     tmp = tmp_path_factory.mktemp("policy")
@@ -31,7 +26,7 @@ def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHu
         agents = [enroll_agent(hub, tmp, name) for name in ("alpha", "beta")]
         for agent in agents:
             agent.start()
-        wait_until(lambda: statuses(hub) == {"alpha": "online", "beta": "online"}, timeout=30)
+        wait_until(lambda: hub.statuses() == {"alpha": "online", "beta": "online"}, timeout=30)
         done = hub.cli(
             "hub",
             "key",
@@ -239,7 +234,7 @@ def test_every_rest_route_stays_inside_the_policy(scoped: tuple[RunningHub, str]
             assert answer.json()["error"]["code"] == "forbidden"
     # nothing changed: alpha still there with no tags, no key named sneaky
     with hub.client() as admin:
-        assert statuses(hub) == {"alpha": "online", "beta": "online"}
+        assert hub.statuses() == {"alpha": "online", "beta": "online"}
         assert "sneaky" not in {k["name"] for k in admin.get("/api/v1/api-keys").json()["keys"]}
 
 

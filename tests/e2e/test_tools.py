@@ -26,11 +26,6 @@ from tests.e2e.toolpack import write_toolpack
 TAGS = {"alpha": ["prod", "web"], "beta": ["staging"], "gamma": ["#prod"]}
 
 
-def statuses(hub: RunningHub) -> dict[str, str]:
-    with hub.client() as http:
-        return {a["name"]: a["status"] for a in http.get("/api/v1/agents").json()["agents"]}
-
-
 def allow_paths(agent: EnrolledAgent, directory: Path) -> None:
     config_file = agent.home / ".sonde" / "config.json"
     config = json.loads(config_file.read_text())
@@ -57,7 +52,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub
         allow_paths(agents["alpha"], logs)
         for agent in agents.values():
             agent.start()
-        wait_until(lambda: statuses(hub) == dict.fromkeys(TAGS, "online"), timeout=30)
+        wait_until(lambda: hub.statuses() == dict.fromkeys(TAGS, "online"), timeout=30)
         with hub.client() as http:
             for name, tags in TAGS.items():
                 assert http.put(f"/api/v1/agents/{name}/tags", json={"tags": tags}).status_code == 200
@@ -263,7 +258,7 @@ async def test_offline_agent_is_reported_unreachable(
 ) -> None:
     hub, agents = fleet
     agents["beta"].stop()
-    wait_until(lambda: statuses(hub)["beta"] == "offline", timeout=10)
+    wait_until(lambda: hub.statuses()["beta"] == "offline", timeout=10)
     async with mcp_client(hub.url, hub.admin_key) as client:
         report = await call(client, "health_check", categories=["system"])
         assert [u["agent"] for u in report["unreachable"]] == ["beta"]
