@@ -99,6 +99,7 @@ class Link:
         self._closed = trio.Event()
         self.close_reason = ""
         self.close_code = CLOSE_NORMAL
+        self.peer_close_code: int | None = None  # the code of the peer's close frame, when it sent one
         self._sent = 0
         self._received = 0
         self._late = 0
@@ -119,9 +120,9 @@ class Link:
         """True when the link ended because a frame failed its checks (on this side or the peer's)."""
         return self.close_code == CLOSE_POLICY
 
-    def close(self, reason: str) -> None:
-        """End the link, telling the peer ``reason`` (the WebSocket close frame carries it)."""
-        self._mark_closed(reason)
+    def close(self, reason: str, code: int = CLOSE_NORMAL) -> None:
+        """End the link, telling the peer ``reason`` and ``code`` (the WebSocket close frame carries them)."""
+        self._mark_closed(reason, code)
 
     def statistics(self) -> LinkStatistics:
         return LinkStatistics(len(self._pending), self._sent, self._received, self._late, self._dropped)
@@ -312,6 +313,8 @@ class Link:
         except LinkClosed as exc:  # a peer's 1008 too: it refused one of our frames
             reason = str(exc) or "connection closed"
             code = CLOSE_POLICY if exc.code == CLOSE_POLICY else CLOSE_NORMAL
+            if self.peer_close_code is None:
+                self.peer_close_code = exc.code
         except AgentUnavailable:
             reason = self.close_reason or "connection closed"
         finally:

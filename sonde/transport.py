@@ -13,6 +13,7 @@ from typing import Protocol
 import trio_websocket
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the hub stopping; the agent giving up on a hub that does not answer
 CLOSE_POLICY = 1008
 
 

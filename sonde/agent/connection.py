@@ -18,7 +18,7 @@ import trio_websocket
 
 from sonde.connect_failures import describe_tls_failure
 from sonde.protocol.messages import MAX_FRAME_BYTES
-from sonde.transport import LinkClosed, Transport, WebSocketTransport, describe_close
+from sonde.transport import CLOSE_GOING_AWAY, LinkClosed, Transport, WebSocketTransport, describe_close
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ WS_PATH = "/ws/agent"
 CONNECT_TIMEOUT_S = 10.0  # TCP + TLS, then again for the WebSocket handshake
 DISCONNECT_TIMEOUT_S = 5.0
 KEEPALIVE_INTERVAL_S = 30.0  # longest gap between websocket pings; no pong within it: the hub is dead
-CLOSE_GOING_AWAY = 1001
 
 Connector = Callable[[str], AbstractAsyncContextManager[Transport]]
 TRANSPORT_ERRORS = (
@@ -123,7 +122,7 @@ async def keep_alive(
     ws: trio_websocket.WebSocketConnection,
     heartbeat_sent: Callable[[], Awaitable[None]],
     interval_s: float = KEEPALIVE_INTERVAL_S,
-) -> None:
+) -> bool:
     """Ping the hub right after each heartbeat (at least every ``interval_s``); no pong within that: close.
 
     The pong is the only hub->agent traffic of an idle agent: it tells a dead
@@ -136,7 +135,8 @@ async def keep_alive(
     runs of the same code measured 17-20 %).
 
     Giving up, it closes the WebSocket (`drop_websocket`) within `DISCONNECT_TIMEOUT_S`
-    even when the hub reads nothing, so the link ends and the daemon reconnects.
+    even when the hub reads nothing, so the link ends and the daemon reconnects; it then
+    returns True (False: the connection closed otherwise).
     """
     while True:
         with trio.move_on_after(interval_s):
@@ -145,11 +145,11 @@ async def keep_alive(
             try:
                 await ws.ping()
             except trio_websocket.ConnectionClosed:
-                return
+                return False
         if waited.cancelled_caught:
             log.warning("the hub did not answer a ping within %gs; dropping the connection", interval_s)
             await drop_websocket(ws, CLOSE_GOING_AWAY, "keepalive timeout")
-            return
+            return True
 
 
 async def drop_websocket(ws: trio_websocket.WebSocketConnection, code: int, reason: str) -> None:

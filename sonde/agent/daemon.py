@@ -14,7 +14,9 @@ only logged. An unbound reject is never obeyed; one saying the hub cannot read t
 register (`unread_register_advice`: another Sonde version) says which side to upgrade.
 Any other reject (an unbound one included), a transport error, a bad or missing
 ack, or a dropped link is retried after a full-jitter exponential backoff
-(`backoff_delay`), reset after a connection that stayed up `STABLE_CONNECTION_S`.
+(`backoff_delay`), reset after a connection that stayed up `STABLE_CONNECTION_S` or
+that the hub closed saying it is stopping (close code 1001: a restart, so a second one soon
+after does not find the agent's backoff grown from the first).
 SIGTERM/SIGINT close the socket with code 1000, cancel the probes in flight and
 exit 0 (`AgentDaemon.stop`).
 """
@@ -27,6 +29,7 @@ import shlex
 from dataclasses import dataclass
 
 import trio
+import trio_websocket
 
 from sonde.agent.config import AgentConfig
 from sonde.agent.connection import (
@@ -59,7 +62,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import StaleFrame, private_key_from_text, public_key_from_text
 from sonde.runtime import Link, open_link
-from sonde.transport import CLOSE_NORMAL, Transport, WebSocketTransport
+from sonde.transport import CLOSE_GOING_AWAY, CLOSE_NORMAL, Transport, WebSocketTransport
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,8 @@ class ConnectionEnd:
     acked_at: float | None = None
     closed_at: float | None = None
     rejection: RejectPayload | None = None
+    dropped: bool = False  # the agent closed the link: the hub did not answer its ping
+    hub_stopped: bool = False  # the hub closed the acked link going away (1001): it stops or restarts
 
     @property
     def up_s(self) -> float:
@@ -177,7 +182,7 @@ class AgentDaemon:
                     self._reenroll_hint,
                 )
                 return EXIT_REJECTED
-            if end.up_s >= STABLE_CONNECTION_S:
+            if end.up_s >= STABLE_CONNECTION_S or end.hub_stopped:
                 attempt = 0
             delay = backoff_delay(attempt, self._rng, max_s=self._max_delay_s)
             attempt += 1
@@ -234,12 +239,12 @@ class AgentDaemon:
             self._started = True
             task_status.started(self)
         try:
-            end.rejection = await self._serve_link(transport, codec, first.payload)
+            end.rejection = await self._serve_link(transport, codec, first.payload, end)
         finally:
             end.closed_at = trio.current_time()
 
     async def _serve_link(
-        self, transport: Transport, codec: FrameCodec, ack: AckPayload
+        self, transport: Transport, codec: FrameCodec, ack: AckPayload, end: ConnectionEnd
     ) -> RejectPayload | None:
         async with trio.open_nursery() as probes:
             limit = min(MAX_PROBES_IN_FLIGHT, ack.max_probes_in_flight)
@@ -258,13 +263,14 @@ class AgentDaemon:
             ) as link:
                 runner.bind(link)
                 if isinstance(transport, WebSocketTransport):
-                    probes.start_soon(keep_alive, transport.ws, link.heartbeat_sent)
+                    probes.start_soon(self._keep_alive, transport.ws, link, end)
                 self._link = link
                 try:
                     await runner.wait_rejected()
                 finally:
                     self._link = None
             probes.cancel_scope.cancel()  # the hub stopped waiting for these
+        end.hub_stopped = link.peer_close_code == CLOSE_GOING_AWAY and not end.dropped
         reason = link.close_reason or "closed"
         if link.refused_frame:  # a frame failed its checks on one side: the clocks, most often
             log.warning("disconnected from %s: %s", self.url, reason)
@@ -279,6 +285,11 @@ class AgentDaemon:
         else:
             log.info("disconnected from %s: %s", self.url, reason)
         return runner.rejection
+
+    @staticmethod
+    async def _keep_alive(ws: trio_websocket.WebSocketConnection, link: Link, end: ConnectionEnd) -> None:
+        # a close of the agent's own (1001 too, echoed back by a slow hub) is not the hub going away
+        end.dropped = await keep_alive(ws, link.heartbeat_sent)
 
     def _log_connected(self, ack: AckPayload) -> None:
         if ack.agent_id != self.config.agent_id:

@@ -36,7 +36,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import public_key_from_text, verify_frame
 from sonde.runtime import open_link
-from sonde.transport import CLOSE_POLICY, LinkClosed, Transport
+from sonde.transport import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkClosed, Transport
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 # Hypercorn passes on neither the code nor the reason of a close the client began: the app
 # gets 1006 whether the agent stopped cleanly or its network dropped.
 ABNORMAL_CLOSURE = 1006
-CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
 REGISTER_TIMEOUT_S = 15.0
 LIVENESS_GRACE_S = 5.0

@@ -35,6 +35,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import ReplayGuard
 from sonde.runtime import Link
+from sonde.transport import CLOSE_GOING_AWAY, CLOSE_NORMAL
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ class AgentSession:
         """The agent machine's uptime now, on the hub's monotonic clock."""
         return None if self.booted_mono is None else time.monotonic() - self.booted_mono
 
-    def end(self, reason: str) -> None:
+    def end(self, reason: str, code: int = CLOSE_NORMAL) -> None:
         """Close the connection from the hub's side, saying why to the agent and in the log."""
-        self.link.close(reason)
+        self.link.close(reason, code)
         self.cancel_scope.cancel()
 
 
@@ -204,7 +205,7 @@ class Fleet:
         """
         self.closing = reason
         for session in list(self.sessions.values()):
-            session.end(reason)
+            session.end(reason, CLOSE_GOING_AWAY)  # the agent reconnects without its backoff's growth
 
     async def attach(self, session: AgentSession) -> AgentSession | None:
         """Make ``session`` the agent's live connection, replacing an older one (returned).
@@ -212,7 +213,7 @@ class Fleet:
         Once `close_all` ran, ``session`` is ended instead (a connection that raced it).
         """
         if self.closing is not None:
-            session.end(self.closing)
+            session.end(self.closing, CLOSE_GOING_AWAY)
             return None
         old = self.sessions.get(session.agent_id)
         if old is not None:

@@ -7,7 +7,8 @@ on the WebSocket handshake), ``"drop"`` (read the register, then close),
 sends now), ``"impostor"`` (an ack signed by
 another key), ``"silent"`` (never answer), ``"ack"`` (answer `hub.ack` and run
 a hub-side link until the agent goes), ``"ack:SECONDS"`` (the same, but the
-hub closes the link after that many seconds), ``"deaf"`` (ack, link, then never read
+hub closes the link after that many seconds), ``"stop:SECONDS"`` (the same, closing with 1001,
+as a hub that stops), ``"deaf"`` (ack, link, then never read
 again: the hub can still send, but the agent's writes back up). Past the script: ``"ack"``.
 It serves real sockets (`serve`) or any `Transport` (`serve_transport`).
 ``reject_clock_offset_s`` moves the timestamp of its rejects (a hub whose clock is off);
@@ -37,7 +38,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import Ed25519PrivateKey, new_private_key, private_key_to_text, public_key_to_text
 from sonde.runtime import Link, open_link
-from sonde.transport import Transport, WebSocketTransport
+from sonde.transport import CLOSE_GOING_AWAY, CLOSE_NORMAL, Transport, WebSocketTransport
 
 AGENT_ID = "agent-0001"
 
@@ -131,11 +132,17 @@ class FakeHub:
         elif step == "deaf":
             await self._ack_and_link(DeafTransport(transport), codec, register, None)
         else:
-            _, _, hold = step.partition(":")
-            await self._ack_and_link(transport, codec, register, float(hold) if hold else None)
+            kind, _, hold = step.partition(":")
+            close_code = CLOSE_GOING_AWAY if kind == "stop" else CLOSE_NORMAL
+            await self._ack_and_link(transport, codec, register, float(hold) if hold else None, close_code)
 
     async def _ack_and_link(
-        self, transport: Transport, codec: FrameCodec, register: AgentRegister, hold_s: float | None
+        self,
+        transport: Transport,
+        codec: FrameCodec,
+        register: AgentRegister,
+        hold_s: float | None,
+        close_code: int = CLOSE_NORMAL,
     ) -> None:
         assert register.payload.link_key is not None
         exchange = LinkKeyExchange()
@@ -154,6 +161,7 @@ class FakeHub:
             self._linked = trio.Event()
             with trio.move_on_after(hold_s if hold_s is not None else float("inf")):
                 await link.wait_closed()
+            link.close("scripted close", close_code)
 
     async def wait_for_links(self, count: int) -> list[Link]:
         """Wait until ``count`` agents have been acknowledged and linked."""

@@ -311,6 +311,30 @@ async def test_stable_connection_resets_the_backoff(autojump_clock: trio.abc.Clo
     assert beats == [0.0, 10.0, 20.0]  # the first at once (Link._heartbeat_loop)
 
 
+async def test_a_hub_that_stops_resets_the_backoff(autojump_clock: trio.abc.Clock) -> None:
+    # each short link ended by the hub going away (1001: a restart) is retried as after a stable
+    # one, so a second restart soon after the first does not find the backoff grown; a short
+    # link that ends otherwise still grows it
+    hub = FakeHub(script=["stop:5", "stop:5", "ack:5", "stop:5"], heartbeat_interval_s=10)
+    connector = ScriptedConnector(hub)
+    expected_rng = random.Random(11)
+    delays = [backoff_delay(attempt, expected_rng) for attempt in (0, 0, 1, 0)]
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        main = partial(
+            agent_main,
+            config,
+            registry_for_tests(),
+            connect=connector,
+            rng=random.Random(11),
+            handle_signals=False,
+        )
+        nursery.start_soon(main)
+        await hub.wait_for_links(5)
+        nursery.cancel_scope.cancel()
+    assert gaps(connector.calls) == [round(5 + d, 6) for d in delays]
+
+
 async def test_no_ack_within_the_timeout_is_retried(autojump_clock: trio.abc.Clock) -> None:
     hub = FakeHub(script=["silent"])
     connector = ScriptedConnector(hub)

@@ -7,18 +7,25 @@ from typing import Any
 
 import trio
 import trio.testing
+import trio_websocket
 
-from sonde.agent.connection import CLOSE_GOING_AWAY, keep_alive
+from sonde.agent.connection import keep_alive
+from sonde.transport import CLOSE_GOING_AWAY
 
 
 @dataclass
 class FakeWebSocket:
     answer: bool = True
+    gone: bool = False  # the connection closed: a ping raises
     pings: list[float] = field(default_factory=list)
     closed: list[tuple[int, str]] = field(default_factory=list)
 
     async def ping(self) -> None:
         self.pings.append(trio.current_time())
+        if self.gone:
+            raise trio_websocket.ConnectionClosed(
+                trio_websocket.CloseReason(1001, "the hub is shutting down")
+            )
         if not self.answer:
             await trio.sleep_forever()
 
@@ -58,6 +65,13 @@ async def test_without_heartbeats_it_pings_every_interval(autojump_clock: trio.t
 async def test_a_hub_that_does_not_pong_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
     ws = FakeWebSocket(answer=False)
     start = trio.current_time()
-    await keep_alive(ws, every(10.0), interval_s=30.0)  # type: ignore[arg-type]
+    assert await keep_alive(ws, every(10.0), interval_s=30.0)  # type: ignore[arg-type]
     assert trio.current_time() - start == 40.0  # first ping after the heartbeat at 10 s, no pong for 30 s
     assert ws.closed == [(CLOSE_GOING_AWAY, "keepalive timeout")]
+
+
+async def test_a_connection_closed_otherwise_is_not_a_drop(autojump_clock: trio.testing.MockClock) -> None:
+    # the daemon tells the hub's own close (it went away) from a close of the agent's (no pong)
+    ws = FakeWebSocket(gone=True)
+    assert await keep_alive(ws, every(10.0), interval_s=30.0) is False  # type: ignore[arg-type]
+    assert ws.closed == []
