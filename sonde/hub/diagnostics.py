@@ -1,7 +1,7 @@
 """Runbooks on agents: run a category's probes, turn readings into findings.
 
 `run_runbooks` runs runbooks on agents (one for `diagnose`, a fleet's for
-`health_check`) through a fixed pool of workers. It records each step as it
+`health_check`) through a pool of workers (`step_pool`). It records each step as it
 finishes, so when a caller's deadline cancels it the outcomes still hold
 everything that came back (the `health_check` partial answer).
 
@@ -14,16 +14,15 @@ neither run nor failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.errors import HubError
-from sonde.hub.executor_limits import FANOUT_LIMIT
+from sonde.hub.executor_limits import FANOUT_LIMIT, MAX_SET_ASIDE
 from sonde.hub.probing import agent_probes, older_pack, run_probe_for
+from sonde.hub.step_pool import run_pool
 from sonde.packs.runbook import Failure, Finding, Runbook
 
 if TYPE_CHECKING:
@@ -100,27 +99,27 @@ async def run_runbooks(
     on_agent_done: AgentDone | None = None,
     workers: int = FANOUT_LIMIT,
 ) -> None:
-    """Run every step of every plan (one plan: one agent's runbooks), at most ``workers`` at once,
-    but those the key's policy forbids or the agent does not offer (`plan_jobs`).
+    """Run every step of every plan (one plan: one agent's runbooks), at most ``workers`` at once
+    but for slow ones (`run_pool`), but those the key's policy forbids or the agent does not
+    offer (`plan_jobs`).
 
-    A fixed pool of ``workers`` tasks takes the steps agent by agent, so the
-    first agents finish (and ``on_agent_done`` reports them) early; a thousand
-    agents do not mean thousands of tasks parked on a limiter. Each outcome gets
+    The pool takes the steps agent by agent, so the first agents finish (and ``on_agent_done``
+    reports them) early; a thousand agents do not mean thousands of tasks parked on a limiter,
+    and agents that hang do not keep the others from being asked. Each outcome gets
     its findings when its last step ends; when this is cancelled (the caller's
     deadline), everything still pending is marked timed out and evaluated, so
     the outcomes hold all that came back (the partial answer).
     """
     jobs = plan_jobs(hub, caller, plans)
 
-    async def worker(queue: Iterator[_Job]) -> None:
-        for job in queue:
-            await run_step(hub, caller, job.outcome.agent, job.step, job.params, via)
-            # run_step sets the step's status with no checkpoint before this check, so exactly one
-            # worker (the one that ended an outcome's last step) sees the outcome complete here
-            if job.outcome.complete:
-                job.outcome.finish()
-                if on_agent_done is not None and all(o.complete for o in plans[job.plan]):
-                    await on_agent_done(plans[job.plan])
+    async def run(job: _Job) -> None:
+        await run_step(hub, caller, job.outcome.agent, job.step, job.params, via)
+        # run_step sets the step's status with no checkpoint before this check, so exactly one
+        # worker (the one that ended an outcome's last step) sees the outcome complete here
+        if job.outcome.complete:
+            job.outcome.finish()
+            if on_agent_done is not None and all(o.complete for o in plans[job.plan]):
+                await on_agent_done(plans[job.plan])
 
     try:
         for outcomes in plans:
@@ -129,10 +128,13 @@ async def run_runbooks(
                     outcome.finish()
             if on_agent_done is not None and all(o.complete for o in outcomes):
                 await on_agent_done(outcomes)
-        queue = iter(jobs)  # shared: each job goes to exactly one worker
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(workers, len(jobs))):
-                nursery.start_soon(worker, queue)
+        await run_pool(
+            jobs,
+            run,
+            workers=workers,
+            max_set_aside=MAX_SET_ASIDE,
+            on_watch=hub.fleet.fan_out_places.give_back_slow,
+        )
     finally:
         for outcomes in plans:
             for outcome in outcomes:

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from sonde.hub.agent_records import AgentRecord, record_departures, record_last_seen, update_agent
+from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT, HubPlaces
 from sonde.hub.store import Store, StoreClosed
 from sonde.hub.turns import Turns
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
@@ -103,13 +104,6 @@ def degraded_reason(name: str) -> str:
     )
 
 
-# A fan-out's probes (health_check's and diagnose's runbook steps) wait for one of their agent's
-# FAN_OUT_PER_AGENT places and one of the hub's FAN_OUT_PER_HUB before they enter the agent's link,
-# API keys in turns (`Turns`); a single probe call does not wait. The link's writer is first in,
-# first out: with 50 health_checks over 200 agents, each agent's queue filled to its cap, and one
-# probe call waited ~9 s behind them (the hub's loop saturated by 12,800 probe tasks), or was refused.
-FAN_OUT_PER_AGENT = 8
-FAN_OUT_PER_HUB = 1024  # held for a probe's whole turn: 128 agents hanging (8 each) stall every fan-out
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
 
 
@@ -123,7 +117,7 @@ class Fleet:
         self.sessions: dict[str, AgentSession] = {}
         self.max_in_flight_per_agent = max_in_flight_per_agent
         self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
-        self.fan_out_places = Turns(FAN_OUT_PER_HUB)
+        self.fan_out_places = HubPlaces()
         # hub-wide, not per connection: a register replayed on a new socket must be refused
         self.register_replay_guard = ReplayGuard(peer="agent")
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
@@ -328,10 +322,10 @@ class Fleet:
 
         Of an agent's probe slots, the last `admin_reserved_slots` are an admin key's only: a
         member key (an assistant in a loop) that fills the rest leaves room to look into it.
-        A fan-out's probe (``fan_out_of``: the caller's key id) first waits for a place of
-        `FAN_OUT_PER_AGENT` and of `FAN_OUT_PER_HUB`, keys in turns, and runs on the connection whose
-        place it holds: the agent reconnected meanwhile, it waits for a place on the new one (on
-        the new link with the old one's place, each reconnect let 8 more in).
+        A fan-out's probe (``fan_out_of``: the caller's key id) first waits for a place on the
+        agent and one in the hub (`fan_out_places`), keys in turns, and runs on the connection
+        whose place it holds: the agent reconnected meanwhile, it waits for a place on the new one
+        (on the new link with the old one's place, each reconnect let 8 more in).
         """
         session = self.sessions.get(agent_id)
         while fan_out_of is not None and session is not None:

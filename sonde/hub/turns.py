@@ -6,6 +6,9 @@ key's single `health_check` waited behind all of them. Here each key waiting has
 rotation, and its own waiters keep their order: two keys share the places evenly, whatever
 either has queued.
 
+A holder may give its place back before it leaves the block (`Place.give_back`): a fan-out's
+probe that has waited long for its agent keeps its agent's place but gives back the hub's.
+
 A waiter cancelled before its turn leaves its key's line at once (its key's turn too, when it
 was the last); one cancelled once its place was handed to it holds it until its next
 checkpoint, and gives it back as it leaves the block. Lines are insertion-ordered dicts, so
@@ -28,6 +31,23 @@ class _Ticket:
     handed: trio.Event = field(default_factory=trio.Event)
 
 
+class Place:
+    """A place held; given back once, early (`give_back`) or as its block ends."""
+
+    def __init__(self, turns: Turns) -> None:
+        self._turns: Turns | None = turns
+
+    @property
+    def held(self) -> bool:
+        return self._turns is not None
+
+    def give_back(self) -> None:
+        """Give the place back now (to the next in turn); the block's end then gives back nothing."""
+        turns, self._turns = self._turns, None
+        if turns is not None:
+            turns._hand_on()
+
+
 class Turns:
     """``places`` places; `place` takes one, in turns by whose the taker is."""
 
@@ -42,13 +62,14 @@ class Turns:
         return sum(len(line) for line in self._waiting.values())
 
     @asynccontextmanager
-    async def place(self, whose: str) -> AsyncIterator[None]:
+    async def place(self, whose: str) -> AsyncIterator[Place]:
         """Hold a place for the block: at once when one is free, else at ``whose`` turn."""
         await self._take(whose)
+        place = Place(self)
         try:
-            yield
+            yield place
         finally:
-            self._hand_on()
+            place.give_back()
 
     async def _take(self, whose: str) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sonde.hub.fleet import FAN_OUT_PER_AGENT
+from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT
 from tests.e2e.procs import EnrolledAgent, RunningHub, enroll_agent, running_hub, wait_until
 from tests.testpacks import install_test_pack
 

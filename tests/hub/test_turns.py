@@ -172,3 +172,43 @@ async def cancelled_while_waiting(turns: Turns, whose: str, deadline: trio.Cance
     with deadline:
         async with turns.place(whose):
             raise AssertionError("no place was given back")
+
+
+async def test_a_place_given_back_early_goes_on_once() -> None:
+    turns = Turns(1)
+    order: list[str] = []
+    early = trio.Event()
+    finish = trio.Event()
+
+    async def first() -> None:
+        async with turns.place("a") as place:
+            order.append("first")
+            await early.wait()
+            place.give_back()  # its block goes on without the place
+            assert not place.held
+            await finish.wait()
+        order.append("first out")
+
+    async def other(name: str) -> None:
+        async with turns.place("b"):
+            order.append(name)
+            await finish.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(other, "second")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(other, "third")
+        await trio.testing.wait_all_tasks_blocked()
+        early.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == ["first", "second"]  # one place still: the third waits
+        assert turns.waiting == 1
+        finish.set()
+    # the first's block ending gave nothing back twice: the third had the second's place
+    assert [name for name in order if name != "first out"] == ["first", "second", "third"]
+    assert turns.waiting == 0
+    async with turns.place("c"):  # exactly one place left over
+        assert turns._free == 0
+    assert turns._free == 1
