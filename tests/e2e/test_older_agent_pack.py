@@ -178,3 +178,20 @@ async def test_diagnose_runs_what_the_older_agent_offers_and_says_why_not_the_re
         f"Unknown probe 'rollout.state.newer' on agent old-1. {WHY[0].upper()}{WHY[1:]}. "
     )
     assert "Available: " in probed
+
+
+async def test_list_capabilities_and_agent_overview_offer_only_what_the_agent_can_run(
+    hub: RunningHub,
+) -> None:
+    """Regression: both listed rollfresh for old-1, whose pack has none of its probes, sending a
+    model into diagnose's refusal (above)."""
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        listed = await call(client, "list_capabilities")
+        old = await call(client, "agent_overview", agent="old-1")
+        new = await call(client, "agent_overview", agent="new-1")
+    categories = {a["agent"]: a["categories"] for a in listed["agents"]}
+    assert "rollfresh" in categories["new-1"]
+    assert "rollfresh" not in categories["old-1"]
+    assert "rollout" in categories["old-1"]  # one of its two steps: diagnose runs that one
+    assert "rollfresh" not in old["categories"]
+    assert "rollfresh" in new["categories"]

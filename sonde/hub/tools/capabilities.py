@@ -74,7 +74,7 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
     # not once per agent (10,000 agents took 1.6 s of the event loop), and by its identity, which
     # stays its own while ``records`` holds it.
     pack_views: dict[int, PackOut] = {}
-    category_views: dict[tuple[str, ...], list[str]] = {}
+    category_views: dict[tuple[int, ...], list[str]] = {}
     agents: list[AgentCapabilities] = []
     used_categories: set[str] = set()
     for record in records:
@@ -84,10 +84,10 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
             if view is None:
                 view = pack_views[id(pack)] = describe_pack(pack, caller, catalogue)
             packs.append(view)
-        names = tuple(pack["name"] for pack in record.packs)
-        categories = category_views.get(names)
+        shared = tuple(id(pack) for pack in record.packs)  # its packs, at their versions
+        categories = category_views.get(shared)
         if categories is None:
-            categories = category_views[names] = runnable_categories(hub, caller, record)
+            categories = category_views[shared] = runnable_categories(hub, caller, record)
             used_categories.update(categories)
         if len(agents) < args.limit:
             status = hub.fleet.status(record.id)

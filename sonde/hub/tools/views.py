@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import runbooks_for
 from sonde.hub.fleet import utc_text
+from sonde.hub.probing import agent_probes
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -74,10 +75,12 @@ def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
 
 
 def runnable_categories(hub: Hub, caller: Caller, record: AgentRecord) -> list[str]:
-    """The agent's diagnostic categories of which the caller's key may run at least one probe:
-    diagnose refuses the others, so listing them would only send a model into that refusal."""
+    """The agent's diagnostic categories of which the caller's key may run at least one probe the
+    agent offers (its pack may be older than the hub's runbook): diagnose refuses the others, so
+    listing them would only send a model into that refusal."""
+    offered = agent_probes(record)
     return sorted(
         category
         for category, runbook in runbooks_for(hub, record).items()
-        if any(caller.allows_probe(probe) for probe in runbook.probes)
+        if any(caller.allows_probe(probe) and probe in offered for probe in runbook.probes)
     )
