@@ -44,6 +44,7 @@ import trio
 
 from sonde import __version__
 from sonde.bridge import jsonrpc
+from sonde.bridge.hub_failures import describe_post_failure
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
     Deliver,
@@ -58,7 +59,7 @@ from sonde.bridge.hub_session import (
 )
 from sonde.bridge.server_stream import relay_server_stream
 from sonde.bridge.settings import BridgeSettings
-from sonde.bridge.sse import SSEError, SSEParser
+from sonde.bridge.sse import SSEParser
 from sonde.bridge.stdio import LineTooLong, read_lines, write_lines
 from sonde.bridge.tracker import ClientRequest, Tracker
 from sonde.connect_failures import describe_failure
@@ -203,18 +204,10 @@ class Forwarder:
         except jsonrpc.Unroutable as exc:
             await self.fail(waiting, str(exc), code=exc.code)
             return
-        except httpx2.ReadTimeout:
-            reason = (
-                f"the Sonde hub at {self.hub.url} sent nothing for {silence_s:g} s: it took the request "
-                "but does not answer (stopped, or overloaded?)"
-            )
-            await self.fail(waiting, reason, {"url": self.hub.url})
-            return
         except TRANSPORT_ERRORS as exc:
-            reason = f"cannot reach the Sonde hub at {self.hub.url}: {describe_failure(exc)}"
-            if isinstance(exc, HubAnswerError | SSEError):
-                reason = f"bad answer from the Sonde hub at {self.hub.url}: {exc}"
-            await self.fail(waiting, reason, {"url": self.hub.url})
+            await self.fail(
+                waiting, describe_post_failure(exc, self.hub.url, silence_s), {"url": self.hub.url}
+            )
             return
         if waiting:
             await self.fail(waiting, "the Sonde hub ended its answer without a response to this request")

@@ -1,0 +1,29 @@
+"""The words for a message the bridge could not get through to the hub, as the client reads them.
+
+Each names the hub's URL and what went wrong in terms a person can act on:
+a hub that cannot be reached, one that took the request and then said
+nothing, one whose answer is not MCP.
+"""
+
+from __future__ import annotations
+
+import httpx2
+
+from sonde.bridge.hub_session import HubAnswerError
+from sonde.bridge.sse import SSEError
+from sonde.connect_failures import describe_failure
+
+
+def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str:
+    """Why the POST to ``url`` of a message failed with ``exc`` (one of `TRANSPORT_ERRORS`).
+
+    ``silence_s``: how long the hub could say nothing before the bridge gave up.
+    """
+    if isinstance(exc, httpx2.ReadTimeout):
+        return (
+            f"the Sonde hub at {url} sent nothing for {silence_s:g} s: it took the request "
+            "but does not answer (stopped, or overloaded?)"
+        )
+    if isinstance(exc, HubAnswerError | SSEError):
+        return f"bad answer from the Sonde hub at {url}: {exc}"
+    return f"cannot reach the Sonde hub at {url}: {describe_failure(exc)}"
