@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -45,6 +46,7 @@ import trio
 from sonde import __version__
 from sonde.bridge import jsonrpc
 from sonde.bridge.hub_failures import describe_post_failure
+from sonde.bridge.hub_retry import opens_the_session, wait_for_hub
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
     Deliver,
@@ -199,8 +201,9 @@ class Forwarder:
     async def forward(self, message: Any, body: bytes, waiting: dict[str, Any]) -> None:
         """POST ``body``; relay the answer, or answer each id still in ``waiting`` with an error."""
         silence_s = self.patience.for_message(message)
+        attempt = partial(self.post_and_relay, message, body, waiting, silence_s, may_reinitialize=True)
         try:
-            await self.post_and_relay(message, body, waiting, silence_s, may_reinitialize=True)
+            await (wait_for_hub(attempt, self.hub.url) if opens_the_session(message) else attempt())
         except jsonrpc.Unroutable as exc:
             await self.fail(waiting, str(exc), code=exc.code)
             return

@@ -1,0 +1,69 @@
+"""Waiting for a hub that is not up yet, for the client's opening request only.
+
+An MCP client starts its servers when it starts, and gives up on one whose
+``initialize`` (or, on MCP 2026-07-28, ``server/discover``) fails: the user
+would have to restart the client once the hub is up. So that one request,
+when the hub cannot be connected to (nothing was sent), is tried again with a
+growing delay for about `HUB_WAIT_S`; every other request fails at once, so a
+tool call during an outage is answered with an error without delay.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx2
+import trio
+
+from sonde.bridge import jsonrpc
+from sonde.connect_failures import describe_failure
+
+log = logging.getLogger(__name__)
+
+OPENING_METHODS = frozenset({jsonrpc.INITIALIZE, "server/discover"})
+HUB_WAIT_S = 20.0  # about as long as a client waits for a server it starts
+FIRST_DELAY_S = 0.25
+MAX_DELAY_S = 2.0
+CONNECT_FAILURES = (httpx2.ConnectError, httpx2.ConnectTimeout)  # nothing reached the hub
+
+
+def opens_the_session(message: Any) -> bool:
+    """Whether ``message`` is the client's opening request, which may wait for the hub."""
+    return isinstance(message, dict) and message.get("method") in OPENING_METHODS and "id" in message
+
+
+async def wait_for_hub(
+    attempt: Callable[[], Awaitable[None]], url: str, within_s: float = HUB_WAIT_S
+) -> None:
+    """Run ``attempt``; while it cannot connect, again after 0.25 s, 0.5 s, ... 2 s, for about ``within_s``.
+
+    Logs once that it waits (and why), then how it ended. Past ``within_s`` the
+    last connect failure is raised; any other error of ``attempt`` at once.
+    """
+    started = trio.current_time()
+    delay, waiting = FIRST_DELAY_S, False
+    while True:
+        try:
+            await attempt()
+        except CONNECT_FAILURES as exc:
+            waited_s = trio.current_time() - started
+            if waited_s + delay > within_s:
+                if waiting:
+                    log.error("the Sonde hub at %s did not come up within %.0f s; giving up", url, waited_s)
+                raise
+            if not waiting:
+                log.warning(
+                    "waiting for the Sonde hub at %s (%s); trying again for up to %g s",
+                    url,
+                    describe_failure(exc),
+                    within_s,
+                )
+                waiting = True
+            await trio.sleep(delay)
+            delay = min(delay * 2, MAX_DELAY_S)
+            continue
+        if waiting:
+            log.warning("reached the Sonde hub at %s after %.1f s", url, trio.current_time() - started)
+        return

@@ -1,0 +1,62 @@
+"""The bridge across the hub's outages, end to end: a real `sonde hub` that starts late,
+restarts, dies or freezes under a real `sonde mcp-bridge` and the mcp SDK's own client."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from tests.bridge.restartable import RestartableHub, restartable_hub
+from tests.e2e.procs import base_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def bridge_env(hub: RestartableHub, home: Path, key: str | None = None) -> dict[str, str]:
+    env = base_env(home)
+    env.update(SONDE_HUB_URL=hub.url, SONDE_API_KEY=key or hub.admin_key, SONDE_LOG_LEVEL="INFO")
+    return env
+
+
+@asynccontextmanager
+async def sdk_client(env: dict[str, str], errlog: Path, mode: str = "legacy") -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "sonde", "mcp-bridge"], env=env)
+    with errlog.open("w") as err, trio.fail_after(90):
+        async with Client(stdio_client(params, errlog=err), mode=mode) as client:
+            yield client
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_started_before_the_hub_waits_for_it(tmp_path: Path, mode: str) -> None:
+    """Claude Desktop starts its servers with itself: a hub down then must not cost a client restart."""
+    errlog = tmp_path / "bridge.err"
+    with restartable_hub(tmp_path) as hub:
+        hub.stop()
+        async with trio.open_nursery() as nursery:
+
+            async def start_later() -> None:
+                await trio.sleep(2)
+                await trio.to_thread.run_sync(hub.start)
+
+            nursery.start_soon(start_later)
+            async with sdk_client(bridge_env(hub, tmp_path / "home"), errlog, mode) as client:
+                assert "list_agents" in {tool.name for tool in (await client.list_tools()).tools}
+                await trio.to_thread.run_sync(hub.stop)
+                started = trio.current_time()
+                with pytest.raises(
+                    MCPError, match=r"cannot reach the Sonde hub at http://127\.0\.0\.1:\d+/mcp"
+                ):
+                    await client.call_tool("list_agents", {})
+                assert trio.current_time() - started < 2  # only the opening request waits
+    log = errlog.read_text()
+    assert f"waiting for the Sonde hub at {hub.url}/mcp (" in log, log
+    assert f"reached the Sonde hub at {hub.url}/mcp after " in log, log
+    assert log.count("waiting for the Sonde hub") == 1, log
