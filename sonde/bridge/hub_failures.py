@@ -13,6 +13,19 @@ from sonde.bridge.hub_session import HubAnswerError
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
 
+# after a 404 (the session expired), 400 (none was opened) or 401 (a new key), a new session was needed
+REOPENING_FAILED = {
+    404: "the Sonde hub answered HTTP 404 Not Found: the session expired and re-initializing failed",
+    400: (
+        "the Sonde hub answered HTTP 400 Bad Request: there is no session (the client's initialize "
+        "failed) and opening one now failed too; see the bridge's log"
+    ),
+    401: (
+        "the Sonde hub refused the old API key, and opening a session with the new one from "
+        "`sonde login` failed; see the bridge's log"
+    ),
+}
+
 
 def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str:
     """Why the POST to ``url`` of a message failed with ``exc`` (one of `TRANSPORT_ERRORS`).

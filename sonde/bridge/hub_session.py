@@ -27,6 +27,7 @@ import httpx2
 import trio
 
 from sonde.bridge import jsonrpc
+from sonde.bridge.api_key import ApiKey
 from sonde.bridge.sse import SSEError, SSEParser
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,10 @@ async def read_event_stream(
 class HubSession:
     """The session state and HTTP requests of one bridge. See the module doc."""
 
-    def __init__(self, client: httpx2.AsyncClient, mcp_url: str) -> None:
+    def __init__(self, client: httpx2.AsyncClient, mcp_url: str, key: ApiKey | None = None) -> None:
         self.client = client
         self.url = mcp_url
+        self.key = key or ApiKey(client.headers.get("Authorization", "").removeprefix("Bearer "))
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.envelope_version: str | None = None  # the version the client last named per message
@@ -283,11 +285,18 @@ class HubSession:
         regardless: its requests carry no session, which the hub answers 400, until one is opened."""
         return not self._opened and self._initialize is not None and self.envelope_version is None
 
-    async def reinitialize(self, seen_generation: int) -> bool:
+    async def renew_key(self, sent: str) -> bool:
+        """After the hub refused the key ``sent``: switch to a newer one, if there is one (`ApiKey.renewed`)."""
+        if not await self.key.renewed(sent):
+            return False
+        self.client.headers["Authorization"] = f"Bearer {self.key.value}"
+        return True
+
+    async def reinitialize(self, seen_generation: int, why: str = "") -> bool:
         """Open a new session by replaying the client's `initialize` and `initialized`.
 
         Called after a 404 for a request sent under ``seen_generation`` (or a 400 while
-        `never_opened`); if another request already re-initialized since, this only says
+        `never_opened`, or a new key: ``why`` says so in the log); if another request already re-initialized since, this only says
         so. Returns whether there is a fresh session to retry in.
         """
         async with self._reinitializing:
@@ -296,7 +305,9 @@ class HubSession:
             if self._initialize is None:
                 return False
             initialized = self._initialized
-            if self._opened:
+            if why:
+                log.warning("%s; opening a new session", why)
+            elif self._opened:
                 log.warning("the hub no longer knows session %s (HTTP 404); re-initializing", self.session_id)
             else:
                 log.warning("no hub session yet (the client's initialize failed); initializing now")

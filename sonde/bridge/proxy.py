@@ -45,7 +45,8 @@ import trio
 
 from sonde import __version__
 from sonde.bridge import jsonrpc
-from sonde.bridge.hub_failures import describe_post_failure
+from sonde.bridge.api_key import ApiKey
+from sonde.bridge.hub_failures import REOPENING_FAILED, describe_post_failure
 from sonde.bridge.hub_retry import opens_the_session, wait_for_hub
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
@@ -74,10 +75,6 @@ DELETE_TIMEOUT_S = 3.0
 FLUSH_TIMEOUT_S = 2.0
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
-KEY_REFUSED = (
-    "the hub refused the API key the bridge sends (wrong, revoked or expired): run `sonde login` "
-    "again with a valid key (or fix SONDE_API_KEY / --api-key, where it comes from)"
-)
 
 
 class Forwarder:
@@ -225,29 +222,23 @@ class Forwarder:
         may_reinitialize: bool,
     ) -> None:
         initialize = jsonrpc.is_initialize(message)
-        generation = self.hub.generation
+        generation, sent_key = self.hub.generation, self.hub.key.value
         async with self.hub.post(body, message, initialize=initialize, silence_s=silence_s) as response:
             expired = response.status_code == 404 and self.hub.session_id is not None and not initialize
             unopened = response.status_code == 400 and self.hub.never_opened() and not initialize
-            if not ((expired or unopened) and may_reinitialize):
+            renewed = response.status_code == 401 and may_reinitialize and await self.hub.renew_key(sent_key)
+            if not (((expired or unopened) and may_reinitialize) or renewed):
                 await self.answer(message, body, response, waiting, silence_s)
                 return
-        # the hub forgot the session, or none was ever opened: a new one, then this message again (once)
-        if await self.hub.reinitialize(generation):
+        # the hub forgot the session, none was ever opened, or the key is new: a new one, then this again (once)
+        status = 401 if renewed else 404 if expired else 400
+        why = "the hub refused the old API key" if renewed else ""
+        if (renewed and (initialize or self.hub.session_id is None)) or await self.hub.reinitialize(
+            generation, why
+        ):
             await self.post_and_relay(message, body, waiting, silence_s, may_reinitialize=False)
-        elif expired:
-            await self.fail(
-                waiting,
-                "the Sonde hub answered HTTP 404 Not Found: the session expired and re-initializing failed",
-                {"httpStatus": 404},
-            )
         else:
-            await self.fail(
-                waiting,
-                "the Sonde hub answered HTTP 400 Bad Request: there is no session (the client's initialize "
-                "failed) and opening one now failed too; see the bridge's log",
-                {"httpStatus": 400},
-            )
+            await self.fail(waiting, REOPENING_FAILED[status], {"httpStatus": status})
 
     async def answer(
         self, message: Any, body: bytes, response: httpx2.Response, waiting: dict[str, Any], silence_s: float
@@ -325,7 +316,7 @@ class Forwarder:
         detail = await error_detail(response)
         reason = f"the Sonde hub answered {status}" + (f": {detail}" if detail else "")
         if response.status_code == 401:
-            reason = f"{reason}; {KEY_REFUSED}"
+            reason = f"{reason}; {self.hub.key.refused(detail)}"
         await self.fail(waiting, reason, {"httpStatus": response.status_code})
 
     async def fail(
@@ -358,7 +349,8 @@ async def bridge_stdio(
     patience = patience or HubPatience()
     headers = {"Authorization": f"Bearer {settings.api_key}", "User-Agent": f"sonde-mcp-bridge/{__version__}"}
     async with httpx2.AsyncClient(headers=headers, timeout=patience.client_timeout()) as client:
-        hub = HubSession(client, settings.mcp_url)
+        key = ApiKey(settings.api_key, settings.key_origin, settings.key_file, settings.hub_url)
+        hub = HubSession(client, settings.mcp_url, key)
         try:
             await run_forwarder(hub, stdin, stdout, patience)
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sonde.hub_url import normalize_hub_url
@@ -30,6 +31,8 @@ class NotConfigured(Exception):
 class BridgeSettings:
     hub_url: str
     api_key: str
+    key_origin: str = "--api-key"  # or SONDE_API_KEY, or the config file's path (then key_file)
+    key_file: Path | None = None  # the config file the key came from: read again when the hub refuses it
 
     @property
     def mcp_url(self) -> str:
@@ -58,10 +61,11 @@ def resolve_settings(
     Raises `NotConfigured` with instructions (or naming an unreadable config
     file) and `ValueError` for a bad URL or key.
     """
+    origin = "--api-key" if api_key else KEY_ENV
     hub = hub or environ.get(HUB_ENV) or None
     api_key = api_key or environ.get(KEY_ENV) or None
     if hub is not None and api_key is not None:
-        return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key))
+        return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key), origin)
     from sonde.agent.config import ConfigError, config_path, load_config
 
     try:
@@ -69,6 +73,7 @@ def resolve_settings(
     except ConfigError as exc:
         raise NotConfigured(str(exc)) from None
     hub = hub or (config.hub_url if config else None)
+    key_file = config_path() if api_key is None and config and config.api_key else None
     api_key = api_key or (config.api_key if config else None)
     if hub is None:
         raise NotConfigured(
@@ -85,4 +90,5 @@ def resolve_settings(
             f"no API key for hub {hub}.{enrolled} Run `sonde login --hub {hub}` (it asks for the "
             f"key; {KEY_HOWTO}), or set {KEY_ENV} in the MCP client's env."
         )
-    return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key))
+    origin = str(key_file) if key_file is not None else origin
+    return BridgeSettings(normalize_hub_url(hub), check_api_key(api_key), origin, key_file)

@@ -163,3 +163,16 @@ def test_login_saves_anyway_when_the_hub_is_unreachable(
     assert login(f"http://127.0.0.1:{port}", "sonde_abc", path=path) == 0
     assert "could not reach" in capsys.readouterr().err
     assert json.loads(path.read_text())["apiKey"] == "sonde_abc"
+
+
+def test_the_settings_say_where_the_key_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SONDE_HOME", str(tmp_path))
+    from_file = resolve_settings(None, None, {}, lambda: FROM_CONFIG)
+    assert (from_file.key_origin, from_file.key_file) == (
+        str(tmp_path / "config.json"),
+        tmp_path / "config.json",
+    )
+    from_env = resolve_settings(None, None, {"SONDE_API_KEY": "sonde_env"}, lambda: FROM_CONFIG)
+    assert (from_env.key_origin, from_env.key_file) == ("SONDE_API_KEY", None)
+    from_flag = resolve_settings("http://h:1", "sonde_flag", ENV)
+    assert (from_flag.key_origin, from_flag.key_file) == ("--api-key", None)
