@@ -2,14 +2,15 @@
 
 Each names the hub's URL and what went wrong in terms a person can act on:
 a hub that cannot be reached, one that took the request and then said
-nothing, one whose answer is not MCP.
+nothing, one that closed the connection before it answered, one whose answer
+is not MCP. Only a failure to connect (nothing was sent) says "cannot reach".
 """
 
 from __future__ import annotations
 
 import httpx2
 
-from sonde.bridge.hub_session import HubAnswerError
+from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
 
@@ -39,4 +40,11 @@ def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str
         )
     if isinstance(exc, HubAnswerError | SSEError):
         return f"bad answer from the Sonde hub at {url}: {exc}"
+    if isinstance(exc, (ConnectionDropped, *DROPPED)):
+        return (
+            f"the Sonde hub at {url} closed the connection before answering (restarting, or it crashed?); "
+            "the request may or may not have run; try again"
+        )
+    if not isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+        return f"the request to the Sonde hub at {url} failed: {describe_failure(exc)}"
     return f"cannot reach the Sonde hub at {url}: {describe_failure(exc)}"

@@ -6,6 +6,10 @@ would have to restart the client once the hub is up. So that one request,
 when the hub cannot be connected to (nothing was sent), is tried again with a
 growing delay for about `HUB_WAIT_S`; every other request fails at once, so a
 tool call during an outage is answered with an error without delay.
+
+And any message whose POST the hub dropped before answering (a connection it
+was closing as it restarted) is sent once more, on a new connection: the
+hub's tools only read, so running one twice does no harm.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import httpx2
 import trio
 
 from sonde.bridge import jsonrpc
+from sonde.bridge.hub_session import ConnectionDropped
 from sonde.connect_failures import describe_failure
 
 log = logging.getLogger(__name__)
@@ -67,3 +72,22 @@ async def wait_for_hub(
         if waiting:
             log.warning("reached the Sonde hub at %s after %.1f s", url, trio.current_time() - started)
         return
+
+
+async def again_if_dropped(attempt: Callable[[], Awaitable[None]], url: str) -> None:
+    """Run ``attempt``; if the hub dropped the connection before answering, once more.
+
+    Raises `ConnectionDropped` when the second try fails to connect too (the
+    first may have run: not a plain "cannot reach").
+    """
+    try:
+        await attempt()
+        return
+    except ConnectionDropped as exc:
+        log.info(
+            "the Sonde hub at %s closed the connection before answering (%s); sending it again", url, exc
+        )
+    try:
+        await attempt()
+    except CONNECT_FAILURES as exc:
+        raise ConnectionDropped(describe_failure(exc)) from exc

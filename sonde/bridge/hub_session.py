@@ -54,8 +54,14 @@ class HubAnswerError(Exception):
     """The hub's answer could not be read as MCP (wrong content type, bad or oversized body)."""
 
 
+class ConnectionDropped(Exception):
+    """The hub closed the connection after taking the request, before any status line: it may or may
+    not have run it. Raised from the transport error (not a connect failure: that sent nothing)."""
+
+
 # What a POST or GET to the hub may fail with: the network, HTTP, or an answer not MCP
-TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError)
+TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError, ConnectionDropped)
+DROPPED = (httpx2.ReadError, httpx2.WriteError, httpx2.CloseError, httpx2.RemoteProtocolError)
 
 
 @dataclass(frozen=True)
@@ -242,15 +248,22 @@ class HubSession:
             **self.headers_for(message, initialize=initialize),
         }
         timeout = self.client.timeout if silence_s is None else self.silence_limit(silence_s)
-        async with self.client.stream(
-            "POST", self.url, content=body, headers=headers, timeout=timeout
-        ) as response:
-            if initialize and is_success(response):
-                self._opened = True
-                self.session_id = response.headers.get(SESSION_HEADER) or None
-                self.protocol_version = None
-                log.info("hub session %s", self.session_id or "(none: the hub keeps no sessions)")
-            yield response
+        answered = False
+        try:
+            async with self.client.stream(
+                "POST", self.url, content=body, headers=headers, timeout=timeout
+            ) as response:
+                answered = True
+                if initialize and is_success(response):
+                    self._opened = True
+                    self.session_id = response.headers.get(SESSION_HEADER) or None
+                    self.protocol_version = None
+                    log.info("hub session %s", self.session_id or "(none: the hub keeps no sessions)")
+                yield response
+        except DROPPED as exc:
+            if answered:
+                raise
+            raise ConnectionDropped(f"{type(exc).__name__}: {exc}") from exc
 
     def remember_initialize(self, request_id: Any, body: bytes) -> None:
         self._initialize = (request_id, body)
@@ -314,7 +327,7 @@ class HubSession:
                 initialized = initialized or INITIALIZED
             try:
                 ok = await self._replay_handshake(*self._initialize, initialized)
-            except (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 log.error("re-initializing failed: %s: %s", type(exc).__name__, exc)
                 return False
             if ok:

@@ -47,7 +47,7 @@ from sonde import __version__
 from sonde.bridge import jsonrpc
 from sonde.bridge.api_key import ApiKey
 from sonde.bridge.hub_failures import REOPENING_FAILED, describe_post_failure
-from sonde.bridge.hub_retry import opens_the_session, wait_for_hub
+from sonde.bridge.hub_retry import again_if_dropped, opens_the_session, wait_for_hub
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
     Deliver,
@@ -198,7 +198,8 @@ class Forwarder:
     async def forward(self, message: Any, body: bytes, waiting: dict[str, Any]) -> None:
         """POST ``body``; relay the answer, or answer each id still in ``waiting`` with an error."""
         silence_s = self.patience.for_message(message)
-        attempt = partial(self.post_and_relay, message, body, waiting, silence_s, may_reinitialize=True)
+        post = partial(self.post_and_relay, message, body, waiting, silence_s, may_reinitialize=True)
+        attempt = partial(again_if_dropped, post, self.hub.url)
         try:
             await (wait_for_hub(attempt, self.hub.url) if opens_the_session(message) else attempt())
         except jsonrpc.Unroutable as exc:

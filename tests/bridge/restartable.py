@@ -36,6 +36,7 @@ class RestartableHub:
     data_dir: Path
     env: dict[str, str]
     port: int
+    extra: tuple[str, ...] = ()  # more `sonde hub` flags
     admin_key: str = ""
     proc: Proc | None = None
 
@@ -45,7 +46,7 @@ class RestartableHub:
 
     def start(self) -> None:
         """Start the hub (again) and return once it listens."""
-        args = ["hub", "--bind", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir)]
+        args = ["hub", "--bind", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir), *self.extra]
         self.proc = spawn(args, self.env)
         if not self.admin_key:
             self.admin_key = first_admin_key(self.proc, self.data_dir)
@@ -66,9 +67,9 @@ class RestartableHub:
 
 
 @contextmanager
-def restartable_hub(root: Path) -> Iterator[RestartableHub]:
-    """A hub under ``root``, started (its admin key known); stopped at the end, frozen or not."""
-    hub = RestartableHub(root / "hubdata", base_env(root / "hubhome"), free_port_in_range())
+def restartable_hub(root: Path, *extra: str) -> Iterator[RestartableHub]:
+    """A hub under ``root`` (``extra``: more flags), started, its admin key known; stopped at the end."""
+    hub = RestartableHub(root / "hubdata", base_env(root / "hubhome"), free_port_in_range(), extra)
     hub.start()
     try:
         yield hub

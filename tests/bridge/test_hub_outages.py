@@ -14,7 +14,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from tests.bridge.restartable import RestartableHub, restartable_hub
+from tests.bridge.dropper import dropping
+from tests.bridge.peer import call
+from tests.bridge.restartable import RestartableHub, free_port_in_range, restartable_hub
+from tests.bridge.test_process import bridge_process
 from tests.e2e.procs import base_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -60,3 +63,33 @@ async def test_a_client_started_before_the_hub_waits_for_it(tmp_path: Path, mode
     assert f"waiting for the Sonde hub at {hub.url}/mcp (" in log, log
     assert f"reached the Sonde hub at {hub.url}/mcp after " in log, log
     assert log.count("waiting for the Sonde hub") == 1, log
+
+
+async def test_a_request_the_hub_drops_unanswered_is_sent_once_more(tmp_path: Path) -> None:
+    """As a hub restarts, a request on a kept-alive connection gets no answer: the hub's tools only
+    read, so the bridge sends it again; twice dropped, it says what happened, not "cannot reach"."""
+    relay_port = free_port_in_range()
+    with restartable_hub(tmp_path, "--allowed-host", f"127.0.0.1:{relay_port}") as hub:
+        async with dropping(hub.port, relay_port) as (dropper, url):
+            env = bridge_env(hub, tmp_path / "home")
+            async with bridge_process(env, "--hub", url) as bridge:
+                await bridge.peer.initialize()
+                await bridge.peer.send({"jsonrpc": "2.0", "id": "p", "method": "ping"})
+                assert (await bridge.peer.receive())["id"] == "p"  # the hub took `initialized` too
+                dropper.drops_left = 1
+                await bridge.peer.send(call(1, "list_agents"))
+                answer = await bridge.peer.receive()
+                assert answer["id"] == 1
+                assert "result" in answer, answer
+                assert dropper.dropped == 1
+                dropper.drops_left = 2
+                await bridge.peer.send(call(2, "list_agents"))
+                failed = (await bridge.peer.receive())["error"]["message"]
+                assert dropper.dropped == 3
+                await bridge.peer.close()
+    assert failed == (
+        f"the Sonde hub at {url}/mcp closed the connection before answering (restarting, or it crashed?); "
+        "the request may or may not have run; try again"
+    )
+    assert b"closed the connection before answering (" in bridge.stderr, bridge.stderr
+    assert b"cannot reach" not in bridge.stderr
