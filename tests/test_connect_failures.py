@@ -7,10 +7,12 @@ import datetime
 import ssl
 import urllib.error
 
+import httpx2
 import pytest
 import trustme
 
 from sonde.connect_failures import describe_failure, describe_tls_failure
+from tests.ports import free_port
 
 NOW = datetime.datetime.now(datetime.UTC)
 
@@ -71,3 +73,26 @@ def test_an_unknown_issuer_still_gets_the_private_ca_advice() -> None:
     said = describe_failure(error)
     assert "SSL_CERT_FILE" in said
     assert "clock" not in said
+
+
+async def test_a_refused_connection_is_said_in_words_with_its_address() -> None:
+    """httpx keeps the ConnectionRefusedError inside an exception group, three causes down."""
+    port = free_port()  # nothing listens there
+    async with httpx2.AsyncClient() as http:
+        with pytest.raises(httpx2.ConnectError) as caught:
+            await http.get(f"http://127.0.0.1:{port}/")
+    assert describe_failure(caught.value) == (
+        f"connection refused: nothing listens at 127.0.0.1:{port} (is the hub running?)"
+    )
+
+
+async def test_a_name_that_does_not_resolve_is_said_in_words() -> None:
+    async with httpx2.AsyncClient() as http:
+        with pytest.raises(httpx2.ConnectError) as caught:
+            await http.get("http://no-such-hub.invalid:3000/")
+    assert describe_failure(caught.value).startswith("the hub's host name does not resolve (")
+
+
+def test_a_connect_timeout_is_said_in_words() -> None:
+    said = describe_failure(httpx2.ConnectTimeout(""))
+    assert said == "no connection within the time allowed (the host down, or a firewall dropping packets?)"

@@ -60,7 +60,8 @@ async def test_a_client_started_before_the_hub_waits_for_it(tmp_path: Path, mode
                     await client.call_tool("list_agents", {})
                 assert trio.current_time() - started < 2  # only the opening request waits
     log = errlog.read_text()
-    assert f"waiting for the Sonde hub at {hub.url}/mcp (" in log, log
+    waiting = f"waiting for the Sonde hub at {hub.url}/mcp (connection refused: nothing listens at 127.0.0.1:{hub.port}"
+    assert waiting in log, log
     assert f"reached the Sonde hub at {hub.url}/mcp after " in log, log
     assert log.count("waiting for the Sonde hub") == 1, log
 
