@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 OUTPUT_QUEUE_LINES = 16
 EOF_DRAIN_S = 1.0  # under the 2 s an MCP client waits for a server to exit after closing stdin
-DELETE_TIMEOUT_S = 3.0
+DELETE_TIMEOUT_S = 0.8  # with EOF_DRAIN_S, under those 2 s: a healthy hub answers in milliseconds
 FLUSH_TIMEOUT_S = 2.0
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
@@ -355,8 +355,15 @@ async def bridge_stdio(
         try:
             await run_forwarder(hub, stdin, stdout, patience)
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(DELETE_TIMEOUT_S):
+            with trio.CancelScope(shield=True), trio.move_on_after(DELETE_TIMEOUT_S) as scope:
                 await hub.end()
+            if scope.cancelled_caught:
+                log.warning(
+                    "the hub did not answer the DELETE of session %s within %g s; it expires on the hub "
+                    "by itself",
+                    hub.session_id,
+                    DELETE_TIMEOUT_S,
+                )
 
 
 async def run_forwarder(

@@ -94,3 +94,21 @@ async def test_a_request_the_hub_drops_unanswered_is_sent_once_more(tmp_path: Pa
     )
     assert b"closed the connection before answering (" in bridge.stderr, bridge.stderr
     assert b"cannot reach" not in bridge.stderr
+
+
+async def test_eof_with_the_hub_frozen_exits_within_the_clients_grace_period(tmp_path: Path) -> None:
+    """The mcp SDK gives a server 2 s after closing its stdin, then SIGTERM: the DELETE of a
+    frozen hub's session must not hold the exit past that."""
+    with restartable_hub(tmp_path) as hub:
+        async with bridge_process(bridge_env(hub, tmp_path / "home")) as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.send({"jsonrpc": "2.0", "id": "p", "method": "ping"})
+            assert (await bridge.peer.receive())["id"] == "p"
+            hub.freeze()
+            started = trio.current_time()
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+            took = trio.current_time() - started
+    assert took < 2, took
+    assert b"did not answer the DELETE of session" in bridge.stderr
+    assert b"it expires on the hub by itself" in bridge.stderr
