@@ -54,7 +54,10 @@ async def _relay_get_stream(hub: HubSession, send: Callable[[Any], Awaitable[Non
             async with hub.listen(parser.last_event_id, silence_s=None) as response:
                 if not is_success(response):
                     if response.status_code != 405:  # 405: the hub has no GET stream
-                        log.warning("GET stream refused: %s", describe_status(response))
+                        log.info(  # 404: the hub restarted; expected, and the next session reopens it
+                            "GET stream refused (%s): it reopens when the bridge next opens a hub session",
+                            describe_status(response),
+                        )
                     return
                 failures = 0
                 await read_event_stream(response, deliver, parser)
@@ -62,4 +65,8 @@ async def _relay_get_stream(hub: HubSession, send: Callable[[Any], Awaitable[Non
             failures += 1
             log.debug("GET stream dropped: %s", describe_failure(exc))
         await trio.sleep(parser.retry_ms / 1000 if parser.retry_ms is not None else GET_RETRY_DEFAULT_S)
-    log.warning("GET stream lost %d times; messages outside requests wait for a new session", failures)
+    log.info(
+        "GET stream lost %d times in a row (the hub down or restarting?); it reopens by itself when the "
+        "bridge next opens a hub session",
+        failures,
+    )

@@ -112,3 +112,23 @@ async def test_eof_with_the_hub_frozen_exits_within_the_clients_grace_period(tmp
     assert took < 2, took
     assert b"did not answer the DELETE of session" in bridge.stderr
     assert b"it expires on the hub by itself" in bridge.stderr
+
+
+@pytest.mark.parametrize("outage_s", [0, 4])
+async def test_a_hub_restart_logs_no_warning_about_the_get_stream(tmp_path: Path, outage_s: float) -> None:
+    """The standalone GET stream dropping with the hub is expected, and it reopens with the next
+    session: nothing at WARNING (it read like a fault: 'GET stream refused: HTTP 404')."""
+    with restartable_hub(tmp_path) as hub:
+        env = bridge_env(hub, tmp_path / "home")
+        async with bridge_process(env, "--log-level", "WARNING") as bridge:
+            await bridge.peer.initialize()
+            await bridge.peer.send(call(1, "list_agents"))
+            assert "result" in await bridge.peer.receive()
+            await trio.to_thread.run_sync(hub.stop)
+            await trio.sleep(outage_s)
+            await trio.to_thread.run_sync(hub.start)
+            await trio.sleep(1.5)  # the GET stream tries its old session again
+            await bridge.peer.send(call(2, "list_agents"))
+            assert "result" in await bridge.peer.receive()  # a new session, and the stream with it
+            await bridge.peer.close()
+    assert b"GET stream" not in bridge.stderr, bridge.stderr
