@@ -183,7 +183,7 @@ def install_error_handlers(app: QuartTrio, hub: Hub) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
             exc.code or 500, "http_error"
         )
-        response = error_response(exc.code or 500, code, exc.description or exc.name)
+        response = error_response(exc.code or 500, code, http_error_message(exc))
         if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110 15.5.6: say what is allowed
             response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
         return response
@@ -257,6 +257,24 @@ def webui_dir() -> Path:
 def dashboard_files(root: Path) -> frozenset[str]:
     """The names of the dashboard's own files in ``root`` (no subdirectories), as served under /ui/."""
     return frozenset(p.name for p in root.iterdir() if p.is_file() and p.suffix in DASHBOARD_SUFFIXES)
+
+
+WHERE_THINGS_ARE = (
+    "the hub serves MCP at /mcp (the URL an MCP client or `sonde mcp-bridge --hub` is given is the "
+    "base URL it prints as 'listening on'), its REST API under /api/v1 (/api/v1/openapi.json) "
+    "and its dashboard at /"
+)
+
+
+def http_error_message(exc: HTTPException) -> str:
+    """The hub's words for a 404 or 405 of the router (werkzeug's own say to check the spelling),
+    naming where its endpoints are; other errors, and 404s a route raised, keep their text."""
+    if isinstance(exc, NotFound) and exc.description == NotFound.description:
+        return f"nothing is served at {request.path}: {WHERE_THINGS_ARE}"
+    if isinstance(exc, MethodNotAllowed) and exc.description == MethodNotAllowed.description:
+        allowed = ", ".join(sorted(exc.valid_methods or ()))
+        return f"{request.method} is not served at {request.path} (it takes {allowed}): {WHERE_THINGS_ARE}"
+    return exc.description or exc.name
 
 
 def install_webui(app: QuartTrio) -> None:

@@ -302,6 +302,28 @@ def test_method_not_allowed_says_which_methods_are(scoped: tuple[RunningHub, str
         mcp = http.put("/mcp", headers={"Accept": "application/json, text/event-stream"})
         assert mcp.status_code == 405, mcp.text
         assert mcp.headers.get("allow") == "GET, POST, DELETE"
+        # an MCP client given the hub's address without /mcp: told where MCP is (before, werkzeug's
+        # "The method is not allowed for the requested URL.")
+        root = http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "initialize"})
+        message = root.json()["error"]["message"]
+        assert message.startswith("POST is not served at / (it takes GET, HEAD, OPTIONS): "), message
+        assert "the hub serves MCP at /mcp" in message
+
+
+def test_a_path_the_hub_does_not_serve_is_answered_with_where_its_endpoints_are(
+    scoped: tuple[RunningHub, str],
+) -> None:
+    hub, key = scoped
+    with hub.client(key) as http:
+        for path in ("/api/mcp", "/api/v1/nope", "/ui/nope.js"):
+            answer = http.post(path) if path.endswith("mcp") else http.get(path)
+            assert answer.status_code == 404, (path, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "not_found"
+            # before: "The requested URL was not found on the server. If you entered the URL manually..."
+            assert error["message"].startswith(f"nothing is served at {path}: the hub serves MCP at /mcp"), (
+                error
+            )
 
 
 def test_rest_errors_have_one_shape(scoped: tuple[RunningHub, str]) -> None:
