@@ -8,11 +8,17 @@ is not MCP. Only a failure to connect (nothing was sent) says "cannot reach".
 
 from __future__ import annotations
 
+import json
+
 import httpx2
 
-from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError
+from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError, describe_status
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
+from sonde.echo import echoed
+from sonde.not_a_hub import described_answer, not_a_hub_url
+
+ERROR_BODY_PREVIEW_BYTES = 4096
 
 # after a 404 (the session expired), 400 (none was opened) or 401 (a new key), a new session was needed
 REOPENING_FAILED = {
@@ -48,3 +54,36 @@ def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str
     if not isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
         return f"the request to the Sonde hub at {url} failed: {describe_failure(exc)}"
     return f"cannot reach the Sonde hub at {url}: {describe_failure(exc)}"
+
+
+async def describe_refusal(response: httpx2.Response, base_url: str) -> str:
+    """Why the hub answered a POST with a non-2xx ``response``: its own error message (JSON-RPC or
+    REST). An answer without one is another server's: a 404 says ``base_url`` is no hub's base URL,
+    anything else what answered (a proxy's HTML error page, say), never the page itself."""
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= ERROR_BODY_PREVIEW_BYTES:
+            break
+    status = describe_status(response)
+    message = error_message(body[:ERROR_BODY_PREVIEW_BYTES])
+    if message is not None:
+        return f"the Sonde hub answered {status}: {message}"
+    if response.status_code == 404:
+        return not_a_hub_url(base_url, f"POST {response.request.url}")
+    content_type = response.headers.get("content-type")
+    text = body.decode("utf-8", errors="replace").strip()
+    if (content_type or "").split(";")[0].strip().lower() == "text/plain" and text:
+        return f"the Sonde hub answered {status}: {echoed(text)}"  # quoted: not the hub's words
+    answered = described_answer(content_type, body, response.headers.get("server"))
+    return f"the Sonde hub answered {status}, with {answered}"
+
+
+def error_message(body: bytes) -> str | None:
+    """The message of a JSON-RPC or REST error body, if ``body`` is one."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) and message else None

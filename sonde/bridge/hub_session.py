@@ -36,7 +36,6 @@ SESSION_HEADER = "Mcp-Session-Id"
 LAST_EVENT_ID_HEADER = "Last-Event-ID"
 POST_ACCEPT = "application/json, text/event-stream"
 MAX_JSON_BODY_BYTES = 16 * 1024 * 1024
-ERROR_BODY_PREVIEW_BYTES = 4096
 
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
@@ -99,24 +98,6 @@ def standard_phrase(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-async def error_detail(response: httpx2.Response) -> str:
-    """A short reason from a non-2xx body: its JSON-RPC or REST error message, else its text."""
-    body = b""
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= ERROR_BODY_PREVIEW_BYTES:
-            break
-    body = body[:ERROR_BODY_PREVIEW_BYTES]
-    try:
-        error = json.loads(body).get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str) and message:
-            return message
-    except (ValueError, AttributeError):
-        pass
-    return body.decode("utf-8", errors="replace").strip()[:300]
 
 
 async def read_messages(response: httpx2.Response, deliver: Deliver, parser: SSEParser | None = None) -> None:

@@ -46,7 +46,7 @@ import trio
 from sonde import __version__
 from sonde.bridge import jsonrpc
 from sonde.bridge.api_key import ApiKey
-from sonde.bridge.hub_failures import REOPENING_FAILED, describe_post_failure
+from sonde.bridge.hub_failures import REOPENING_FAILED, describe_post_failure, describe_refusal
 from sonde.bridge.hub_retry import again_if_dropped, opens_the_session, wait_for_hub
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
@@ -55,7 +55,6 @@ from sonde.bridge.hub_session import (
     HubPatience,
     HubSession,
     describe_status,
-    error_detail,
     is_success,
     read_event_stream,
     read_messages,
@@ -313,11 +312,9 @@ class Forwarder:
             raise failure
 
     async def http_failure(self, response: httpx2.Response, waiting: dict[str, Any]) -> None:
-        status = describe_status(response)
-        detail = await error_detail(response)
-        reason = f"the Sonde hub answered {status}" + (f": {detail}" if detail else "")
+        reason = await describe_refusal(response, self.hub.url.removesuffix("/mcp"))
         if response.status_code == 401:
-            reason = f"{reason}; {self.hub.key.refused(detail)}"
+            reason = f"{reason}; {self.hub.key.refused(reason)}"
         await self.fail(waiting, reason, {"httpStatus": response.status_code})
 
     async def fail(
