@@ -13,6 +13,7 @@ import json
 import httpx2
 
 from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError, describe_status
+from sonde.bridge.hub_watch import HubUnresponsive
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
 from sonde.echo import echoed
@@ -35,10 +36,13 @@ REOPENING_FAILED = {
 
 
 def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str:
-    """Why the POST to ``url`` of a message failed with ``exc`` (one of `TRANSPORT_ERRORS`).
+    """Why the POST to ``url`` of a message failed with ``exc`` (one of `TRANSPORT_ERRORS`, or
+    `HubUnresponsive`).
 
     ``silence_s``: how long the hub could say nothing before the bridge gave up.
     """
+    if isinstance(exc, HubUnresponsive):
+        return str(exc)
     if isinstance(exc, httpx2.ReadTimeout):
         return (
             f"the Sonde hub at {url} sent nothing for {silence_s:g} s: it took the request "

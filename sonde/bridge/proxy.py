@@ -59,6 +59,7 @@ from sonde.bridge.hub_session import (
     read_event_stream,
     read_messages,
 )
+from sonde.bridge.hub_watch import HubUnresponsive, while_hub_answers
 from sonde.bridge.server_stream import relay_server_stream
 from sonde.bridge.settings import BridgeSettings
 from sonde.bridge.sse import SSEParser
@@ -199,12 +200,16 @@ class Forwarder:
         silence_s = self.patience.for_message(message)
         post = partial(self.post_and_relay, message, body, waiting, silence_s, may_reinitialize=True)
         attempt = partial(again_if_dropped, post, self.hub.url)
+        if opens_the_session(message):
+            attempt = partial(wait_for_hub, attempt, self.hub.url)
+        elif silence_s > self.patience.answer_s:  # a tool call: its hub watched while it waits
+            attempt = partial(while_hub_answers, attempt, self.hub.client, self.hub.url.removesuffix("/mcp"))
         try:
-            await (wait_for_hub(attempt, self.hub.url) if opens_the_session(message) else attempt())
+            await attempt()
         except jsonrpc.Unroutable as exc:
             await self.fail(waiting, str(exc), code=exc.code)
             return
-        except TRANSPORT_ERRORS as exc:
+        except (*TRANSPORT_ERRORS, HubUnresponsive) as exc:
             await self.fail(
                 waiting, describe_post_failure(exc, self.hub.url, silence_s), {"url": self.hub.url}
             )
