@@ -259,6 +259,26 @@ class ScriptedConnector:
             raise sole_error(group) from None
 
 
+async def linked(hub: FakeHub, *, seed: int, links: int) -> ScriptedConnector:
+    """Run the agent against ``hub``, its backoff drawn from ``Random(seed)``, until ``hub`` has
+    made ``links`` links with it; the connector, which holds when each connect began."""
+    connector = ScriptedConnector(hub)
+    async with trio.open_nursery() as nursery:
+        config = hub.config("http://hub.test")
+        main = partial(
+            agent_main,
+            config,
+            registry_for_tests(),
+            connect=connector,
+            rng=random.Random(seed),
+            handle_signals=False,
+        )
+        nursery.start_soon(main)
+        await hub.wait_for_links(links)
+        nursery.cancel_scope.cancel()
+    return connector
+
+
 def gaps(times: list[float]) -> list[float]:
     return [round(b - a, 6) for a, b in itertools.pairwise(times)]
 
@@ -289,23 +309,10 @@ async def test_stable_connection_resets_the_backoff(autojump_clock: trio.abc.Clo
     # closing, and the agent pings right after each heartbeat
     hold_s = STABLE_CONNECTION_S + 15
     hub = FakeHub(script=[f"ack:{hold_s}", "ack:5", "ack:5"], heartbeat_interval_s=10)
-    connector = ScriptedConnector(hub)
     expected_rng = random.Random(7)
     # stable first link -> attempt 0; then two short links -> attempts 1 and 2
     delays = [backoff_delay(attempt, expected_rng) for attempt in (0, 1, 2)]
-    async with trio.open_nursery() as nursery:
-        config = hub.config("http://hub.test")
-        main = partial(
-            agent_main,
-            config,
-            registry_for_tests(),
-            connect=connector,
-            rng=random.Random(7),
-            handle_signals=False,
-        )
-        nursery.start_soon(main)
-        await hub.wait_for_links(4)
-        nursery.cancel_scope.cancel()
+    connector = await linked(hub, seed=7, links=4)
     assert gaps(connector.calls) == [round(d, 6) for d in (hold_s + delays[0], 5 + delays[1], 5 + delays[2])]
     beats = [round(at - connector.calls[0], 6) for at, _ in hub.heartbeats[:3]]
     assert beats == [0.0, 10.0, 20.0]  # the first at once (Link._heartbeat_loop)
@@ -316,22 +323,9 @@ async def test_a_hub_that_stops_resets_the_backoff(autojump_clock: trio.abc.Cloc
     # one, so a second restart soon after the first does not find the backoff grown; a short
     # link that ends otherwise still grows it
     hub = FakeHub(script=["stop:5", "stop:5", "ack:5", "stop:5"], heartbeat_interval_s=10)
-    connector = ScriptedConnector(hub)
     expected_rng = random.Random(11)
     delays = [backoff_delay(attempt, expected_rng) for attempt in (0, 0, 1, 0)]
-    async with trio.open_nursery() as nursery:
-        config = hub.config("http://hub.test")
-        main = partial(
-            agent_main,
-            config,
-            registry_for_tests(),
-            connect=connector,
-            rng=random.Random(11),
-            handle_signals=False,
-        )
-        nursery.start_soon(main)
-        await hub.wait_for_links(5)
-        nursery.cancel_scope.cancel()
+    connector = await linked(hub, seed=11, links=5)
     assert gaps(connector.calls) == [round(5 + d, 6) for d in delays]
 
 

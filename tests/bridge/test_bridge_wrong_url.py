@@ -7,52 +7,20 @@ entered the URL manually please check your spelling and try again.", neither say
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.bridge.peer import INITIALIZE
+from tests.bridge.test_login_not_a_hub import web_server
 from tests.bridge.test_process import bridge_process, clean_env
 from tests.e2e.procs import running_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
-PAGE = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>%s</body></html>"
-
-
-@contextmanager
-def posting_server(status: int) -> Iterator[str]:
-    """A web server on 127.0.0.1 answering every POST ``status`` with an HTML page; its URL."""
-
-    class Answer(BaseHTTPRequestHandler):
-        server_version = "nginx/1.24.0"
-        sys_version = ""
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            body = PAGE % (b"x" * 400)
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+PAGE = (
+    b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>" + b"x" * 400 + b"</body></html>"
+)
 
 
 async def initialize_error(tmp_path: Path, url: str, key: str = "sonde_" + "k" * 40) -> str:
@@ -68,7 +36,7 @@ async def initialize_error(tmp_path: Path, url: str, key: str = "sonde_" + "k" *
 
 
 async def test_another_servers_404_says_the_url_is_no_hubs(tmp_path: Path) -> None:
-    with posting_server(404) as url:
+    with web_server("text/html", PAGE, 404) as url:
         message = await initialize_error(tmp_path, url)
     assert message.startswith(
         f"{url} is not a Sonde hub's base URL: POST {url}/mcp answered 404 Not Found. Give the URL "
@@ -77,7 +45,7 @@ async def test_another_servers_404_says_the_url_is_no_hubs(tmp_path: Path) -> No
 
 
 async def test_a_proxys_error_page_is_described_not_relayed(tmp_path: Path) -> None:
-    with posting_server(502) as url:
+    with web_server("text/html", PAGE, 502) as url:
         message = await initialize_error(tmp_path, url)
     assert message == (
         "the Sonde hub answered HTTP 502 Bad Gateway, with an HTML page titled '502 Bad Gateway' "

@@ -42,6 +42,10 @@ def answering(
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.do_GET()
+
         def log_message(self, format: str, *args: object) -> None:
             pass
 
@@ -51,7 +55,7 @@ def answering(
 @contextmanager
 def web_server(content_type: str, body: bytes, status: int = 200, location: str = "") -> Iterator[str]:
     """A web server on 127.0.0.1 (a free port) answering ``status`` with ``body`` (and a
-    ``location``, if any) to every GET; its URL."""
+    ``location``, if any) to every GET and POST; its URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), answering(content_type, body, status, location))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
