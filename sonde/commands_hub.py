@@ -55,18 +55,19 @@ def data_dir_or_default(data_dir: Path | None) -> Path:
 
 
 @hub_app.command(name="backup")
-def hub_backup(dest: Path, /, *, data_dir: AdminDataDir = None) -> int:
+def hub_backup(dest: str, /, *, data_dir: AdminDataDir = None) -> int:
     """Copy the hub's database to DEST while the hub runs: one consistent moment, checked, 0600.
 
     DEST may be a directory (the copy is named `sonde-<UTC time>.db` there, a name no other copy
-    has); an existing file is never replaced. Exits 0 with the copy made, 1 when none was (DEST
+    has); one written with a trailing slash is made (0700) when missing. An existing file is never
+    replaced. Exits 0 with the copy made, 1 when none was (DEST
     exists, say), 2 for a DEST that cannot be used (in no directory). The copy holds the hub's
     signing key: keep it as private as the hub's TLS key.
 
     Parameters
     ----------
     dest
-        The file to write, or a directory to write it in.
+        The file to write, or a directory to write it in (a trailing slash: a directory).
     """
     from sonde.hub import admin
     from sonde.hub.backup import hub_backup as backup

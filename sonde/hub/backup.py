@@ -8,7 +8,9 @@ included. The copy is written beside DEST under a temporary name, created 0600
 file (no ``-wal`` beside it), checked (SQLite's integrity check and the audit
 chain), flushed to disk and only then renamed to DEST. An existing DEST is never
 overwritten; a directory as DEST gets a file named for the moment, to the millisecond, with a
-counter after it when a copy of that same moment is there already.
+counter after it when a copy of that same moment is there already. A DEST written with a trailing
+slash is a directory even when it does not exist yet: it is made then (0700, its missing parents
+too), never taken for a file's name (`pathlib` drops that slash, so it is read from the text).
 
 Once the copy has its name, the command is past undoing: Ctrl-C no longer stops it, so the copy
 is audited and said, and the exit is 0 (`stop_taking_interrupts`).
@@ -89,6 +91,23 @@ def destination(dest: Path, at: float) -> Path:
     return dest
 
 
+def directory_made(dest: Path) -> bool:
+    """Make ``dest`` a directory (0700, and its missing parents) unless it is one; whether it was
+    made. Raises `DestinationTaken` when it, or a parent, is something else (a file), OSError when
+    it cannot be made (no permission, a read-only disk)."""
+    missing: list[Path] = []
+    place = dest
+    while not (place.exists() or place.is_symlink()):
+        missing.append(place)
+        place = place.parent
+    if not place.is_dir():
+        raise DestinationTaken(f"{place} is a file, not a directory: name a directory to write the copy in")
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile: mkdir refuses anything else
+            directory.mkdir(mode=0o700)
+    return bool(missing)
+
+
 def copy_into(source: Path, partial: Path) -> Copied:
     """Create ``partial`` (0600, never over a file), copy ``source`` into it (`copied_into`), check
     the copy, and put it on the disk. Raises sqlite3.Error (the source or the copy unreadable, a
@@ -132,15 +151,22 @@ def publish(partial: Path, dest: Path, target: Path, at: float) -> Path:
     return target
 
 
-def hub_backup(data_dir: Path, dest: Path) -> int:
+def hub_backup(data_dir: Path, dest_text: str) -> int:
     """`sonde hub backup DEST`: exit 0 with a copy at DEST (its audit chain checked), 1 when no
-    copy was made (DEST exists, say; nothing is left behind then), 2 for a DEST in no directory."""
+    copy was made (DEST exists, say; nothing is left behind then), 2 for a DEST in no directory.
+    ``dest_text`` is DEST as typed: a trailing slash makes it a directory, made when missing."""
     source = existing_database(data_dir)
     started = time.time()
+    dest = Path(dest_text)
     try:
+        if dest_text.endswith(("/", os.sep)) and directory_made(dest):
+            err(f"sonde hub: created the directory {dest} (mode 0700, with any missing parents)")
         target = destination(dest, started)
     except DestinationTaken as exc:
         err(f"sonde hub: {exc}")
+        return 1
+    except OSError as exc:
+        err(f"sonde hub: no backup made: cannot create the directory {dest}: {exc.strerror or exc}")
         return 1
     except ValueError as exc:
         err(f"sonde hub: {exc}")

@@ -67,3 +67,27 @@ def test_no_copy_without_a_place_for_it_or_a_database_to_copy(tmp_path: Path) ->
     assert done.returncode == 1
     assert "no hub database at" in done.stderr
     assert not (tmp_path / "copy.db").exists()
+
+
+def test_a_destination_with_a_trailing_slash_is_a_directory_made_when_missing(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub:
+        made_dir = tmp_path / "backups" / "nightly"  # neither exists yet
+        first = hub.cli("hub", "backup", f"{made_dir}/")
+        assert first.returncode == 0, first.stderr
+        assert made_dir.is_dir()  # not a file named "nightly"
+        assert f"created the directory {made_dir}" in first.stderr
+        for place in (made_dir, made_dir.parent):
+            assert stat.S_IMODE(place.stat().st_mode) == 0o700
+        second = hub.cli("hub", "backup", f"{made_dir}/")  # the next night's copy goes beside it
+        assert second.returncode == 0, second.stderr
+        assert "created the directory" not in second.stderr
+        assert len(list(made_dir.glob("sonde-*Z*.db"))) == 2
+        weekly = made_dir.parent / "weekly"  # its parent there: README's `/var/backups/sonde/`
+        assert hub.cli("hub", "backup", f"{weekly}/").returncode == 0
+        assert len(list(weekly.glob("sonde-*Z.db"))) == 1
+
+        a_file = tmp_path / "backups" / "plain.db"
+        a_file.write_bytes(b"")
+        refused = hub.cli("hub", "backup", f"{a_file}/")
+        assert refused.returncode == 1
+        assert f"{a_file} is a file, not a directory" in refused.stderr
