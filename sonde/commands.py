@@ -282,7 +282,7 @@ def login(*, hub: str, api_key: str | None = None, check: bool = True) -> int:
         An API key from `sonde hub key create` (the agent's enrollment is not an MCP key). Avoid:
         every local user can read it in the command line while login runs (use SONDE_API_KEY or stdin).
     check
-        Try the key with GET /api/v1/agents first; a key the hub refuses is not saved.
+        Try the key with GET /api/v1/agents first; a key the hub does not accept is not saved.
     """
     from sonde.bridge.login import login as do_login
     from sonde.bridge.login import say

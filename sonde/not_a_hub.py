@@ -8,7 +8,7 @@ import html
 import json
 import re
 
-from sonde.echo import clipped, echoed
+from sonde.echo import clipped, echoed, without_secrets
 
 GIVE_THE_HUB_URL = (
     "Give the URL `sonde hub` prints as 'listening on' (http(s)://HOST:PORT, with no path after it)"
@@ -16,6 +16,7 @@ GIVE_THE_HUB_URL = (
 TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
 SNIFF_BYTES = 65536  # of a body, looked at for a title or an HTML start
 KEYS_SHOWN = 5  # of a JSON object's keys, named
+HUB_MESSAGE_CHARS = 400  # of the hub's own error message, repeated whole: it says what to do
 
 
 def not_a_hub_url(hub_url: str, request: str) -> str:
@@ -58,6 +59,18 @@ def described_answer(content_type: str | None, body: bytes, server: str | None) 
         what = f"a {echoed(media)} answer" if media else "an answer with no Content-Type"
     shown = "".join(c for c in (server or "") if c.isprintable()).strip()
     return f"{what} (server: {clipped(shown)})" if shown else what
+
+
+def hubs_error_message(body: bytes) -> str | None:
+    """The message of the hub's own error answer (``{"error": {"code", "message"}}``), printable
+    and clipped; None when ``body`` is not that answer (a proxy's page, another server's)."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(message, str):
+        return None
+    return clipped(without_secrets("".join(c for c in message if c.isprintable())), HUB_MESSAGE_CHARS)
 
 
 def _html_page(head: bytes) -> str:

@@ -5,8 +5,9 @@ other key (an enrolled agent's identity stays as it was) and the mode 0600.
 Before saving, the key is tried once with ``GET /api/v1/agents``: a key the
 hub refuses is not saved, nor is a URL under which no hub answers: a 404, as
 `sonde enroll` says it, or a 200 that is not the hub's list of agents (JSON), said with
-what answered instead (another web server's page). A hub that cannot be reached only
-earns a warning.
+what answered instead (another web server's page). Nor is a key the hub did not get to judge:
+a 429 (too many failed tries from this address: the hub's words say when to try again) or a
+5xx (`--no-check` saves without checking). A hub that cannot be reached only earns a warning.
 Exit codes: 0 saved, 1 refused or not saved, 2 a malformed URL or key.
 """
 
@@ -21,7 +22,13 @@ from sonde.agent.config import AgentConfig, ConfigError, config_path, load_confi
 from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
 from sonde.hub_url import normalize_hub_url
-from sonde.not_a_hub import described_answer, not_a_hub_url, not_the_hubs_answer, redirected
+from sonde.not_a_hub import (
+    described_answer,
+    hubs_error_message,
+    not_a_hub_url,
+    not_the_hubs_answer,
+    redirected,
+)
 
 CHECK_TIMEOUT_S = 10.0
 AGENTS_PATH = "/api/v1/agents"
@@ -35,6 +42,15 @@ class KeyRefused(Exception):
     """The hub answered 401 or 403 for the key."""
 
 
+class NotChecked(Exception):
+    """The hub answered, but neither accepted nor refused the key: a 429, a 5xx, another error;
+    ``then`` says what to do, after "nothing saved"."""
+
+    def __init__(self, message: str, then: str = "") -> None:
+        super().__init__(message)
+        self.then = then
+
+
 class NotAHub(Exception):
     """No hub answers under the URL: ``GET /api/v1/agents`` there is a 404, or a 200 that is not
     the hub's answer."""
@@ -43,7 +59,8 @@ class NotAHub(Exception):
 def check_key(hub_url: str, api_key: str) -> str:
     """Try the key with ``GET /api/v1/agents``; return a line saying what the hub answered.
 
-    Raises `KeyRefused` for 401/403, `NotAHub` for a 404 (the hub answers that route, so the URL
+    Raises `KeyRefused` for 401/403, `NotChecked` for another error answer (`unchecked`),
+    `NotAHub` for a 404 (the hub answers that route, so the URL
     leads elsewhere), a redirect (the hub makes none; not followed, the key would go along) or a
     200 that is not the hub's list of agents (another web server answered),
     and `httpx2.HTTPError` when the hub cannot be reached.
@@ -60,7 +77,7 @@ def check_key(hub_url: str, api_key: str) -> str:
         request = f"GET {hub_url}{AGENTS_PATH}"
         raise NotAHub(redirected(hub_url, request, response.status_code, location, AGENTS_PATH))
     if response.status_code != 200:
-        return f"could not check the key: the hub answered HTTP {response.status_code}"
+        raise unchecked(hub_url, response)
     agents = hubs_agents(response)
     if agents is None:
         answered = described_answer(
@@ -70,6 +87,32 @@ def check_key(hub_url: str, api_key: str) -> str:
         raise NotAHub(not_the_hubs_answer(hub_url, request, 200, answered, "the hub's list of agents (JSON)"))
     count = len(agents)
     return f"the hub accepted the key ({count} agent{'s' if count != 1 else ''} visible to it)"
+
+
+def unchecked(hub_url: str, response: httpx2.Response) -> NotChecked | NotAHub:
+    """Why an error answer other than 401/403/404 checked nothing: a 429 in the hub's own words
+    (when to try again), a 5xx with what answered and `--no-check`; an error page that is not the
+    hub's, not for a 5xx (a proxy's, the hub behind it down), is another server's (`NotAHub`)."""
+    status, request = response.status_code, f"GET {hub_url}{AGENTS_PATH}"
+    message = hubs_error_message(response.content)
+    answered = described_answer(
+        response.headers.get("content-type"), response.content, response.headers.get("server")
+    )
+    if status == 429:
+        retry = response.headers.get("retry-after")
+        later = message or f"too many requests; try again {f'in {retry} s' if retry else 'later'}"
+        return NotChecked(f"the hub at {hub_url} did not check the key: {later}")
+    if status >= 500:
+        what = f"the hub's error {message!r}" if message else answered
+        return NotChecked(
+            f"could not check the key: {request} answered {status} with {what}",
+            "Try again, or `sonde login --no-check` saves the URL and key without checking them",
+        )
+    if message is None:
+        return NotAHub(
+            not_the_hubs_answer(hub_url, request, status, answered, "the hub's list of agents (JSON)")
+        )
+    return NotChecked(f"the hub at {hub_url} did not check the key: it answered {status}: {message}")
 
 
 def hubs_agents(response: httpx2.Response) -> list[object] | None:
@@ -117,6 +160,9 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
             say(check_key(hub_url, key))
         except KeyRefused as exc:
             say(f"{exc}; nothing saved. Check the key, or create one with `sonde hub key create`.")
+            return 1
+        except NotChecked as exc:
+            say(f"{exc}; nothing saved" + (f". {exc.then}" if exc.then else ""))
             return 1
         except NotAHub as exc:
             say(f"{exc}; nothing saved")
