@@ -6,7 +6,8 @@ its own public key, which the agent pins. Nothing is written to the config
 unless the hub said yes; a machine already enrolled keeps its old identity
 until then. This is a one-shot CLI action, so it is plain blocking code.
 Ctrl-C while the request is out is said (`interrupted_advice`): the hub may have
-used the token, and what to do then.
+used the token, and what to do then; so is a hub that took the request and sent no
+answer in time (`NO_ANSWER`), which was reached, whatever it did with the token.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ ANSWER_SNIPPET_CHARS = 200
 
 # the codes of an argument that could never enroll (`sonde enroll` exits 2 for them, a usage error)
 MALFORMED_ARGUMENT_CODES = frozenset({"invalid_url", "invalid_token", "invalid_name"})
+NO_ANSWER = "no_answer"  # the request reached the hub, no answer came back: the token may be used
 
 
 class EnrollError(Exception):
@@ -120,6 +122,10 @@ def enroll(
     except KeyboardInterrupt:
         warn(interrupted_advice(name))
         raise
+    except EnrollError as exc:
+        if exc.code != NO_ANSWER:
+            raise
+        raise EnrollError(NO_ANSWER, f"{exc.message}: {token_may_be_used(name)}") from None
     try:
         identity = AgentConfig(
             hub_url=hub_url,
@@ -146,9 +152,14 @@ def enroll(
 def interrupted_advice(name: str) -> str:
     """What a Ctrl-C while the enrollment request is out leaves: the hub may have enrolled ``name``
     and spent the token (the request may have reached it), but nothing is saved here; what to do."""
+    return f"interrupted while waiting for the hub's answer: {token_may_be_used(name)}"
+
+
+def token_may_be_used(name: str) -> str:
+    """What a request the hub may have acted on, with no answer seen here, leaves; what to do."""
     return (
-        f"interrupted while waiting for the hub's answer: the hub may have enrolled this machine as "
-        f"{name} and used the token, but nothing was saved here. To finish, run the same `sonde enroll` "
+        f"the hub may have enrolled this machine as {name} and used the token, but nothing was saved "
+        "here. To finish, run the same `sonde enroll` "
         "again; if the hub answers that the token was already used, ask an admin for a new token for "
         f"{name} (`sonde hub token create --name {name}`), which replaces what the hub holds, and "
         "enroll with it"
@@ -269,6 +280,10 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> HubAnswer:
     except urllib.error.HTTPError as exc:
         with exc:  # an HTTP error answer is still an answer: the hub's error body
             return HubAnswer(exc.code, exc.read(MAX_ANSWER_BYTES), exc.headers.get("Date"))
+    except TimeoutError:  # raised past the request: urllib wraps a connect timeout in URLError
+        raise EnrollError(
+            NO_ANSWER, f"the hub at {hub_url} took the request but did not answer within {timeout_s:.0f} s"
+        ) from None
     except urllib.error.URLError as exc:
         tls = describe_tls_failure(exc)
         if tls is not None:

@@ -1,0 +1,87 @@
+"""The real `sonde enroll` against a server that takes the request and never answers, and against
+a web server that is not a hub and answers an error page.
+
+A hub that took the request may have enrolled the machine and used the token, so the timeout is
+said as the Ctrl-C is (tests/test_enroll_interrupted.py), not as "cannot reach the hub": before,
+it said `cannot reach the hub at URL: timed out`. A connect failure (nothing listening) is still
+"cannot reach". Another web server's error page is said as `sonde login` says it, never printed:
+before, `answered HTTP 501: <!DOCTYPE HTML> <html lang="en"> ...`.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.bridge.test_login_not_a_hub import PAGE
+from tests.e2e.procs import SONDE, base_env
+from tests.ports import free_port
+from tests.subprocs import run_any
+
+pytestmark = pytest.mark.timeout(90)
+
+TOKEN = "enr_" + "Q" * 32
+
+
+class ErrorPage(BaseHTTPRequestHandler):
+    """Another web server: every POST gets its error page (the status is the path's last part)."""
+
+    server_version = "nginx/1.24.0"
+    sys_version = ""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(int(self.server.status))  # type: ignore[attr-defined]
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def error_pages(status: int) -> Iterator[str]:
+    """A web server on 127.0.0.1 answering every POST with ``status`` and an HTML page; its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ErrorPage)
+    server.status = status  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def enroll(home: Path, hub_url: str) -> subprocess.CompletedProcess[str]:
+    argv = [*SONDE, "enroll", "--hub", hub_url, "--name", "x1"]
+    return run_any(argv, env=base_env(home), timeout=60, input=TOKEN + "\n")
+
+
+def test_a_hub_that_took_the_request_and_never_answered_may_have_used_the_token(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody answers
+        done = enroll(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}")
+    assert done.returncode == 1, done.stderr
+    assert "cannot reach" not in done.stderr
+    assert "did not answer within 15 s" in done.stderr
+    assert "the hub may have enrolled this machine as x1 and used the token" in done.stderr
+    assert "`sonde hub token create --name x1`" in done.stderr
+    assert TOKEN not in done.stderr
+    assert not (tmp_path / ".sonde").exists()
+
+
+def test_nothing_listening_is_still_cannot_reach(tmp_path: Path) -> None:
+    done = enroll(tmp_path, f"http://127.0.0.1:{free_port()}")
+    assert done.returncode == 1, done.stderr
+    assert "cannot reach the hub at" in done.stderr
+    assert "may have enrolled" not in done.stderr
