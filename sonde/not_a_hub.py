@@ -16,6 +16,8 @@ GIVE_THE_HUB_URL = (
 TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
 SNIFF_BYTES = 65536  # of a body, looked at for a title or an HTML start
 KEYS_SHOWN = 5  # of a JSON object's keys, named
+# a proxy's or load balancer's own failures: a page of theirs under these is no other server's
+GATEWAY_STATUSES = frozenset({502, 503, 504})
 HUB_MESSAGE_CHARS = 400  # of the hub's own error message, repeated whole: it says what to do
 
 
@@ -32,6 +34,12 @@ def not_the_hubs_answer(hub_url: str, request: str, status: int, answered: str, 
         f"{hub_url} is not a Sonde hub's base URL: {request} answered {status} with {answered}, "
         f"not {expected}. {GIVE_THE_HUB_URL}"
     )
+
+
+def from_a_gateway(answered: str) -> str:
+    """What a proxy's own error page (``answered``, `described_answer`) under a gateway status
+    says: the hub behind it is down or slow, not that no hub is there."""
+    return f"{answered}, a proxy's answer (is the hub behind it down or slow?)"
 
 
 def redirected(hub_url: str, request: str, status: int, location: str, path: str) -> str:

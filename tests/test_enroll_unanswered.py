@@ -85,3 +85,32 @@ def test_nothing_listening_is_still_cannot_reach(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "cannot reach the hub at" in done.stderr
     assert "may have enrolled" not in done.stderr
+
+
+@pytest.mark.parametrize("status", [501, 400, 500])
+def test_another_servers_error_page_is_said_as_login_says_it_never_printed(
+    tmp_path: Path, status: int
+) -> None:
+    with error_pages(status) as url:
+        done = enroll(tmp_path, url)
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"{url} is not a Sonde hub's base URL: POST {url}/api/v1/agents/enroll answered {status}"
+        in done.stderr
+    )
+    assert "an HTML page titled 'Welcome to nginx!' (server: nginx/1.24.0)" in done.stderr
+    assert "Give the URL `sonde hub` prints as 'listening on'" in done.stderr
+    assert "<html" not in done.stderr.lower()
+
+
+def test_a_proxys_gateway_page_names_the_proxy_not_another_server(tmp_path: Path) -> None:
+    with error_pages(502) as url:
+        done = enroll(tmp_path, url)
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"the hub at {url} did not enroll this machine: POST {url}/api/v1/agents/enroll answered 502"
+        in done.stderr
+    )
+    assert "a proxy's answer (is the hub behind it down or slow?)" in done.stderr
+    assert "is not a Sonde hub's base URL" not in done.stderr
+    assert "<html" not in done.stderr.lower()

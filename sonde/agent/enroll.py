@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.message import Message
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
@@ -33,7 +34,13 @@ from sonde.agent.identity import active_packs, attestation, default_agent_name, 
 from sonde.connect_failures import describe_tls_failure
 from sonde.hub_url import normalize_hub_url as base_hub_url
 from sonde.name_rules import invalid_agent_name
-from sonde.not_a_hub import not_a_hub_url
+from sonde.not_a_hub import (
+    GATEWAY_STATUSES,
+    described_answer,
+    from_a_gateway,
+    not_a_hub_url,
+    not_the_hubs_answer,
+)
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.protocol.codec import describe_validation_error
 from sonde.protocol.enrollment import TOKEN_PATTERN, EnrollRequest, EnrollResponse, ErrorResponse
@@ -50,7 +57,6 @@ log = logging.getLogger(__name__)
 ENROLL_PATH = "/api/v1/agents/enroll"
 ENROLL_TIMEOUT_S = 15.0
 MAX_ANSWER_BYTES = 256 * 1024
-ANSWER_SNIPPET_CHARS = 200
 
 
 # the codes of an argument that could never enroll (`sonde enroll` exits 2 for them, a usage error)
@@ -236,11 +242,15 @@ def build_request(token: str, name: str, public_key: str, registry: PackRegistry
 
 @dataclass(frozen=True)
 class HubAnswer:
-    """An HTTP answer from the hub: its status, the start of its body, and its ``Date`` header."""
+    """An HTTP answer from the hub: its status, the start of its body, and its headers."""
 
     status: int
     body: bytes
-    date: str | None
+    headers: Message
+
+    def described(self) -> str:
+        """What answered, for a person (`described_answer`): never the body itself."""
+        return described_answer(self.headers.get("Content-Type"), self.body, self.headers.get("Server"))
 
 
 def post_enroll(
@@ -249,7 +259,7 @@ def post_enroll(
     """POST ``request`` to the hub and parse its answer; raises `EnrollError`. A hub whose clock
     is far from this machine's is told to ``warn`` (the agent would be refused at every connect)."""
     answer = post_json(hub_url, hub_url + ENROLL_PATH, request.model_dump_json(by_alias=True), timeout_s)
-    skew = clock_skew_warning(answer.date, time.time())
+    skew = clock_skew_warning(answer.headers.get("Date"), time.time())
     if skew is not None:
         warn(skew)
     if 200 <= answer.status < 300:
@@ -257,9 +267,9 @@ def post_enroll(
             return EnrollResponse.model_validate_json(answer.body)
         except ValidationError:
             raise EnrollError(
-                "bad_response", f"the hub at {hub_url} answered with no enrollment: {snippet(answer.body)}"
+                "bad_response", f"the hub at {hub_url} answered with no enrollment: {answer.described()}"
             ) from None
-    raise hub_refusal(hub_url, answer.status, answer.body)
+    raise hub_refusal(hub_url, answer)
 
 
 def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> HubAnswer:
@@ -276,10 +286,10 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> HubAnswer:
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-            return HubAnswer(answer.status, answer.read(MAX_ANSWER_BYTES), answer.headers.get("Date"))
+            return HubAnswer(answer.status, answer.read(MAX_ANSWER_BYTES), answer.headers)
     except urllib.error.HTTPError as exc:
         with exc:  # an HTTP error answer is still an answer: the hub's error body
-            return HubAnswer(exc.code, exc.read(MAX_ANSWER_BYTES), exc.headers.get("Date"))
+            return HubAnswer(exc.code, exc.read(MAX_ANSWER_BYTES), exc.headers)
     except TimeoutError:  # raised past the request: urllib wraps a connect timeout in URLError
         raise EnrollError(
             NO_ANSWER, f"the hub at {hub_url} took the request but did not answer within {timeout_s:.0f} s"
@@ -328,21 +338,24 @@ def gap_text(seconds: float) -> str:
     return f"{minutes} min {secs} s"
 
 
-def hub_refusal(hub_url: str, status: int, body: bytes) -> EnrollError:
-    """The `EnrollError` for an HTTP error answer: the hub's own code and message when it sent them.
+def hub_refusal(hub_url: str, answer: HubAnswer) -> EnrollError:
+    """The `EnrollError` for an HTTP error answer: the hub's own code and message when it sent them,
+    else what answered (`described_answer`, as `sonde login` says it; never the body itself).
 
     A 404 is never the hub's enrollment endpoint speaking (it answers no 404 of its own): the URL
-    leads to some other path or server, whatever the body says."""
+    leads to some other path or server, whatever the body says; nor is an error that is not the
+    hub's JSON, but for a proxy's own gateway failure (the hub behind it down or slow)."""
+    status, request = answer.status, f"POST {hub_url}{ENROLL_PATH}"
     if status == 404:
-        return EnrollError("http_404", not_a_hub_url(hub_url, f"POST {hub_url}{ENROLL_PATH}"))
+        return EnrollError("http_404", not_a_hub_url(hub_url, request))
     try:
-        error = ErrorResponse.model_validate_json(body).error
+        error = ErrorResponse.model_validate_json(answer.body).error
     except ValidationError:
-        return EnrollError(f"http_{status}", f"the hub at {hub_url} answered HTTP {status}: {snippet(body)}")
+        if status in GATEWAY_STATUSES:
+            said = f"{request} answered {status} with {from_a_gateway(answer.described())}"
+            return EnrollError(f"http_{status}", f"the hub at {hub_url} did not enroll this machine: {said}")
+        expected = "the hub's answer (JSON)"
+        return EnrollError(
+            f"http_{status}", not_the_hubs_answer(hub_url, request, status, answer.described(), expected)
+        )
     return EnrollError(error.code, error.message)
-
-
-def snippet(body: bytes) -> str:
-    """The start of an unexpected answer, printable, for an error message."""
-    text = body[:ANSWER_SNIPPET_CHARS].decode(errors="replace")
-    return " ".join(text.split()) or "(empty body)"

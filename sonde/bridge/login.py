@@ -23,7 +23,9 @@ from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
 from sonde.hub_url import normalize_hub_url
 from sonde.not_a_hub import (
+    GATEWAY_STATUSES,
     described_answer,
+    from_a_gateway,
     hubs_error_message,
     not_a_hub_url,
     not_the_hubs_answer,
@@ -92,7 +94,8 @@ def check_key(hub_url: str, api_key: str) -> str:
 def unchecked(hub_url: str, response: httpx2.Response) -> NotChecked | NotAHub:
     """Why an error answer other than 401/403/404 checked nothing: a 429 in the hub's own words
     (when to try again), a 5xx with what answered and `--no-check`; an error page that is not the
-    hub's, not for a 5xx (a proxy's, the hub behind it down), is another server's (`NotAHub`)."""
+    hub's, but for a proxy's gateway failure (the hub behind it down), is another server's
+    (`NotAHub`)."""
     status, request = response.status_code, f"GET {hub_url}{AGENTS_PATH}"
     message = hubs_error_message(response.content)
     answered = described_answer(
@@ -102,15 +105,15 @@ def unchecked(hub_url: str, response: httpx2.Response) -> NotChecked | NotAHub:
         retry = response.headers.get("retry-after")
         later = message or f"too many requests; try again {f'in {retry} s' if retry else 'later'}"
         return NotChecked(f"the hub at {hub_url} did not check the key: {later}")
+    if message is None and status not in GATEWAY_STATUSES:
+        return NotAHub(
+            not_the_hubs_answer(hub_url, request, status, answered, "the hub's list of agents (JSON)")
+        )
     if status >= 500:
-        what = f"the hub's error {message!r}" if message else answered
+        what = f"the hub's error {message!r}" if message else from_a_gateway(answered)
         return NotChecked(
             f"could not check the key: {request} answered {status} with {what}",
             "Try again, or `sonde login --no-check` saves the URL and key without checking them",
-        )
-    if message is None:
-        return NotAHub(
-            not_the_hubs_answer(hub_url, request, status, answered, "the hub's list of agents (JSON)")
         )
     return NotChecked(f"the hub at {hub_url} did not check the key: it answered {status}: {message}")
 
