@@ -17,9 +17,13 @@ from cyclopts import App, Parameter
 
 from sonde import __version__
 from sonde.commands_hub import data_dir_or_default, hub_app, path_or_unset
+from sonde.commands_usage import worded_cli_error
 
 app = App(
-    name="sonde", help="Read-only, structured probes of your machines for AI assistants.", version=__version__
+    name="sonde",
+    help="Read-only, structured probes of your machines for AI assistants.",
+    version=__version__,
+    error_formatter=worded_cli_error,  # extra words said as such (`sonde.commands_usage`)
 )
 packs_app = App(name="packs", help="Inspect the probe packs installed here.")
 app.command(packs_app)

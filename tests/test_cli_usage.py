@@ -115,3 +115,32 @@ def test_a_ttl_out_of_range_is_shown_as_typed(tmp_path: Path, ttl: str, shown: s
     assert done.returncode == 2, done.stderr
     assert f"--ttl must be 60s to 7d, not {shown}" in done.stderr
     assert ".0 s" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["hub", "token", "revoke", "a", "b"], "unexpected argument 'b': `sonde hub token revoke` takes one"),
+        (
+            ["hub", "key", "revoke", "aaa", "bbb"],
+            "unexpected argument 'bbb': `sonde hub key revoke` takes one",
+        ),
+        (
+            ["hub", "agent", "remove", "web-3", "x10"],
+            "unexpected argument 'x10': `sonde hub agent remove` takes one",
+        ),
+        (["packs", "list", "zz", "[b]"], "unexpected arguments 'zz', '[b]': `sonde packs list` takes none"),
+        (["hub", "token", "revoke", "a", "enr_" + "Q" * 32], "unexpected argument 'enr_[hidden]'"),
+    ],
+    ids=" ".join,
+)
+def test_an_extra_argument_is_named_with_how_many_the_command_takes(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    data_dir = ["--data-dir", str(tmp_path)] if args[0] == "hub" else []
+    done = sonde(tmp_path, *args, *data_dir)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr
+    assert "(see --help)" in done.stderr
+    assert "Unused Tokens" not in done.stderr
+    assert "Q" * 32 not in done.stderr
