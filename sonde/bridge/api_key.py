@@ -65,7 +65,7 @@ class ApiKey:
     def refused(self, detail: str) -> str:
         """What to do about a key the hub refused; ``detail`` is the hub's own reason."""
         said = any(word in detail.lower() for word in CAUSE_WORDS)
-        cause = "" if said else " (wrong, revoked or expired)"
+        cause = "" if said else " (wrong or revoked)"
         if self.config_file is not None:
             return (
                 f"the hub refused the API key the bridge read from {self.origin}{cause}: run "
