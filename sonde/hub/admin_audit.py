@@ -17,7 +17,7 @@ from sonde.hub.audit import AuditVerification, verify_audit
 from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, kept_back_text, prune_and_give_back, utc_text
 from sonde.hub.db import SCHEMA_VERSION, open_database_read_only, schema_version
 from sonde.hub.db_errors import DatabaseUnusable, database_error
-from sonde.hub.durations import parse_duration
+from sonde.hub.durations import parse_duration, read_as_seconds
 
 # `sonde hub audit verify` exits with: 0 the chain is intact, 1 it is broken (an edit, a cut),
 # 3 it could not be checked (no database, unreadable, too new); 2 is a usage error.
@@ -81,7 +81,10 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
         err(f"--older-than: {exc}")
         return 2
     if age_s < MIN_PRUNE_AGE_S:
-        err(f"--older-than must be at least 1d (got {older_than}): recent rows are what an audit is for")
+        err(
+            f"--older-than must be at least 1d (got {older_than}{read_as_seconds(older_than)}): "
+            "recent rows are what an audit is for"
+        )
         return 2
     before = time.time() - age_s
     db = open_hub_database(data_dir)

@@ -20,7 +20,7 @@ from sonde.hub.admin import MAX_AGENT_NAME_CHARS, checked_argument, err, open_hu
 from sonde.hub.agent_records import find_agent_by_name, list_agents
 from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
-from sonde.hub.durations import parse_duration
+from sonde.hub.durations import parse_duration, read_as_seconds
 from sonde.hub.enrollment_tokens import (
     ENROLLMENT_TOKEN_PREFIX,
     MAX_TOKEN_TTL_S,
@@ -133,7 +133,9 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
         err(f"--ttl: {exc}")
         return 2
     if not MIN_TOKEN_TTL_S <= ttl_s <= MAX_TOKEN_TTL_S:  # said as typed, not in seconds
-        err(f"--ttl must be 60s to 7d, not {ttl.strip()}")
+        err(
+            f"--ttl must be 60s to 7d, not {ttl.strip()}{read_as_seconds(ttl, 'm', MIN_TOKEN_TTL_S, MAX_TOKEN_TTL_S)}"
+        )
         return 2
     if name is not None:
         checked_argument("agent name", name, limit=MAX_AGENT_NAME_CHARS)

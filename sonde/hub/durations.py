@@ -31,3 +31,17 @@ def parse_duration(text: str) -> float:
     if seconds > MAX_DURATION_S:
         raise ValueError(f"duration {shown} is too long: at most 100000d (about 273 years)")
     return seconds
+
+
+def read_as_seconds(
+    text: str, meant: str = "d", lowest_s: float = 86400.0, highest_s: float = MAX_DURATION_S
+) -> str:
+    """For a refusal of ``text``: when it is a bare number that, in the unit ``meant``, would be
+    between ``lowest_s`` and ``highest_s`` seconds (``180`` for an age of at least a day: ``180d``),
+    that it was read as seconds and what it likely meant (``, read as seconds: did you mean 180d?``);
+    else nothing."""
+    number = text.strip()
+    match = _DURATION_RE.fullmatch(number)
+    if match is None or match[2] or not lowest_s <= float(match[1]) * _DURATION_UNIT_S[meant] <= highest_s:
+        return ""
+    return f", read as seconds: did you mean {number}{meant}?"

@@ -14,7 +14,7 @@ import trio
 
 from sonde.hub.audit_prune import MIN_PRUNE_AGE_S
 from sonde.hub.config import HubConfig, parse_bind, split_hosts
-from sonde.hub.durations import parse_duration
+from sonde.hub.durations import parse_duration, read_as_seconds
 from sonde.hub.logs import configure_logging, say
 from sonde.hub.proxies import parse_trusted_proxies
 from sonde.hub.tls_files import TLSFileError, check_tls_files
@@ -72,7 +72,8 @@ def build_config(
             return f"--audit-keep: {exc}"
         if keep_s < MIN_PRUNE_AGE_S:
             return (
-                f"--audit-keep must be at least 1d (got {audit_keep}): recent rows are what an audit is for"
+                f"--audit-keep must be at least 1d (got {audit_keep}{read_as_seconds(audit_keep)}): "
+                "recent rows are what an audit is for"
             )
     try:
         proxies = parse_trusted_proxies(trusted_proxies)
