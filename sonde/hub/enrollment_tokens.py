@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shlex
 import uuid
 from typing import Any, Literal
 
@@ -221,7 +222,8 @@ def _refusal(row: dict[str, Any] | None, agent_name: str, now: float) -> Enrollm
     if row["name"] is not None and row["name"] != agent_name:
         return EnrollmentRefused(
             TOKEN_NAME_MISMATCH,
-            f"enrollment token is reserved for the agent named {row['name']!r}, not {agent_name!r}",
+            f"enrollment token is reserved for the agent named {row['name']!r}, not {agent_name!r}: "
+            f"enroll with `--name {shlex.quote(row['name'])}` (without it, the machine's hostname is the name)",
         )
     return EnrollmentRefused(UNKNOWN_TOKEN, "enrollment token is not known to this hub")
 

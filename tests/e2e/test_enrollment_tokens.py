@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from sqlite_utils import Database
 from sonde.hub import db as hub_db
 from sonde.hub.enrollment_tokens import create_enrollment_token
 from tests.e2e.harness import agent_env, audit_rows, listed, post_enroll, sonde_enroll
-from tests.e2e.procs import RunningHub, running_hub, wait_until
+from tests.e2e.procs import SONDE, RunningHub, running_hub, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -178,3 +179,19 @@ def test_token_list_names_the_agent_a_token_enrolled(hub: RunningHub) -> None:
     (row,) = [line for line in table.stdout.splitlines() if line.split()[1] == "tok-listed"]
     assert row.split()[2] == "used"
     assert row.endswith(f" by agent tok-listed ({agent_id})")
+
+
+def test_a_reserved_token_without_its_name_says_the_name_to_enroll_with(
+    hub: RunningHub, tmp_path: Path
+) -> None:
+    """Before: "enrollment token is reserved for the agent named 'db-7', not 'HOSTNAME'", with no
+    word that `sonde enroll` took the hostname for want of --name."""
+    _, secret = new_token(hub, "db-7")
+    env = {**agent_env(tmp_path / "home"), "SONDE_ENROLL_TOKEN": secret}
+    done = subprocess.run(
+        [*SONDE, "enroll", "--hub", hub.url], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode != 0
+    assert "enrollment token is reserved for the agent named 'db-7', not " in done.stderr
+    assert "enroll with `--name db-7` (without it, the machine's hostname is the name)" in done.stderr
+    assert secret not in done.stderr
