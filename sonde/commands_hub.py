@@ -344,7 +344,7 @@ def audit_list(
     agent
         Only entries with this target (an agent's name, mostly).
     key
-        Only entries by this actor: an API key's id, or cli, hub, agent.
+        Only entries by this actor: an API key's id or name, or cli, hub, agent.
     action
         Only entries whose action starts with this (mcp.call., rest.agent., cli.).
     since

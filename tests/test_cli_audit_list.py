@@ -15,6 +15,7 @@ import pytest
 
 from sonde.hub.audit import AuditEntry, append_many
 from sonde.hub.db import open_database
+from sonde.hub.keys import create_api_key
 from tests.e2e.procs import SONDE, base_env
 from tests.subprocs import run_any, without_file_overrides
 
@@ -192,3 +193,29 @@ def test_no_hub_database_is_said_and_nothing_is_made(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"no hub database at {tmp_path / 'nothing' / 'sonde.db'}" in done.stderr
     assert not (tmp_path / "nothing").exists()
+
+
+def test_a_keys_name_finds_its_entries(tmp_path: Path) -> None:
+    """Before: `--key laptop` (a name: the table shows only ids) silently matched nothing."""
+    db = open_database(tmp_path / "data" / "sonde.db")
+    try:
+        laptop, _ = create_api_key(db, "laptop")
+        twins = [create_api_key(db, "twin")[0] for _ in range(2)]
+        append_many(db, [entry(NOW - 60, laptop.id, "mcp.call.probe", "web-1", tool="probe")])
+    finally:
+        db.close()
+    data_dir = tmp_path / "data"
+    by_name = hub_cli(data_dir, "--key", "laptop", "--json")
+    assert by_name.returncode == 0, by_name.stderr
+    assert actions(json.loads(by_name.stdout)) == ["mcp.call.probe"]
+    assert f"(key 'laptop' is id {laptop.id}: its entries)" in by_name.stderr
+    assert actions(listed(data_dir, "--key", laptop.id)) == ["mcp.call.probe"]
+    two = hub_cli(data_dir, "--key", "twin")
+    assert two.returncode == 2
+    assert f"--key: 2 keys are named 'twin': give one's id ({twins[0].id}, {twins[1].id})" in two.stderr
+    nobody = hub_cli(data_dir, "--key", "nobody")
+    assert nobody.returncode == 0
+    assert (
+        "no audit entries match (no API key has the id or name 'nobody': see `sonde hub key list`)"
+        in nobody.stderr
+    )

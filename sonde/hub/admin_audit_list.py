@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sqlite_utils import Database
+
 from sonde.echo import clipped, echoed
 from sonde.hub.admin import checked_argument, err, existing_database
 from sonde.hub.audit_prune import utc_text
@@ -92,6 +94,9 @@ def audit_list(data_dir: Path, asked: AuditListing, as_json: bool) -> int:
     filters = query_filters(asked, time.time())
     db = open_database_read_only(existing_database(data_dir))
     try:
+        known = True
+        if asked.key is not None:
+            filters["actor"], known = actor_of(db, asked.key)
         rows, more = query_audit_page(db, **filters)
     finally:
         db.close()
@@ -102,13 +107,37 @@ def audit_list(data_dir: Path, asked: AuditListing, as_json: bool) -> int:
     for row in rows:
         print(table_row(row))
     if not rows:
-        err("no audit entries match")
+        unknown = (
+            ""
+            if known
+            else f" (no API key has the id or name {echoed(asked.key or '')}: see `sonde hub key list`)"
+        )
+        err(f"no audit entries match{unknown}")
     elif more:
         err(
             f"(the newest {len(rows)} entries; older entries match too: raise --limit, at most "
             f"{MAX_QUERY_LIMIT}, or narrow it with --since and --until)"
         )
     return 0
+
+
+def actor_of(db: Database, key: str) -> tuple[str, bool]:
+    """The actor ``--key`` names, and whether it is known: an API key's id as given, else the id
+    of the one key so named (said on stderr), else ``key`` as given (cli, hub, agent: actors that
+    are no key), unknown when no key has it as its name either. ValueError for a name several keys
+    have, naming their ids."""
+    if db.execute("SELECT 1 FROM api_keys WHERE id = ?", [key]).fetchone():
+        return key, True
+    query = "SELECT id FROM api_keys WHERE name = ? ORDER BY created_at"
+    named = [str(row[0]) for row in db.execute(query, [key])]
+    if len(named) == 1:
+        err(f"(key {echoed(key)} is id {named[0]}: its entries)")
+        return named[0], True
+    if named:
+        raise ValueError(
+            f"--key: {len(named)} keys are named {echoed(key)}: give one's id ({', '.join(named)})"
+        )
+    return key, False
 
 
 def table_row(row: dict[str, Any]) -> str:
