@@ -4,13 +4,13 @@ The hub and the local agent run in one trio nursery. The agent is enrolled
 automatically on first start (its identity lives in the data directory, not
 in ~/.sonde, so a quick start never touches a real enrollment), and the
 quick-start API key is kept in ``quickstart.json`` (0600) so every run can
-print the same connection line.
+print the same connection line. It serves only a data directory it made
+(`sonde.quickstart_dir`): never a real hub's.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import signal
@@ -26,41 +26,19 @@ from sonde.agent.identity import active_packs, default_agent_name
 from sonde.agent.main import ROOT_MESSAGE, agent_main
 from sonde.hub.agent_records import get_agent
 from sonde.hub.attestation import accept_held
-from sonde.hub.audit import record_entry
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
-from sonde.hub.db import open_database, write_transaction
+from sonde.hub.db import open_database
 from sonde.hub.enrollment_tokens import create_enrollment_token
-from sonde.hub.keys import create_api_key, find_api_key
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
+from sonde.quickstart_dir import STATE_FILE, HubNotMadeByUp, quickstart_key
 from sonde.secret_input import may_show_secret
 
-STATE_FILE = "quickstart.json"
 # the local agent's identity is the quick start's own: restarting it enrolls the agent again
 LOCAL_AGENT_REENROLL_HINT = "restart `sonde up`, which enrolls its local agent again"
 
 log = logging.getLogger(__name__)
-
-
-def quickstart_key(data_dir: Path) -> str:
-    """The quick start's admin API key: read back, or created once and saved 0600."""
-    state_path = data_dir / STATE_FILE
-    db = open_database(data_dir / "sonde.db")
-    try:
-        if state_path.exists():
-            secret = json.loads(state_path.read_text()).get("apiKey")
-            if isinstance(secret, str) and find_api_key(db, secret) is not None:
-                return secret
-        with write_transaction(db):
-            key, secret = create_api_key(db, "quickstart", role="admin")
-            record_entry(db, "quickstart", "quickstart.api_key.create", key.id, name=key.name, role=key.role)
-    finally:
-        db.close()
-    fd = os.open(state_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"apiKey": secret}, handle)
-    return secret
 
 
 def local_agent(data_dir: Path, url: str) -> AgentConfig:
@@ -133,9 +111,8 @@ async def accept_local_agent(hub: Hub, agent_id: str) -> None:
     )
 
 
-async def run_up(config: HubConfig) -> None:
+async def run_up(config: HubConfig, key: str) -> None:
     shutdown = trio.Event()
-    key = quickstart_key(config.data_dir)
     hub_ready, hub_started = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
         # SIGHUP too: `sonde up` runs in a terminal, and that is its hangup (stop as on Ctrl-C)
@@ -180,10 +157,14 @@ def up(config: HubConfig, allow_root: bool) -> int:
     started = time.monotonic()
     try:
         with claim_data_dir(config.data_dir):  # before the quick start's key is written there
-            trio.run(run_up, config)
+            key = quickstart_key(config.data_dir)  # refuses a hub it did not make
+            trio.run(run_up, config, key)
         # Stopped, everything written and closed: as `sonde hub` does, keep the interpreter's last
         # collection from walking all the objects left behind (about 1 s of every stop, measured)
         gc.freeze()
+    except HubNotMadeByUp as exc:
+        print(f"sonde up: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # the process boundary
         reason = stop_reason(exc, config)
         print(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}", file=sys.stderr)

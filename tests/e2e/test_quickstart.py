@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, mcp_client
-from tests.e2e.procs import base_env, on_a_terminal, spawn, up_url_and_key, with_site
+from tests.e2e.procs import (
+    base_env,
+    enroll_agent,
+    on_a_terminal,
+    running_hub,
+    spawn,
+    up_url_and_key,
+    with_site,
+)
 from tests.e2e.toolpack import write_toolpack
 
 CLAUDE_LINE = re.compile(
@@ -67,3 +76,35 @@ def test_on_a_terminal_up_prints_its_key(tmp_path: Path) -> None:
     key = json.loads((tmp_path / "data" / "quickstart.json").read_text())["apiKey"]
     assert found.group(2) == key
     assert f"    API key      : {key}" in seen.replace("\r\n", "\n")
+
+
+def test_up_refuses_a_hub_it_did_not_make_and_changes_nothing(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub:
+        enroll_agent(hub, tmp_path, "web-1")
+        keys_before = hub.cli("hub", "key", "list", "--json").stdout
+    snapshot = sqlite3.connect(hub.data_dir / "sonde.db")
+    before = snapshot.execute("SELECT COUNT(*) FROM audit").fetchone()
+    snapshot.close()
+    args = ["up", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir), "--allow-root"]
+    proc = spawn(args, base_env(tmp_path / "home"))
+    try:
+        code = proc.popen.wait(30)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        proc.stop()
+    assert code == 1, proc.output
+    assert (
+        f"sonde up: the data directory {hub.data_dir} holds a hub that `sonde up` did not make "
+        "(1 agent, 1 API key); nothing was changed"
+    ) in proc.output
+    assert f"To run that hub, use `sonde hub --data-dir {hub.data_dir}`" in proc.output
+    assert "`sonde up --data-dir OTHER`" in proc.output
+    assert "Traceback" not in proc.output
+    assert not (hub.data_dir / "quickstart.json").exists()
+    assert hub.cli("hub", "key", "list", "--json").stdout == keys_before
+    agents = json.loads(hub.cli("hub", "agent", "list", "--json").stdout)
+    assert [a["name"] for a in agents] == ["web-1"], agents
+    with sqlite3.connect(hub.data_dir / "sonde.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM audit").fetchone() == before
+    db.close()
