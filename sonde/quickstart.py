@@ -20,18 +20,14 @@ from pathlib import Path
 
 import trio
 
-from sonde.agent.config import AgentConfig, load_config, save_config
-from sonde.agent.enroll import enroll
-from sonde.agent.identity import active_packs, default_agent_name
+from sonde.agent.identity import active_packs
 from sonde.agent.main import ROOT_MESSAGE, agent_main
-from sonde.hub.agent_records import get_agent
 from sonde.hub.attestation import accept_held
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
-from sonde.hub.db import open_database
-from sonde.hub.enrollment_tokens import create_enrollment_token
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
+from sonde.quickstart_agent import local_agent
 from sonde.quickstart_dir import STATE_FILE, HubNotMadeByUp, quickstart_key
 from sonde.secret_input import may_show_secret
 
@@ -39,31 +35,6 @@ from sonde.secret_input import may_show_secret
 LOCAL_AGENT_REENROLL_HINT = "restart `sonde up`, which enrolls its local agent again"
 
 log = logging.getLogger(__name__)
-
-
-def local_agent(data_dir: Path, url: str) -> AgentConfig:
-    """The local agent's config, enrolled against ``url`` if it is not yet (blocking: run in a thread)."""
-    path = data_dir / "local-agent" / "config.json"
-    config = load_config(path)
-    if config is not None and config.enrolled and known_agent(data_dir, config.agent_id):
-        if config.hub_url != url:
-            config = save_config(AgentConfig(hub_url=url), path)
-        return config
-    db = open_database(data_dir / "sonde.db")
-    try:
-        name = default_agent_name()
-        _, token = create_enrollment_token(db, 600.0, name)
-    finally:
-        db.close()
-    return enroll(url, token, name, config_path=path)
-
-
-def known_agent(data_dir: Path, agent_id: str | None) -> bool:
-    db = open_database(data_dir / "sonde.db")
-    try:
-        return agent_id is not None and get_agent(db, agent_id) is not None
-    finally:
-        db.close()
 
 
 def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
