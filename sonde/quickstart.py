@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -83,37 +84,62 @@ async def accept_local_agent(hub: Hub, agent_id: str) -> None:
 
 
 async def run_up(config: HubConfig, key: str) -> None:
+    """Serve the hub and its local agent until SIGTERM, SIGINT or SIGHUP (`sonde up` runs in a
+    terminal: a hangup stops it as Ctrl-C does). Signals are received until everything has
+    stopped: a second one, while the hub drains, is said and changes nothing, where trio's
+    default would raise KeyboardInterrupt into the draining hub (a traceback, audit entries lost).
+    """
+    stop_requested = trio.Event()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as watcher:
+            watcher.start_soon(note_stop_signals, signals, stop_requested)
+            await serve_up(config, key, stop_requested)
+            watcher.cancel_scope.cancel()
+
+
+async def note_stop_signals(signals: AsyncIterator[int], stop_requested: trio.Event) -> None:
+    """Set ``stop_requested`` at the first signal; say so at every later one."""
+    async for _ in signals:
+        if stop_requested.is_set():
+            print(
+                "sonde up: already shutting down: it exits once the hub has stopped",
+                file=sys.stderr,
+                flush=True,
+            )
+            continue
+        print("sonde up: shutting down", file=sys.stderr, flush=True)
+        stop_requested.set()
+
+
+async def serve_up(config: HubConfig, key: str, stop_requested: trio.Event) -> None:
+    """The hub and the local agent, until ``stop_requested``: then the agent stops, then the hub."""
     shutdown = trio.Event()
     hub_ready, hub_started = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
-        # SIGHUP too: `sonde up` runs in a terminal, and that is its hangup (stop as on Ctrl-C)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            url = await nursery.start(
-                lambda task_status: serve_hub(
-                    config, shutdown=shutdown, hub_ready=hub_ready, task_status=task_status
-                )
+        url = await nursery.start(
+            lambda task_status: serve_hub(
+                config, shutdown=shutdown, hub_ready=hub_ready, task_status=task_status
             )
-            hub = await hub_started.receive()
-            agent = await trio.to_thread.run_sync(local_agent, config.data_dir, url)
-            hub.local_agent_id = agent.agent_id  # its changes are accepted here, not held for an admin
-            registry = active_packs(load_packs(), agent.enabled_packs)
-            daemon = await nursery.start(
-                lambda task_status: agent_main(
-                    agent,
-                    registry,
-                    handle_signals=False,
-                    reenroll_hint=LOCAL_AGENT_REENROLL_HINT,
-                    task_status=task_status,
-                )
+        )
+        hub = await hub_started.receive()
+        agent = await trio.to_thread.run_sync(local_agent, config.data_dir, url)
+        hub.local_agent_id = agent.agent_id  # its changes are accepted here, not held for an admin
+        registry = active_packs(load_packs(), agent.enabled_packs)
+        daemon = await nursery.start(
+            lambda task_status: agent_main(
+                agent,
+                registry,
+                handle_signals=False,
+                reenroll_hint=LOCAL_AGENT_REENROLL_HINT,
+                task_status=task_status,
             )
-            if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
-                await accept_local_agent(hub, agent.agent_id)
-            announce(url, *shown_key(key, config.data_dir / STATE_FILE, config.log_format), agent.name or "?")
-            async for _ in signals:
-                print("sonde up: shutting down", file=sys.stderr, flush=True)
-                await daemon.stop("quick start stopping")
-                shutdown.set()
-                break
+        )
+        if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
+            await accept_local_agent(hub, agent.agent_id)
+        announce(url, *shown_key(key, config.data_dir / STATE_FILE, config.log_format), agent.name or "?")
+        await stop_requested.wait()
+        await daemon.stop("quick start stopping")
+        shutdown.set()
 
 
 def up(config: HubConfig, allow_root: bool) -> int:
@@ -129,7 +155,10 @@ def up(config: HubConfig, allow_root: bool) -> int:
     try:
         with claim_data_dir(config.data_dir):  # before the quick start's key is written there
             key = quickstart_key(config.data_dir)  # refuses a hub it did not make
-            trio.run(run_up, config, key)
+            try:
+                trio.run(run_up, config, key)
+            except KeyboardInterrupt:  # Ctrl-C before its receiver opened or after it closed: stopped
+                pass
         # Stopped, everything written and closed: as `sonde hub` does, keep the interpreter's last
         # collection from walking all the objects left behind (about 1 s of every stop, measured)
         gc.freeze()
