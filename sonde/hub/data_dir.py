@@ -11,9 +11,7 @@ hub by design and never take the lock.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import logging
 import os
 import shlex
@@ -24,14 +22,12 @@ from pathlib import Path
 
 from sonde.hub.db import ensure_private_dir
 from sonde.hub.db_errors import file_error
+from sonde.pid_lock import LockHeld, take_lock, write_pid
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "hub.lock"
 LOCK_FILE_MODE = 0o600
-PID_TEXT_MAX_BYTES = 32
-# a file system that has no locks at all (some network mounts): serve anyway, and say so
-NO_LOCKS_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
 READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
@@ -50,9 +46,7 @@ def claim_data_dir(data_dir: Path) -> Iterator[None]:
     fd, writable = _open_lock_file(data_dir)
     try:
         if _lock(fd, data_dir) and writable:
-            with contextlib.suppress(OSError):  # a full disk: the PID only helps a person
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            write_pid(fd)
         warn_if_open_to_others(data_dir)
         yield
     finally:
@@ -80,26 +74,17 @@ def _open_lock_file(data_dir: Path) -> tuple[int, bool]:
 def _lock(fd: int, data_dir: Path) -> bool:
     """Take the lock without waiting; False when the file system has no locks (served unlocked)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise DataDirInUse(in_use_message(data_dir, holder_pid(fd))) from None
-    except OSError as exc:
-        if exc.errno not in NO_LOCKS_ERRNOS:
-            raise
+        unlocked_why = take_lock(fd)
+    except LockHeld as held:
+        raise DataDirInUse(in_use_message(data_dir, held.pid)) from None
+    if unlocked_why is not None:  # some network mounts: serve anyway, and say so
         log.warning(
             "cannot lock %s (%s): nothing stops a second hub from serving this data directory "
             "at the same time; make sure only one does",
             data_dir / LOCK_FILE,
-            exc.strerror,
+            unlocked_why,
         )
-        return False
-    return True
-
-
-def holder_pid(fd: int) -> int | None:
-    """The PID the holder wrote in the lock file, if it did (it may be writing it right now)."""
-    text = os.pread(fd, PID_TEXT_MAX_BYTES, 0).decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
+    return unlocked_why is None
 
 
 def in_use_message(data_dir: Path, pid: int | None) -> str:
