@@ -68,8 +68,9 @@ def fast_command(argv: Sequence[str]) -> int | None:
 
 
 def run_start(*, allow_root: bool, log_level: str) -> int:
-    """`sonde start`: load the enrolled config, then run the agent; 1 when there is none, 2 when it
-    is bad (a setting to mend: the systemd unit does not restart the agent for that)."""
+    """`sonde start`: load the enrolled config, then run the agent holding its identity's lock; 1
+    when there is none, 2 when it is bad (a setting to mend: the systemd unit does not restart the
+    agent for that), 4 when another `sonde start` holds the identity (the unit restarts it)."""
     from sonde.agent.config import ConfigError, config_path, load_config
     from sonde.agent.daemon import NOT_ENROLLED_MESSAGE
     from sonde.agent.exit_codes import EXIT_USAGE
@@ -88,4 +89,12 @@ def run_start(*, allow_root: bool, log_level: str) -> int:
         missing = ", ".join(config.missing_identity())
         print(f"sonde start: {NOT_ENROLLED_MESSAGE} ({path} lacks {missing})", file=sys.stderr)
         return 1
-    return run_agent(config, allow_root=allow_root, log_level=log_level)
+    from sonde.agent.exit_codes import EXIT_ALREADY_RUNNING
+    from sonde.agent.identity_lock import AgentRunning, hold_identity
+
+    try:
+        with hold_identity(path):
+            return run_agent(config, allow_root=allow_root, log_level=log_level)
+    except AgentRunning as exc:
+        print(f"sonde start: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING

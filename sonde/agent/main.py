@@ -3,7 +3,7 @@ until a signal or a fatal reject, and turn that into the exit code.
 
 Exit codes: 0 after SIGTERM/SIGINT, 1 when not enrolled, 2 when run as root without
 ``--allow-root``, given a bad log level or a bad config file, 3 when the hub no longer knows
-this agent.
+this agent, 4 when another `sonde start` runs with this identity (`sonde.agent.identity_lock`).
 SIGHUP is logged and ignored.
 """
 

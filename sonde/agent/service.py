@@ -96,7 +96,9 @@ def render_unit(spec: UnitSpec) -> str:
         "Restart=on-failure",
         "RestartSec=5",
         # a removed or forgotten agent (3) or a bad setting (2) will not mend itself: no restart
-        # every 5 s forever, each refused and audited by the hub; fix it, then start the unit
+        # every 5 s forever, each refused and audited by the hub; fix it, then start the unit.
+        # Another `sonde start` holding this identity (4, one run by hand to debug) is restarted:
+        # the unit takes over once that one stops, with nothing sent to the hub meanwhile
         f"RestartPreventExitStatus={EXIT_USAGE} {EXIT_REJECTED}",
         *HARDENING,
         "",

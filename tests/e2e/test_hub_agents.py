@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -93,8 +94,13 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
         procs = [gone.start(), twin.start()]
         try:
             wait_until(lambda: agent_statuses(hub) == {"gone": "online", "twin": "online"})
-            # a second process on the same identity (a cloned config) replaces the first
-            procs.append(spawn(["start", "--allow-root"], twin.env))
+            # a second process on the same identity (a config cloned to another HOME or machine:
+            # one HOME's `sonde start` is refused by its lock) replaces the first
+            clone = tmp_path / "home-clone"
+            shutil.copytree(
+                twin.home / ".sonde", clone / ".sonde", ignore=shutil.ignore_patterns("agent.lock")
+            )
+            procs.append(spawn(["start", "--allow-root"], {**twin.env, "HOME": str(clone)}))
             procs[1].wait_for(re.compile(r"replaced by a newer connection of this agent \(if this repeats"))
             procs[1].wait_for(re.compile(r"WARNING .*is another `sonde start` running with this identity"))
             hub.proc.wait_for(re.compile(r"agent twin offline: replaced by a newer connection of this agent"))
