@@ -11,6 +11,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,6 +207,12 @@ class EnrolledAgent:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
         return self.proc.stop(sig)
+
+    def clone(self, home: Path) -> EnrolledAgent:
+        """This identity under another HOME, as a config copied to another machine: a `sonde start`
+        there is not refused by this one's lock (`sonde.agent.identity_lock`)."""
+        shutil.copytree(self.home / ".sonde", home / ".sonde", ignore=shutil.ignore_patterns("agent.lock"))
+        return EnrolledAgent(self.name, home, {**self.env, "HOME": str(home)})
 
 
 def with_site(env: dict[str, str], site: Path | None) -> dict[str, str]:

@@ -166,13 +166,16 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
     with busy_agent(tmp_path, "--probe-timeout", "2", state="before") as (hub, agent, before):
         first = agent.proc
         assert first is not None
+        again = agent.clone(tmp_path / "home-again")
+        again.env = {**again.env, "TURNS_STATE": str(after)}
         try:
             answers: list[dict[str, Any]] = []
             checks = start_health_checks(hub, answers)
             wait_until(lambda: running(before) == FAN_OUT_PER_AGENT)
             first.popen.send_signal(signal.SIGSTOP)  # its 8 time out (2 s); its socket stays open
-            agent.env = {**agent.env, "TURNS_STATE": str(after)}
-            agent.start()  # the same agent again (its process now): the hub takes its new connection
+            # the same agent again (a copy of its config: the first holds its HOME's identity lock):
+            # the hub takes its new connection
+            again.start()
             wait_until(lambda: running(after) >= 1, timeout=30)
             checks += start_health_checks(hub, answers)  # these find the new connection
             wait_until(lambda: started(after) >= 2 * FAN_OUT_PER_AGENT, timeout=30)  # some timed out (2 s)
@@ -186,7 +189,9 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
         finally:
             (after / "release").touch()
             first.popen.send_signal(signal.SIGCONT)
-            first.stop()  # the second, if started, is the agent's process: stopped with it
+            first.stop()
+            if again.proc is not None:
+                again.stop()
 
 
 def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 from tests.e2e.mcpclient import call, call_error, mcp_client
-from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, spawn, wait_until
+from tests.e2e.procs import SONDE, base_env, enroll_agent, running_hub, wait_until
 from tests.subprocs import without_file_overrides
 
 
@@ -96,11 +95,7 @@ def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
             wait_until(lambda: agent_statuses(hub) == {"gone": "online", "twin": "online"})
             # a second process on the same identity (a config cloned to another HOME or machine:
             # one HOME's `sonde start` is refused by its lock) replaces the first
-            clone = tmp_path / "home-clone"
-            shutil.copytree(
-                twin.home / ".sonde", clone / ".sonde", ignore=shutil.ignore_patterns("agent.lock")
-            )
-            procs.append(spawn(["start", "--allow-root"], {**twin.env, "HOME": str(clone)}))
+            procs.append(twin.clone(tmp_path / "home-clone").start())
             procs[1].wait_for(re.compile(r"replaced by a newer connection of this agent \(if this repeats"))
             procs[1].wait_for(re.compile(r"WARNING .*is another `sonde start` running with this identity"))
             hub.proc.wait_for(re.compile(r"agent twin offline: replaced by a newer connection of this agent"))
