@@ -23,7 +23,7 @@ import trio
 
 from sonde.bridge import jsonrpc
 from sonde.bridge.hub_session import ConnectionDropped
-from sonde.connect_failures import describe_failure
+from sonde.connect_failures import describe_failure, describe_tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ async def wait_for_hub(
     """Run ``attempt``; while it cannot connect, again after 0.25 s, 0.5 s, ... 2 s, for about ``within_s``.
 
     Logs once that it waits (and why), then how it ended. Past ``within_s`` the
-    last connect failure is raised; any other error of ``attempt`` at once.
+    last connect failure is raised; a TLS failure (a certificate it refuses) and any other
+    error of ``attempt`` at once.
     """
     started = trio.current_time()
     delay, waiting = FIRST_DELAY_S, False
@@ -54,6 +55,8 @@ async def wait_for_hub(
             await attempt()
         except CONNECT_FAILURES as exc:
             waited_s = trio.current_time() - started
+            if describe_tls_failure(exc) is not None:  # a certificate it refuses: no wait mends that
+                raise
             if waited_s + delay > within_s:
                 if waiting:
                     log.error("the Sonde hub at %s did not come up within %.0f s; giving up", url, waited_s)
