@@ -15,6 +15,7 @@ import fcntl
 import os
 
 PID_TEXT_MAX_BYTES = 32
+LOCK_FILE_MODE = 0o600
 # a file system that has no locks at all (some network mounts): the caller runs unlocked, and says so
 NO_LOCKS_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
 

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.bridge.test_login_not_a_hub import PAGE
+from tests.bridge.test_login_not_a_hub import PAGE, web_server
 from tests.e2e.procs import SONDE, base_env
 from tests.ports import free_port
 from tests.subprocs import run_any
@@ -28,39 +24,6 @@ from tests.subprocs import run_any
 pytestmark = pytest.mark.timeout(90)
 
 TOKEN = "enr_" + "Q" * 32
-
-
-class ErrorPage(BaseHTTPRequestHandler):
-    """Another web server: every POST gets its error page (the status is the path's last part)."""
-
-    server_version = "nginx/1.24.0"
-    sys_version = ""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.send_response(int(self.server.status))  # type: ignore[attr-defined]
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextmanager
-def error_pages(status: int) -> Iterator[str]:
-    """A web server on 127.0.0.1 answering every POST with ``status`` and an HTML page; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ErrorPage)
-    server.status = status  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def enroll(home: Path, hub_url: str) -> subprocess.CompletedProcess[str]:
@@ -91,7 +54,7 @@ def test_nothing_listening_is_still_cannot_reach(tmp_path: Path) -> None:
 def test_another_servers_error_page_is_said_as_login_says_it_never_printed(
     tmp_path: Path, status: int
 ) -> None:
-    with error_pages(status) as url:
+    with web_server("text/html", PAGE, status) as url:
         done = enroll(tmp_path, url)
     assert done.returncode == 1, done.stderr
     assert (
@@ -104,7 +67,7 @@ def test_another_servers_error_page_is_said_as_login_says_it_never_printed(
 
 
 def test_a_proxys_gateway_page_names_the_proxy_not_another_server(tmp_path: Path) -> None:
-    with error_pages(502) as url:
+    with web_server("text/html", PAGE, 502) as url:
         done = enroll(tmp_path, url)
     assert done.returncode == 1, done.stderr
     assert (

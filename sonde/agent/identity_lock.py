@@ -10,20 +10,17 @@ read at start (as before).
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sonde.pid_lock import LockHeld, take_lock, write_pid
+from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, take_lock, write_pid
 
 log = logging.getLogger(__name__)
 
 AGENT_LOCK_FILE = "agent.lock"
-LOCK_FILE_MODE = 0o600
-READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 class AgentRunning(RuntimeError):

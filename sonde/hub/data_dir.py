@@ -22,12 +22,11 @@ from pathlib import Path
 
 from sonde.hub.db import ensure_private_dir
 from sonde.hub.db_errors import file_error
-from sonde.pid_lock import LockHeld, take_lock, write_pid
+from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, take_lock, write_pid
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "hub.lock"
-LOCK_FILE_MODE = 0o600
 READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
