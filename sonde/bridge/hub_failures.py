@@ -8,8 +8,6 @@ is not MCP. Only a failure to connect (nothing was sent) says "cannot reach".
 
 from __future__ import annotations
 
-import json
-
 import httpx2
 
 from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError, describe_status
@@ -17,7 +15,13 @@ from sonde.bridge.hub_watch import HubUnresponsive
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
 from sonde.echo import echoed
-from sonde.not_a_hub import described_answer, not_a_hub_url
+from sonde.not_a_hub import (
+    GATEWAY_STATUSES,
+    described_answer,
+    from_a_gateway,
+    hubs_error_message,
+    not_a_hub_url,
+)
 
 ERROR_BODY_PREVIEW_BYTES = 4096
 
@@ -70,8 +74,8 @@ async def describe_refusal(response: httpx2.Response, base_url: str) -> str:
         if len(body) >= ERROR_BODY_PREVIEW_BYTES:
             break
     status = describe_status(response)
-    message = error_message(body[:ERROR_BODY_PREVIEW_BYTES])
-    if message is not None:
+    message = hubs_error_message(body[:ERROR_BODY_PREVIEW_BYTES])
+    if message:
         return f"the Sonde hub answered {status}: {message}"
     if response.status_code == 404:
         return not_a_hub_url(base_url, f"POST {response.request.url}")
@@ -80,14 +84,6 @@ async def describe_refusal(response: httpx2.Response, base_url: str) -> str:
     if (content_type or "").split(";")[0].strip().lower() == "text/plain" and text:
         return f"the Sonde hub answered {status}: {echoed(text)}"  # quoted: not the hub's words
     answered = described_answer(content_type, body, response.headers.get("server"))
+    if response.status_code in GATEWAY_STATUSES:  # a proxy's own page: the hub behind it down or slow
+        answered = from_a_gateway(answered)
     return f"the Sonde hub answered {status}, with {answered}"
-
-
-def error_message(body: bytes) -> str | None:
-    """The message of a JSON-RPC or REST error body, if ``body`` is one."""
-    try:
-        error = json.loads(body).get("error")
-    except (ValueError, AttributeError):
-        return None
-    message = error.get("message") if isinstance(error, dict) else error
-    return message if isinstance(message, str) and message else None

@@ -34,16 +34,17 @@ async def while_hub_answers(
 ) -> None:
     """Run ``attempt`` (a tool call), asking the hub's health every `WATCH_EVERY_S` meanwhile;
     raises `HubUnresponsive` (the call cancelled) when the hub answers neither."""
-    silent: list[str] = []
+    silent = ""  # set once the health check got no answer either: why the call was given up
     every_s, timeout_s = WATCH_EVERY_S, HEALTH_TIMEOUT_S  # read now: a test shortens them
 
     async def watch(scope: trio.CancelScope) -> None:
+        nonlocal silent
         while True:
             await trio.sleep(every_s)
             try:
                 await client.get(f"{base_url}/api/v1/health", timeout=timeout_s)
             except httpx2.TimeoutException:
-                silent.append(f"nor its health check within {timeout_s:g} s")
+                silent = f"nor its health check within {timeout_s:g} s"
             except httpx2.HTTPError as exc:  # gone: the call's own connection says so, or soon will
                 log.debug("the hub's health check failed: %s: %s", type(exc).__name__, exc)
                 continue
@@ -66,6 +67,6 @@ async def while_hub_answers(
     if silent:
         raise HubUnresponsive(
             f"the Sonde hub at {base_url} took the tool call and has answered nothing for "
-            f"{trio.current_time() - started:.0f} s, {silent[0]}: it is stopped, hung or overloaded; "
+            f"{trio.current_time() - started:.0f} s, {silent}: it is stopped, hung or overloaded; "
             "the call was given up"
         )

@@ -259,10 +259,11 @@ class ScriptedConnector:
             raise sole_error(group) from None
 
 
-async def linked(hub: FakeHub, *, seed: int, links: int) -> ScriptedConnector:
+async def linked(hub: FakeHub, *, seed: int, links: int, failures: int = 0) -> ScriptedConnector:
     """Run the agent against ``hub``, its backoff drawn from ``Random(seed)``, until ``hub`` has
-    made ``links`` links with it; the connector, which holds when each connect began."""
-    connector = ScriptedConnector(hub)
+    made ``links`` links with it (its first ``failures`` connects refused); the connector, which
+    holds when each connect began."""
+    connector = ScriptedConnector(hub, failures)
     async with trio.open_nursery() as nursery:
         config = hub.config("http://hub.test")
         main = partial(
@@ -285,21 +286,9 @@ def gaps(times: list[float]) -> list[float]:
 
 async def test_backoff_schedule_on_the_virtual_clock(autojump_clock: trio.abc.Clock) -> None:
     hub = FakeHub()
-    connector = ScriptedConnector(hub, failures=5)
     expected_rng = random.Random(42)
     expected = [round(backoff_delay(attempt, expected_rng), 6) for attempt in range(5)]
-    async with trio.open_nursery() as nursery:
-        config = hub.config("http://hub.test")
-        main = partial(
-            agent_main,
-            config,
-            registry_for_tests(),
-            connect=connector,
-            rng=random.Random(42),
-            handle_signals=False,
-        )
-        await nursery.start(main)
-        nursery.cancel_scope.cancel()
+    connector = await linked(hub, seed=42, links=1, failures=5)
     assert gaps(connector.calls) == expected
     assert all(0 <= d <= 2**attempt for attempt, d in enumerate(expected))
 

@@ -49,7 +49,7 @@ async def test_a_proxys_error_page_is_described_not_relayed(tmp_path: Path) -> N
         message = await initialize_error(tmp_path, url)
     assert message == (
         "the Sonde hub answered HTTP 502 Bad Gateway, with an HTML page titled '502 Bad Gateway' "
-        "(server: nginx/1.24.0)"
+        "(server: nginx/1.24.0), a proxy's answer (is the hub behind it down or slow?)"
     ), message
 
 
