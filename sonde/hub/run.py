@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -96,47 +97,74 @@ def build_config(
 
 
 async def run_until_signal(config: HubConfig) -> None:
-    """Serve until SIGTERM or SIGINT; this process's garbage collection follows `gc_policy`,
-    its C heap `heap_trim`.
+    """Serve until SIGTERM or SIGINT (`serve_until_stopped`).
+
+    Signals are received until the hub has stopped: one more while it drains is said and
+    changes nothing. Before, the first one ended the receiving, so a second SIGTERM (`kill`
+    again, an impatient supervisor) took its default action and ended the draining hub on the
+    spot, exit 143, with the audit entries still queued lost; a second Ctrl-C raised
+    KeyboardInterrupt into it. The drain is bounded all the same: hypercorn's graceful timeout.
+    """
+    shutdown = trio.Event()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as watcher:
+            watcher.start_soon(watch_signals, signals, shutdown, config.log_format)
+            await serve_until_stopped(config, shutdown)
+            watcher.cancel_scope.cancel()
+
+
+async def watch_signals(signals: AsyncIterator[int], shutdown: trio.Event, log_format: str) -> None:
+    """Set ``shutdown`` at the first SIGTERM or SIGINT; say every later one.
 
     SIGHUP is said and ignored, as by the agent: the hub has nothing to reload, and its default
     action ended the hub on the spot (no agent told, no caller answered, the call in flight
     never audited), which systemd counts a clean exit and does not restart.
     """
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            log.info("SIGHUP received: ignored (the hub has nothing to reload; SIGTERM stops it)")
+        elif shutdown.is_set():
+            say(ALREADY_STOPPING, log_format, level=logging.WARNING, signal=name)
+        else:
+            say("sonde hub: shutting down", log_format, signal=name)
+            shutdown.set()
+
+
+ALREADY_STOPPING = (
+    "sonde hub: already shutting down: it exits once its callers are answered and its audit log is written"
+)
+
+
+async def serve_until_stopped(config: HubConfig, shutdown: trio.Event) -> None:
+    """The hub, from its start until ``shutdown`` is set and it has stopped; this process's
+    garbage collection follows `gc_policy`, its C heap `heap_trim`."""
     from sonde.hub.core import Hub
     from sonde.hub.gc_policy import configure_gc, govern_gc
     from sonde.hub.heap_trim import govern_heap
     from sonde.hub.serve import serve_hub
     from sonde.hub.tcp_guard import CONNECTIONS
 
-    shutdown = trio.Event()
     ready_send, ready_receive = trio.open_memory_channel[Hub](1)
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            await nursery.start(
-                lambda task_status: serve_hub(
-                    config, hub_ready=ready_send, shutdown=shutdown, task_status=task_status
-                )
+        await nursery.start(
+            lambda task_status: serve_hub(
+                config, hub_ready=ready_send, shutdown=shutdown, task_status=task_status
             )
-            await ready_receive.receive()  # serving
-            configure_gc()  # start-up is over: freeze what it built
-            governor = trio.CancelScope()
+        )
+        await ready_receive.receive()  # serving
+        configure_gc()  # start-up is over: freeze what it built
+        governor = trio.CancelScope()
 
-            async def govern() -> None:
-                with governor:
-                    async with trio.open_nursery() as governors:
-                        governors.start_soon(govern_gc, CONNECTIONS)
-                        governors.start_soon(govern_heap, CONNECTIONS)
+        async def govern() -> None:
+            with governor:
+                async with trio.open_nursery() as governors:
+                    governors.start_soon(govern_gc, CONNECTIONS)
+                    governors.start_soon(govern_heap, CONNECTIONS)
 
-            nursery.start_soon(govern)
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    log.info("SIGHUP received: ignored (the hub has nothing to reload; SIGTERM stops it)")
-                    continue
-                say("sonde hub: shutting down", config.log_format, signal=signal.Signals(signum).name)
-                shutdown.set()
-                break
-            governor.cancel()  # the hub itself shuts down gracefully
+        nursery.start_soon(govern)
+        await shutdown.wait()
+        governor.cancel()  # the hub itself shuts down gracefully
 
 
 def innermost(exc: BaseException) -> BaseException:
