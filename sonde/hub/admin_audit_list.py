@@ -3,7 +3,8 @@
 It only reads the database (`open_database_read_only`, as `sonde hub audit verify`), so it runs
 beside a hub that goes on writing, and on a read-only backup copy. The rows are REST's
 (`query_audit_page`): newest first, the newest ``--limit`` of those that match, and whether older
-ones match too. ``--since`` and ``--until`` take a duration ago (``2h``) or a time (ISO 8601).
+ones match too. ``--since`` and ``--until`` take a duration ago (``2h``) or a time (ISO 8601), and
+``--key`` an API key's id or name, read as REST reads them (`sonde.hub.audit_filters`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,13 @@ from sqlite_utils import Database
 
 from sonde.echo import clipped, echoed
 from sonde.hub.admin import checked_argument, err, existing_database
+from sonde.hub.audit_filters import AmbiguousKeyName, actor_of, time_ago_or_at
 from sonde.hub.audit_prune import utc_text
 from sonde.hub.audit_query import MAX_QUERY_LIMIT, query_audit_page
 from sonde.hub.db import open_database_read_only
-from sonde.hub.durations import parse_duration
 
 MAX_FILTER_CHARS = 64  # as GET /api/v1/audit takes them
 DETAIL_SHOWN_CHARS = 200  # of a row's detail in the table; --json has all of it
-_DURATION = re.compile(r"-?\d+(?:\.\d+)?[smhd]")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 MOMENT_FORMS = (
     "a duration ago (90s, 15m, 2h, 7d) or a time (2026-01-31T09:15:00Z; without Z, in this machine's "
@@ -50,19 +49,12 @@ class AuditListing:
 def moment(flag: str, text: str, now: float) -> float:
     """The unix time ``text`` names: a duration before ``now``, or an ISO 8601 time. ValueError
     saying which forms there are (a bare number is refused: seconds ago, or a unix time?)."""
-    shown = echoed(text)
-    text = text.strip()
-    if _NUMBER.fullmatch(text):
-        raise ValueError(f"{flag}: {shown} needs a unit: give {MOMENT_FORMS}")
-    if _DURATION.fullmatch(text):
-        try:
-            return now - parse_duration(text)
-        except ValueError as exc:
-            raise ValueError(f"{flag}: {exc}") from None
+    if _NUMBER.fullmatch(text.strip()):
+        raise ValueError(f"{flag}: {echoed(text)} needs a unit: give {MOMENT_FORMS}")
     try:
-        return datetime.fromisoformat(text).timestamp()
-    except (ValueError, OverflowError, OSError):  # month 13, or a year past the clock's reach
-        raise ValueError(f"{flag}: {shown} is neither a duration nor a time: give {MOMENT_FORMS}") from None
+        return time_ago_or_at(text, now, MOMENT_FORMS)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
 
 
 def query_filters(asked: AuditListing, now: float) -> dict[str, Any]:
@@ -96,7 +88,7 @@ def audit_list(data_dir: Path, asked: AuditListing, as_json: bool) -> int:
     try:
         known = True
         if asked.key is not None:
-            filters["actor"], known = actor_of(db, asked.key)
+            filters["actor"], known = key_actor(db, asked.key)
         rows, more = query_audit_page(db, **filters)
     finally:
         db.close()
@@ -121,23 +113,16 @@ def audit_list(data_dir: Path, asked: AuditListing, as_json: bool) -> int:
     return 0
 
 
-def actor_of(db: Database, key: str) -> tuple[str, bool]:
-    """The actor ``--key`` names, and whether it is known: an API key's id as given, else the id
-    of the one key so named (said on stderr), else ``key`` as given (cli, hub, agent: actors that
-    are no key), unknown when no key has it as its name either. ValueError for a name several keys
-    have, naming their ids."""
-    if db.execute("SELECT 1 FROM api_keys WHERE id = ?", [key]).fetchone():
-        return key, True
-    query = "SELECT id FROM api_keys WHERE name = ? ORDER BY created_at"
-    named = [str(row[0]) for row in db.execute(query, [key])]
-    if len(named) == 1:
-        err(f"(key {echoed(key)} is id {named[0]}: its entries)")
-        return named[0], True
-    if named:
-        raise ValueError(
-            f"--key: {len(named)} keys are named {echoed(key)}: give one's id ({', '.join(named)})"
-        )
-    return key, False
+def key_actor(db: Database, key: str) -> tuple[str, bool]:
+    """The actor ``--key`` names (`actor_of`), and whether it is known; a key found by its name is
+    said on stderr. ValueError for a name several keys have, naming their ids."""
+    try:
+        found = actor_of(db, key)
+    except AmbiguousKeyName as exc:
+        raise ValueError(f"--key: {exc}") from None
+    if found.named:
+        err(f"(key {echoed(key)} is id {found.actor}: its entries)")
+    return found.actor, found.known
 
 
 def table_row(row: dict[str, Any]) -> str:
