@@ -3,7 +3,7 @@
 The document is built from the code rather than written beside it. `ROUTES` names each
 route: who may call it, the model of its answer and the statuses its handler refuses with
 itself. The models that validate bodies and query strings come from
-`sonde.hub.rest_routes`, which owns them. Every schema is a pydantic model's own JSON Schema:
+`sonde.hub.rest_routes` and `sonde.hub.rest_audit`, which own them. Every schema is a pydantic model's own JSON Schema:
 validation mode for what a caller sends, serialization mode with aliases for what the hub
 answers (the handlers dump WireModels by alias, and the other models have no aliases).
 

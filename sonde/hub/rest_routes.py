@@ -1,4 +1,5 @@
-"""REST routes under `/api/v1`: health, enrollment, agents, keys and tokens."""
+"""REST routes under `/api/v1`: health, enrollment, agents, keys and tokens (the audit's are in
+`sonde.hub.rest_audit`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from quart import request
 from quart_trio import QuartTrio
 
@@ -14,8 +15,7 @@ from sonde import __version__
 from sonde.hub import agent_removal
 from sonde.hub.agent_records import AgentRecord, delete_agent, set_tags
 from sonde.hub.attestation import accept_held
-from sonde.hub.audit import AuditEntry, audit_entry, verify_audit
-from sonde.hub.audit_query import query_audit_page
+from sonde.hub.audit import AuditEntry, audit_entry
 from sonde.hub.enrollment_tokens import (
     TokenNotRevocable,
     create_enrollment_token,
@@ -27,6 +27,7 @@ from sonde.hub.openapi import openapi_document
 from sonde.hub.policy import NewPolicy
 from sonde.hub.probing import resolve_agent, run_probe_for, visible_agents_now
 from sonde.hub.rest import ApiError, enroll, parse_body, require_caller
+from sonde.hub.rest_audit import AuditFilters, install_audit_routes
 from sonde.hub.tools.agents import AgentOverviewInput, agent_overview
 from sonde.hub.tools.base import TagQuery, ToolCall
 from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
@@ -301,73 +302,9 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
         return answer.model_dump(mode="json")
 
 
-def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
-    @app.get("/api/v1/audit")
-    async def audit() -> dict[str, Any]:
-        await require_caller(hub, admin=True, action="rest.audit.query")
-        try:
-            filters = AuditFilters.model_validate(request.args.to_dict())
-        except ValidationError as exc:
-            raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
-        rows, more = await hub.read_audit(
-            query_audit_page,
-            agent=filters.agent,
-            actor=filters.key,
-            since=filters.since,
-            until=filters.until,
-            action_prefix=filters.action,
-            limit=filters.limit,
-        )
-        return {"entries": rows, "truncated": more}
-
-    @app.get("/api/v1/audit/verify")
-    async def verify() -> dict[str, Any]:
-        await require_caller(hub, admin=True, action="rest.audit.verify")
-        report = await hub.read_audit(verify_audit)
-        return {
-            "ok": report.ok,
-            "rows": report.rows,
-            "firstBadSeq": report.first_bad_seq,
-            "problem": report.problem,
-            "startsAfter": report.starts_after,
-        }
-
-
 class AgentFilters(BaseModel):
     tag: list[TagQuery] = Field(  # as the tools take tags: a blank one would match every agent
         default_factory=list,
         max_length=16,
         description="Only agents with this tag (a leading '#' is ignored); repeated, only those with every one",
     )
-
-
-LAST_UNIX_S = 253402300799  # 9999-12-31T23:59:59Z: a larger number is milliseconds, or no time
-UnixSeconds = Annotated[float | None, Field(ge=0, le=LAST_UNIX_S, allow_inf_nan=False)]
-
-
-class AuditFilters(BaseModel):
-    """The query string of GET /api/v1/audit; any other parameter is refused (400 invalid_query)."""
-
-    model_config = ConfigDict(extra="forbid")
-    agent: str | None = Field(default=None, max_length=64, description="Only entries with this target")
-    key: str | None = Field(
-        default=None, max_length=64, description="Only entries by this actor: an API key's id"
-    )
-    action: str | None = Field(
-        default=None, max_length=64, description="Only entries whose action starts with this"
-    )
-    since: UnixSeconds = Field(
-        default=None, description="Only entries at or after (unix seconds, not milliseconds)"
-    )
-    until: UnixSeconds = Field(
-        default=None, description="Only entries before (unix seconds, not milliseconds)"
-    )
-    limit: int = Field(default=100, ge=1, le=1000, description="At most this many, the newest")
-
-    @model_validator(mode="after")
-    def _since_before_until(self) -> AuditFilters:
-        if self.since is not None and self.until is not None and self.since >= self.until:
-            raise ValueError(
-                f"since ({self.since:g}) must come before until ({self.until:g}): the range holds no time"
-            )
-        return self

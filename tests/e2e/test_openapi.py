@@ -177,12 +177,16 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
     assert (tag["name"], tag["in"], tag["schema"]["type"]) == ("tag", "query", "array")
     assert (tag["style"], tag["explode"]) == ("form", True)
     samples = {"string": "alpha", "number": 0, "integer": 1}
+    moments = {"since", "until"}  # a number (unix seconds) or a string: a duration ago, an ISO time
     limit = audit["limit"]["schema"]["maximum"]
     with fleet.hub.client() as http:
         for name, parameter in audit.items():
-            taken = http.get("/api/v1/audit", params={name: samples[parameter["schema"]["type"]]})
-            assert taken.status_code == 200, (name, taken.text)
-            spec.check("get", "/api/v1/audit", taken)
+            for option in parameter["schema"].get("anyOf", [parameter["schema"]]):
+                sample = "2h" if name in moments and option["type"] == "string" else samples[option["type"]]
+                taken = http.get("/api/v1/audit", params={name: sample})
+                assert taken.status_code == 200, (name, sample, taken.text)
+                spec.check("get", "/api/v1/audit", taken)
+        assert http.get("/api/v1/audit", params={"since": "2026-01-31T09:15:00Z"}).status_code == 200
         for params in [
             {"limit": limit + 1},
             {"limit": "many"},
@@ -191,6 +195,7 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
             {"since": 1764000000000},  # milliseconds: no time before year 10000
             {"until": "inf"},
             {"since": "nan"},
+            {"since": "yesterday"},  # none of unix seconds, a duration ago, an ISO time
             {"since": 1764000000, "until": 1763000000},  # a range holding no time
         ]:
             refused = http.get("/api/v1/audit", params=params)
