@@ -348,3 +348,48 @@ def test_a_probe_glob_an_enrolled_agents_own_pack_matches_is_no_warning(
     made = sonde_hub(tmp_path, "key", "create", "--name", "k", "--probes", "custom.*")
     assert made.returncode == 0, made.stderr
     assert "warning" not in made.stderr
+
+
+def test_an_agent_glob_or_tag_matching_no_enrolled_agent_is_warned_of_and_taken(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Before, `--agents 'wbe-*'` (a typo) or a tag no agent has made the key with no word, where
+    a `--probes` glob matching no probe was warned of."""
+    db = open_database(data_dir / "sonde.db")
+    try:
+        insert_agent(
+            db, AgentRecord(id="agent-1", name="web-1", public_key="k", enrolled_at=1.0, tags=["prod"])
+        )
+    finally:
+        db.close()
+    made = sonde_hub(
+        tmp_path,
+        "key",
+        "create",
+        "--name",
+        "k",
+        "--agents",
+        "wbe-*",
+        "--agents",
+        "#canary",
+        "--agents",
+        "web-*",
+    )
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("sonde_")
+    warnings = [line for line in made.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "sonde hub: warning: --agents 'wbe-*' matches no agent enrolled now; the key is made all the same, "
+        "as one may enroll later, and reaches no agent through it until then",
+        "sonde hub: warning: --agents '#canary' matches no agent enrolled now (none has the tag canary); "
+        "the key is made all the same, as one may enroll or be tagged later, and reaches no agent through "
+        "it until then",
+    ]
+    assert audit(data_dir, "cli.api_key.create")[0]["detail"]["policy"]["agents"] == [
+        "wbe-*",
+        "#canary",
+        "web-*",
+    ]
+    matching = sonde_hub(tmp_path, "key", "create", "--name", "k2", "--agents", "web-?", "--agents", "#PROD")
+    assert matching.returncode == 0, matching.stderr
+    assert "warning" not in matching.stderr  # a tag matches as a policy matches it: case aside

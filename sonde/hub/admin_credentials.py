@@ -39,7 +39,7 @@ from sonde.hub.keys import (
     list_api_keys,
     revoke_api_key_named,
 )
-from sonde.hub.policy import NewPolicy, Policy, unmatched_probe_globs
+from sonde.hub.policy import NewPolicy, Policy, unmatched_agent_patterns, unmatched_probe_globs
 from sonde.packs.base import Pack, PackLoadError
 from sonde.packs.registry import load_packs
 
@@ -51,6 +51,8 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     try:
         # before the key is made: nothing may stand between its making and its secret's printing
         unmatched = unmatched_probe_globs(policy.probes, known_probe_names(db)) if policy.probes else []
+        enrolled = [(agent.name, agent.tags) for agent in list_agents(db)] if policy.agents else []
+        no_agent = unmatched_agent_patterns(policy.agents, enrolled)
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
         with write_transaction(db):  # the key and its audit entry, or neither; the facts REST's row has
             key, secret = create_api_key(db, name, role=role, policy=policy_data)
@@ -58,6 +60,8 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     finally:
         db.close()
     err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
+    for pattern in no_agent:  # not refused either: the agent may enroll, or be tagged, later
+        err(f"sonde hub: warning: {unmatched_agent_warning(pattern)}")
     for glob in unmatched:  # not refused: the pack may be installed, or its agent enrolled, later
         err(
             f"sonde hub: warning: --probes {echoed(glob)} matches no probe known to this hub (none of its "
@@ -66,6 +70,20 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     err("the secret is shown once:")
     print(secret, flush=True)
     return 0
+
+
+def unmatched_agent_warning(pattern: str) -> str:
+    """What `key_create` says of an ``--agents`` glob or ``#tag`` no agent enrolled now matches."""
+    if pattern.startswith("#"):
+        return (
+            f"--agents {echoed(pattern)} matches no agent enrolled now (none has the tag {pattern[1:]}); "
+            "the key is made all the same, as one may enroll or be tagged later, and reaches no agent "
+            "through it until then"
+        )
+    return (
+        f"--agents {echoed(pattern)} matches no agent enrolled now; the key is made all the same, as "
+        "one may enroll later, and reaches no agent through it until then"
+    )
 
 
 def known_probe_names(db: Database) -> set[str]:

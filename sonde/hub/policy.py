@@ -116,6 +116,19 @@ def unmatched_probe_globs(globs: Iterable[str], probe_names: Iterable[str]) -> l
     return [glob for glob in globs if not any(fnmatch.fnmatchcase(name, glob) for name in names)]
 
 
+def unmatched_agent_patterns(
+    patterns: Iterable[str], agents: Iterable[tuple[str, Iterable[str]]]
+) -> list[str]:
+    """The agent patterns of ``patterns`` (name globs and ``#tags``) that match none of ``agents``,
+    given as (name, tags), as a policy matches them."""
+    known = [(name, list(tags)) for name, tags in agents]
+    return [
+        pattern
+        for pattern in patterns
+        if not any(Policy(agents=(pattern,)).allows_agent(name, tags) for name, tags in known)
+    ]
+
+
 def normalize_tags(tags: Iterable[str]) -> list[str]:
     """Tags as the user typed them, without a leading ``#`` and blanks."""
     return [t.strip().lstrip("#") for t in tags if t.strip().lstrip("#")]
