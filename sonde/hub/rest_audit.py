@@ -49,7 +49,7 @@ def unix_seconds_of(value: object) -> object:
     """``since`` or ``until`` as the unix seconds it names: a plain number left as it is (the field
     reads it as unix seconds, as it always did), a duration ago or an ISO 8601 time turned into
     one. A refusal names the forms there are."""
-    if not isinstance(value, str) or is_number(value):
+    if not isinstance(value, str) or _is_number(value):
         return value
     try:
         return time_ago_or_at(value, time.time(), MOMENT_FORMS)
@@ -57,7 +57,7 @@ def unix_seconds_of(value: object) -> object:
         raise PydanticCustomError("moment", "{message}", {"message": str(exc)}) from None
 
 
-def is_number(text: str) -> bool:
+def _is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
