@@ -57,6 +57,10 @@ def claude_env(home: Path, model: Model) -> dict[str, str]:
     env["ANTHROPIC_API_KEY"] = "sk-ant-scripted"
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env["DISABLE_AUTOUPDATER"] = "1"
+    # `claude -p` connects its MCP servers without waiting for them: a bridge slower to answer
+    # `initialize` than the model's first request (a loaded machine) leaves Sonde's tools out of
+    # the whole turn. README says so, and this, for scripts.
+    env["MCP_CONNECTION_NONBLOCKING"] = "0"
     return env
 
 
