@@ -193,7 +193,7 @@ async def run_probe_for(
         )
     except (AgentUnavailable, ProbeTimeout) as exc:
         outcome, error = "error", str(exc)
-        raise unavailable(f"{exc}. Check list_agents for its status, or try another agent.") from None
+        raise unavailable(f"{exc}. {what_next(hub)}") from None
     except ProbeFailed as exc:
         outcome, error = "error", f"{exc.code}: {exc.message}"
         message = clipped(exc.message, AGENT_ERROR_CHARS)
@@ -223,3 +223,11 @@ async def run_probe_for(
         truncated=payload.meta.truncated,
         redactions=payload.meta.redactions,
     )
+
+
+def what_next(hub: Hub) -> str:
+    """What a caller whose probe found its agent gone can do: another agent, unless the hub itself
+    is stopping, which leaves none."""
+    if hub.fleet.closing is not None:
+        return "Every agent is cut off while the hub stops: call again once it is back."
+    return "Check list_agents for its status, or try another agent."

@@ -69,6 +69,10 @@ async def test_sigterm_answers_a_pending_probe_and_stops_promptly(tmp_path: Path
                 [(is_error, text, answered)] = answers
                 assert is_error, text
                 assert "shutting down" in text, text
+                # not "try another agent": every agent is cut off while the hub stops
+                assert text.endswith(
+                    "Every agent is cut off while the hub stops: call again once it is back."
+                ), text
                 assert answered - signalled < PROMPT_EXIT_S
                 code = hub.proc.popen.wait(15)
                 exited = time.monotonic() - signalled
