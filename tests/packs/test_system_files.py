@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -190,6 +191,16 @@ async def test_file_read_is_bounded(tree: Path) -> None:
     content = await run(tree, "system.files.read", path=str(tree / "big" / "blob.txt"), max_bytes=100)
     assert content["content"] == "x" * 100
     assert (content["truncated"], content["size_bytes"], content["bytes_read"]) == (True, 5000, 100)
+
+
+async def test_file_read_by_default_answers_what_a_client_shows_whole(tree: Path) -> None:
+    # a log of 64 KiB, newlines and quotes in it: by default 32 KiB of it, as well under the
+    # ~50,000 characters past which Claude Code puts a result in a file and shows 2 KB of it
+    log = tree / "big" / "app.log"
+    log.write_text('ts=1 msg="request served" path=/api/v1/items status=200\n' * 1200)
+    content = await run(tree, "system.files.read", path=str(log))
+    assert (content["truncated"], content["bytes_read"]) == (True, 32 * 1024)
+    assert len(json.dumps(content)) < 40_000
 
 
 async def test_file_read_refuses_binary(tree: Path) -> None:

@@ -41,6 +41,9 @@ from sonde.packs.system.textfile import AbsolutePath, permission_error, read_tex
 
 MAX_LIST_ENTRIES = 200_000  # entries one listing looks at
 READ_MAX_BYTES = 1024 * 1024
+# An answer a client shows whole: Claude Code puts a tool result over about 50,000 characters in
+# a file and shows the model its first 2 KB; 64 KiB of text came to some 66,000 as JSON.
+READ_DEFAULT_BYTES = 32 * 1024
 SortKey = Literal["name", "size", "mtime"]
 EntryKind = Literal["file", "directory", "symlink", "other"]
 
@@ -253,7 +256,11 @@ async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing
 class ReadParams(Params):
     path: AbsolutePath
     max_bytes: int = Field(
-        default=64 * 1024, ge=1, le=READ_MAX_BYTES, strict=True, description="Read at most this many bytes."
+        default=READ_DEFAULT_BYTES,
+        ge=1,
+        le=READ_MAX_BYTES,
+        strict=True,
+        description="Read at most this many bytes.",
     )
 
 
@@ -279,9 +286,10 @@ def _read(path: Path, max_bytes: int) -> FileContent:
 @PACK.probe(
     "system.files.read",
     """The start of a text file (allowed paths only, symlinks resolved first), up to
-    `max_bytes` (default 64 KiB, at most 1 MiB): content, file size and whether it was
-    cut. Binary files, directories, devices and FIFOs are refused. Use it to read a config
-    file or a small report; for logs prefer system.logs.tail.""",
+    `max_bytes` (default 32 KiB, at most 1 MiB): content, file size and whether it was
+    cut (then a larger max_bytes reads more). Binary files, directories, devices and
+    FIFOs are refused. Use it to read a config file or a small report; for logs prefer
+    system.logs.tail.""",
     timeout_s=10,
 )
 async def files_read(ctx: ProbeContext, params: ReadParams) -> FileContent:
