@@ -55,6 +55,18 @@ def checked_glob(pattern: str) -> str:
     return pattern
 
 
+def checked_probe_glob(pattern: str) -> str:
+    """``pattern`` as a tool's probe glob: the characters a policy's may hold and sets that can
+    match (`checked_glob`); otherwise a pydantic error whose message says what a glob may hold."""
+    allowed, rule = GLOB_RULES["probes"]
+    if re.fullmatch(allowed, pattern) is None:
+        raise PydanticCustomError("glob_characters", "{message}", {"message": f"{echoed(pattern)} {rule}"})
+    try:
+        return checked_glob(pattern)
+    except ValueError as exc:
+        raise PydanticCustomError("glob_matches_nothing", "{message}", {"message": str(exc)}) from None
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from sonde.hub.auth import Caller
 from sonde.hub.diagnostics import describe_categories
+from sonde.hub.policy import checked_probe_glob, unmatched_probe_globs
 from sonde.hub.probing import visible_agents
 from sonde.hub.tools.base import TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import runnable_categories
@@ -28,8 +32,13 @@ class AgentCapabilities(BaseModel):
 
 class ProbeInfo(BaseModel):
     name: str
-    description: str
-    params_schema: dict[str, Any]
+    description: str = Field(
+        description="Its first sentence, unless 'probes' named it: then all of it, with its params_schema."
+    )
+    params_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="Its parameters' JSON schema, only for a probe 'probes' named (null otherwise).",
+    )
 
 
 class CategoryInfo(BaseModel):
@@ -38,10 +47,27 @@ class CategoryInfo(BaseModel):
 
 
 DEFAULT_AGENTS_SHOWN = 25
+MAX_PROBE_GLOBS = 20
+# A summary is one line a model skims: 53 probes of the built-in packs in some 10 KB of JSON, not
+# the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
+SUMMARY_CHARS = 120
+EXAMPLE_CALL = 'list_capabilities(probes=["system.files.read"])'
+
+ProbeGlob = Annotated[
+    str,
+    Field(max_length=100, description="A probe name or glob, e.g. 'system.files.read' or 'postgres.*'."),
+    AfterValidator(checked_probe_glob),
+]
 
 
 class CapabilitiesInput(ToolInput):
     tags: Annotated[list[TagQuery], TAGS_FIELD]
+    probes: list[ProbeGlob] = Field(
+        default_factory=list,
+        max_length=MAX_PROBE_GLOBS,
+        description="Only probes matching these names or globs, each with its full description and "
+        "parameter JSON schema, e.g. ['postgres.*']. Without it: every probe, with a one-line summary.",
+    )
     limit: int = Field(
         default=DEFAULT_AGENTS_SHOWN,
         ge=1,
@@ -56,20 +82,25 @@ class CapabilitiesOutput(ToolOutput):
     categories: list[CategoryInfo]
     matched: int = Field(description="Agents you can reach (within tags); 'agents' holds the first 'limit'.")
     truncated: bool = Field(description="True when more agents matched than 'limit'.")
+    unmatched_probes: list[str] = Field(
+        description="The globs of 'probes' matching no probe you can run on these agents (see 'note')."
+    )
+    note: str | None = Field(default=None, description="What to do next, when there is something to say.")
 
 
 LIST_CAPABILITIES = f"""Discover what you can ask: every agent you can reach with its status, packs
 (with versions), the probe names and diagnostic categories your key can run; then each probe ONCE
-with its description and parameter JSON schema, and each category with what it checks. Call it
-before probe or diagnose whenever you are not sure of a probe or category name. On a large fleet
-'agents' shows the first 'limit' (default {DEFAULT_AGENTS_SHOWN}) by name; the probes and categories
-cover every agent."""
+with a one-line summary, and each category with what it checks. For probes' parameters call it with
+probes, e.g. {EXAMPLE_CALL} or probes=["postgres.*"]: those probes with their full
+description and parameter JSON schema. Call it before probe or diagnose whenever you are not sure of
+a name. On a large fleet 'agents' shows the first 'limit' (default {DEFAULT_AGENTS_SHOWN}) by name;
+the probes and categories cover every agent."""
 
 
 async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> CapabilitiesOutput:
     hub, caller = call.hub, call.caller
     records = visible_agents(hub, caller, args.tags)
-    catalogue: dict[str, ProbeInfo] = {}
+    runnable: dict[str, dict[str, Any]] = {}  # every probe the key may run on these agents, by name
     # Agents share their packs' descriptions (`sonde.hub.shared_packs`): each is looked at once,
     # not once per agent (10,000 agents took 1.6 s of the event loop), and by its identity, which
     # stays its own while ``records`` holds it.
@@ -82,8 +113,9 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
         for pack in record.packs:
             view = pack_views.get(id(pack))
             if view is None:
-                view = pack_views[id(pack)] = describe_pack(pack, caller, catalogue)
-            packs.append(view)
+                view = pack_views[id(pack)] = describe_pack(pack, caller, args.probes, runnable)
+            if view.probes:  # a pack with nothing the key may run (or asked for) would only be noise
+                packs.append(view)
         shared = tuple(id(pack) for pack in record.packs)  # its packs, at their versions
         categories = category_views.get(shared)
         if categories is None:
@@ -95,27 +127,84 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
                 AgentCapabilities(agent=record.name, status=status, packs=packs, categories=categories)
             )
     descriptions = describe_categories(hub)
+    unmatched = unmatched_probe_globs(args.probes, runnable)
     return CapabilitiesOutput(
         agents=agents,
         matched=len(records),
         truncated=len(records) > args.limit,
-        probes=sorted(catalogue.values(), key=lambda p: p.name),
+        probes=[
+            probe_info(runnable[name], detailed=bool(args.probes))
+            for name in sorted(runnable)
+            if wanted(name, args.probes)
+        ],
         categories=[
             CategoryInfo(category=c, description=descriptions.get(c, "")) for c in sorted(used_categories)
         ],
+        unmatched_probes=unmatched,
+        note=next_step(args.probes, unmatched, sorted(runnable)),
     )
 
 
-def describe_pack(pack: dict[str, Any], caller: Caller, catalogue: dict[str, ProbeInfo]) -> PackOut:
-    """``pack`` as an agent's entry shows it (the probes ``caller`` may run), each of those
-    probes added to ``catalogue`` unless an earlier agent's pack described it."""
+def describe_pack(
+    pack: dict[str, Any], caller: Caller, globs: list[str], runnable: dict[str, dict[str, Any]]
+) -> PackOut:
+    """``pack`` as an agent's entry shows it: the probes ``caller`` may run that match ``globs``
+    (all of them when there is none); each probe ``caller`` may run is added to ``runnable``."""
     allowed = [probe for probe in pack.get("probes", []) if caller.allows_probe(probe["name"])]
     for probe in allowed:
-        if probe["name"] not in catalogue:
-            catalogue[probe["name"]] = ProbeInfo(
-                name=probe["name"], description=probe["description"], params_schema=probe["paramsSchema"]
-            )
-    return PackOut(name=pack["name"], version=pack["version"], probes=[probe["name"] for probe in allowed])
+        runnable.setdefault(probe["name"], probe)
+    shown = [probe["name"] for probe in allowed if wanted(probe["name"], globs)]
+    return PackOut(name=pack["name"], version=pack["version"], probes=shown)
+
+
+def wanted(name: str, globs: list[str]) -> bool:
+    return not globs or any(fnmatch.fnmatchcase(name, glob) for glob in globs)
+
+
+def probe_info(probe: dict[str, Any], *, detailed: bool) -> ProbeInfo:
+    """A probe with its whole description and schema, or (not ``detailed``) its one-line summary."""
+    if detailed:
+        return ProbeInfo(
+            name=probe["name"], description=probe["description"], params_schema=probe["paramsSchema"]
+        )
+    return ProbeInfo(name=probe["name"], description=summary(probe["description"]))
+
+
+# The end of a description's first sentence: a period ending a word, not the one of "e.g." or "i.e.".
+SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.(?=\s|$)")
+
+
+def summary(description: str) -> str:
+    """The first sentence of ``description`` on one line, cut at a word to `SUMMARY_CHARS`."""
+    text = " ".join(description.split())
+    if (end := SENTENCE_END.search(text)) is not None:
+        text = text[: end.end()]
+    if len(text) <= SUMMARY_CHARS:
+        return text
+    return text[: SUMMARY_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
+
+
+def next_step(globs: list[str], unmatched: list[str], runnable: list[str]) -> str | None:
+    """What the model should read before it goes on: where the schemas are, or what its globs missed."""
+    if not globs:
+        return f"Probes show their first sentence only. For full descriptions and parameter schemas call {EXAMPLE_CALL} (globs work)."
+    if not unmatched:
+        return None
+    if not runnable:
+        return f"No probe you can run on these agents matches {quoted(unmatched)}: your key runs none here."
+    close = dict.fromkeys(
+        name for glob in unmatched for name in difflib.get_close_matches(glob, runnable, n=3)
+    )
+    packs = sorted({name.split(".", 1)[0] + ".*" for name in runnable})
+    nearby = f" Close: {', '.join(close)}." if close else ""
+    return (
+        f"No probe you can run on these agents matches {quoted(unmatched)}.{nearby} "
+        f"Packs with probes you can run: {', '.join(packs)}."
+    )
+
+
+def quoted(globs: list[str]) -> str:
+    return ", ".join(repr(glob) for glob in globs)
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [

@@ -1,0 +1,170 @@
+"""list_capabilities discloses probes progressively: every probe's name and first sentence, then the
+full description and parameter schema of the ones a model names in ``probes``.
+
+Before, every call held every probe's whole description and schema: some 60,000 characters with the
+built-in packs, which Claude Code saves to a file and shows the model 2 KB of, so the probe names and
+schemas the instructions send a model there for were out of its sight. These run the tool on an
+in-process hub whose agents describe the built-in packs as a real agent does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from sonde.hub.agent_records import AgentRecord
+from sonde.hub.auth import Caller, caller_for
+from sonde.hub.config import HubConfig
+from sonde.hub.core import Hub, open_hub
+from sonde.hub.keys import ApiKeyRecord
+from sonde.hub.policy import Role
+from sonde.hub.tools.base import ToolCall
+from sonde.hub.tools.capabilities import (
+    MAX_PROBE_GLOBS,
+    SUMMARY_CHARS,
+    CapabilitiesInput,
+    CapabilitiesOutput,
+    list_capabilities,
+    summary,
+)
+from sonde.packs.registry import load_packs
+
+
+def key(role: Role, probes: list[str] | None = None) -> Caller:
+    policy = {"probes": probes} if probes else None
+    return caller_for(
+        ApiKeyRecord(id=f"k-{role}", name=role, prefix="sonde_x", role=role, policy=policy, created_at=0.0)
+    )
+
+
+ADMIN = key("admin")
+BUILT_IN = [pack.descriptor().model_dump(mode="json", by_alias=True) for pack in load_packs().packs.values()]
+EVERY_PROBE = {probe["name"]: probe for pack in BUILT_IN for probe in pack["probes"]}
+
+
+@pytest.fixture
+async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
+    async with open_hub(HubConfig(data_dir=tmp_path)) as opened:
+        opened.fleet.remember(AgentRecord(name="web-1", public_key="x", enrolled_at=0.0, packs=BUILT_IN))
+        yield opened
+
+
+async def capabilities(hub: Hub, caller: Caller = ADMIN, **arguments: Any) -> CapabilitiesOutput:
+    return await list_capabilities(ToolCall(hub, caller), CapabilitiesInput.model_validate(arguments))
+
+
+def as_text(answer: CapabilitiesOutput) -> str:
+    """The answer as the MCP client reads it (`sonde.hub.mcp_server.tool_result`)."""
+    return json.dumps(answer.model_dump(mode="json"), separators=(",", ":"), ensure_ascii=False)
+
+
+async def test_the_overview_names_every_probe_with_a_summary_and_no_schema(hub: Hub) -> None:
+    answer = await capabilities(hub)
+    assert [p.name for p in answer.probes] == sorted(EVERY_PROBE)
+    for probe in answer.probes:
+        assert probe.params_schema is None, probe.name
+        assert 0 < len(probe.description) <= SUMMARY_CHARS, probe.name
+        assert "\n" not in probe.description
+    names = {name for pack in answer.agents[0].packs for name in pack.probes}
+    assert names == set(EVERY_PROBE)
+    assert answer.note is not None
+    assert 'list_capabilities(probes=["system.files.read"])' in answer.note
+    assert answer.unmatched_probes == []
+    # 60,000 characters before; a third of that leaves room for more packs and agents
+    assert len(as_text(answer)) < 20_000
+
+
+async def test_named_probes_come_with_their_whole_description_and_schema(hub: Hub) -> None:
+    answer = await capabilities(hub, probes=["system.files.read", "redis.*"])
+    wanted = ["system.files.read", *sorted(n for n in EVERY_PROBE if n.startswith("redis."))]
+    assert [p.name for p in answer.probes] == sorted(wanted)
+    for probe in answer.probes:
+        assert probe.description == EVERY_PROBE[probe.name]["description"]
+        assert probe.params_schema == EVERY_PROBE[probe.name]["paramsSchema"]
+    packs = {pack.name: pack.probes for pack in answer.agents[0].packs}
+    redis = next(pack for pack in BUILT_IN if pack["name"] == "redis")
+    assert packs == {"system": ["system.files.read"], "redis": [p["name"] for p in redis["probes"]]}
+    assert (answer.unmatched_probes, answer.note) == ([], None)
+
+
+async def test_a_glob_matching_nothing_is_said_with_what_is_near(hub: Hub) -> None:
+    answer = await capabilities(hub, probes=["system.file.read", "system.memory.usage"])
+    assert [p.name for p in answer.probes] == ["system.memory.usage"]
+    assert answer.unmatched_probes == ["system.file.read"]
+    assert answer.note is not None
+    assert answer.note.startswith("No probe you can run on these agents matches 'system.file.read'.")
+    assert "Close: system.files.read" in answer.note
+    assert "system.*" in answer.note
+    assert "postgres.*" in answer.note
+    nothing = await capabilities(hub, probes=["nosuch.*"])
+    assert (nothing.probes, nothing.agents[0].packs, nothing.unmatched_probes) == ([], [], ["nosuch.*"])
+
+
+async def test_a_pack_with_no_probe_the_key_may_run_is_left_out(hub: Hub) -> None:
+    """Before: each of the other packs shown with ``"probes": []``."""
+    member = key("member", ["system.memory.*", "system.disk.usage"])
+    answer = await capabilities(hub, member)
+    assert [(p.name, p.probes) for p in answer.agents[0].packs] == [
+        ("system", ["system.disk.usage", "system.memory.usage"])
+    ]
+    assert [p.name for p in answer.probes] == ["system.disk.usage", "system.memory.usage"]
+
+
+async def test_a_probe_hidden_from_the_key_is_neither_shown_nor_suggested(hub: Hub) -> None:
+    member = key("member", ["system.*"])
+    answer = await capabilities(hub, member, probes=["postgres.locks.blocked", "system.info"])
+    assert [p.name for p in answer.probes] == ["system.info"]
+    assert answer.unmatched_probes == ["postgres.locks.blocked"]
+    assert answer.note is not None
+    assert "postgres" not in answer.note.split("matches 'postgres.locks.blocked'.", 1)[1]
+    assert [pack.name for pack in answer.agents[0].packs] == ["system"]
+
+
+@pytest.mark.parametrize(
+    ("globs", "says"),
+    [
+        (["System.*"], "probe names are lowercase"),
+        (["system files"], "is no probe glob"),
+        (["system.[*]"], "matches no character"),
+        (["system.[abc"], "no closing ']'"),
+        (["x" * 101], "at most 100 characters"),
+        (["system.*"] * (MAX_PROBE_GLOBS + 1), f"at most {MAX_PROBE_GLOBS} items"),
+        ("system.*", "valid list"),
+    ],
+)
+def test_a_glob_that_could_reach_nothing_is_refused_saying_why(globs: object, says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        CapabilitiesInput.model_validate({"probes": globs})
+    assert says in str(refused.value)
+
+
+def test_the_output_schema_declares_what_may_be_null() -> None:
+    """Claude Code validates structuredContent against the output schema: a null where it says object is refused."""
+    schema = CapabilitiesOutput.model_json_schema()
+    probe = schema["$defs"]["ProbeInfo"]
+    assert probe["required"] == ["name", "description"]
+    assert {"type": "null"} in probe["properties"]["params_schema"]["anyOf"]
+    assert {"type": "null"} in schema["properties"]["note"]["anyOf"]
+    assert "note" not in schema["required"]
+
+
+@pytest.mark.parametrize(
+    ("description", "expected"),
+    [
+        ("Who this machine is: host name.\n    Use it first.", "Who this machine is: host name."),
+        (
+            "Errors (e.g. Destination Host\n    Unreachable) and more. Then.",
+            "Errors (e.g. Destination Host Unreachable) and more.",
+        ),
+        ("No period at all", "No period at all"),
+        ("word " * 40, ("word " * 23).strip() + "…"),
+    ],
+)
+def test_a_summary_is_the_first_sentence_on_one_bounded_line(description: str, expected: str) -> None:
+    assert summary(description) == expected
+    assert len(summary(description)) <= SUMMARY_CHARS
