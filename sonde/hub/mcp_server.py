@@ -52,8 +52,9 @@ INSTRUCTIONS = """Sonde gives you read-only, structured probes of a fleet of mac
 Nothing you call can change a machine. Workflow:
 1. Broad question ("is something wrong?", "how is prod?"): start with health_check. It runs every
    applicable diagnostic category on the matching agents and returns ranked findings.
-2. To learn what exists, call list_capabilities: agents, their probes with parameter schemas, and
-   diagnostic categories. Never guess a probe name; use only names list_capabilities returns.
+2. To learn what exists, call list_capabilities: agents, their probes (one line each) and diagnostic
+   categories. Never guess a probe name; use only names list_capabilities returns. For parameter
+   schemas call it with probe names or globs, e.g. list_capabilities(probes=["system.files.read"]).
 3. For one area on one agent use diagnose(agent, category), e.g. category "system".
 4. For one reading use probe(agent, probe, params), e.g. probe="system.memory.usage" or
    probe="system.disk.usage".

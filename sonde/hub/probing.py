@@ -7,6 +7,8 @@ and the audit record are the same whichever door a call came in by.
 
 from __future__ import annotations
 
+import difflib
+import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -119,7 +121,8 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
         why = f" {capitalized(older)}." if older else pack_not_run(hub, record, probe)
         raise not_found(
             f"Unknown probe {echoed(probe)} on agent {record.name}.{why} "
-            f"Available: {', '.join(available) or 'none'}. Call list_capabilities for their parameters."
+            f"Available: {', '.join(available) or 'none'}. "
+            f"Call {schema_call(difflib.get_close_matches(probe, available, n=1) or ['<name>'])} for its parameters."
         )
     spec = hub.packs.probe(probe)
     if spec is not None:  # a pack the hub does not have: the agent validates
@@ -128,9 +131,14 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
         except ValidationError as exc:
             raise HubError(
                 f"Invalid params for {probe}: {describe_params_error(exc)}. "
-                "Its parameter schema is in list_capabilities.",
+                f"Call {schema_call([probe])} for its parameter schema.",
                 "invalid_params",
             ) from None
+
+
+def schema_call(probes: list[str]) -> str:
+    """The `list_capabilities` call that answers these probes' parameter schemas, as a model writes it."""
+    return f"list_capabilities(probes={json.dumps(probes)})"
 
 
 async def refresh_record(hub: Hub, record: AgentRecord) -> AgentRecord:

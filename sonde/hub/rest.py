@@ -160,9 +160,10 @@ def create_rest_app(hub: Hub) -> QuartTrio:
 
 
 # The tools and the routes share their refusals, which name the MCP tool to look things up
-# with; a REST caller is pointed at the route that answers the same.
+# with (a call's arguments too: `list_capabilities(probes=["system.info"])`); a REST caller is
+# pointed at the route that answers the same.
 REST_EQUIVALENTS = {"list_agents": "GET /api/v1/agents", "list_capabilities": "GET /api/v1/packs"}
-TOOL_NAMES = re.compile(r"\b(" + "|".join(REST_EQUIVALENTS) + r")\b")
+TOOL_NAMES = re.compile(r"\b(" + "|".join(REST_EQUIVALENTS) + r")\b(?:\([^()]*\))?")
 
 
 def for_rest(message: str) -> str:

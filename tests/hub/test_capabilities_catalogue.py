@@ -21,8 +21,11 @@ from sonde.hub.agent_records import AgentRecord
 from sonde.hub.auth import Caller, caller_for
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, open_hub
+from sonde.hub.errors import HubError
 from sonde.hub.keys import ApiKeyRecord
 from sonde.hub.policy import Role
+from sonde.hub.probing import check_probe
+from sonde.hub.rest import for_rest
 from sonde.hub.tools.base import ToolCall
 from sonde.hub.tools.capabilities import (
     MAX_PROBE_GLOBS,
@@ -168,3 +171,30 @@ def test_the_output_schema_declares_what_may_be_null() -> None:
 def test_a_summary_is_the_first_sentence_on_one_bounded_line(description: str, expected: str) -> None:
     assert summary(description) == expected
     assert len(summary(description)) <= SUMMARY_CHARS
+
+
+# --- the refusals that send a model for a schema name the call that answers it ----------------
+
+
+def refusal(hub: Hub, probe: str, params: dict[str, Any]) -> str:
+    record = next(iter(hub.fleet.records.values()))
+    with pytest.raises(HubError) as refused:
+        check_probe(hub, ADMIN, record, probe, params)
+    return str(refused.value)
+
+
+async def test_invalid_params_name_the_call_with_the_schema(hub: Hub) -> None:
+    message = refusal(hub, "system.files.read", {"nope": 1})
+    assert message.startswith("Invalid params for system.files.read: ")
+    assert message.endswith('Call list_capabilities(probes=["system.files.read"]) for its parameter schema.')
+    assert for_rest(message).endswith("Call GET /api/v1/packs for its parameter schema.")
+
+
+async def test_an_unknown_probe_names_the_call_for_the_closest_one(hub: Hub) -> None:
+    close = refusal(hub, "system.file.read", {})
+    assert close.endswith('Call list_capabilities(probes=["system.files.read"]) for its parameters.')
+    assert for_rest(close).endswith(
+        "Available: " + ", ".join(sorted(EVERY_PROBE)) + ". Call GET /api/v1/packs for its parameters."
+    )
+    far = refusal(hub, "zz.zz", {})
+    assert far.endswith('Call list_capabilities(probes=["<name>"]) for its parameters.')

@@ -42,3 +42,18 @@ def test_every_tool_is_read_only_with_schemas() -> None:
         assert len(tool.description) > 100, tool.name
         assert tool.input_schema()["additionalProperties"] is False
         assert tool.output_schema()["type"] == "object"
+
+
+def test_every_text_that_sends_a_model_for_parameters_names_the_call_that_answers_them() -> None:
+    """list_capabilities without 'probes' gives no schema: 'the schema is in list_capabilities' sent
+    a model to an answer without it."""
+    probe = next(tool for tool in all_tools() if tool.name == "probe")
+    capabilities = next(tool for tool in all_tools() if tool.name == "list_capabilities")
+    texts = {
+        "instructions": INSTRUCTIONS,
+        "probe": probe.description,
+        "probe.params": probe.input_schema()["properties"]["params"]["description"],
+        "list_capabilities": capabilities.description,
+    }
+    for where, text in texts.items():
+        assert "list_capabilities(probes=[" in text, where

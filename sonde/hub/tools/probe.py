@@ -26,7 +26,8 @@ class ProbeInput(ToolInput):
         ),
     ]
     params: dict[str, JsonValue] = Field(
-        default_factory=dict, description="The probe's parameters, as its schema in list_capabilities says."
+        default_factory=dict,
+        description='The probe\'s parameters, as its schema says: list_capabilities(probes=["<probe>"]).',
     )
 
 
@@ -42,7 +43,8 @@ class ProbeOutput(ToolOutput):
 
 DESCRIPTION = """Run ONE read-only probe on ONE agent and return its structured reading.
 Use it for a specific measurement, or to follow up on a finding from health_check or diagnose.
-Probe names and their parameters come from list_capabilities: never guess a probe name.
+Probe names come from list_capabilities: never guess one. A probe's parameter schema comes from
+list_capabilities(probes=["<probe>"]).
 Example: agent="web-1", probe="system.memory.usage", params={}."""
 
 
