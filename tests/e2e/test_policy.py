@@ -61,9 +61,15 @@ async def test_every_tool_stays_inside_the_policy(scoped: tuple[RunningHub, str]
         caps = await call(client, "list_capabilities")
         assert [a["agent"] for a in caps["agents"]] == ["alpha"]
         assert {p["name"] for p in caps["probes"]} == ALLOWED_PROBES
-        system_pack = next(p for p in caps["agents"][0]["packs"] if p["name"] == "system")
-        assert set(system_pack["probes"]) == ALLOWED_PROBES
-        assert all(not p["probes"] for p in caps["agents"][0]["packs"] if p["name"] != "system")
+        # the other packs hold nothing the key may run: left out, not shown with no probes
+        assert [(p["name"], set(p["probes"])) for p in caps["agents"][0]["packs"]] == [
+            ("system", ALLOWED_PROBES)
+        ]
+        named = await call(client, "list_capabilities", probes=["system.disk.usage", "system.info"])
+        assert [p["name"] for p in named["probes"]] == ["system.info"]
+        assert named["probes"][0]["params_schema"] is not None
+        assert named["unmatched_probes"] == ["system.disk.usage"]  # as if it did not exist
+        assert named["note"].count("system.disk.usage") == 1
 
         report = await call(client, "health_check")
         assert report["summary"]["agents_checked"] == 1

@@ -108,7 +108,12 @@ async def test_list_capabilities_names_every_probe_once(
         probe_names = [p["name"] for p in caps["probes"]]
         assert len(probe_names) == len(set(probe_names))
         assert "system.memory.usage" in probe_names
+        assert {name for pack in beta["packs"] for name in pack["probes"]} == set(probe_names)
         cpu = next(p for p in caps["probes"] if p["name"] == "system.cpu.usage")
+        assert cpu["description"].startswith("CPU load and utilisation")
+        assert cpu["params_schema"] is None  # the overview names probes; 'probes' asks for schemas
+        named = await call(client, "list_capabilities", tags=["staging"], probes=["system.cpu.usage"])
+        (cpu,) = named["probes"]
         assert cpu["params_schema"]["additionalProperties"] is False
         assert "interval_s" in cpu["params_schema"]["properties"]
         assert {c["category"] for c in caps["categories"]} >= {"system", "toolcheck"}
@@ -117,6 +122,42 @@ async def test_list_capabilities_names_every_probe_once(
         assert [a["agent"] for a in first["agents"]] == ["alpha"]
         assert (first["matched"], first["truncated"]) == (3, True)
         assert {c["category"] for c in first["categories"]} >= {"system", "toolcheck"}  # still every agent's
+
+
+# Claude Code saves a tool result over about 50,000 characters to a file and shows the model a
+# 2 KB preview of it. The overview must stay well inside that, with room for more packs and agents,
+# or the probe names the instructions send a model to list_capabilities for are out of its sight
+# (it was ~60,000 characters with the built-in packs, every probe's schema in it).
+OVERVIEW_MAX_CHARS = 20_000
+
+
+async def test_the_overview_stays_readable_and_a_named_probe_has_its_schema(
+    fleet: tuple[RunningHub, dict[str, EnrolledAgent]],
+) -> None:
+    hub, _ = fleet
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        overview = await client.call_tool("list_capabilities", {})
+        named = await call(client, "list_capabilities", probes=["system.files.read"])
+        missed = await call(client, "list_capabilities", probes=["system.file.read"])
+    assert not overview.is_error
+    text = overview.content[0].text  # type: ignore[union-attr]
+    assert len(text) < OVERVIEW_MAX_CHARS, len(text)
+    listed = json.loads(text)
+    assert len(listed["agents"]) == 3
+    assert {"system.files.read", "system.memory.usage"} <= {p["name"] for p in listed["probes"]}
+    assert all(p["params_schema"] is None for p in listed["probes"])
+    assert 'list_capabilities(probes=["system.files.read"])' in listed["note"]
+    (read,) = named["probes"]
+    assert read["name"] == "system.files.read"
+    assert read["params_schema"]["additionalProperties"] is False
+    assert {"path", "max_bytes"} <= set(read["params_schema"]["properties"])
+    assert len(read["description"]) > len(
+        next(p for p in listed["probes"] if p["name"] == read["name"])["description"]
+    )
+    assert [[p["probes"] for p in a["packs"]] for a in named["agents"]] == [[["system.files.read"]]] * 3
+    assert (named["unmatched_probes"], named["note"]) == ([], None)
+    assert (missed["probes"], missed["unmatched_probes"]) == ([], ["system.file.read"])
+    assert "Close: system.files.read" in missed["note"]
 
 
 async def test_health_check_is_partial_at_the_deadline_with_progress(
