@@ -1,4 +1,11 @@
-"""`list_capabilities`: what every reachable agent can be asked, so a model never guesses."""
+"""`list_capabilities`: what every reachable agent can be asked, so a model never guesses.
+
+It discloses probes in two steps. Called plainly it names every probe the key may run with the
+first sentence of its description and no schema: with the built-in packs every description and
+schema came to some 60,000 characters, past what a client shows a model (Claude Code files a
+result over ~50,000 and shows 2 KB of it). Called with ``probes`` (names or globs) it gives the
+matching probes whole, each with its parameter JSON schema, and says which globs matched nothing.
+"""
 
 from __future__ import annotations
 
