@@ -66,6 +66,16 @@ def as_text(answer: CapabilitiesOutput) -> str:
     return json.dumps(answer.model_dump(mode="json"), separators=(",", ":"), ensure_ascii=False)
 
 
+async def test_on_a_large_fleet_the_overview_stays_short_enough_to_be_shown_whole(hub: Hub) -> None:
+    # 40 agents with every built-in pack: the agents shown by default (10) and the catalogue stay
+    # well under the ~50,000 characters past which Claude Code files a result and shows 2 KB of it
+    for n in range(2, 41):
+        hub.fleet.remember(AgentRecord(name=f"web-{n}", public_key="x", enrolled_at=0.0, packs=BUILT_IN))
+    answer = await capabilities(hub)
+    assert (len(answer.agents), answer.matched, answer.truncated) == (10, 40, True)
+    assert len(as_text(answer)) < 35_000
+
+
 async def test_the_overview_names_every_probe_with_a_summary_and_no_schema(hub: Hub) -> None:
     answer = await capabilities(hub)
     assert [p.name for p in answer.probes] == sorted(EVERY_PROBE)

@@ -53,7 +53,9 @@ class CategoryInfo(BaseModel):
     description: str
 
 
-DEFAULT_AGENTS_SHOWN = 25
+# Each agent shown names its packs' probes (some 1,600 characters with the built-in packs): 25 of
+# them took the overview past the ~50,000 characters a client shows whole. list_agents lists more.
+DEFAULT_AGENTS_SHOWN = 10
 MAX_PROBE_GLOBS = 20
 # A summary is one line a model skims: 53 probes of the built-in packs in some 10 KB of JSON, not
 # the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
