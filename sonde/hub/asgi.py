@@ -28,7 +28,7 @@ from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving
 from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
 from sonde.hub.mcp_server import SondeUser
-from sonde.hub.tools import all_tools
+from sonde.hub.tools import agent_waiting_calls, all_tools
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -207,7 +207,7 @@ class RootApp:
         self.hub = hub
         self.mcp = mcp
         self.quart_app = quart_app
-        self.progress_tools = frozenset(spec.name for spec in all_tools() if spec.reports_progress)
+        self.waits_on_agents = agent_waiting_calls(hub, all_tools())  # their calls may stream: mcp_answers
         self.in_flight = McpInFlight()
         self.rebinding_log = RebindingLog()
 
@@ -312,7 +312,7 @@ class RootApp:
             body = await self.read_mcp_body(headers, receive, send)
             if body is None:
                 return
-            post = McpPost(plan_answer(body, self.progress_tools), body, receive, send)
+            post = McpPost(plan_answer(body, self.waits_on_agents), body, receive, send)
             with serving(post):
                 await self.mcp.handle_request(scope, post.receive, post.send)
         finally:

@@ -1,16 +1,22 @@
-"""Answer an MCP request as one JSON body unless it asks a tool that reports progress for it.
+"""Answer an MCP request as one JSON body unless it asks for progress on a call that waits on agents.
 
 The SDK's streamable HTTP transport answers either every request of a
-session over SSE or every one as a JSON body. SSE is what carries progress
-notifications, but for a call that asked for none it doubles the hub's CPU
-per call (an event-stream response with its writer and watcher tasks and
-several sends instead of one). Here the choice is made per request: a
-``tools/call`` of a tool that reports progress (`ToolSpec.reports_progress`:
-``health_check``) whose ``params._meta.progressToken`` is set is answered over
-SSE, anything else as a single ``application/json`` body. A progress token
-on a call to any other tool asks for what it would never get (those tools
-send no progress), so it does not buy an event stream. Both are answers the
-MCP specification lets a server give, and every conforming client reads both.
+session over SSE or every one as a JSON body. SSE sends the response
+headers at once and carries progress notifications, but for a call that
+asked for none it doubles the hub's CPU per call (an event-stream response
+with its writer and watcher tasks and several sends instead of one). Here
+the choice is made per request: a ``tools/call`` whose
+``params._meta.progressToken`` is set, of a tool that waits on agents with
+those arguments (`ToolSpec.waits_on_agents`: probe, diagnose, health_check,
+query_logs of an agent's logs), is answered over SSE, anything else as a
+single ``application/json`` body. Such a call may run as long as its probe's
+timeout (up to an hour): a client that waits for response headers only so
+long (Claude Code: 60 s) must have them at once.
+A tool that answers from the hub (list_agents, list_capabilities,
+agent_overview, query_logs of the audit trail) answers as JSON even with a
+progress token: it is done before any client would give up. Both are
+answers the MCP specification lets a server give, and every conforming
+client reads both.
 
 `plan_answer` reads the request body (the root app has it in hand) and
 says which; `serving` marks the request task (an `McpPost`) for the transport.
@@ -32,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -67,13 +73,13 @@ class AnswerPlan:
     as_json: bool
 
 
-def plan_answer(body: bytes, progress_tools: frozenset[str]) -> AnswerPlan | None:
+def plan_answer(body: bytes, waits_on_agents: Callable[[str, Any], bool]) -> AnswerPlan | None:
     """How to answer the request in ``body``; None for anything that is not one.
 
-    A well-formed request with a plain id is answered as JSON unless it calls
-    one of ``progress_tools`` with a progress token; anything else
-    (notifications, responses, bodies the SDK will refuse) takes the SDK's
-    own path unchanged.
+    A well-formed request with a plain id is answered as JSON unless it is a
+    ``tools/call`` with a progress token that ``waits_on_agents(tool, arguments)``
+    says waits on agents; anything else (notifications, responses, bodies the
+    SDK will refuse) takes the SDK's own path unchanged.
     """
     try:
         message = json.loads(body)
@@ -91,8 +97,12 @@ def plan_answer(body: bytes, progress_tools: frozenset[str]) -> AnswerPlan | Non
     if meta is not None and not isinstance(meta, dict):
         return None
     wants_progress = meta is not None and meta.get("progressToken") is not None
+    tool = (params or {}).get("name")
     over_sse = (
-        wants_progress and message["method"] == "tools/call" and (params or {}).get("name") in progress_tools
+        wants_progress
+        and message["method"] == "tools/call"
+        and isinstance(tool, str)
+        and waits_on_agents(tool, (params or {}).get("arguments"))
     )
     return AnswerPlan(str(request_id), request_id, as_json=not over_sse)
 

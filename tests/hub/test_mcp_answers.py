@@ -17,11 +17,15 @@ def body(message: Any) -> bytes:
     return json.dumps(message).encode()
 
 
-PROGRESS_TOOLS = frozenset({"health_check"})
+def waits(tool: str, arguments: Any) -> bool:
+    """Which calls wait on agents: health_check and probe always, query_logs unless of the audit trail."""
+    if tool == "query_logs":
+        return (arguments or {}).get("source") != "audit"
+    return tool in ("health_check", "probe")
 
 
-def call(request_id: object, tool: str, meta: object = None) -> dict[str, object]:
-    params: dict[str, object] = {"name": tool, "arguments": {}}
+def call(request_id: object, tool: str, meta: object = None, arguments: object = None) -> dict[str, object]:
+    params: dict[str, object] = {"name": tool, "arguments": arguments or {}}
     if meta is not None:
         params["_meta"] = meta
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
@@ -35,11 +39,23 @@ def call(request_id: object, tool: str, meta: object = None) -> dict[str, object
         (call(3, "health_check"), "3"),
         (call(3, "health_check", {}), "3"),
         (call(3, "health_check", {"progressToken": None}), "3"),
-        # asks a tool that reports progress for it: SSE
+        # asks for progress on a call that waits on agents: SSE (headers at once, keepalives)
         (call(3, "health_check", {"progressToken": 1}), None),
         (call(3, "health_check", {"progressToken": "p"}), None),
-        # asks for progress a tool never sends: JSON all the same
-        (call(3, "probe", {"progressToken": 1}), "3"),
+        (call(3, "probe", {"progressToken": 1}), None),
+        (call(3, "query_logs", {"progressToken": 1}, {"source": "systemd"}), None),
+        # a call that answers from the hub: JSON all the same
+        (call(3, "list_agents", {"progressToken": 1}), "3"),
+        (call(3, "query_logs", {"progressToken": 1}, {"source": "audit"}), "3"),
+        (
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": 5, "_meta": {"progressToken": 1}},
+            },
+            "3",
+        ),
         ({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {"progressToken": 1}}}, "4"),
         # not a request, or not one the SDK will take: its own path
         ({"jsonrpc": "2.0", "method": "notifications/initialized"}, None),
@@ -52,19 +68,19 @@ def call(request_id: object, tool: str, meta: object = None) -> dict[str, object
     ],
 )
 def test_plan_answer(message: Any, expected: str | None) -> None:
-    plan = plan_answer(body(message), PROGRESS_TOOLS)
+    plan = plan_answer(body(message), waits)
     assert (plan.request_id if plan is not None and plan.as_json else None) == expected
 
 
 def test_plan_answer_keeps_the_id_of_a_request_answered_over_sse() -> None:
-    plan = plan_answer(body(call(3, "health_check", {"progressToken": 1})), PROGRESS_TOOLS)
+    plan = plan_answer(body(call(3, "health_check", {"progressToken": 1})), waits)
     assert plan is not None
     assert (plan.request_id, plan.wire_id, plan.as_json) == ("3", 3, False)
 
 
 def test_plan_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
-    assert plan_answer(b"{not json", PROGRESS_TOOLS) is None
-    assert plan_answer(b"\xff\xfe", PROGRESS_TOOLS) is None
+    assert plan_answer(b"{not json", waits) is None
+    assert plan_answer(b"\xff\xfe", waits) is None
 
 
 def related(message: Any, request_id: int | str) -> SessionMessage:

@@ -7,7 +7,7 @@ next; the MCP layer turns it into a tool error result.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
@@ -123,6 +123,19 @@ class ToolCall:
     progress: ProgressFn = no_progress
 
 
+@dataclass(frozen=True, slots=True)
+class AgentWait:
+    """What a tool call waits for, as a keepalive names it (``alpha: system.network.traceroute``),
+    and the call's deadline in seconds (None: not known)."""
+
+    awaited: str
+    deadline_s: float | None
+
+
+# How a call with these (validated) arguments waits on agents; None: it answers from the hub at once.
+WaitsOnAgents = Callable[["Hub", Any], AgentWait | None]
+
+
 @dataclass(frozen=True)
 class ToolSpec(Generic[InT, OutT]):
     name: str
@@ -130,7 +143,20 @@ class ToolSpec(Generic[InT, OutT]):
     input_model: type[InT]
     output_model: type[OutT]
     handler: Callable[[ToolCall, InT], Awaitable[OutT]]
-    reports_progress: bool = False  # only these get the caller's progress; see sonde.hub.mcp_answers
+    reports_progress: bool = False  # the tool reports its own progress (health_check: agents checked)
+    # a call that waits on agents and asks for progress is answered over SSE; see sonde.hub.mcp_answers
+    waits_on_agents: WaitsOnAgents | None = None
+
+    def agent_wait(self, hub: Hub, arguments: Mapping[str, Any]) -> AgentWait | None:
+        """What a call with ``arguments`` waits on; None if it waits on no agent or its
+        arguments are invalid (it is refused at once)."""
+        if self.waits_on_agents is None:
+            return None
+        try:
+            args = self.input_model.model_validate(arguments)
+        except ValueError:  # pydantic's ValidationError is one
+            return None
+        return self.waits_on_agents(hub, args)
 
     def input_schema(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()

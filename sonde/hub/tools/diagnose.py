@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 from pydantic import BaseModel, Field, JsonValue
@@ -11,9 +11,22 @@ from pydantic import BaseModel, Field, JsonValue
 from sonde.hub.diagnostics import RunbookOutcome, run_runbooks, runbooks_for
 from sonde.hub.errors import Denial, forbidden, not_found, unavailable
 from sonde.hub.probing import agent_probes, capitalized, current_status, held, older_pack, resolve_agent
-from sonde.hub.tools.base import AGENT_FIELD, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import (
+    AGENT_FIELD,
+    AgentWait,
+    DurationMs,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+    ToolSpec,
+)
 from sonde.hub.tools.health import CATEGORY, READING_CAP_BYTES, FindingOut, finding_outs
 from sonde.packs.executor import cap_result
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
+
+RUNBOOK_GRACE_S = 2  # a runbook's probes may run their full timeout; its answer comes within this after
 
 
 class DiagnoseInput(ToolInput):
@@ -105,7 +118,7 @@ async def diagnose_agent(
         raise not_found(f"Agent {record.name} offers none of the {category!r} category's probes: {why}.")
     outcome = RunbookOutcome(record, runbook)
     started = time.perf_counter()
-    with trio.move_on_after(hub.config.probe_timeout_s + 2):
+    with trio.move_on_after(hub.config.probe_timeout_s + RUNBOOK_GRACE_S):
         await run_runbooks(hub, caller, [[outcome]], via=via)
     await hub.audit(
         caller.key_id,
@@ -118,4 +131,12 @@ async def diagnose_agent(
     return outcome
 
 
-TOOLS: list[ToolSpec[Any, Any]] = [ToolSpec("diagnose", DIAGNOSE, DiagnoseInput, DiagnoseOutput, diagnose)]
+def diagnose_wait(hub: Hub, args: DiagnoseInput) -> AgentWait:
+    return AgentWait(
+        f"{args.agent}: the {args.category} runbook", hub.config.probe_timeout_s + RUNBOOK_GRACE_S
+    )
+
+
+TOOLS: list[ToolSpec[Any, Any]] = [
+    ToolSpec("diagnose", DIAGNOSE, DiagnoseInput, DiagnoseOutput, diagnose, waits_on_agents=diagnose_wait)
+]

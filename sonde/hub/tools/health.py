@@ -16,6 +16,7 @@ from sonde.hub.probing import current_status, resolve_agent, visible_agents
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     TAGS_FIELD,
+    AgentWait,
     TagQuery,
     ThrottledProgress,
     ToolCall,
@@ -26,6 +27,7 @@ from sonde.hub.tools.base import (
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
+    from sonde.hub.core import Hub
 
 CATEGORY = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 READING_CAP_BYTES = 16 * 1024
@@ -374,8 +376,20 @@ async def health_check(
     return summarize_outcomes(outcomes, unreachable, started, categories_not_found=not_found_categories)
 
 
+def health_wait(hub: Hub, args: HealthCheckInput) -> AgentWait:
+    tags = " ".join(f"#{tag}" for tag in normalize_tags(args.tags))
+    awaited = args.agent or (f"the agents tagged {tags}" if tags else "the fleet")
+    return AgentWait(f"{awaited}: health_check", args.deadline_s)
+
+
 TOOLS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
-        "health_check", HEALTH_CHECK, HealthCheckInput, HealthCheckOutput, health_check, reports_progress=True
+        "health_check",
+        HEALTH_CHECK,
+        HealthCheckInput,
+        HealthCheckOutput,
+        health_check,
+        reports_progress=True,
+        waits_on_agents=health_wait,
     ),
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, WithJsonSchema, model_validator
 
@@ -19,9 +19,12 @@ from sonde.hub.audit_query import query_audit_page
 from sonde.hub.durations import parse_duration
 from sonde.hub.errors import HubError, not_found
 from sonde.hub.probing import resolve_agent, run_probe_for
-from sonde.hub.tools.base import DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import AgentWait, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import iso
 from sonde.packs.systemd.timespec import LAST_TIME_S
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
 
 SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
 SINCE_PATTERN = r"^(\d{1,5}[smhd]|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?Z?)$"
@@ -263,6 +266,14 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
     )
 
 
+def logs_wait(hub: Hub, args: QueryLogsInput) -> AgentWait | None:
+    """An agent's logs are read by a probe there; the audit trail (or a call with no agent,
+    refused) answers from the hub at once."""
+    if args.source == "audit" or args.agent is None:
+        return None
+    return AgentWait(f"{args.agent}: its {args.source} logs", hub.config.probe_timeout_s)
+
+
 TOOLS: list[ToolSpec[Any, Any]] = [
-    ToolSpec("query_logs", QUERY_LOGS, QueryLogsInput, QueryLogsOutput, query_logs)
+    ToolSpec("query_logs", QUERY_LOGS, QueryLogsInput, QueryLogsOutput, query_logs, waits_on_agents=logs_wait)
 ]

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, JsonValue
 
 from sonde.hub.probing import resolve_agent, run_probe_for
-from sonde.hub.tools.base import AGENT_FIELD, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import (
+    AGENT_FIELD,
+    AgentWait,
+    DurationMs,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+    ToolSpec,
+)
 from sonde.protocol.names import PROBE_NAME_PATTERN
+
+if TYPE_CHECKING:
+    from sonde.hub.core import Hub
 
 # Probe names are a pack, an area and a metric ('postgres.queries.long_running': 29 characters);
 # a longer one is no probe, and the refusal must not echo a megabyte back.
@@ -54,4 +65,10 @@ async def run_probe(call: ToolCall, args: ProbeInput) -> ProbeOutput:
     return ProbeOutput(**reading.__dict__)
 
 
-TOOLS: list[ToolSpec[Any, Any]] = [ToolSpec("probe", DESCRIPTION, ProbeInput, ProbeOutput, run_probe)]
+def probe_wait(hub: Hub, args: ProbeInput) -> AgentWait:
+    return AgentWait(f"{args.agent}: {args.probe}", hub.config.probe_timeout_s)
+
+
+TOOLS: list[ToolSpec[Any, Any]] = [
+    ToolSpec("probe", DESCRIPTION, ProbeInput, ProbeOutput, run_probe, waits_on_agents=probe_wait)
+]
