@@ -11,7 +11,8 @@ those arguments (`ToolSpec.waits_on_agents`: probe, diagnose, health_check,
 query_logs of an agent's logs), is answered over SSE, anything else as a
 single ``application/json`` body. Such a call may run as long as its probe's
 timeout (up to an hour): a client that waits for response headers only so
-long (Claude Code: 60 s) must have them at once.
+long (Claude Code: 60 s) must have them at once, and the call sends a
+keepalive progress notification while it waits (`sonde.hub.mcp_keepalive`).
 A tool that answers from the hub (list_agents, list_capabilities,
 agent_overview, query_logs of the audit trail) answers as JSON even with a
 progress token: it is done before any client would give up. Both are

@@ -1,7 +1,8 @@
 """The MCP server: our tools on the SDK's low-level `Server`, served stateful.
 
-A call that asks a progress-reporting tool for progress is answered over
-SSE, anything else as one JSON body (`sonde.hub.mcp_answers`).
+A call that asks for progress from a tool that waits on agents is answered
+over SSE, with a keepalive while it waits (`sonde.hub.mcp_keepalive`);
+anything else as one JSON body (`sonde.hub.mcp_answers`).
 
 Each tool call is one supervision boundary: `ToolError` and bad arguments
 become tool error results a model can read; `trio.Cancelled` passes through
@@ -34,11 +35,12 @@ from sonde.hub.auth import Caller
 from sonde.hub.errors import database_damaged, database_unavailable, is_damaged_database
 from sonde.hub.keys import get_api_key
 from sonde.hub.mcp_events import EventLog
+from sonde.hub.mcp_keepalive import call_kept_alive
 from sonde.hub.mcp_sessions import SessionManager
 from sonde.hub.probing import capitalized
 from sonde.hub.store import StoreCommitFailed
 from sonde.hub.tools import all_tools
-from sonde.hub.tools.base import ToolCall, ToolError, ToolSpec, no_progress
+from sonde.hub.tools.base import ProgressFn, ToolCall, ToolError, ToolSpec, no_progress
 from sonde.packs.executor import describe_params_error
 
 if TYPE_CHECKING:
@@ -184,8 +186,7 @@ async def call_tool(
             outcome = "audit_unavailable"
             return tool_error(refusal)
         args = spec.input_model.model_validate(arguments)
-        progress = ctx.session.report_progress if spec.reports_progress else no_progress
-        output = await spec.handler(ToolCall(hub, caller, progress), args)
+        output = await run_handler(hub, spec, ctx, caller, args)
         outcome = "ok"
         return tool_result(output.model_dump(mode="json"))
     except ValidationError as exc:
@@ -230,6 +231,26 @@ async def call_tool(
                 duration_ms=(time.perf_counter() - started) * 1000,
                 detail=detail,
             )
+
+
+async def run_handler(
+    hub: Hub, spec: ToolSpec[Any, Any], ctx: ServerRequestContext[Any, Any], caller: Caller, args: Any
+) -> Any:
+    """The tool's answer; a call that waits on agents and asked for progress has a keepalive
+    going while it runs (answered over SSE: `sonde.hub.mcp_answers`)."""
+    report = ctx.session.report_progress
+    own = report if spec.reports_progress else no_progress
+    asked = ctx.meta is not None and ctx.meta.get("progress_token") is not None
+    wait = spec.waits_on_agents(hub, args) if asked and spec.waits_on_agents is not None else None
+    if wait is None:
+        return await spec.handler(ToolCall(hub, caller, own), args)
+
+    async def handler(progress: ProgressFn) -> Any:
+        return await spec.handler(
+            ToolCall(hub, caller, progress if spec.reports_progress else no_progress), args
+        )
+
+    return await call_kept_alive(handler, report, wait, tool_counts=spec.reports_progress)
 
 
 def transport_security(hub: Hub, bound_port: int) -> TransportSecuritySettings:
