@@ -238,12 +238,12 @@ async def run_handler(
 ) -> Any:
     """The tool's answer; a call that waits on agents and asked for progress has a keepalive
     going while it runs (answered over SSE: `sonde.hub.mcp_answers`)."""
-    report = ctx.session.report_progress
-    own = report if spec.reports_progress else no_progress
     asked = ctx.meta is not None and ctx.meta.get("progress_token") is not None
     wait = spec.waits_on_agents(hub, args) if asked and spec.waits_on_agents is not None else None
     if wait is None:
+        own = ctx.session.report_progress if spec.reports_progress else no_progress
         return await spec.handler(ToolCall(hub, caller, own), args)
+    report = ctx.session.report_progress
 
     async def handler(progress: ProgressFn) -> Any:
         return await spec.handler(

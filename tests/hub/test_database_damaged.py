@@ -108,7 +108,9 @@ async def test_an_mcp_tool_reaching_the_damage_says_to_restore_from_a_backup(
 ) -> None:
     hub, _ = damaged_hub
     (query_logs,) = [spec for spec in all_tools() if spec.name == "query_logs"]
-    ctx: Any = SimpleNamespace(request=SimpleNamespace(scope={"user": SondeUser(ADMIN)}))
+    ctx: Any = SimpleNamespace(
+        request=SimpleNamespace(scope={"user": SondeUser(ADMIN)}), meta=None
+    )  # no progress asked
     # a grep no row matches reads the whole trail, the damaged page too
     result = await call_tool(hub, query_logs, ctx, {"source": "audit", "grep": "no-such-text", "lines": 10})
     assert result.is_error

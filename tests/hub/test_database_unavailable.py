@@ -68,7 +68,9 @@ def test_a_lock_is_told_apart_from_a_full_disk() -> None:
 
 async def test_an_mcp_tool_whose_write_is_refused_gets_a_tool_error_and_one_audit_row(hub: Hub) -> None:
     spec: ToolSpec[Any, Any] = ToolSpec("writer", "writes", NoInput, NoInput, write_refused)
-    ctx: Any = SimpleNamespace(request=SimpleNamespace(scope={"user": SondeUser(ADMIN)}))
+    ctx: Any = SimpleNamespace(
+        request=SimpleNamespace(scope={"user": SondeUser(ADMIN)}), meta=None
+    )  # no progress asked
     result = await call_tool(hub, spec, ctx, {})
     assert result.is_error
     text = result.content[0].text  # type: ignore[union-attr]
