@@ -82,13 +82,15 @@ def keepalive_report(
 
 
 async def keep_alive(progress: CallProgress, wait: AgentWait, interval_s: float) -> None:
-    """Report ``wait`` every ``interval_s`` (the first after one interval) until cancelled."""
+    """Report ``wait`` every ``interval_s`` (the first after one interval) until cancelled, each
+    time saying the interval's count of seconds (15, 30, ...): what a slow event loop adds to it
+    would only make the report ragged."""
     started = trio.current_time()
     ticks = 0
     while True:
         ticks += 1
         await trio.sleep_until(started + ticks * interval_s)
-        await progress.keepalive(wait, trio.current_time() - started)
+        await progress.keepalive(wait, ticks * interval_s)
 
 
 async def call_kept_alive(
