@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,3 +38,15 @@ def initialize_request(protocol: str, request_id: int = 0) -> dict[str, Any]:
     """The ``initialize`` a client speaking raw HTTP sends first."""
     params = {"protocolVersion": protocol, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
     return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
+
+
+async def open_raw_session(http: httpx2.AsyncClient, protocol: str) -> dict[str, str]:
+    """initialize + initialized by hand on ``protocol``; the headers every later request of the
+    session carries."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    opened = await http.post("/mcp", content=json.dumps(initialize_request(protocol)), headers=headers)
+    assert opened.status_code == 200, opened.text
+    headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": protocol}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post("/mcp", content=json.dumps(initialized), headers=headers)).status_code == 202
+    return headers

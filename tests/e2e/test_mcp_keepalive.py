@@ -20,7 +20,7 @@ import trio
 
 from sonde.bridge.sse import SSEParser
 from sonde.hub.mcp_keepalive import KEEPALIVE_INTERVAL_S
-from tests.e2e.mcpclient import initialize_request
+from tests.e2e.mcpclient import open_raw_session
 from tests.e2e.procs import RunningHub, enroll_agent, running_hub, wait_until
 from tests.testpacks import install_test_pack
 
@@ -70,16 +70,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHub]:
             agent.stop()
 
 
-async def open_session(http: httpx2.AsyncClient) -> dict[str, str]:
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    opened = await http.post("/mcp", content=json.dumps(initialize_request(PROTOCOL)), headers=headers)
-    assert opened.status_code == 200, opened.text
-    headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": PROTOCOL}
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (await http.post("/mcp", content=json.dumps(initialized), headers=headers)).status_code == 202
-    return headers
-
-
 def slow_probe(request_id: int, seconds: float, progress_token: str | None) -> str:
     params: dict[str, Any] = {
         "name": "probe",
@@ -94,7 +84,7 @@ async def test_a_slow_probe_with_a_progress_token_streams_at_once_and_is_kept_al
     auth = {"Authorization": f"Bearer {hub.admin_key}"}
     seen: list[tuple[float, dict[str, Any]]] = []  # (seconds after the POST, message)
     async with httpx2.AsyncClient(base_url=hub.url, headers=auth, timeout=SLOW_S + 15) as http:
-        headers = await open_session(http)
+        headers = await open_raw_session(http, PROTOCOL)
         with trio.fail_after(SLOW_S + 10):
             posted_at = time.monotonic()
             async with http.stream(
@@ -132,7 +122,7 @@ async def test_a_slow_probe_with_a_progress_token_streams_at_once_and_is_kept_al
 async def test_a_probe_without_a_progress_token_is_one_json_body(hub: RunningHub) -> None:
     auth = {"Authorization": f"Bearer {hub.admin_key}"}
     async with httpx2.AsyncClient(base_url=hub.url, headers=auth, timeout=15) as http:
-        headers = await open_session(http)
+        headers = await open_raw_session(http, PROTOCOL)
         answer = await http.post("/mcp", content=slow_probe(8, 1, None), headers=headers)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("application/json")

@@ -28,7 +28,7 @@ import trio
 
 from sonde.hub.asgi import MAX_MCP_BODY_BYTES, MAX_MCP_IN_FLIGHT_PER_KEY
 from tests.e2e.harness import SharedFleet, audit_rows, descendants_running, eventually
-from tests.e2e.mcpclient import initialize_request
+from tests.e2e.mcpclient import initialize_request, open_raw_session
 from tests.e2e.procs import RunningHub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -39,13 +39,7 @@ SLEEP_ARGV = ["sleep", "300"]  # the e2e pack's e2e.sleep.long
 
 async def open_session(http: httpx2.AsyncClient) -> dict[str, str]:
     """initialize + initialized by hand; the headers every later request of the session carries."""
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    opened = await http.post("/mcp", content=json.dumps(initialize_request(PROTOCOL)), headers=headers)
-    assert opened.status_code == 200, opened.text
-    headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": PROTOCOL}
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (await http.post("/mcp", content=json.dumps(initialized), headers=headers)).status_code == 202
-    return headers
+    return await open_raw_session(http, PROTOCOL)
 
 
 def tool_call(request_id: int, tool: str, arguments: dict[str, Any], progress: str | None = None) -> str:
