@@ -32,20 +32,34 @@ ROOT_MESSAGE = "refusing to run as root: run the agent as an unprivileged user (
 
 
 async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[None]) -> None:
-    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`).
+    """At the first SIGTERM or SIGINT, stop ``daemon`` gracefully (`AgentDaemon.stop`); say
+    every later one, until cancelled once the agent has stopped.
 
     SIGHUP is said and ignored: the agent has nothing to reload, and dying of it would
     be a clean exit to systemd's Restart=on-failure, so a stray "reload" would stop it for good.
+
+    Signals are received until the agent has stopped, and the stop runs beside the receiving,
+    so a signal is read as it comes. Before, the receiving waited on the stop and then ended,
+    and trio hands a signal still unread then to its default action: a second SIGTERM sent
+    while the close waited on the hub (up to 5 s) killed the stopping agent (exit 143).
     """
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         task_status.started()
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                log.info("SIGHUP received: ignored (the agent has nothing to reload; SIGTERM stops it)")
-                continue
-            log.info("%s received: stopping", signal.Signals(signum).name)
-            await daemon.stop("agent stopping")
-            return
+        stopped = False
+        async with trio.open_nursery() as stopping:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if signum == signal.SIGHUP:
+                    log.info("SIGHUP received: ignored (the agent has nothing to reload; SIGTERM stops it)")
+                elif stopped:
+                    log.warning("%s received: %s", name, ALREADY_STOPPING)
+                else:
+                    stopped = True
+                    log.info("%s received: stopping", name)
+                    stopping.start_soon(daemon.stop, "agent stopping")
+
+
+ALREADY_STOPPING = "already stopping: the agent exits once its link to the hub is closed"
 
 
 async def agent_main(
