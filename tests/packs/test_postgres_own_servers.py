@@ -326,13 +326,18 @@ async def test_a_database_near_wraparound_is_critical() -> None:
 async def test_a_standby_whose_primary_stopped_is_not_streaming() -> None:
     # Primary stopped behind a caught-up standby: replay_delay_s 0.0, receiver_status null, no finding
     with trio.fail_after(20), primary_and_standby() as (primary, standby):
-        primary.sql("CREATE ROLE watcher LOGIN", "CREATE TABLE t (n int)")
+        *_, (written,) = primary.sql(
+            "CREATE ROLE watcher LOGIN", "CREATE TABLE t (n int)", "SELECT pg_current_wal_lsn()"
+        )
+        # caught up past the role (the standby logs in as watcher below): a gap of 0 alone may
+        # be a standby that has not yet received it
         streaming = await wait_for(
             "postgres.replication.status",
             standby,
             lambda r: (
                 r["standby"]["receiver_status"] == "streaming"
                 and r["standby"]["receive_replay_gap_bytes"] == 0
+                and standby.sql(f"SELECT pg_last_wal_replay_lsn() >= '{written}'::pg_lsn")[0][0]
             ),
         )
         assert streaming["role"] == "standby"
