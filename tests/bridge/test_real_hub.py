@@ -106,7 +106,7 @@ async def test_progress_notifications_reach_the_client(fleet: Fleet, tmp_path: P
     async with client_via_bridge(fleet, tmp_path / "bridge.err") as client:
         result = await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=on_progress)
     assert not result.is_error, result.content
-    assert progress == [(1, 1, "alpha checked")]
+    assert progress == [(1, 1, "alpha checked")], result.structured_content
 
 
 async def test_cancelling_a_slow_call_reaches_the_agent(fleet: Fleet, tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ async def test_a_client_on_the_per_request_protocol_is_served_without_a_session(
         assert (await probe(client))["result"]["total_bytes"] > 0
         checked = await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=on_progress)
         assert not checked.is_error, checked.content
-        assert progress == [1]
+        assert progress == [1], checked.structured_content
 
         call_scope = trio.CancelScope()  # cancelling closes the request's own POST
 
@@ -225,7 +225,7 @@ async def test_an_answer_stream_that_breaks_off_is_resumed_from_its_last_event(
                 assert (await probe(client))["result"]["total_bytes"] > 0  # the session goes on
     assert proxy.cut == 1
     assert not result.is_error, result.content
-    assert progress == [(1, 1, "alpha checked")]
+    assert progress == [(1, 1, "alpha checked")], result.structured_content
     log = errlog.read_text()
     assert "the hub's answer stream broke off" in log
     assert re.search(r"resuming the answer after event \d+ \(attempt 1\)", log), log
