@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 
 import trio
 
@@ -63,24 +64,35 @@ def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO"
 
 async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -> int:
     """Bridge until stdin ends (exit 0), SIGTERM or SIGHUP (0; its client's terminal or
-    supervisor went: the hub's session is ended, not left to time out) or SIGINT (130)."""
+    supervisor went: the hub's session is ended, not left to time out) or SIGINT (130).
+
+    Signals are received until the bridge has ended: one more while it ends the hub's session
+    is said and changes nothing. Before, the first one ended the receiving, and trio hands a
+    signal that comes after that to its default action: a second SIGTERM killed the bridge
+    in the middle of its DELETE (exit 143).
+    """
     stopped_by: int | None = None
+    bridging = trio.CancelScope()
+
+    async def stop_on_signal(signals: AsyncIterator[int]) -> None:
+        nonlocal stopped_by
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if stopped_by is None:
+                stopped_by = signum
+                log.info("%s: ending the session", name)
+                bridging.cancel()
+            else:
+                log.info("%s: already ending the session", name)
+
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with (
-            trio.lowlevel.FdStream(stdin_fd) as stdin,
-            trio.lowlevel.FdStream(stdout_fd) as stdout,
-            trio.open_nursery() as nursery,
-        ):
-
-            async def stop_on_signal() -> None:
-                nonlocal stopped_by
-                async for signum in signals:
-                    stopped_by = signum
-                    log.info("%s: ending the session", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
-
-            nursery.start_soon(stop_on_signal)
-            await bridge_stdio(settings, stdin, stdout)
-            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as watcher:
+            watcher.start_soon(stop_on_signal, signals)
+            with bridging:
+                async with (
+                    trio.lowlevel.FdStream(stdin_fd) as stdin,
+                    trio.lowlevel.FdStream(stdout_fd) as stdout,
+                ):
+                    await bridge_stdio(settings, stdin, stdout)
+            watcher.cancel_scope.cancel()
     return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else EXIT_OK

@@ -52,6 +52,7 @@ class FakeHub:
     hang_disconnects: int = 0
     get_streams: int = 0
     gate: trio.Event = field(default_factory=trio.Event)  # "gated" answers once it is set
+    delete_delay_s: float = 0.0  # how long a DELETE waits before its answer
 
     def __post_init__(self) -> None:
         self.push_send, self.push_receive = trio.open_memory_channel[dict[str, Any]](16)
@@ -93,6 +94,7 @@ class FakeHub:
             await self.get_stream(http, receive)
         elif scope["method"] == "DELETE":
             self.sessions.discard(headers["mcp-session-id"])
+            await trio.sleep(self.delete_delay_s)
             await http.json(200, {})
         else:
             await http.json(405, {})

@@ -123,6 +123,28 @@ async def test_signals_delete_the_session_then_exit(tmp_path: Path, signum: int,
     assert signal.Signals(signum).name.encode() in bridge.stderr
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+async def test_a_second_signal_while_the_session_ends_is_said_and_changes_nothing(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    """An impatient supervisor, or Ctrl-C twice: the second comes while the bridge waits on
+    the hub's answer to its DELETE (0.8 s at most). Before, a second SIGTERM killed the bridge
+    (exit 143) and neither was said."""
+    async with fake_hub() as (hub, url):
+        hub.delete_delay_s = 5
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            bridge.process.send_signal(signum)
+            await eventually(lambda: hub.seen("DELETE"))
+            bridge.process.send_signal(signum)
+            assert await bridge.exit_code() == code
+    name = signal.Signals(signum).name.encode()
+    assert name + b": ending the session" in bridge.stderr
+    assert name + b": already ending the session" in bridge.stderr
+    assert b"Traceback" not in bridge.stderr
+
+
 async def test_login_then_bridge_with_no_flags(tmp_path: Path) -> None:
     async with fake_hub() as (hub, url):
         env = clean_env(tmp_path)
