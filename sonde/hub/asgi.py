@@ -25,7 +25,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE, Caller, bearer_secret
 from sonde.hub.keys import revoked_key_use
-from sonde.hub.mcp_answers import McpPost, plan_answer, serving
+from sonde.hub.mcp_answers import McpPost, plan_answer, serving, takes_event_stream
 from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.tools import agent_waiting_calls, all_tools
@@ -312,7 +312,8 @@ class RootApp:
             body = await self.read_mcp_body(headers, receive, send)
             if body is None:
                 return
-            post = McpPost(plan_answer(body, self.waits_on_agents), body, receive, send)
+            plan = plan_answer(body, self.waits_on_agents, takes_event_stream(headers.get("accept", "")))
+            post = McpPost(plan, body, receive, send)
             with serving(post):
                 await self.mcp.handle_request(scope, post.receive, post.send)
         finally:

@@ -29,7 +29,8 @@ request whose answer is a JSON body has no wire to go out on.
 The transport also keeps two promises the SDK's does not: a request whose id
 is still being answered on its session is refused with 409 (the SDK would let
 it take the first one's place, leaving one HTTP request unanswered for good),
-and a request whose client disconnects is cancelled (`PerRequestTransport`).
+and a request whose client disconnects is cancelled, or if it may be resumed, still
+counted against its key until it ends (`PerRequestTransport`).
 Ids ``7`` and ``"7"`` are two requests (JSON-RPC tells them apart), but the
 SDK files both answers under ``"7"``: the second waits for the first to end.
 """
@@ -74,13 +75,16 @@ class AnswerPlan:
     as_json: bool
 
 
-def plan_answer(body: bytes, waits_on_agents: Callable[[str, Any], bool]) -> AnswerPlan | None:
+def plan_answer(
+    body: bytes, waits_on_agents: Callable[[str, Any], bool], accepts_sse: bool = True
+) -> AnswerPlan | None:
     """How to answer the request in ``body``; None for anything that is not one.
 
     A well-formed request with a plain id is answered as JSON unless it is a
     ``tools/call`` with a progress token that ``waits_on_agents(tool, arguments)``
-    says waits on agents; anything else (notifications, responses, bodies the
-    SDK will refuse) takes the SDK's own path unchanged.
+    says waits on agents, from a client that ``accepts_sse`` (one that takes only JSON
+    gets its answer, without progress, rather than a 406); anything else (notifications,
+    responses, bodies the SDK will refuse) takes the SDK's own path unchanged.
     """
     try:
         message = json.loads(body)
@@ -100,12 +104,19 @@ def plan_answer(body: bytes, waits_on_agents: Callable[[str, Any], bool]) -> Ans
     wants_progress = meta is not None and meta.get("progressToken") is not None
     tool = (params or {}).get("name")
     over_sse = (
-        wants_progress
+        accepts_sse
+        and wants_progress
         and message["method"] == "tools/call"
         and isinstance(tool, str)
         and waits_on_agents(tool, (params or {}).get("arguments"))
     )
     return AnswerPlan(str(request_id), request_id, as_json=not over_sse)
+
+
+def takes_event_stream(accept: str) -> bool:
+    """Whether an ``Accept`` header takes ``text/event-stream`` (as the SDK reads it)."""
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return bool(types & {"text/event-stream", "text/*", "*/*"})
 
 
 class McpPost:
@@ -195,11 +206,18 @@ class _DropUnwired:
     request's JSON answer is awaited, and send it in place of the answer.
     """
 
-    def __init__(self, inner: WriteStream[SessionMessage], json_requests: set[str]) -> None:
+    def __init__(
+        self, inner: WriteStream[SessionMessage], json_requests: set[str], running_on: dict[str, trio.Event]
+    ) -> None:
         self._inner = inner
         self._json_requests = json_requests
+        self._running_on = running_on
 
     async def send(self, item: SessionMessage, /) -> None:
+        if isinstance(item.message, JSONRPCResponse | JSONRPCError) and item.message.id is not None:
+            ended = self._running_on.get(str(item.message.id))
+            if ended is not None:
+                ended.set()
         meta = item.metadata
         if (
             isinstance(meta, ServerMessageMetadata)
@@ -231,12 +249,16 @@ class PerRequestTransport(StreamableHTTPServerTransport):
     A client that disconnects before its answer gets a ``notifications/cancelled`` for its
     request, as if it had sent one: the tool handler sees `trio.Cancelled`, the agent gets
     ``probe.cancel``, and the call is audited ``cancelled``. An SSE answer the client may resume
-    with ``Last-Event-ID`` (protocol 2025-11-25 on) is the exception: it runs on for the resume.
+    with ``Last-Event-ID`` (protocol 2025-11-25 on) is the exception: it runs on for the resume,
+    and its POST is held until the call ends (or its session does), so that it still counts
+    against its key's requests in flight (`sonde.hub.asgi.McpInFlight`). Before, a key could
+    start calls and drop their connections, holding every agent's probe slots with none.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._json_requests: set[str] = set()
         self._in_flight: set[int | str] = set()  # the wire ids whose POST is being served (7 and "7" apart)
+        self._running_on: dict[str, trio.Event] = {}  # str(id) of resumable answers -> set when answered
         # the SDK's key, str(id), of each request it answers now -> (its wire id, set when it is done)
         self._answering: dict[str, tuple[int | str, trio.Event]] = {}
         super().__init__(*args, **kwargs)
@@ -301,9 +323,13 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         self._answering[plan.request_id] = (plan.wire_id, done)
         if plan.as_json:
             self._json_requests.add(plan.request_id)
+        ended = self._running_on[plan.request_id] = trio.Event()
         try:
             await super().handle_request(scope, receive, send)
+            if post.resumable and post.gone.is_set() and post.dispatched.is_set():
+                await ended.wait()  # the call runs on for a resume: it is still this key's
         finally:
+            del self._running_on[plan.request_id]
             del self._answering[plan.request_id]
             self._json_requests.discard(plan.request_id)
             done.set()
@@ -331,6 +357,12 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         ):
             await writer.send(SessionMessage(cancel))
 
+    async def _terminate_unanswered_request(self, request_id: Any) -> None:
+        # the SDK's answer to a cancelled request goes past the session's write stream
+        await super()._terminate_unanswered_request(request_id)
+        if (ended := self._running_on.get(str(request_id))) is not None:
+            ended.set()
+
     def _message_metadata(self, request: Any, **kwargs: Any) -> ServerMessageMetadata:
         # The SDK frames a request with this just before it sends it to the session, with no
         # checkpoint between: a cancel sent after this mark reaches the session after it.
@@ -346,8 +378,12 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         # The session's tasks (its router above all) start inside the request
         # that opened it; they must not inherit that request's choice.
         with serving(None):
-            async with super().connect() as (read_stream, write_stream):
-                yield read_stream, _DropUnwired(write_stream, self._json_requests)
+            try:
+                async with super().connect() as (read_stream, write_stream):
+                    yield read_stream, _DropUnwired(write_stream, self._json_requests, self._running_on)
+            finally:  # the session ended: no call of it runs on
+                for ended in self._running_on.values():
+                    ended.set()
 
 
 async def set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

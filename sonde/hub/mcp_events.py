@@ -1,6 +1,7 @@
 """Resumable MCP event streams: a bounded log of what the hub sent on each SSE answer.
 
-A ``health_check`` with a progress token is answered as an event stream
+A call with a progress token that waits on agents (``probe``, ``diagnose``,
+``health_check``, ``query_logs`` of an agent) is answered as an event stream
 (`sonde.hub.mcp_answers`). If that connection drops, a client that saw an event
 id can ask for the rest with ``GET /mcp`` and ``Last-Event-ID`` instead of
 losing the answer. The SDK sends a priming event (an id, no data) at the start

@@ -129,3 +129,15 @@ async def test_a_probe_without_a_progress_token_is_one_json_body(hub: RunningHub
     result = answer.json()
     assert result["id"] == 8
     assert result["result"]["structuredContent"]["result"]["seconds"] == 1
+
+
+async def test_a_client_that_takes_only_json_gets_its_answer_without_progress(hub: RunningHub) -> None:
+    """A progress token with ``Accept: application/json`` alone: its answer as one JSON body, as
+    before calls that wait on agents were streamed (they were then refused, 406)."""
+    auth = {"Authorization": f"Bearer {hub.admin_key}"}
+    async with httpx2.AsyncClient(base_url=hub.url, headers=auth, timeout=15) as http:
+        headers = {**await open_raw_session(http, PROTOCOL), "Accept": "application/json"}
+        answer = await http.post("/mcp", content=slow_probe(9, 1, "k9"), headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["result"]["structuredContent"]["result"]["seconds"] == 1

@@ -246,3 +246,62 @@ async def test_a_valid_key_refused_by_the_dns_rebinding_check_is_audited(
         )
 
     await eventually(recorded)
+
+
+async def test_a_call_running_on_after_its_client_went_still_counts_against_its_key(
+    fleet: SharedFleet,
+) -> None:
+    """On protocol 2025-11-25 a streamed call whose client drops runs on, for a resume. Before,
+    it stopped counting against its key at the drop: a key could start calls and drop them,
+    without limit, until every agent's probe slots were its own."""
+    hub = fleet.hub
+    alpha = fleet.agents["alpha"]
+    assert alpha.proc is not None
+    parts = urlsplit(hub.url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    server, netloc = (parts.hostname, parts.port), parts.netloc
+    created = hub.cli("hub", "key", "create", "--name", "runs-on")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    async with key_client(hub, key=key) as http:
+
+        async def status_once(expected: int, body: str, headers: dict[str, str]) -> int:
+            """POST ``body`` until it is answered ``expected`` (the hub sees closes in its own time)."""
+            with trio.fail_after(20):
+                while (
+                    status := (await http.post("/mcp", content=body, headers=headers)).status_code
+                ) != expected:
+                    for index, sock in enumerate(held):  # as in the test above: hold another in its place
+                        if select.select([sock], [], [], 0)[0]:
+                            sock.close()
+                            held[index] = open_unfinished_post(server, netloc, key)
+                    await trio.sleep(0.05)
+            return status
+
+        held: list[socket.socket] = []
+        await eventually(lambda: key_known(hub, key), timeout_s=20)  # the hub reads new keys within seconds
+        headers = await open_raw_session(http, "2025-11-25")
+        ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        async with key_client(hub, key=key) as dropped:  # answered over SSE; gone once the headers come
+            slow = tool_call(51, "probe", SLEEP_CALL, progress="runs-on")
+            async with dropped.stream("POST", "/mcp", content=slow, headers=headers) as answer:
+                assert answer.headers["content-type"].startswith("text/event-stream")
+        await wait_sleeping(alpha.proc.popen.pid)  # it runs on
+        held.extend(open_unfinished_post(server, netloc, key) for _ in range(MAX_MCP_IN_FLIGHT_PER_KEY - 1))
+        try:
+            await status_once(429, ping, headers)  # 255 held and the call running on: the key's 256
+            held.pop().close()
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 51}}
+            await status_once(202, json.dumps(cancel), headers)
+            await eventually(lambda: not descendants_running(alpha.proc.popen.pid, SLEEP_ARGV), timeout_s=10)
+            held.append(open_unfinished_post(server, netloc, key))
+            await status_once(200, ping, headers)  # the call ended: its place is free again
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def key_known(hub: RunningHub, key: str) -> bool:
+    with hub.client(key) as http:
+        return http.get("/api/v1/agents").status_code == 200

@@ -7,10 +7,11 @@ from typing import Any
 
 import anyio
 import pytest
+import trio
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
-from sonde.hub.mcp_answers import _DropUnwired, plan_answer
+from sonde.hub.mcp_answers import _DropUnwired, plan_answer, takes_event_stream
 
 
 def body(message: Any) -> bytes:
@@ -78,6 +79,28 @@ def test_plan_answer_keeps_the_id_of_a_request_answered_over_sse() -> None:
     assert (plan.request_id, plan.wire_id, plan.as_json) == ("3", 3, False)
 
 
+def test_plan_answer_answers_a_client_that_takes_no_event_stream_as_json() -> None:
+    plan = plan_answer(body(call(3, "health_check", {"progressToken": 1})), waits, accepts_sse=False)
+    assert plan is not None
+    assert plan.as_json
+
+
+@pytest.mark.parametrize(
+    ("accept", "takes"),
+    [
+        ("application/json, text/event-stream", True),
+        ("text/event-stream;q=0.9", True),
+        ("TEXT/*", True),
+        ("*/*", True),
+        ("application/json", False),
+        ("", False),
+        ("text/plain, application/*", False),
+    ],
+)
+def test_takes_event_stream(accept: str, takes: bool) -> None:
+    assert takes_event_stream(accept) is takes
+
+
 def test_plan_answer_leaves_bodies_that_are_not_json_to_the_sdk() -> None:
     assert plan_answer(b"{not json", waits) is None
     assert plan_answer(b"\xff\xfe", waits) is None
@@ -89,7 +112,8 @@ def related(message: Any, request_id: int | str) -> SessionMessage:
 
 async def test_notifications_of_json_answered_requests_are_dropped_their_answers_are_not() -> None:
     send, receive = anyio.create_memory_object_stream[SessionMessage](10)
-    stream = _DropUnwired(send, json_requests={"1"})
+    running_on = {"2": trio.Event(), "1": trio.Event()}
+    stream = _DropUnwired(send, json_requests={"1"}, running_on=running_on)
     progress = JSONRPCNotification(
         jsonrpc="2.0", method="notifications/progress", params={"progressToken": 1}
     )
@@ -107,3 +131,4 @@ async def test_notifications_of_json_answered_requests_are_dropped_their_answers
         ("JSONRPCNotification", None),
         ("JSONRPCResponse", 1),
     ]
+    assert (running_on["1"].is_set(), running_on["2"].is_set()) == (True, False)  # 1 was answered
