@@ -43,17 +43,21 @@ class KeyActor:
     named: bool = False
 
 
+# Who writes audit entries without a key: the admin CLI, the hub itself, agents, callers with no
+# valid key, enrollments. A key filter naming one means it; no API key may take one as its name.
+NON_KEY_ACTORS = frozenset({"cli", "hub", "agent", "anonymous", "enrollment"})
+
+
 class AmbiguousKeyName(ValueError):
     """Several API keys have the name a key filter gave; the message names their ids."""
 
 
 def actor_of(db: Database, key: str) -> KeyActor:
-    """The actor ``key`` names: an API key's id as given, else the id of the one key so named,
-    else ``key`` as given (cli, hub, agent: actors that are no key), not known when no key has it
-    as its name either. AmbiguousKeyName for a name several keys have (revoked ones included: each
+    """The actor ``key`` names: an API key's id or an actor that is no key (cli, hub, agent, ...)
+    as given, else the id of the one key so named, else ``key`` as given, not known. AmbiguousKeyName for a name several keys have (revoked ones included: each
     is on the record)."""
-    if db.execute("SELECT 1 FROM api_keys WHERE id = ?", [key]).fetchone():
-        return KeyActor(key, known=True)
+    if db.execute("SELECT 1 FROM api_keys WHERE id = ?", [key]).fetchone() or key in NON_KEY_ACTORS:
+        return KeyActor(key, known=True)  # a key named like one (made before names were checked) by its id
     query = "SELECT id FROM api_keys WHERE name = ? ORDER BY created_at"
     named = [str(row[0]) for row in db.execute(query, [key])]
     if len(named) == 1:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
 from sonde.echo import SECRET_SHAPE, echoed, holds_secret
+from sonde.hub.audit_filters import NON_KEY_ACTORS
 from sonde.hub.db import query_one
 from sonde.hub.secret_records import hash_secret, iso_utc, now_or
 
@@ -54,6 +55,11 @@ def _check_api_key_args(name: str, role: str, policy: object) -> None:
     if not _KEY_NAME_RE.fullmatch(name) or not name.strip():
         raise ValueError(
             f"invalid API key name {name!r}: use 1 to 64 letters, digits, spaces, '.', '_' or '-'"
+        )
+    if name.lower() in NON_KEY_ACTORS:
+        raise ValueError(
+            f"an API key may not be named {name!r}: the audit log names {name.lower()!r} an actor that "
+            "is no key, and a filter by that name would find one of the two; choose another name"
         )
     if role not in ROLES:
         raise ValueError(f"invalid role {role!r}: must be one of {', '.join(ROLES)}")

@@ -26,6 +26,7 @@ from quart import request
 from quart_trio import QuartTrio
 from sqlite_utils import Database
 
+from sonde.echo import echoed
 from sonde.hub.audit import verify_audit
 from sonde.hub.audit_filters import AmbiguousKeyName, actor_of, time_ago_or_at
 from sonde.hub.audit_query import query_audit_page
@@ -81,7 +82,7 @@ class AuditFilters(BaseModel):
     key: str | None = Field(
         default=None,
         max_length=64,
-        description="Only entries by this actor: an API key's id or name, or cli, hub, agent",
+        description="Only entries by this actor: an API key's id or name, or cli, hub, agent, anonymous, enrollment",
     )
     action: str | None = Field(
         default=None, max_length=64, description="Only entries whose action starts with this"
@@ -95,8 +96,10 @@ class AuditFilters(BaseModel):
     def _since_before_until(cls, data: Any, handler: ModelWrapValidatorHandler[AuditFilters]) -> AuditFilters:
         filters = handler(data)
         if filters.since is not None and filters.until is not None and filters.since >= filters.until:
-            raise ValueError(  # as they were given: 2h, not the unix seconds it was read as
-                f"since ({data['since']}) must come before until ({data['until']}): the range holds no time"
+            raise PydanticCustomError(  # as they were given: 2h, not the unix seconds it was read as
+                "range",
+                "since ({since}) must come before until ({until}): the range holds no time",
+                {"since": data["since"], "until": data["until"]},
             )
         return filters
 
@@ -111,7 +114,7 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
             raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
         try:
             rows, more = await hub.read_audit(audit_page, filters)
-        except AmbiguousKeyName as exc:
+        except (AmbiguousKeyName, UnknownKey) as exc:
             raise ApiError(400, "invalid_query", f"key: {exc}; GET /api/v1/api-keys lists them") from None
         return {"entries": rows, "truncated": more}
 
@@ -128,10 +131,20 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
         }
 
 
+class UnknownKey(ValueError):
+    """A key filter that names no API key and no actor that is no key."""
+
+
 def audit_page(db: Database, filters: AuditFilters) -> tuple[list[dict[str, Any]], bool]:
     """The entries ``filters`` match, newest first, and whether older ones match too; ``key`` a
-    key's name is read as its id (`actor_of`). AmbiguousKeyName for a name several keys have."""
-    actor = None if filters.key is None else actor_of(db, filters.key).actor
+    key's name is read as its id (`actor_of`). AmbiguousKeyName for a name several keys have,
+    UnknownKey for one no key has (the CLI says so too: an empty page would hide a typo)."""
+    actor = None
+    if filters.key is not None:
+        found = actor_of(db, filters.key)
+        if not found.known:
+            raise UnknownKey(f"no API key has the id or name {echoed(filters.key)}")
+        actor = found.actor
     return query_audit_page(
         db,
         agent=filters.agent,

@@ -101,7 +101,14 @@ def test_a_key_is_found_by_its_id_or_its_only_name(tmp_path: Path) -> None:
         twins = [create_api_key(db, "twin")[0] for _ in range(2)]
         assert actor_of(db, ops.id) == KeyActor(ops.id, known=True)
         assert actor_of(db, "ops") == KeyActor(ops.id, known=True, named=True)
-        assert actor_of(db, "hub") == KeyActor("hub", known=False)  # an actor that is no key: as given
+        assert actor_of(db, "hub") == KeyActor("hub", known=True)  # an actor that is no key: as given
+        assert actor_of(db, "nobody") == KeyActor("nobody", known=False)
+        db.execute(
+            "UPDATE api_keys SET name = 'cli' WHERE id = ?", [ops.id]
+        )  # named before names were checked
+        assert actor_of(db, "cli") == KeyActor("cli", known=True)  # the CLI; that key by its id
+        with pytest.raises(ValueError, match="an API key may not be named 'CLI'"):
+            create_api_key(db, "CLI")
         with pytest.raises(AmbiguousKeyName) as refused:
             actor_of(db, "twin")
         assert str(refused.value) == f"2 keys are named 'twin': give one's id ({twins[0].id}, {twins[1].id})"
