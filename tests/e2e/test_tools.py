@@ -139,6 +139,7 @@ async def test_the_overview_stays_readable_and_a_named_probe_has_its_schema(
         overview = await client.call_tool("list_capabilities", {})
         named = await call(client, "list_capabilities", probes=["system.files.read"])
         missed = await call(client, "list_capabilities", probes=["system.file.read"])
+        untagged = await call(client, "list_capabilities", probes=["system.*"], tags=["no-such-tag"])
     assert not overview.is_error
     text = overview.content[0].text  # type: ignore[union-attr]
     assert len(text) < OVERVIEW_MAX_CHARS, len(text)
@@ -158,6 +159,9 @@ async def test_the_overview_stays_readable_and_a_named_probe_has_its_schema(
     assert (named["unmatched_probes"], named["note"]) == ([], None)
     assert (missed["probes"], missed["unmatched_probes"]) == ([], ["system.file.read"])
     assert "Close: system.files.read" in missed["note"]
+    # no agent has the tag: that is what the note says, not that the key runs no such probe
+    assert (untagged["matched"], untagged["unmatched_probes"]) == (0, ["system.*"])
+    assert untagged["note"].startswith("No agent you can see has these tags"), untagged["note"]
 
 
 async def test_health_check_is_partial_at_the_deadline_with_progress(

@@ -150,7 +150,9 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
             CategoryInfo(category=c, description=descriptions.get(c, "")) for c in sorted(used_categories)
         ],
         unmatched_probes=unmatched,
-        note=next_step(args.probes, unmatched, sorted(runnable)),
+        note=next_step(
+            args.probes, unmatched, sorted(runnable), no_agent=not records, tagged=bool(args.tags)
+        ),
     )
 
 
@@ -193,12 +195,22 @@ def summary(description: str) -> str:
     return text[: SUMMARY_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
 
 
-def next_step(globs: list[str], unmatched: list[str], runnable: list[str]) -> str | None:
+def next_step(
+    globs: list[str],
+    unmatched: list[str],
+    runnable: list[str],
+    *,
+    no_agent: bool = False,
+    tagged: bool = False,
+) -> str | None:
     """What the model should read before it goes on: where the schemas are, or what its globs missed."""
     if not globs:
         return f"Probes show their first sentence only. For full descriptions and parameter schemas call {EXAMPLE_CALL} (globs work)."
     if not unmatched:
         return None
+    if no_agent:  # not the key's policy: there is no agent to run a probe on
+        which = "has these tags" if tagged else "is enrolled"
+        return f"No agent you can see {which}, so no probe is listed: list_agents() names the agents and their tags."
     if not runnable:
         return f"No probe you can run on these agents matches {quoted(unmatched)}: your key runs none here."
     close = dict.fromkeys(
