@@ -54,10 +54,10 @@ class AmbiguousKeyName(ValueError):
 
 def actor_of(db: Database, key: str) -> KeyActor:
     """The actor ``key`` names: an API key's id or an actor that is no key (cli, hub, agent, ...)
-    as given, else the id of the one key so named, else ``key`` as given, not known. AmbiguousKeyName for a name several keys have (revoked ones included: each
-    is on the record)."""
+    as given, else the id of the one key so named, else ``key`` as given, not known.
+    AmbiguousKeyName for a name several keys have (revoked ones included: each is on the record)."""
     if db.execute("SELECT 1 FROM api_keys WHERE id = ?", [key]).fetchone() or key in NON_KEY_ACTORS:
-        return KeyActor(key, known=True)  # a key named like one (made before names were checked) by its id
+        return KeyActor(key, known=True)  # a key named so before such names were refused: by its id
     query = "SELECT id FROM api_keys WHERE name = ? ORDER BY created_at"
     named = [str(row[0]) for row in db.execute(query, [key])]
     if len(named) == 1:

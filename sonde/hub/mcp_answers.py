@@ -250,15 +250,15 @@ class PerRequestTransport(StreamableHTTPServerTransport):
     request, as if it had sent one: the tool handler sees `trio.Cancelled`, the agent gets
     ``probe.cancel``, and the call is audited ``cancelled``. An SSE answer the client may resume
     with ``Last-Event-ID`` (protocol 2025-11-25 on) is the exception: it runs on for the resume,
-    and its POST is held until the call ends (or its session does), so that it still counts
-    against its key's requests in flight (`sonde.hub.asgi.McpInFlight`). Before, a key could
-    start calls and drop their connections, holding every agent's probe slots with none.
+    its POST held until it ends (or its session does), counted against its key (`McpInFlight`):
+    else a key could start calls and drop them, holding every agent's probe slots with none.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._json_requests: set[str] = set()
         self._in_flight: set[int | str] = set()  # the wire ids whose POST is being served (7 and "7" apart)
-        self._running_on: dict[str, trio.Event] = {}  # str(id) of resumable answers -> set when answered
+        self._running_on: dict[str, trio.Event] = {}  # str(id) of each request -> set when answered
+        self._session_over = False  # no call of it runs on any more
         # the SDK's key, str(id), of each request it answers now -> (its wire id, set when it is done)
         self._answering: dict[str, tuple[int | str, trio.Event]] = {}
         super().__init__(*args, **kwargs)
@@ -326,7 +326,7 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         ended = self._running_on[plan.request_id] = trio.Event()
         try:
             await super().handle_request(scope, receive, send)
-            if post.resumable and post.gone.is_set() and post.dispatched.is_set():
+            if post.resumable and post.gone.is_set() and post.dispatched.is_set() and not self._session_over:
                 await ended.wait()  # the call runs on for a resume: it is still this key's
         finally:
             del self._running_on[plan.request_id]
@@ -357,8 +357,7 @@ class PerRequestTransport(StreamableHTTPServerTransport):
         ):
             await writer.send(SessionMessage(cancel))
 
-    async def _terminate_unanswered_request(self, request_id: Any) -> None:
-        # the SDK's answer to a cancelled request goes past the session's write stream
+    async def _terminate_unanswered_request(self, request_id: Any) -> None:  # past _DropUnwired
         await super()._terminate_unanswered_request(request_id)
         if (ended := self._running_on.get(str(request_id))) is not None:
             ended.set()
@@ -382,6 +381,7 @@ class PerRequestTransport(StreamableHTTPServerTransport):
                 async with super().connect() as (read_stream, write_stream):
                     yield read_stream, _DropUnwired(write_stream, self._json_requests, self._running_on)
             finally:  # the session ended: no call of it runs on
+                self._session_over = True
                 for ended in self._running_on.values():
                     ended.set()
 
