@@ -26,13 +26,12 @@ attribute, which the SDK consults only inside the request's own task, and
 drops what the SDK itself drops in JSON mode: a notification tied to a
 request whose answer is a JSON body has no wire to go out on.
 
-The transport also keeps two promises the SDK's does not: a request whose id
-is still being answered on its session is refused with 409 (the SDK would let
-it take the first one's place, leaving one HTTP request unanswered for good),
-and a request whose client disconnects is cancelled, or if it may be resumed, still
-counted against its key until it ends (`PerRequestTransport`).
-Ids ``7`` and ``"7"`` are two requests (JSON-RPC tells them apart), but the
-SDK files both answers under ``"7"``: the second waits for the first to end.
+The transport also keeps two promises the SDK's does not: a request whose id is still being
+answered on its session is refused with 409 (the SDK would let it take the first one's place,
+leaving one HTTP request unanswered for good), and a request whose client disconnects is
+cancelled, or if it may be resumed, still counted against its key until it ends
+(`PerRequestTransport`). Ids ``7`` and ``"7"`` are two requests (JSON-RPC tells them apart),
+but the SDK files both answers under ``"7"``: the second waits for the first to end.
 """
 
 from __future__ import annotations
@@ -101,7 +100,8 @@ def plan_answer(
     meta = (params or {}).get("_meta")
     if meta is not None and not isinstance(meta, dict):
         return None
-    wants_progress = meta is not None and meta.get("progressToken") is not None
+    token = None if meta is None else meta.get("progressToken")  # MCP: a string or an integer
+    wants_progress = isinstance(token, int | str) and not isinstance(token, bool)
     tool = (params or {}).get("name")
     over_sse = (
         accepts_sse

@@ -40,6 +40,7 @@ def call(request_id: object, tool: str, meta: object = None, arguments: object =
         (call(3, "health_check"), "3"),
         (call(3, "health_check", {}), "3"),
         (call(3, "health_check", {"progressToken": None}), "3"),
+        (call(3, "health_check", {"progressToken": True}), "3"),  # no token: nothing to report on
         # asks for progress on a call that waits on agents: SSE (headers at once, keepalives)
         (call(3, "health_check", {"progressToken": 1}), None),
         (call(3, "health_check", {"progressToken": "p"}), None),
