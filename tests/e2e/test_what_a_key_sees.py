@@ -93,12 +93,14 @@ async def test_only_the_categories_a_key_can_run_are_listed(fleet: SharedFleet) 
         assert [a["agent"] for a in caps["agents"]] == ["alpha"]
         assert caps["agents"][0]["categories"] == []
         assert caps["categories"] == []
+        assert 'list_capabilities(probes=["e2e.' in caps["note"], caps["note"]  # a probe it may run
         assert overview["categories"] == []
         assert "allows none of" in await call_error(client, "diagnose", agent="alpha", category="system")
     async with mcp_client(hub.url, memory_only) as client:
         caps = await call(client, "list_capabilities")
         overview = await call(client, "agent_overview", agent="alpha", recent=0)
         assert caps["agents"][0]["categories"] == ["system"]
+        assert 'list_capabilities(probes=["system.memory.usage"])' in caps["note"], caps["note"]
         assert [c["category"] for c in caps["categories"]] == ["system"]
         assert overview["categories"] == ["system"]
         diagnosed = await call(client, "diagnose", agent="alpha", category="system")

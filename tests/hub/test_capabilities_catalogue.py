@@ -33,6 +33,7 @@ from sonde.hub.tools.capabilities import (
     CapabilitiesInput,
     CapabilitiesOutput,
     list_capabilities,
+    next_step,
     summary,
 )
 from sonde.packs.registry import load_packs
@@ -208,3 +209,12 @@ async def test_an_unknown_probe_names_the_call_for_the_closest_one(hub: Hub) -> 
     )
     far = refusal(hub, "zz.zz", {})
     assert far.endswith('Call list_capabilities(probes=["<name>"]) for its parameters.')
+
+
+def test_the_note_names_what_there_is_to_do() -> None:
+    assert str(next_step([], [], [], no_agent=True)).startswith("No agent you can see is enrolled")
+    tagged = next_step(["x.*"], ["x.*"], [], no_agent=True, tagged=True)
+    assert str(tagged).startswith("No agent you can see has these tags")
+    assert next_step([], [], []) == "Your key runs no probe on these agents."
+    assert 'probes=["redis.info"])' in str(next_step([], [], ["redis.info", "redis.memory"]))
+    assert 'probes=["system.files.read"])' in str(next_step([], [], ["redis.info", "system.files.read"]))

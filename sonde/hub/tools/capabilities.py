@@ -60,7 +60,8 @@ MAX_PROBE_GLOBS = 20
 # A summary is one line a model skims: 53 probes of the built-in packs in some 10 KB of JSON, not
 # the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
 SUMMARY_CHARS = 120
-EXAMPLE_CALL = 'list_capabilities(probes=["system.files.read"])'
+EXAMPLE_PROBE = "system.files.read"
+EXAMPLE_CALL = f'list_capabilities(probes=["{EXAMPLE_PROBE}"])'
 
 ProbeGlob = Annotated[
     str,
@@ -204,13 +205,17 @@ def next_step(
     tagged: bool = False,
 ) -> str | None:
     """What the model should read before it goes on: where the schemas are, or what its globs missed."""
-    if not globs:
-        return f"Probes show their first sentence only. For full descriptions and parameter schemas call {EXAMPLE_CALL} (globs work)."
-    if not unmatched:
-        return None
     if no_agent:  # not the key's policy: there is no agent to run a probe on
         which = "has these tags" if tagged else "is enrolled"
         return f"No agent you can see {which}, so no probe is listed: list_agents() names the agents and their tags."
+    if not globs:
+        if not runnable:
+            return "Your key runs no probe on these agents."
+        example = EXAMPLE_PROBE if EXAMPLE_PROBE in runnable else runnable[0]  # one the key may run
+        call = f'list_capabilities(probes=["{example}"])'
+        return f"Probes show their first sentence only. For full descriptions and parameter schemas call {call} (globs work)."
+    if not unmatched:
+        return None
     if not runnable:
         return f"No probe you can run on these agents matches {quoted(unmatched)}: your key runs none here."
     close = dict.fromkeys(
