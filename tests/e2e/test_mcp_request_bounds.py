@@ -174,6 +174,30 @@ def open_unfinished_post(server: tuple[str, int], netloc: str, key: str) -> sock
     return sock
 
 
+def hold_again(held: list[socket.socket], server: tuple[str, int], netloc: str, key: str) -> None:
+    """A request that got into the hub among the held ones took the place one of them wanted:
+    that one was told to retry (429, so its socket reads); hold another in its place."""
+    for index, sock in enumerate(held):
+        if select.select([sock], [], [], 0)[0]:
+            sock.close()
+            held[index] = open_unfinished_post(server, netloc, key)
+
+
+async def new_key(hub: RunningHub, name: str) -> str:
+    """A new admin API key for the test alone (the shared fleet's admin key may have requests of
+    other tests in flight), once the hub has read it from its database (within seconds)."""
+    created = hub.cli("hub", "key", "create", "--name", name)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    await eventually(lambda: key_known(hub, key), timeout_s=20)
+    return key
+
+
+def key_known(hub: RunningHub, key: str) -> bool:
+    with hub.client(key) as http:
+        return http.get("/api/v1/agents").status_code == 200
+
+
 async def test_one_key_past_its_share_of_concurrent_requests_is_told_to_retry(fleet: SharedFleet) -> None:
     hub = fleet.hub
     parts = urlsplit(hub.url)
@@ -181,16 +205,8 @@ async def test_one_key_past_its_share_of_concurrent_requests_is_told_to_retry(fl
     assert parts.port is not None
     server, netloc = (parts.hostname, parts.port), parts.netloc
     ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
-    # a key of its own: the shared fleet's admin key may have requests of other tests in flight
-    created = hub.cli("hub", "key", "create", "--name", "in-flight-share")
-    assert created.returncode == 0, created.stderr
-    key = created.stdout.strip()
+    key = await new_key(hub, "in-flight-share")
     async with key_client(hub, key=key) as http:
-        with trio.fail_after(20):  # the hub reads new keys from its database within seconds
-            for _ in range(100):
-                if (await http.get("/api/v1/agents")).status_code == 200:
-                    break
-                await trio.sleep(0.2)
         headers = await open_session(http)
         held = [open_unfinished_post(server, netloc, key) for _ in range(MAX_MCP_IN_FLIGHT_PER_KEY)]
         try:
@@ -199,12 +215,7 @@ async def test_one_key_past_its_share_of_concurrent_requests_is_told_to_retry(fl
                     refused = await http.post("/mcp", content=ping, headers=headers)
                     if refused.status_code != 200:
                         break
-                    # a ping that reached the hub among them took the slot one of them wanted:
-                    # that one was told to retry (429); hold another in its place
-                    for index, sock in enumerate(held):
-                        if select.select([sock], [], [], 0)[0]:
-                            sock.close()
-                            held[index] = open_unfinished_post(server, netloc, key)
+                    hold_again(held, server, netloc, key)
                     await trio.sleep(0.05)
             assert refused.status_code == 429
             assert refused.headers["retry-after"] == "1"
@@ -261,26 +272,17 @@ async def test_a_call_running_on_after_its_client_went_still_counts_against_its_
     assert parts.hostname is not None
     assert parts.port is not None
     server, netloc = (parts.hostname, parts.port), parts.netloc
-    created = hub.cli("hub", "key", "create", "--name", "runs-on")
-    assert created.returncode == 0, created.stderr
-    key = created.stdout.strip()
+    key = await new_key(hub, "runs-on")
+    held: list[socket.socket] = []
     async with key_client(hub, key=key) as http:
 
-        async def status_once(expected: int, body: str, headers: dict[str, str]) -> int:
+        async def answered(expected: int, body: str) -> None:
             """POST ``body`` until it is answered ``expected`` (the hub sees closes in its own time)."""
             with trio.fail_after(20):
-                while (
-                    status := (await http.post("/mcp", content=body, headers=headers)).status_code
-                ) != expected:
-                    for index, sock in enumerate(held):  # as in the test above: hold another in its place
-                        if select.select([sock], [], [], 0)[0]:
-                            sock.close()
-                            held[index] = open_unfinished_post(server, netloc, key)
+                while (await http.post("/mcp", content=body, headers=headers)).status_code != expected:
+                    hold_again(held, server, netloc, key)
                     await trio.sleep(0.05)
-            return status
 
-        held: list[socket.socket] = []
-        await eventually(lambda: key_known(hub, key), timeout_s=20)  # the hub reads new keys within seconds
         headers = await open_raw_session(http, "2025-11-25")
         ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
         async with key_client(hub, key=key) as dropped:  # answered over SSE; gone once the headers come
@@ -290,18 +292,13 @@ async def test_a_call_running_on_after_its_client_went_still_counts_against_its_
         await wait_sleeping(alpha.proc.popen.pid)  # it runs on
         held.extend(open_unfinished_post(server, netloc, key) for _ in range(MAX_MCP_IN_FLIGHT_PER_KEY - 1))
         try:
-            await status_once(429, ping, headers)  # 255 held and the call running on: the key's 256
+            await answered(429, ping)  # 255 held and the call running on: the key's 256
             held.pop().close()
             cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 51}}
-            await status_once(202, json.dumps(cancel), headers)
+            await answered(202, json.dumps(cancel))
             await eventually(lambda: not descendants_running(alpha.proc.popen.pid, SLEEP_ARGV), timeout_s=10)
             held.append(open_unfinished_post(server, netloc, key))
-            await status_once(200, ping, headers)  # the call ended: its place is free again
+            await answered(200, ping)  # the call ended: its place is free again
         finally:
             for sock in held:
                 sock.close()
-
-
-def key_known(hub: RunningHub, key: str) -> bool:
-    with hub.client(key) as http:
-        return http.get("/api/v1/agents").status_code == 200
