@@ -240,6 +240,8 @@ def test_a_long_agent_name_is_refused_with_the_real_limit(tmp_path: Path, data_d
         ("--agents", "web-[0-9", "'web-[0-9' has a '[' with no closing ']'"),
         ("--agents", "[z-a]", "its set '[z-a]' matches no character a name can have"),
         ("--probes", "system.[", "'system.[' has a '[' with no closing ']'"),
+        ("--probes", "system-*", "'system-*' has '-' outside a [set], a character no probe name has"),
+        ("--agents", "web!", "'web!' has '!' outside a [set], a character no agent name has"),
     ],
 )
 def test_a_glob_that_can_match_nothing_is_refused(
@@ -253,7 +255,11 @@ def test_a_glob_that_can_match_nothing_is_refused(
 
 def test_a_glob_with_a_closed_set_is_taken(tmp_path: Path, data_dir: Path) -> None:
     new_key(
-        tmp_path, "--name", "k", "--agents", "web-[0-9]*", "--agents", "[]ab]", "--probes", "system.[am]*"
+        tmp_path,
+        "--name",
+        "k",
+        *("--agents", "web-[0-9]*", "--agents", "[]ab]", "--agents", "db-[!0-9]"),
+        *("--probes", "system.[am]*", "--probes", "postgres.[a-m]*", "--probes", "redis.[!s]*"),
     )
 
 

@@ -19,37 +19,48 @@ from pydantic_core import PydanticCustomError
 from sonde.echo import echoed
 
 Role = Literal["admin", "member"]
-AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]._-]{1,64}"
+AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]!._-]{1,64}"
 AGENT_PATTERN = rf"^(#[A-Za-z0-9][A-Za-z0-9._:-]{{0,63}}|{AGENT_NAME_GLOB})$"
-PROBE_PATTERN = r"^[a-z0-9_.*?\[\]]{1,100}$"
-NAME_CHARACTERS = string.ascii_letters + string.digits + "._-"  # of agent and probe names
+PROBE_PATTERN = r"^[a-z0-9_.*?\[\]!-]{1,100}$"  # '!' and '-' only in a set: `checked_glob`
+NAME_CHARACTERS = string.ascii_letters + string.digits + "._-"  # of agent names
+PROBE_NAME_CHARACTERS = string.ascii_lowercase + string.digits + "._"
 GLOB_RULES = {  # what a pattern may hold, for the message that refuses one
     "agents": (
         AGENT_PATTERN,
-        "is no agent glob or #tag: use 1 to 64 of A-Z a-z 0-9 . _ - and the wildcards * ? [ ], "
-        "e.g. 'web-*' or '#prod'",
+        "is no agent glob or #tag: use 1 to 64 of A-Z a-z 0-9 . _ - and the wildcards * ? "
+        "and sets such as [0-9] or [!a], e.g. 'web-*' or '#prod'",
     ),
     "probes": (
         PROBE_PATTERN,
-        "is no probe glob: use 1 to 100 of a-z 0-9 . _ and the wildcards * ? [ ] "
-        "(probe names are lowercase, e.g. 'system.*')",
+        "is no probe glob: use 1 to 100 of a-z 0-9 . _ and the wildcards * ? "
+        "and sets such as [a-m] or [!x] (probe names are lowercase, e.g. 'system.*')",
     ),
 }
 
 
-def checked_glob(pattern: str) -> str:
-    """``pattern`` when each of its ``[...]`` sets is closed and matches some character of a name;
-    ValueError otherwise. `fnmatch` reads an unclosed ``[`` as itself, a character no agent or
-    probe name has, and a set such as ``[z-a]`` matches nothing: the glob would reach nothing."""
+def checked_glob(pattern: str, name_characters: str = NAME_CHARACTERS) -> str:
+    """``pattern`` when each of its ``[...]`` sets is closed and matches some character of a name,
+    and each character outside a set is a wildcard or one a name can have; ValueError otherwise.
+    `fnmatch` reads an unclosed ``[`` as itself, a character no agent or probe name has, and a set
+    such as ``[z-a]``, or a '!' outside a set, matches nothing: the glob would reach nothing."""
     i = 0
-    while (i := pattern.find("[", i)) != -1:
+    while i < len(pattern):
+        if pattern[i] != "[":
+            if pattern[i] not in name_characters and pattern[i] not in "*?":
+                kind = "probe" if name_characters == PROBE_NAME_CHARACTERS else "agent"
+                raise ValueError(
+                    f"{pattern!r} has {pattern[i]!r} outside a [set], a character no {kind} name "
+                    "has: it would match nothing"
+                )
+            i += 1
+            continue
         j = i + 1 + (pattern[i + 1 : i + 2] == "!")
         j += pattern[j : j + 1] == "]"  # a ']' first in a set is one of its characters
         end = pattern.find("]", j)
         if end == -1:
             raise ValueError(f"{pattern!r} has a '[' with no closing ']': it would match nothing")
         chosen = pattern[i : end + 1]
-        if not any(fnmatch.fnmatchcase(c, chosen) for c in NAME_CHARACTERS):
+        if not any(fnmatch.fnmatchcase(c, chosen) for c in name_characters):
             raise ValueError(f"{pattern!r}: its set {chosen!r} matches no character a name can have")
         i = end + 1
     return pattern
@@ -62,7 +73,7 @@ def checked_probe_glob(pattern: str) -> str:
     if re.fullmatch(allowed, pattern) is None:
         raise PydanticCustomError("glob_characters", "{message}", {"message": f"{echoed(pattern)} {rule}"})
     try:
-        return checked_glob(pattern)
+        return checked_glob(pattern, PROBE_NAME_CHARACTERS)
     except ValueError as exc:
         raise PydanticCustomError("glob_matches_nothing", "{message}", {"message": str(exc)}) from None
 
@@ -113,9 +124,11 @@ class NewPolicy(Policy):
 
     @field_validator("agents", "probes")
     @classmethod
-    def _globs_can_match(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    def _globs_can_match(cls, patterns: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        names = PROBE_NAME_CHARACTERS if info.field_name == "probes" else NAME_CHARACTERS
         for pattern in patterns:
-            checked_glob(pattern)
+            if not pattern.startswith("#"):  # a tag is no glob
+                checked_glob(pattern, names)
         return patterns
 
 

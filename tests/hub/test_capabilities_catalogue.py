@@ -146,6 +146,9 @@ async def test_a_probe_hidden_from_the_key_is_neither_shown_nor_suggested(hub: H
         (["system files"], "is no probe glob"),
         (["system.[*]"], "matches no character"),
         (["system.[abc"], "no closing ']'"),
+        (["system-*"], "'system-*' has '-' outside a [set], a character no probe name has"),
+        (["!system.*"], "has '!' outside a [set]"),
+        (["system.[A-Z]*"], "sets such as [a-m] or [!x]"),
         (["x" * 101], "at most 100 characters"),
         (["system.*"] * (MAX_PROBE_GLOBS + 1), f"at most {MAX_PROBE_GLOBS} items"),
         ("system.*", "valid list"),
@@ -155,6 +158,12 @@ def test_a_glob_that_could_reach_nothing_is_refused_saying_why(globs: object, sa
     with pytest.raises(ValidationError) as refused:
         CapabilitiesInput.model_validate({"probes": globs})
     assert says in str(refused.value)
+
+
+def test_a_glob_may_hold_a_range_or_a_negated_set() -> None:
+    """The refusal names sets such as [a-m] and [!x]: both are taken, and mean what fnmatch says."""
+    taken = CapabilitiesInput.model_validate({"probes": ["system.[a-m]*", "system.[!d]*"]})
+    assert taken.probes == ["system.[a-m]*", "system.[!d]*"]
 
 
 def test_the_output_schema_declares_what_may_be_null() -> None:
