@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
@@ -46,14 +47,16 @@ MOMENT_DESCRIPTION = (
 )
 
 
-def unix_seconds_of(value: object) -> object:
+def unix_seconds_of(value: object, info: ValidationInfo) -> object:
     """``since`` or ``until`` as the unix seconds it names: a plain number left as it is (the field
     reads it as unix seconds, as it always did), a duration ago or an ISO 8601 time turned into
-    one. A refusal names the forms there are."""
+    one, from the context's ``now`` where it gives one (both bounds read one clock: ``5m`` and
+    ``5m`` are no range). A refusal names the forms there are."""
     if not isinstance(value, str) or _is_number(value):
         return value
+    now = info.context.get("now", time.time()) if isinstance(info.context, dict) else time.time()
     try:
-        return time_ago_or_at(value, time.time(), MOMENT_FORMS)
+        return time_ago_or_at(value, now, MOMENT_FORMS)
     except ValueError as exc:  # pydantic would prefix "Value error, "
         raise PydanticCustomError("moment", "{message}", {"message": str(exc)}) from None
 
@@ -108,8 +111,13 @@ def install_audit_routes(app: QuartTrio, hub: Hub) -> None:
     @app.get("/api/v1/audit")
     async def audit() -> dict[str, Any]:
         await require_caller(hub, admin=True, action="rest.audit.query")
+        repeated = sorted({name for name in request.args if len(request.args.getlist(name)) > 1})
+        if repeated:
+            raise ApiError(
+                400, "invalid_query", f"{echoed(repeated[0])} is given more than once: give it once"
+            )
         try:
-            filters = AuditFilters.model_validate(request.args.to_dict())
+            filters = AuditFilters.model_validate(request.args.to_dict(), context={"now": time.time()})
         except ValidationError as exc:
             raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
         try:

@@ -77,6 +77,10 @@ def test_rest_takes_durations_times_and_key_names_as_the_cli_does(tmp_path: Path
                 f"key: 2 keys are named 'twin': give one's id ({twins[0]}, {twins[1]}); "
                 "GET /api/v1/api-keys lists them"
             )
+            assert refusal(http, since="5m", until="5m").endswith("the range holds no time")
+            twice = http.get("/api/v1/audit", params=[("since", "2h"), ("since", "1d")])
+            assert twice.status_code == 400, twice.text
+            assert twice.json()["error"]["message"] == "'since' is given more than once: give it once"
             said = refusal(http, since="yesterday")
             assert "unix seconds (1767225600), a duration ago (90s, 15m, 2h, 7d) or a time (2026-" in said
             from_rest = http.get("/api/v1/audit", params={"key": "ops", "since": "2h"}).json()

@@ -94,6 +94,15 @@ def test_an_empty_range_is_refused_as_it_was_given() -> None:
     assert "since (2) must come before until (1)" in rest_refusal(since="2", until="1")
 
 
+def test_both_bounds_read_one_clock() -> None:
+    """``since=5m&until=5m`` is no range of a few microseconds, as when each bound read the clock."""
+    with pytest.raises(ValidationError) as refused:
+        AuditFilters.model_validate({"since": "5m", "until": "5m"}, context={"now": NOW})
+    assert "since (5m) must come before until (5m)" in describe_params_error(refused.value)
+    at_now = AuditFilters.model_validate({"since": "5m", "until": "1m"}, context={"now": NOW})
+    assert (at_now.since, at_now.until) == (NOW - 300, NOW - 60)
+
+
 def test_a_key_is_found_by_its_id_or_its_only_name(tmp_path: Path) -> None:
     db = open_database(tmp_path / "sonde.db")
     try:
