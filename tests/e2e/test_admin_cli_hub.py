@@ -106,8 +106,12 @@ def test_rest_revokes_a_key_by_its_secret_and_records_only_its_id(hub: RunningHu
         assert UNKNOWN_KEY not in missing.text
     with hub.client(secret) as leaked:
         assert leaked.get("/api/v1/agents").status_code == 401
-    wait_until(lambda: len(rows(hub, "rest.api_key.revoke")) == 2)
-    assert rows(hub, "rest.api_key.revoke") == [(key_id, "ok", {}), (None, "not_found", {})]
+
+    def revokes() -> list[Any]:  # not the refused ones of the module's other test
+        return [r for r in rows(hub, "rest.api_key.revoke") if r[1] != "denied"]
+
+    wait_until(lambda: len(revokes()) == 2)
+    assert revokes() == [(key_id, "ok", {}), (None, "not_found", {})]
     with hub.client() as admin:
         served = admin.get("/api/v1/audit", params={"limit": 1000}).text
     assert secret not in served

@@ -303,14 +303,18 @@ async def test_offline_agent_is_reported_unreachable(
 ) -> None:
     hub, agents = fleet
     agents["beta"].stop()
-    wait_until(lambda: hub.statuses()["beta"] == "offline", timeout=10)
-    async with mcp_client(hub.url, hub.admin_key) as client:
-        report = await call(client, "health_check", categories=["system"])
-        assert [u["agent"] for u in report["unreachable"]] == ["beta"]
-        assert "offline since" in report["unreachable"][0]["reason"]
-        assert report["summary"]["agents_checked"] == 2
-        text = await call_error(client, "diagnose", agent="beta", category="system")
-        assert "offline" in text
+    try:
+        wait_until(lambda: hub.statuses()["beta"] == "offline", timeout=10)
+        async with mcp_client(hub.url, hub.admin_key) as client:
+            report = await call(client, "health_check", categories=["system"])
+            assert [u["agent"] for u in report["unreachable"]] == ["beta"]
+            assert "offline since" in report["unreachable"][0]["reason"]
+            assert report["summary"]["agents_checked"] == 2
+            text = await call_error(client, "diagnose", agent="beta", category="system")
+            assert "offline" in text
+    finally:  # back, for the module's tests that a worker runs after this one (worksteal)
+        agents["beta"].start()
+        wait_until(lambda: hub.statuses()["beta"] == "online", timeout=30)
 
 
 # --- a dropped event stream, resumed ----------------------------------------------
