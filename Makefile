@@ -31,7 +31,8 @@ typecheck: $(STAMP)
 # the machine's services take a lock and run one at a time (tests/conftest.py). A worker that
 # runs out of tests takes some of another's queue (worksteal): with xdist's default, the other's
 # queue of slow end-to-end tests left it idle for minutes at the end (9 min 53 s now, against
-# 11 min and more before, in the same hour).
+# 11 min and more before, in the same hour). So a worker may run a file's tests in any order:
+# `make pytest PYTEST_ARGS=--reverse-each-file` shows a test that depends on their order.
 TEST_WORKERS ?= -n auto --maxprocesses 4 --dist worksteal
 
 # The tests start hundreds of sonde processes: byte-compile sonde first, as an install does

@@ -12,6 +12,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from itertools import groupby
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,22 @@ def machine_services_alone(request: pytest.FixtureRequest) -> Iterator[None]:
     with SHARED_SERVICES_LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes, however the test ends
         yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse-each-file",
+        action="store_true",
+        help="run each test file's tests last to first, to show a test that needs an earlier one's "
+        "state or is broken by a later one's (make test's worksteal can run them in either order)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--reverse-each-file"):
+        items[:] = [
+            item for _, tests in groupby(items, key=lambda i: i.path) for item in reversed(list(tests))
+        ]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
