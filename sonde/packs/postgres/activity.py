@@ -65,10 +65,15 @@ UNJUDGED = f"""
 SELECT {SEES_ALL_SESSIONS} AS sees_all, count(*) FILTER (WHERE {DETAILS_HIDDEN}) AS n
 FROM pg_stat_activity WHERE {CLIENTS} AND {NOT_SONDE}"""
 # every blocked session is found (pg_blocking_pids reads pg_locks, which hides nothing), even those whose
-# details this login may not see (hidden: their start times read NULL, so they come last)
+# details this login may not see (hidden: their start times read NULL, so they come last). Each call
+# takes the lock manager's locks for a moment, on a server that may be lock-bound already: it is made
+# once for each session waiting on a lock (pg_locks' ungranted rows; OFFSET 0 keeps it in the
+# subquery), not twice for every session
 BLOCKED = f"""
-SELECT {SESSION_COLUMNS}, pg_blocking_pids(pid) AS blocking_pids, {DETAILS_HIDDEN} AS hidden
-FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0 ORDER BY query_start LIMIT %s"""
+SELECT {SESSION_COLUMNS}, blocking_pids, {DETAILS_HIDDEN} AS hidden FROM (
+  SELECT *, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
+  WHERE pid IN (SELECT pid FROM pg_locks WHERE NOT granted) OFFSET 0) waiting
+WHERE cardinality(blocking_pids) > 0 ORDER BY query_start LIMIT %s"""
 BLOCKERS = f"SELECT {SESSION_COLUMNS}, {DETAILS_HIDDEN} AS hidden FROM pg_stat_activity WHERE pid = ANY(%s)"
 # pg_blocking_pids() names a prepared transaction, which has no session, as PID 0: these are read
 # instead, each marked when it holds a lock on what one of the listed blocked sessions waits for
