@@ -511,6 +511,23 @@ async def test_total_size_says_what_it_left_out(role_without_connect: tuple[str,
     assert limited["total_size_bytes"] < everything["total_size_bytes"]
 
 
+async def test_pg_monitor_sizes_a_database_it_may_not_connect_to(
+    role_without_connect: tuple[str, str],
+) -> None:
+    """pg_read_all_stats (in pg_monitor) may size every database, as PostgreSQL's pg_database_size
+    allows: its size is not left out as one the login may not see."""
+    role, database = role_without_connect
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        await trio.to_thread.run_sync(lambda: execute(admin, f"GRANT pg_monitor TO {role}"))
+    finally:
+        await trio.to_thread.run_sync(admin.close)
+    monitor = await run("postgres.databases.sizes", user=role)
+    [closed] = [db for db in monitor["databases"] if db["name"] == database]
+    assert (closed["size_bytes"] or 0) > 0
+    assert monitor["left_out_of_total"] == 0
+
+
 # What a login without pg_monitor sees, Sonde's sessions in the long-running list, client addresses
 
 

@@ -30,7 +30,8 @@ FROM pg_stat_activity WHERE {CLIENT_SESSIONS} GROUP BY datid"""
 DATABASES = f"""
 SELECT d.datname AS name, pg_encoding_to_char(d.encoding) AS encoding, d.datallowconn AS allows_connections,
        d.datistemplate AS is_template,
-       CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.datname) END AS size_bytes,
+       CASE WHEN has_database_privilege(d.datname, 'CONNECT') OR {SEES_ALL_SESSIONS}
+            THEN pg_database_size(d.datname) END AS size_bytes,
        coalesce(a.connections, 0) AS connections, coalesce(a.sonde_sessions, 0) AS sonde_sessions,
        coalesce(a.hidden_sessions, 0) AS hidden_sessions
 FROM pg_database d LEFT JOIN ({CLIENTS_BY_DATABASE}) a ON a.datid = d.oid
@@ -145,7 +146,7 @@ def databases_listing(rows: list[dict[str, Any]], limit: int, sees_all: bool) ->
 @PACK.probe(
     "postgres.databases.sizes",
     """PostgreSQL databases, largest first: name, encoding, size in bytes (null where this
-    user may not connect), whether it allows connections, and current client connections,
+    user may neither connect nor read all statistics, as pg_monitor may), whether it allows connections, and current client connections,
     leaving out Sonde's own sessions (application 'sonde'), which are counted in
     `sonde_sessions` instead; with the number of databases and their total size, both
     over every database (templates only with include_templates), not just the `limit`
