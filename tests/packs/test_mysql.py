@@ -6,6 +6,7 @@ lock wait, a long statement), check probe and runbook, and clean up after themse
 
 from __future__ import annotations
 
+import os
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -16,10 +17,11 @@ import pymysql
 import pytest
 import trio
 
+from sonde.packs.base import OutOfTime
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.mysql import PACK
-from sonde.packs.mysql.connection import MysqlParams, session
+from sonde.packs.mysql.connection import MysqlParams, session, statement_limit
 from sonde.packs.mysql.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.mysql.status import summarize_innodb, summarize_status
 from sonde.packs.registry import PackRegistry
@@ -433,6 +435,44 @@ async def test_a_server_nothing_listens_for_is_down() -> None:
         await run("mysql.status.summary", port=1, interval_s=0)
     assert caught.value.code == "service_down"
     assert "MySQL is not accepting connections at 127.0.0.1:1" in caught.value.message
+
+
+async def test_the_server_stops_a_statement_the_probe_would_give_up_on(connections: list[Any]) -> None:
+    """A statement past the probe's time is stopped by the server, saying so: before, the client
+    gave up ("lost connection") and the statement ran on, beside the next probe's."""
+    observer = await trio.to_thread.run_sync(connect)
+    connections.append(observer)
+    marker = f"sonde_stopped_{uuid.uuid4().hex[:8]}"
+    with trio.fail_after(3):
+        async with session(ProbeContext(), MysqlParams()) as opened:
+            with pytest.raises(OutOfTime, match="stopped a statement at the probe's time limit"):
+                await opened.run((f"SELECT SLEEP(8) AS {marker}", ()))
+    with observer.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE %s",
+            [f"%{marker}%"],
+        )
+        assert cursor.fetchone() == (0,)  # gone already, not running on for the rest of its 8 s
+
+
+def test_the_statement_limit_in_each_servers_words() -> None:
+    assert statement_limit("10.11.19-MariaDB-0+deb12u1", 2.5) == "SET SESSION max_statement_time = 2.500"
+    assert statement_limit("8.0.36", 2.5) == "SET SESSION max_execution_time = 2500"
+
+
+async def test_a_socket_directory_is_taken_as_the_host() -> None:
+    """The host param's description names a socket's directory: its mysqld.sock is used."""
+    require(os.geteuid() == 0, "root logs in over the socket as the OS user root (unix_socket)")
+    admin = await trio.to_thread.run_sync(connect)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT @@socket")
+            (path,) = cursor.fetchone()
+    finally:
+        admin.close()
+    for host in (path, os.path.dirname(path)):
+        found = await run("mysql.innodb.summary", host=host)
+        assert found["buffer_pool_size_bytes"] > 0, host
 
 
 @pytest.fixture

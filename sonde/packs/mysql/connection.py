@@ -14,6 +14,7 @@ connections.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from sonde.packs.base import ProbeUnavailable, ServiceRefused
+from sonde.packs.base import OutOfTime, ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.mysql import DEFAULTS
 from sonde.packs.server_turns import takes_turns
@@ -34,6 +35,13 @@ DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed t
 DATABASE_MISSING = 1049  # ER_BAD_DB_ERROR: the configured database is not on this server
 PRIVILEGE_DENIED = {1142, 1143, 1227}  # table, column, a global privilege such as PROCESS
 TOO_MANY_CONNECTIONS = 1040  # ER_CON_COUNT_ERROR: max_connections reached, clients turned away
+UNKNOWN_VARIABLE = 1193  # ER_UNKNOWN_SYSTEM_VARIABLE: a server older than the statement limit
+STATEMENT_STOPPED = {1969, 3024}  # MariaDB's max_statement_time, MySQL's max_execution_time, exceeded
+# The server stops a statement a little before the client would give up on it: without a limit of
+# its own, a statement the client gave up on (a sum over 100,000 tables) ran on, and the next probe's
+# piled up beside it; and the probe says the server stopped it, not "lost connection"
+STATEMENT_SHARE = 0.9
+SOCKET_NAMES = ("mysqld.sock", "mysql.sock")  # in a directory given as the host: Debian's, MySQL's own
 LOGIN_HINT = (
     "check that this user exists for the client host the server names, its password in the agent config "
     "(packs.mysql.password) and its authentication plugin (a unix_socket / auth_socket user logs in only "
@@ -69,13 +77,30 @@ def mysql_endpoint(ctx: ProbeContext, params: MysqlParams) -> Endpoint:
 one_turn = takes_turns("mysql", DEFAULTS)  # on every probe's entry point
 
 
+def socket_path(host: str) -> str:
+    """``host`` (a path) as a unix socket's path: a directory's socket by its usual names, as
+    PostgreSQL's clients take a directory (the first name when neither is there)."""
+    if not os.path.isdir(host):
+        return host
+    paths = [os.path.join(host, name) for name in SOCKET_NAMES]
+    return next((path for path in paths if os.path.exists(path)), paths[0])
+
+
+def statement_limit(server_version: str, seconds: float) -> str:
+    """The session setting that stops each statement on the server after ``seconds``, in the
+    words of this server (its version string says MariaDB or not)."""
+    if "mariadb" in server_version.lower():
+        return f"SET SESSION max_statement_time = {seconds:.3f}"
+    return f"SET SESSION max_execution_time = {max(1, round(seconds * 1000))}"
+
+
 def _socket(where: Endpoint, limits: SocketLimits) -> socket.socket:
     """A socket connected to ``where``: ours, so the `Hangup` can cut the login too."""
     if where.host.startswith("/"):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(limits.connect_timeout_s)
-            sock.connect(where.host)
+            sock.connect(socket_path(where.host))
         except BaseException:
             sock.close()
             raise
@@ -92,7 +117,7 @@ def _connect(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     import pymysql.cursors
 
     address: dict[str, Any] = (
-        {"unix_socket": where.host}
+        {"unix_socket": socket_path(where.host)}
         if where.host.startswith("/")
         else {"host": where.host, "port": where.port}
     )
@@ -143,6 +168,10 @@ def _our_errors(where: Endpoint) -> Iterator[None]:
         refused = _refusal(where, code, text)
         if refused is not None:
             raise refused from None
+        if code in STATEMENT_STOPPED:
+            raise OutOfTime(
+                f"MySQL at {where.where()} stopped a statement at the probe's time limit: {text}"
+            ) from None
         if code == TOO_MANY_CONNECTIONS:
             raise ServiceRefused(
                 f"MySQL refuses new connections at {where.where()}: {text} (max_connections)", full=True
@@ -154,10 +183,18 @@ def _our_errors(where: Endpoint) -> Iterator[None]:
 
 def _open(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     with _our_errors(where):
+        import pymysql
+
         connection = _connect(where, limits, hangup)
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f"{SONDE_MARK} SET SESSION TRANSACTION READ ONLY")
+                limit = statement_limit(connection.get_server_info(), limits.io_timeout_s * STATEMENT_SHARE)
+                try:
+                    cursor.execute(f"{SONDE_MARK} {limit}")
+                except pymysql.err.MySQLError as exc:
+                    if not exc.args or exc.args[0] != UNKNOWN_VARIABLE:
+                        raise
         except BaseException:
             connection.close()
             raise
