@@ -15,10 +15,12 @@ import psycopg
 import pytest
 import trio
 
+from sonde.packs.base import OutOfTime
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.connection import PostgresParams, database_origin
+from sonde.packs.postgres import connection as postgres_connection
+from sonde.packs.postgres.connection import PostgresParams, database_origin, run_queries
 from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold
@@ -509,6 +511,14 @@ async def test_total_size_says_what_it_left_out(role_without_connect: tuple[str,
     assert limited["left_out_of_total"] == len(unsized) >= 1
     assert limited["total_size_bytes"] == sum(db["size_bytes"] or 0 for db in limited["databases"])
     assert limited["total_size_bytes"] < everything["total_size_bytes"]
+
+
+async def test_a_statement_past_its_time_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statement past the session's statement_timeout (10 s at most, inside a probe's 15-20 s) is
+    a timeout saying the server stopped it, not "PostgreSQL is not available"."""
+    monkeypatch.setattr(postgres_connection, "STATEMENT_TIMEOUT_MS", 500)
+    with trio.fail_after(5), pytest.raises(OutOfTime, match="stopped a statement at the probe's time limit"):
+        await run_queries(ProbeContext(), PostgresParams(), ("SELECT pg_sleep(3)", ()))
 
 
 async def test_pg_monitor_sizes_a_database_it_may_not_connect_to(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sonde.packs.base import ProbeUnavailable, ServiceRefused
+from sonde.packs.base import OutOfTime, ProbeUnavailable, ServiceRefused
 from sonde.packs.context import ProbeContext
 from sonde.packs.postgres import DEFAULTS
 from sonde.packs.server_turns import takes_turns
@@ -141,11 +141,21 @@ def _run(
                     cursor.execute(sql, args)  # constant SQL, bound args
                     results.append(cursor.fetchall())
             return results
+    except psycopg.errors.QueryCanceled as exc:  # its statement_timeout, near the probe's deadline
+        text = first_line(exc)
+        if "statement timeout" in text:
+            raise OutOfTime(
+                f"PostgreSQL at {where.where()} stopped a statement at the probe's time limit: {text}"
+            ) from None
+        raise _not_connected(where, text, exc.sqlstate, origin) from None  # pg_cancel_backend, say
     except psycopg.errors.InsufficientPrivilege as exc:
         raise PermissionError(f"PostgreSQL refused: {exc}; {MONITOR_HINT}") from None
     except psycopg.OperationalError as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _not_connected(where, text, exc.sqlstate, origin) from None
+        raise _not_connected(where, first_line(exc), exc.sqlstate, origin) from None
+
+
+def first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str) -> Exception:
