@@ -461,6 +461,20 @@ async def throwaway_database() -> AsyncIterator[str]:
         await trio.to_thread.run_sync(admin.close)
 
 
+async def test_cache_hit_ratio_says_since_when(throwaway_database: str) -> None:
+    """A ratio since the statistics were reset is read against when that was."""
+
+    def reset() -> None:
+        with psycopg.connect(DSN.replace("dbname=postgres", f"dbname={throwaway_database}")) as fresh:
+            execute(fresh, "SELECT pg_stat_reset()")
+
+    await trio.to_thread.run_sync(reset)
+    found = await run("postgres.cache.hit_ratio", limit=1000)
+    [database] = [db for db in found["databases"] if db["name"] == throwaway_database]
+    assert database["stats_reset_at"] is not None
+    assert 0 <= database["since_reset_s"] < 60
+
+
 async def test_database_connections_leave_out_sonde(
     throwaway_database: str, extra_connections: list[psycopg.Connection[Any]]
 ) -> None:

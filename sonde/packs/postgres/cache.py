@@ -13,7 +13,8 @@ from sonde.packs.postgres import PACK
 from sonde.packs.postgres.connection import PostgresParams, one_turn, run_queries
 
 CACHE = """
-SELECT datname AS name, blks_hit AS hits, blks_read AS reads
+SELECT datname AS name, blks_hit AS hits, blks_read AS reads, stats_reset::text AS stats_reset_at,
+       extract(epoch FROM now() - stats_reset)::float8 AS since_reset_s
 FROM pg_stat_database WHERE datname IS NOT NULL ORDER BY blks_read DESC, datname"""
 
 
@@ -22,6 +23,8 @@ class DatabaseCache(Result):
     hits: int
     reads: int
     hit_percent: float | None
+    stats_reset_at: str | None  # null: never reset with pg_stat_reset
+    since_reset_s: float | None
 
 
 class CacheHitRatio(Result):
@@ -57,6 +60,8 @@ def cache_ratio(rows: list[dict[str, Any]], limit: int) -> CacheHitRatio:
                 hits=row["hits"],
                 reads=row["reads"],
                 hit_percent=hit_percent(row["hits"], row["reads"]),
+                stats_reset_at=row.get("stats_reset_at"),
+                since_reset_s=row.get("since_reset_s"),
             )
             for row in rows[:limit]
         ],
@@ -67,8 +72,9 @@ def cache_ratio(rows: list[dict[str, Any]], limit: int) -> CacheHitRatio:
 @PACK.probe(
     "postgres.cache.hit_ratio",
     """Buffer cache hit ratio since the statistics were last reset: blocks found in shared
-    buffers vs read from disk (or the OS cache), in percent, overall and per database.
-    Below about 90 % on a busy server, shared_buffers may be too small for the working set.""",
+    buffers vs read from disk (or the OS cache), in percent, overall and per database, with
+    when each database's were reset (`stats_reset_at`, `since_reset_s`; null: never reset
+    with pg_stat_reset): a ratio over months hides this hour's. Below about 90 % on a busy server, shared_buffers may be too small for the working set.""",
     timeout_s=15,
 )
 @one_turn

@@ -240,7 +240,8 @@ def wraparound_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     detail = (
         f"Its oldest unfrozen {kind} is {age:,} old (transaction IDs {oldest['xid_age']:,}, multixact IDs "
         f"{oldest['multixact_age']:,}), of the 2,147,483,648 at which they wrap around: about 3 million "
-        "short of that the server refuses every write until the database is vacuumed. "
+        "short of that (1 million before PostgreSQL 14) the server refuses every write until the database "
+        "is vacuumed. "
     )
     if freeze_max is not None and age > freeze_max:
         detail += f"Autovacuum should have frozen it at {freeze_max:,} ({setting}): its vacuums fail or are held back. "

@@ -302,7 +302,7 @@ async def replication_status(ctx: ProbeContext, params: PostgresParams) -> Repli
     return replication_reading(replicas, slots, None, archiver, sees["sees_all"])
 
 
-WRAPAROUND_AGE = 2**31  # the age at which IDs would wrap around; the server stops 3 million short of it
+WRAPAROUND_AGE = 2**31  # the age at which IDs would wrap around; the server stops 3 million short (14+)
 
 
 def wraparound_percent(age: int) -> float:
@@ -346,7 +346,8 @@ def wraparound_reading(rows: list[dict[str, Any]], settings: dict[str, Any], lim
     """Transaction ID wraparound: for each database (templates too), oldest first, the age of
     its oldest unfrozen transaction ID (age(datfrozenxid)) and multixact ID
     (mxid_age(datminmxid)), and `wraparound_percent`, the older of the two as a percent of
-    2^31, where the server stops accepting writes (3 million short of it) until the
+    2^31, where the server stops accepting writes (3 million short of it; 1 million before
+    PostgreSQL 14) until the
     database is vacuumed; with `oldest` over every database, and autovacuum's
     autovacuum_freeze_max_age, past which it vacuums a database to freeze it whatever
     else. An age far past that means those vacuums fail or are held back (a long

@@ -20,7 +20,10 @@ from sonde.packs.services import Endpoint, Hangup, ServiceParams, SocketLimits, 
 T = TypeVar("T")
 COMMAND_TIMEOUT_S = 10  # each read and write, at most; less when the probe's deadline is nearer
 MAXCLIENTS_REACHED = "max number of clients reached"  # the server's answer to a new client at maxclients
-ACL_HINT = "the agent's Redis user needs '+info +slowlog' (ACL) and its password in the agent config"
+ACL_HINT = (
+    "the agent's Redis user needs '+info +slowlog' (ACL; '+config|get' too for the persistence settings) "
+    "and its password in the agent config"
+)
 
 
 class RedisParams(ServiceParams):
