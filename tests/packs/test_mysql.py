@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from sonde.packs.base import OutOfTime
 from sonde.packs.context import ProbeContext
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.mysql import PACK
+from sonde.packs.mysql import connection as mysql_connection
 from sonde.packs.mysql.connection import MysqlParams, session, statement_limit
 from sonde.packs.mysql.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.mysql.status import summarize_innodb, summarize_status
@@ -473,6 +475,21 @@ async def test_a_socket_directory_is_taken_as_the_host() -> None:
     for host in (path, os.path.dirname(path)):
         found = await run("mysql.innodb.summary", host=host)
         assert found["buffer_pool_size_bytes"] > 0, host
+
+
+async def test_a_listener_that_never_greets_is_said_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyMySQL says "Lost connection to MySQL server during query" where no query was sent."""
+    monkeypatch.setattr(mysql_connection, "READ_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # never accepts: the connection waits in the backlog, and no greeting comes
+        with pytest.raises(ProbeExecutionError) as caught:
+            await run("mysql.innodb.summary", port=silent.getsockname()[1])
+    assert caught.value.code == "unavailable"
+    assert "it sent no greeting within 1 s of the connection (is a MySQL server listening there?)" in (
+        caught.value.message
+    )
+    assert "during query" not in caught.value.message
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ DATABASE_DENIED = 1044  # ER_DBACCESS_DENIED_ERROR: logged in, but not allowed t
 DATABASE_MISSING = 1049  # ER_BAD_DB_ERROR: the configured database is not on this server
 PRIVILEGE_DENIED = {1142, 1143, 1227}  # table, column, a global privilege such as PROCESS
 TOO_MANY_CONNECTIONS = 1040  # ER_CON_COUNT_ERROR: max_connections reached, clients turned away
+LOST_CONNECTION = 2013  # CR_SERVER_LOST: PyMySQL's word for a read that timed out or was cut
 UNKNOWN_VARIABLE = 1193  # ER_UNKNOWN_SYSTEM_VARIABLE: a server older than the statement limit
 STATEMENT_STOPPED = {1969, 3024}  # MariaDB's max_statement_time, MySQL's max_execution_time, exceeded
 # The server stops a statement a little before the client would give up on it: without a limit of
@@ -149,7 +150,19 @@ def _connect(where: Endpoint, limits: SocketLimits, hangup: Hangup) -> Any:
     except BaseException:
         sock.close()
         raise
-    connection.connect(sock)  # on failure, PyMySQL closes it
+    try:
+        connection.connect(sock)  # on failure, PyMySQL closes it
+    except pymysql.err.OperationalError as exc:
+        if (
+            exc.args
+            and exc.args[0] == LOST_CONNECTION
+            and getattr(connection, "server_version", None) is None
+        ):
+            raise ProbeUnavailable(  # PyMySQL says "during query": there was none
+                f"MySQL is not available at {where.where()}: it sent no greeting within "
+                f"{limits.io_timeout_s:.0f} s of the connection (is a MySQL server listening there?)"
+            ) from None
+        raise
     return connection
 
 
