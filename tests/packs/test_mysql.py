@@ -159,7 +159,11 @@ async def test_process_list_shows_a_long_statement(connections: list[Any]) -> No
             lambda r: any(t["id"] == thread_id for t in r["threads"]),
         )
         [thread] = [t for t in found["threads"] if t["id"] == thread_id]
-        assert (thread["command"], thread["query"], thread["user"]) == ("Query", "SELECT SLEEP(30)", "root")
+        assert (thread["command"], thread["query"], thread["user"]) == ("Query", "SELECT SLEEP(?)", "root")
+        ctx = ProbeContext()
+        ctx.settings.packs["mysql"] = {"show_values": True}
+        shown = (await execute_probe(REGISTRY, "mysql.processes.list", {}, ctx)).result
+        assert "SELECT SLEEP(30)" in [t["query"] for t in shown["threads"]]
         assert thread["time_s"] >= 1
         killer = await trio.to_thread.run_sync(connect)
         connections.append(killer)

@@ -49,6 +49,13 @@ async def run(name: str, **params: Any) -> dict[str, Any]:
     return (await execute_probe(REGISTRY, name, params, ProbeContext())).result
 
 
+async def run_showing_values(name: str, **params: Any) -> dict[str, Any]:
+    """``name`` run with packs.postgres.show_values true in the agent config."""
+    ctx = ProbeContext()
+    ctx.settings.packs["postgres"] = {"show_values": True}
+    return (await execute_probe(REGISTRY, name, params, ctx)).result
+
+
 async def wait_for(
     name: str, params: dict[str, Any], seen: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
@@ -191,7 +198,11 @@ async def test_long_running_query_finding() -> None:
                 lambda r: any(q["pid"] == sleeper_pid for q in r["queries"]),
             )
             [query] = [q for q in found["queries"] if q["pid"] == sleeper_pid]
-            assert query["query"] == "SELECT pg_sleep(30)"
+            assert query["query"] == "SELECT pg_sleep(?)"  # its values not shown
+            shown = await run_showing_values("postgres.queries.long_running", min_duration_s=1)
+            assert [q["query"] for q in shown["queries"] if q["pid"] == sleeper_pid] == [
+                "SELECT pg_sleep(30)"
+            ]
             assert query["duration_s"] >= 1
             assert query["state"] == "active"
             runbook = build_runbook(
@@ -435,7 +446,7 @@ async def test_a_long_transaction_of_short_statements_is_long_running() -> None:
         [query] = [q for q in found["queries"] if q["pid"] == pid]
         assert query["transaction_s"] >= 1
         assert query["duration_s"] <= query["transaction_s"] - 1.5  # the transaction is what is long
-        assert (query["state"], query["query"]) == ("idle in transaction", "SELECT 1")
+        assert (query["state"], query["query"]) == ("idle in transaction", "SELECT ?")
         ages = [max(q["transaction_s"] or 0, q["duration_s"] or 0) for q in found["queries"]]
         assert ages == sorted(ages, reverse=True)  # longest first, by the same age
         runbook = build_runbook({**THRESHOLDS, "long_query_s": Threshold(warning=1, critical=600, unit=" s")})

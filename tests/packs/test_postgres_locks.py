@@ -116,5 +116,5 @@ async def test_pg_monitor_shows_the_blocked_sessions_in_full(blocked_stranger: t
     finally:
         await trio.to_thread.run_sync(admin.close)
     [blocked] = [b for b in found["blocked"] if b["pid"] == waiter_pid]
-    assert blocked["query"] == "UPDATE t SET n = n + 1 WHERE id = 1"
+    assert blocked["query"] == "UPDATE t SET n = n + ? WHERE id = ?"
     assert (found["sees_all_sessions"], found["hidden_sessions"], found["visibility"]) == (True, 0, None)

@@ -142,16 +142,7 @@ def test_replicas_of_a_primary() -> None:
 
 
 def test_slowlog_entry_is_cut() -> None:
-    entry = slow_entry(
-        {
-            "id": 3,
-            "start_time": 1714990272,
-            "duration": 12000,
-            "command": "SET k " + "v" * 500,
-            "client_address": "127.0.0.1:5000",
-            "client_name": "",
-        }
-    )
+    entry = slow_entry([3, 1714990272, 12000, ["SET", "k", "v" * 500], "127.0.0.1:5000", ""], shown=True)
     assert (entry.time, entry.duration_us, len(entry.command), entry.client_name) == (
         "2024-05-06T10:11:12+00:00",
         12000,
@@ -161,21 +152,25 @@ def test_slowlog_entry_is_cut() -> None:
 
 
 def test_slowlog_entry_from_bytes_reads_as_text() -> None:
-    # redis-py's slowlog_get leaves every field bytes, even with decode_responses
+    # the words come as bytes (never decoded: data may not be UTF-8)
     entry = slow_entry(
-        {
-            "id": 4,
-            "start_time": 1714990272,
-            "duration": 42813,
-            "command": b"eval return 1 1 key\xff",
-            "client_address": b"127.0.0.1:34022",
-            "client_name": b"",
-        }
+        [4, 1714990272, 42813, [b"eval", b"return 1", b"1", b"key\xff"], b"127.0.0.1:34022", b""], shown=True
     )
     assert (entry.command, entry.client, entry.client_name) == (
         "eval return 1 1 key\ufffd",
         "127.0.0.1:34022",
         None,
+    )
+
+
+def test_slowlog_entry_shows_no_values_unless_told() -> None:
+    """HSET session:1 token Hunter2xyz went to the hub as it was sent."""
+    raw = [5, 1714990272, 15000, [b"HSET", b"session:1", b"token", b"Hunter2xyz"], b"10.0.0.5:5000", b"app"]
+    assert slow_entry(raw, shown=False).command == "HSET session:1 ? ?"
+    enterprise = [6, 1714990272, 15000, 12, [b"GET", b"k"], b"10.0.0.5:5000", b"app"]  # a complexity first
+    assert (slow_entry(enterprise, shown=False).command, slow_entry(enterprise, shown=False).client) == (
+        "GET k",
+        "10.0.0.5:5000",
     )
 
 
@@ -222,6 +217,11 @@ async def test_slowlog_reads_like_redis_cli(admin: redis.Redis) -> None:
         slow.close()
     found = await run("redis.slowlog.entries", limit=128)
     [entry] = [e for e in found["entries"] if marker in e["command"]]
+    assert entry["command"] == f"EVAL {script} ? ?"  # the script is shown, its data is not
+    ctx = ProbeContext()
+    ctx.settings.packs["redis"] = {"show_values": True}
+    shown = (await execute_probe(REGISTRY, "redis.slowlog.entries", {"limit": 128}, ctx)).result
+    [entry] = [e for e in shown["entries"] if marker in e["command"]]
     assert entry["command"] == f"EVAL {script} 1 hunt_fix_key_\ufffd"
     assert entry["client"].startswith("127.0.0.1:")
     assert entry["duration_us"] >= slower_than_us

@@ -36,6 +36,7 @@ from sonde.packs.mysql.probes import (
     thread,
 )
 from sonde.packs.mysql.visibility import SHOW_GRANTS, GlobalPrivileges, global_privileges
+from sonde.packs.query_values import values_shown
 
 SERVER = "SELECT VERSION() AS version, @@performance_schema AS performance_schema"
 CURRENT_WAITS = "SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_current_waits'"
@@ -148,12 +149,12 @@ def _ids(ids: set[int]) -> str:
     return ", ".join(str(int(i)) for i in sorted(ids)) or "NULL"
 
 
-async def _threads(connection: Session, ids: set[int], sees_all: bool) -> dict[int, Thread]:
+async def _threads(connection: Session, ids: set[int], sees_all: bool, shown: bool) -> dict[int, Thread]:
     """The named threads, with their open InnoDB transaction where the login may read them."""
     columns = f"{THREAD_COLUMNS}, {WITH_TRANSACTION if sees_all else WITHOUT_TRANSACTION}"
     sql = THREADS.format(columns=columns, join=TRANSACTIONS if sees_all else "", ids=_ids(ids))
     [rows] = await connection.run((sql, ()))
-    return {int(row["id"]): thread(row) for row in rows}
+    return {int(row["id"]): thread(row, shown) for row in rows}
 
 
 def metadata_holders_note(privileges: GlobalPrivileges, performance_schema: bool) -> str | None:
@@ -239,7 +240,9 @@ def lock_waits(
     `visibility` says why. `row_lock_current_waits` is InnoDB's own count. Without the
     PROCESS privilege row lock waits cannot be listed and only the login's own user's
     threads are seen: `sees_all_threads` is false and `visibility` says so. Sonde's own
-    connections are left out. Use it when queries hang or time out on locks.""",
+    connections are left out. Statements read with their values (string and number
+    literals) as '?' unless packs.mysql.show_values is true in the agent config. Use it
+    when queries hang or time out on locks.""",
     timeout_s=15,
 )
 @one_turn
@@ -261,7 +264,7 @@ async def locks_waits(ctx: ProbeContext, params: LockParams) -> LockWaits:
         )[0]
         named = waiting_ids | {int(row[key]) for row in rows for key in ("waiting_id", "blocking_id")}
         named |= {int(row["holding_id"]) for row in holders if row["holding_id"] is not None}
-        threads = await _threads(connection, named, sees_all)
+        threads = await _threads(connection, named, sees_all, values_shown(ctx, "mysql"))
     read = Readings(
         row_waits=rows[: params.limit],
         metadata_waiters=waiters[: params.limit],

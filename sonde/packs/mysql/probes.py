@@ -27,6 +27,7 @@ from sonde.packs.mysql.connection import (
     session,
 )
 from sonde.packs.mysql.visibility import SHOW_GRANTS, databases_visibility, global_privileges
+from sonde.packs.query_values import masked_sql, values_shown
 
 QUERY_MAX_CHARS = 1000
 DATABASES = """
@@ -165,9 +166,13 @@ def _seconds(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
-def thread(row: dict[str, Any]) -> Thread:
+def thread(row: dict[str, Any], shown: bool) -> Thread:
+    """A thread's row; its statement's values as ``?`` unless ``shown`` (`sonde.packs.query_values`)."""
     seconds = {name: _seconds(row.get(name)) for name in ("time_s", "transaction_s")}
-    return Thread(**{**row, **seconds})
+    query = row.get("query")
+    return Thread(
+        **{**row, **seconds, "query": query if query is None or shown else masked_sql(query, "mysql")}
+    )
 
 
 def hidden_threads_note(hidden: int) -> str:
@@ -184,7 +189,8 @@ def hidden_threads_note(hidden: int) -> str:
     "mysql.processes.list",
     """MySQL/MariaDB threads (the process list), longest-running first: ID, user, client
     host, database, command, seconds in the current state, state and the statement (cut to
-    1000 characters), and a thread's open InnoDB transaction: its state (RUNNING, or LOCK
+    1000 characters; its values, string and number literals, as '?' unless
+    packs.mysql.show_values is true in the agent config), and a thread's open InnoDB transaction: its state (RUNNING, or LOCK
     WAIT for one waiting on a row lock: see mysql.locks.waits) and age in seconds
     (transaction_s), counted in min_time_s and the order. Idle ('Sleep') connections are
     left out unless include_sleeping, except those holding a transaction open (they may
@@ -208,7 +214,7 @@ async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessLis
         )
         hidden = None if sees_all else await hidden_thread_count(connection)
     return ProcessList(
-        threads=[thread(row) for row in rows[: params.limit]],
+        threads=[thread(row, values_shown(ctx, "mysql")) for row in rows[: params.limit]],
         truncated=len(rows) > params.limit,
         sonde_threads=sonde["n"],
         sees_all_threads=sees_all,

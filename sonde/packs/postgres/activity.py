@@ -26,6 +26,7 @@ from sonde.packs.postgres.visibility import (
     SEES_ALL_SESSIONS,
     visibility_note,
 )
+from sonde.packs.query_values import masked_sql, values_shown
 
 QUERY_MAX_CHARS = 1000
 CLIENTS = f"{CLIENT_SESSIONS} AND pid <> pg_backend_pid()"
@@ -245,10 +246,13 @@ def seconds_since(value: float | None) -> float | None:
     return None if value is None else max(value, 0.0)
 
 
-def session(row: dict[str, Any]) -> Session:
+def session(row: dict[str, Any], shown: bool) -> Session:
+    """A session's row; its query's values as ``?`` unless ``shown`` (`sonde.packs.query_values`)."""
     values = {key: row[key] for key in Session.model_fields}
     for key in ("duration_s", "transaction_s", "idle_s"):
         values[key] = seconds_since(values[key])
+    if values["query"] is not None and not shown:
+        values["query"] = masked_sql(values["query"], "postgres")
     return Session(**values)
 
 
@@ -261,7 +265,9 @@ def session(row: dict[str, Any]) -> Session:
     what it waits on, seconds its current (or last) statement has run (`duration_s`),
     seconds in its transaction (`transaction_s`), seconds since its last statement ended
     for one idle in a transaction (`idle_s`, null otherwise: such a session holds its locks
-    and keeps VACUUM from cleaning up), and the query (cut to 1000 characters).
+    and keeps VACUUM from cleaning up), and the query (cut to 1000 characters; its values,
+    string and number literals, as '?' unless packs.postgres.show_values is true in the
+    agent config).
     Sonde's own sessions (application 'sonde') are left out. A login without pg_monitor
     cannot see when other users' sessions started: they are not listed but counted in
     `unjudged_sessions`, `sees_all_sessions` is false and `visibility` says so.""",
@@ -278,7 +284,7 @@ async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
     )
     return LongRunning(
         min_duration_s=params.min_duration_s,
-        queries=[session(row) for row in rows[: params.limit]],
+        queries=[session(row, values_shown(ctx, "postgres")) for row in rows[: params.limit]],
         truncated=len(rows) > params.limit,
         unjudged_sessions=unjudged["n"],
         sees_all_sessions=unjudged["sees_all"],
@@ -329,6 +335,7 @@ def locks_listing(
     limit: int,
     sees_all: bool,
     prepared: list[dict[str, Any]],
+    shown: bool,
 ) -> Locks:
     """The first ``limit`` `BLOCKED` rows, their `BLOCKERS` rows, the `PREPARED` transactions (when one
     blocks: PID 0) and the `LOCK_COUNTS`, with what is hidden."""
@@ -341,9 +348,10 @@ def locks_listing(
     )
     return Locks(
         blocked=[
-            BlockedSession(**session(row).model_dump(), blocking_pids=row["blocking_pids"]) for row in listed
+            BlockedSession(**session(row, shown).model_dump(), blocking_pids=row["blocking_pids"])
+            for row in listed
         ],
-        blockers=[session(row) for row in blockers],
+        blockers=[session(row, shown) for row in blockers],
         prepared_transactions=[
             PreparedTransaction(**{**row, "age_s": seconds_since(row["age_s"])}) for row in prepared
         ],
@@ -369,7 +377,9 @@ def locks_listing(
     but of other users' sessions sees only the PID, user, database and application: state,
     wait, client and times read null and the query '<insufficient privilege>';
     `sees_all_sessions` is then false, `hidden_sessions` counts those listed and
-    `visibility` says so. Use it for 'queries hang' or 'deadlock'.""",
+    `visibility` says so. Queries read with their values (string and number literals) as
+    '?' unless packs.postgres.show_values is true in the agent config. Use it for 'queries
+    hang' or 'deadlock'.""",
     timeout_s=15,
 )
 @one_turn
@@ -383,4 +393,6 @@ async def locks_blocked(ctx: ProbeContext, params: LockParams) -> Locks:
     by_prepared = any(PREPARED_PID in row["blocking_pids"] for row in listed)
     prepared_args = ([row["pid"] for row in listed], PREPARED_LISTED)
     [prepared] = await run_queries(ctx, params, (PREPARED, prepared_args)) if by_prepared else [[]]
-    return locks_listing(blocked, blockers, counts, params.limit, sees["sees_all"], prepared)
+    return locks_listing(
+        blocked, blockers, counts, params.limit, sees["sees_all"], prepared, values_shown(ctx, "postgres")
+    )

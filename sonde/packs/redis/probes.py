@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
 
 from sonde.packs.base import Result
 from sonde.packs.context import ProbeContext
+from sonde.packs.query_values import masked_command, values_shown
 from sonde.packs.redis import PACK
 from sonde.packs.redis.connection import RedisParams, info_text, one_turn, with_redis
 from sonde.packs.redis.info import hit_percent, integer, keyspace, parse_info, replicas
@@ -126,8 +127,13 @@ class Slowlog(Result):
     truncated: bool
 
 
-def _slowlog(client: Any, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    return int(client.slowlog_len()), list(client.slowlog_get(limit))
+def _slowlog(client: Any, limit: int) -> tuple[int, list[Sequence[Any]]]:
+    """The log's length and its latest ``limit`` entries as Redis sends them: redis-py's
+    ``slowlog_get`` joins a command's words with spaces, and a word may hold one."""
+    from redis.client import NEVER_DECODE  # as slowlog_get: a word may not be UTF-8
+
+    client.set_response_callback("SLOWLOG GET", lambda response, **options: response)
+    return int(client.slowlog_len()), list(client.execute_command("SLOWLOG GET", limit, **{NEVER_DECODE: []}))
 
 
 def as_text(value: bytes | str | None) -> str:
@@ -137,31 +143,39 @@ def as_text(value: bytes | str | None) -> str:
     return value or ""
 
 
-def slow_entry(raw: Mapping[str, Any]) -> SlowEntry:
-    """One entry of redis-py's ``slowlog_get``, its command read as ``redis-cli`` shows it (``eval ... 0``)."""
-    command = as_text(raw.get("command"))
+def slow_entry(item: Sequence[Any], shown: bool) -> SlowEntry:
+    """One entry of ``SLOWLOG GET``: id, start, duration, the command's words (Redis Enterprise
+    puts a complexity before them), client address and name. The command reads as ``redis-cli``
+    shows it (``EVAL ... 0``), its arguments after the first as ``?`` unless ``shown``."""
+    at = 3 if isinstance(item[3], list | tuple) else 4
+    words = [as_text(word) for word in item[at]]
+    command = " ".join(words if shown else masked_command(words))
+    client, name = (as_text(item[i]) if len(item) > i else "" for i in (at + 1, at + 2))
     return SlowEntry(
-        id=int(raw["id"]),
-        time=iso_utc(int(raw["start_time"])),
-        duration_us=int(raw["duration"]),
+        id=int(item[0]),
+        time=iso_utc(int(item[1])),
+        duration_us=int(item[2]),
         command=command if len(command) <= COMMAND_MAX_CHARS else command[: COMMAND_MAX_CHARS - 1] + "…",
-        client=as_text(raw.get("client_address")) or None,
-        client_name=as_text(raw.get("client_name")) or None,
+        client=client or None,
+        client_name=name or None,
     )
 
 
 @PACK.probe(
     "redis.slowlog.entries",
     """The latest Redis slow log entries (commands slower than slowlog-log-slower-than):
-    id, time, duration in µs, the command with its arguments as text, space-separated as
-    in `redis-cli slowlog get` (bytes that are not UTF-8 read as U+FFFD; cut to 200
-    characters: arguments may hold data), client address and name; with the log length.""",
+    id, time, duration in µs, the command and its first argument (a key, mostly) as text,
+    space-separated as in `redis-cli slowlog get`, each further argument as '?' (they hold
+    data; packs.redis.show_values true in the agent config shows them), bytes that are not
+    UTF-8 read as U+FFFD, cut to 200 characters; client address and name; with the log
+    length.""",
     timeout_s=15,
 )
 @one_turn
 async def redis_slowlog(ctx: ProbeContext, params: SlowlogParams) -> Slowlog:
     length, raw = await with_redis(ctx, params, lambda client: _slowlog(client, params.limit))
-    return Slowlog(length=length, entries=[slow_entry(r) for r in raw], truncated=length > len(raw))
+    shown = values_shown(ctx, "redis")
+    return Slowlog(length=length, entries=[slow_entry(r, shown) for r in raw], truncated=length > len(raw))
 
 
 class Replica(Result):
