@@ -94,7 +94,7 @@ def run_start(*, allow_root: bool, log_level: str) -> int:
 
     try:
         with hold_identity(path):
-            return run_agent(config, allow_root=allow_root, log_level=log_level)
+            return run_agent(config, allow_root=allow_root, log_level=log_level, config_file=path)
     except AgentRunning as exc:
         print(f"sonde start: {exc}", file=sys.stderr)
         return EXIT_ALREADY_RUNNING

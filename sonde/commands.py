@@ -192,6 +192,9 @@ def enroll(
     def warn(text: str) -> None:
         print(f"sonde enroll: warning: {text}", file=sys.stderr)
 
+    from sonde.agent.identity_lock import enrolled_name, next_step
+
+    previous_name = enrolled_name()
     try:  # once the hub said yes, Ctrl-C waits: the identity is saved and said, exit 0
         normalize_hub_url(hub)  # a malformed URL or name is said before a token is read or asked for
         check_name(name)
@@ -204,7 +207,7 @@ def enroll(
         print(f"sonde enroll: {exc}", file=sys.stderr)
         return 2 if exc.malformed_argument else 1
     print(f"enrolled as {config.name} (agent id {config.agent_id}) with {config.hub_url}", file=sys.stderr)
-    print("start the agent with `sonde start` (or `sonde service install` for systemd)", file=sys.stderr)
+    print(next_step(config.name, previous_name), file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import random
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -40,7 +41,7 @@ from sonde.agent.connection import (
     keep_alive,
     websocket_url,
 )
-from sonde.agent.exit_codes import EXIT_OK, EXIT_REJECTED
+from sonde.agent.exit_codes import EXIT_ENROLLED_AGAIN, EXIT_OK, EXIT_REJECTED
 from sonde.agent.hub_version import unread_register_advice
 from sonde.agent.identity import default_agent_name, register_payload
 from sonde.agent.runner import MAX_PROBES_IN_FLIGHT, ProbeRunner
@@ -79,6 +80,7 @@ STABLE_CONNECTION_S = 30.0
 # positive number) would have the agent send a heartbeat and a ping in a busy loop
 MIN_HEARTBEAT_INTERVAL_S = 1.0
 FATAL_REJECT_CODES = frozenset({"unknown_agent", "revoked"})
+ENROLLED_AGAIN_WAIT_S = 2.0
 
 NOT_ENROLLED_MESSAGE = "not enrolled: run `sonde enroll --hub URL` first (it asks for the token)"
 
@@ -140,7 +142,10 @@ class AgentDaemon:
         rng: random.Random,
         max_delay_s: float,
         reenroll_hint: str | None = None,
+        enrolled_again: Callable[[], AgentConfig | None] = lambda: None,
     ) -> None:
+        """``enrolled_again``: the config this machine holds now when it is another identity's
+        (`sonde enroll --replace` while the agent ran), else None."""
         hub_url, private_key, hub_key = config.hub_url, config.private_key, config.hub_public_key
         if hub_url is None or private_key is None or hub_key is None or config.agent_id is None:
             raise ValueError(f"{NOT_ENROLLED_MESSAGE} (missing {', '.join(config.missing_identity())})")
@@ -157,6 +162,7 @@ class AgentDaemon:
         self._rng = rng
         self._max_delay_s = max_delay_s
         self._reenroll_hint = reenroll_hint or reenroll_command(config)
+        self._enrolled_again = enrolled_again
         self._started = False
         self._stopping = False
         self._run_scope = trio.CancelScope()
@@ -175,6 +181,8 @@ class AgentDaemon:
             if self._stopping:
                 return EXIT_OK
             if end.rejection is not None and end.rejection.code in FATAL_REJECT_CODES:
+                if await self._was_enrolled_again(end.rejection.code):
+                    return EXIT_ENROLLED_AGAIN
                 log.error(
                     "this agent's identity is unknown to / was revoked by the hub (%s: %s); %s",
                     end.rejection.code,
@@ -188,6 +196,26 @@ class AgentDaemon:
             attempt += 1
             log.info("reconnecting to %s in %.2fs (attempt %d)", self.url, delay, attempt)
             await trio.sleep(delay)
+
+    async def _was_enrolled_again(self, code: str) -> bool:
+        """Whether the identity the hub ended was replaced on this machine (said, if so): the
+        agent then goes on with the new one, rather than advise the enrolment that was just done.
+        `sonde enroll` saves the new identity just after the hub took it: a revoked one waits
+        `ENROLLED_AGAIN_WAIT_S` for it."""
+        fresh = self._enrolled_again()
+        if fresh is None and code == "revoked":
+            await trio.sleep(ENROLLED_AGAIN_WAIT_S)
+            fresh = self._enrolled_again()
+        if fresh is None:
+            return False
+        log.warning(
+            "the hub ended this agent's identity %s: this machine was enrolled again, as %s (agent id %s), "
+            "while it ran; the agent goes on with the new identity",
+            self.config.agent_id,
+            fresh.name,
+            fresh.agent_id,
+        )
+        return True
 
     async def connect_once(self, task_status: trio.TaskStatus[AgentDaemon]) -> ConnectionEnd:
         """One connection, from connect to close; transport and peer errors end it, logged."""

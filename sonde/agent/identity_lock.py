@@ -10,13 +10,15 @@ read at start (as before).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, take_lock, write_pid
+from sonde.agent.config import ConfigError, config_path, load_config
+from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, holder_pid, take_lock, write_pid
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,24 @@ def hold_identity(config_path: Path) -> Iterator[None]:
         os.close(fd)  # the lock goes with it
 
 
+def running_agent(config_path: Path) -> LockHeld | None:
+    """The `sonde start` that holds the identity of ``config_path`` now, if one does, found
+    without taking its lock (a shared lock tried, and let go)."""
+    try:
+        fd = os.open(config_path.parent / AGENT_LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return LockHeld(holder_pid(fd))
+    except OSError:
+        return None  # no locks here: nothing tells
+    finally:
+        os.close(fd)
+    return None
+
+
 def running_message(config_path: Path, pid: int | None) -> str:
     """Why a second `sonde start` does not run, and what to do."""
     who = f"another sonde start (PID {pid})" if pid is not None else "another sonde start"
@@ -67,3 +87,28 @@ def running_message(config_path: Path, pid: int | None) -> str:
 
 def _warn_unlocked(path: Path, why: str) -> None:
     log.warning("cannot lock %s (%s): nothing stops a second `sonde start` with this identity", path, why)
+
+
+def enrolled_name() -> str | None:
+    """The name this machine's agent is enrolled under now, if it is."""
+    try:
+        config = load_config(check_access=False)
+    except ConfigError:
+        return None
+    return config.name if config is not None and config.enrolled else None
+
+
+def next_step(name: str | None, previous_name: str | None) -> str:
+    """What to do after enrolling: start the agent, unless one runs. One running under the name
+    enrolled again goes on with the new identity once the hub ends the old one (the hub ends it
+    for the name); under another name it keeps the old one until restarted."""
+    running = running_agent(config_path())
+    if running is None:
+        return "start the agent with `sonde start` (or `sonde service install` for systemd)"
+    pid = f" (PID {running.pid})" if running.pid is not None else ""
+    if name == previous_name:
+        return f"the agent running on this machine{pid} goes on with the new identity"
+    return (
+        f"the agent running on this machine{pid} still runs as {previous_name}: restart it to run "
+        f"as {name} (`systemctl restart sonde-agent` for the service)"
+    )

@@ -14,14 +14,23 @@ import os
 import random
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import trio
 
-from sonde.agent.config import AgentConfig
+from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.connection import Connector, connect_websocket
 from sonde.agent.daemon import BACKOFF_MAX_S, NOT_ENROLLED_MESSAGE, AgentDaemon
-from sonde.agent.exit_codes import EXIT_NOT_ENROLLED, EXIT_OK, EXIT_ROOT, EXIT_USAGE
+from sonde.agent.exit_codes import (
+    EXIT_ENROLLED_AGAIN,
+    EXIT_NOT_ENROLLED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_ROOT,
+    EXIT_USAGE,
+)
 from sonde.agent.identity import active_packs
 from sonde.log_levels import TextFormatter
 from sonde.packs.registry import PackRegistry, load_packs
@@ -71,6 +80,7 @@ async def agent_main(
     max_delay_s: float = BACKOFF_MAX_S,
     handle_signals: bool = True,
     reenroll_hint: str | None = None,
+    enrolled_again: Callable[[], AgentConfig | None] = lambda: None,
     task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the agent until a signal (returns 0) or a fatal reject (returns 3).
@@ -80,7 +90,9 @@ async def agent_main(
     `AgentDaemon.stop` ends the agent gracefully (returns 0). ``reenroll_hint``
     says what to do when the hub no longer knows this agent (default: the `sonde enroll`
     command that enrolls it again under its name; for the agent inside `sonde up`,
-    restart that). ``connect``, ``rng`` and ``max_delay_s`` exist for tests.
+    restart that). ``enrolled_again`` gives this machine's config when it holds another
+    identity now (then `EXIT_ENROLLED_AGAIN`). ``connect``, ``rng`` and ``max_delay_s`` exist
+    for tests.
     """
     daemon = AgentDaemon(
         config,
@@ -89,6 +101,7 @@ async def agent_main(
         rng=rng or random.Random(),
         max_delay_s=max_delay_s,
         reenroll_hint=reenroll_hint,
+        enrolled_again=enrolled_again,
     )
     exit_code = EXIT_OK
     async with trio.open_nursery() as nursery:
@@ -113,11 +126,14 @@ def run_agent(
     allow_root: bool = False,
     log_level: str | int = "INFO",
     registry: PackRegistry | None = None,
+    config_file: Path | None = None,
 ) -> int:
     """The `sonde start` entry point: checks, then runs the agent; returns the exit code.
 
     2 when run as root without ``allow_root`` or given a bad ``log_level``, 1 when not
-    enrolled, 3 when the hub no longer knows this agent, 0 after SIGTERM/SIGINT.
+    enrolled, 3 when the hub no longer knows this agent, 0 after SIGTERM/SIGINT. When the hub
+    ends the identity because ``config_file`` now holds another (`sonde enroll --replace` while
+    the agent ran), the agent goes on with that one.
     """
     if isinstance(log_level, str):
         from sonde.log_levels import checked_log_level
@@ -134,10 +150,29 @@ def run_agent(
         print(f"sonde: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
         return EXIT_NOT_ENROLLED
     configure_logging(log_level)
-    registry = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
-    if not registry.packs:
-        log.warning("no packs are enabled or detected: this agent has no probes to offer")
+    while True:
+        packs = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
+        if not packs.packs:
+            log.warning("no packs are enabled or detected: this agent has no probes to offer")
+        again = partial(enrolled_again, config_file, config.agent_id)
+        try:
+            exit_code = trio.run(partial(agent_main, config, packs, enrolled_again=again))
+        except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
+            return EXIT_OK
+        if exit_code != EXIT_ENROLLED_AGAIN:
+            return exit_code
+        fresh = again()
+        if fresh is None:  # changed again since the daemon read it
+            return EXIT_REJECTED
+        config = fresh
+
+
+def enrolled_again(config_file: Path | None, agent_id: str | None) -> AgentConfig | None:
+    """The config in ``config_file`` when it is enrolled as another agent than ``agent_id``."""
+    if config_file is None:
+        return None
     try:
-        return trio.run(partial(agent_main, config, registry))
-    except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
-        return EXIT_OK
+        fresh = load_config(config_file)
+    except ConfigError:
+        return None  # being written, or broken: the agent stops as it would have
+    return fresh if fresh is not None and fresh.enrolled and fresh.agent_id != agent_id else None
