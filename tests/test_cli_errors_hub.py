@@ -253,6 +253,28 @@ def test_allowed_hosts_may_be_separated_by_commas_or_spaces(tmp_path: Path, host
         proc.stop()
 
 
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("https://hub.example.com/mcp", ": give 'hub.example.com'"),  # a URL pasted: it never matched a Host
+        ("hub.example.com:8443/", ""),
+        ("host!", ""),
+    ],
+)
+def test_an_allowed_host_that_no_host_header_names_is_refused(tmp_path: Path, given: str, says: str) -> None:
+    data_dir = tmp_path / "data"
+    done = sonde(
+        tmp_path, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), "--allowed-host", given
+    )
+    assert_one_clear_message(
+        done,
+        2,
+        f"sonde hub: --allowed-host {given!r} is no host as a client's Host header names it (a name or address, "
+        f"with :PORT or :* or without, e.g. hub.example.com or [::1]:3000){says}",
+    )
+    assert not data_dir.exists()
+
+
 # --- the local agent of `sonde up` ------------------------------------------------------
 
 

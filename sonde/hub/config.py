@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from sonde.hub.proxies import IPNetwork
@@ -33,10 +35,23 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
+ALLOWED_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_][A-Za-z0-9_.-]{0,252})(?::(?:[0-9]{1,5}|\*))?")
+
+
 def split_hosts(values: tuple[str, ...]) -> tuple[str, ...]:
     """Host names from ``--allowed-host`` / ``SONDE_ALLOWED_HOSTS`` values, each of which may list
-    several separated by commas or spaces (no host name holds either)."""
-    return tuple(host for value in values for host in value.replace(",", " ").split())
+    several separated by commas or spaces (no host name holds either); `ValueError` for one that
+    is no Host header's value (a URL, say), which would never match and admit nothing."""
+    hosts = tuple(host for value in values for host in value.replace(",", " ").split())
+    for host in hosts:
+        if ALLOWED_HOST.fullmatch(host) is None:
+            netloc = urlsplit(host).netloc.rpartition("@")[2] if "://" in host else ""
+            hint = f": give {netloc!r}" if netloc and ALLOWED_HOST.fullmatch(netloc) else ""
+            raise ValueError(
+                f"--allowed-host {host!r} is no host as a client's Host header names it (a name or "
+                f"address, with :PORT or :* or without, e.g. hub.example.com or [::1]:3000){hint}"
+            )
+    return hosts
 
 
 @dataclass(frozen=True)

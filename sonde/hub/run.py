@@ -78,6 +78,7 @@ def build_config(
             )
     try:
         proxies = parse_trusted_proxies(trusted_proxies)
+        extra_hosts = split_hosts(allowed_hosts)
     except ValueError as exc:
         return str(exc)
     return HubConfig(
@@ -90,7 +91,7 @@ def build_config(
         probe_timeout_s=probe_timeout,
         log_format=log_format,  # type: ignore[arg-type]
         log_level=level,
-        allowed_hosts=split_hosts(allowed_hosts),
+        allowed_hosts=extra_hosts,
         audit_keep_s=keep_s,
         trusted_proxies=proxies,
     )
