@@ -238,6 +238,7 @@ def up(
     data_dir: DataDir = None,
     allow_root: Annotated[bool, Parameter(negative="")] = False,
     log_level: Annotated[str, Parameter(env_var="SONDE_LOG_LEVEL")] = "WARNING",
+    log_format: Annotated[Literal["text", "json"], Parameter(env_var="SONDE_LOG_FORMAT")] = "text",
 ) -> int:
     """Quick start: a hub plus an agent for this machine, enrolled automatically.
 
@@ -253,6 +254,9 @@ def up(
         Let the local agent run as root.
     log_level
         DEBUG, INFO, WARNING or ERROR.
+    log_format
+        text or json (one object per line); with json the key is not printed but kept in
+        quickstart.json.
     """
     from sonde.hub.run import build_config
     from sonde.quickstart import up as quick_start
@@ -264,7 +268,7 @@ def up(
         tls_key=None,
         heartbeat_interval=30.0,
         probe_timeout=30.0,
-        log_format="text",
+        log_format=log_format,
         log_level=log_level,
         allowed_hosts=(),
     )

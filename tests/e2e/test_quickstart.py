@@ -78,6 +78,17 @@ def test_on_a_terminal_up_prints_its_key(tmp_path: Path) -> None:
     assert f"    API key      : {key}" in seen.replace("\r\n", "\n")
 
 
+def test_with_json_logs_up_keeps_its_key_off_the_terminal(tmp_path: Path) -> None:
+    """As the README says: json logs go to a collector, which is no place for the key."""
+    args = ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"]
+    env = {**base_env(tmp_path / "home"), "SONDE_LOG_FORMAT": "json"}
+    state = tmp_path / "data" / "quickstart.json"
+    with on_a_terminal(args, env, re.compile(r"claude mcp add .*")) as seen:
+        assert f"in {state} (printed only when stderr is a terminal and logs are text)" in seen, seen
+    key = json.loads(state.read_text())["apiKey"]
+    assert key not in seen
+
+
 def test_up_refuses_a_hub_it_did_not_make_and_changes_nothing(tmp_path: Path) -> None:
     with running_hub(tmp_path) as hub:
         enroll_agent(hub, tmp_path, "web-1")
