@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, JsonValue, PrivateAttr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from sonde.hub_url import check_hub_url
@@ -68,6 +68,7 @@ class AgentConfig(BaseModel):
     packs: dict[str, dict[str, JsonValue]] = {}
     enabled_packs: list[str] | None = None
     scrub_patterns: list[str] = []
+    _file: Path | None = PrivateAttr(default=None)  # where it was read or written, for messages
 
     @field_validator("hub_url")
     @classmethod
@@ -125,7 +126,16 @@ class AgentConfig(BaseModel):
 
     def probe_settings(self) -> ProbeSettings:
         """The settings probes consult (allowed paths, per-pack settings)."""
-        return ProbeSettings(allowed_paths=tuple(self.allowed_paths), packs=dict(self.packs))
+        return ProbeSettings(
+            allowed_paths=tuple(self.allowed_paths),
+            packs=dict(self.packs),
+            config_file=None if self._file is None else str(self._file),
+        )
+
+    def read_from(self, path: Path) -> AgentConfig:
+        """This config, known to be ``path``'s."""
+        self._file = path
+        return self
 
 
 def describe_config_error(exc: ValidationError) -> str:
@@ -171,7 +181,7 @@ def load_config(path: Path | None = None, *, check_access: bool = True) -> Agent
     if check_access:
         check_config_access(path, held_secrets(data))
     try:
-        return AgentConfig.model_validate(data)
+        return AgentConfig.model_validate(data).read_from(path)
     except ValidationError as exc:
         raise ConfigError(f"config {path}: {describe_config_error(exc)}") from None
 
@@ -192,7 +202,7 @@ def save_config(config: AgentConfig, path: Path | None = None) -> AgentConfig:
         raise ConfigError(f"config {path}: {describe_config_error(exc)}") from None
     ensure_private_dir(path.parent)
     write_atomically(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    return result
+    return result.read_from(path)
 
 
 def ensure_private_dir(directory: Path) -> None:

@@ -45,12 +45,16 @@ class PathNotAllowed(ValueError):
     """A path parameter resolves outside the allow-list."""
 
 
+DEFAULT_CONFIG = "~/.sonde/config.json, or $SONDE_HOME's"  # `sonde.agent.config.config_path`
+
+
 @dataclass
 class ProbeSettings:
     """Agent-side settings probes consult (from the agent config)."""
 
     allowed_paths: tuple[str, ...] = DEFAULT_ALLOWED_PATHS
     packs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_file: str | None = None  # the agent config they come from, named in a refusal
 
     def for_pack(self, name: str) -> dict[str, Any]:
         return self.packs.get(name, {})
@@ -234,7 +238,8 @@ class ProbeContext:
         allowed = ", ".join(self.settings.allowed_paths) or "(none)"
         raise PathNotAllowed(
             f"path {raw!r} is outside the allowed paths ({allowed}); to read there, an operator can "
-            "add a directory to allowedPaths in the agent's config (~/.sonde/config.json, or $SONDE_HOME's) and restart it"
+            f"add a directory to allowedPaths in the agent's config ({self.settings.config_file or DEFAULT_CONFIG}) "
+            "and restart it"
         )
 
     @staticmethod

@@ -201,7 +201,7 @@ def test_a_readable_config_without_keys_loads_without_a_warning(
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"allowedPaths": ["/var/log"], "scrubPatterns": ["x"]}))
     path.chmod(0o644)
-    assert load_config(path) == AgentConfig(allowed_paths=["/var/log"], scrub_patterns=["x"])
+    assert load_config(path) == AgentConfig(allowed_paths=["/var/log"], scrub_patterns=["x"]).read_from(path)
     assert caplog.text == ""
 
 

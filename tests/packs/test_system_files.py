@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from sonde.agent.config import AgentConfig, load_config, save_config
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
@@ -217,6 +218,20 @@ async def test_file_read_refuses_a_symlink_out_of_the_allow_list(tree: Path) -> 
     # and how an operator widens them (before: only the list)
     assert "add a directory to allowedPaths in the agent's config (~/.sonde/config.json" in error.message
     assert str(tree.parent / "secret.txt") not in error.message  # the link's target is not named
+
+
+async def test_the_refusal_names_the_config_file_the_agent_read(tree: Path, tmp_path: Path) -> None:
+    """`sonde up`'s agent reads <data-dir>/local-agent/config.json, not ~/.sonde's."""
+    path = tmp_path / "data" / "local-agent" / "config.json"
+    config = save_config(AgentConfig(allowed_paths=[str(tree)]), path)
+    assert load_config(path).probe_settings().config_file == str(path)  # type: ignore[union-attr]
+    ctx = ProbeContext(settings=config.probe_settings())
+    with pytest.raises(ProbeExecutionError) as refused:
+        await execute_probe(REGISTRY, "system.files.read", {"path": "/etc/hostname"}, ctx)
+    assert (
+        f"add a directory to allowedPaths in the agent's config ({path}) and restart it"
+        in refused.value.message
+    )
 
 
 async def test_file_read_refuses_paths_outside(tree: Path) -> None:
