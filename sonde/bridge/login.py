@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 
@@ -133,13 +134,37 @@ def hubs_agents(response: httpx2.Response) -> list[object] | None:
 def enrolled_elsewhere(path: Path, hub_url: str) -> str | None:
     """A reason to refuse when this config's agent is enrolled with another hub."""
     existing = load_config(path)
-    if existing is None or not existing.enrolled or existing.hub_url == hub_url:
+    if (
+        existing is None
+        or not existing.enrolled
+        or existing.hub_url is None
+        or same_hub(existing.hub_url, hub_url)
+    ):
         return None
     return (
         f"this machine's agent is enrolled with {existing.hub_url}, and `sonde login` would point it "
-        f"at {hub_url}. For another hub, set SONDE_HUB_URL and SONDE_API_KEY in the MCP client's env "
-        "config for `sonde mcp-bridge`, or use a separate SONDE_HOME."
+        f"at {hub_url}. For that hub under the name the agent uses, give --hub {existing.hub_url}; for "
+        "another hub, set SONDE_HUB_URL and SONDE_API_KEY in the MCP client's env config for "
+        "`sonde mcp-bridge`, or use a separate SONDE_HOME."
     )
+
+
+def same_hub(one: str, other: str) -> bool:
+    """Whether two hub URLs name one hub as written: the scheme and host in any case, the port
+    given or the scheme's, a trailing slash or not. (localhost and 127.0.0.1 are two names: the
+    agent's TLS and Host checks see them apart.)"""
+
+    def spelled(url: str) -> tuple[str, str, int | None, str]:
+        parts = urlsplit(url)
+        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+        return (
+            parts.scheme.lower(),
+            (parts.hostname or "").lower(),
+            parts.port or default,
+            parts.path.rstrip("/"),
+        )
+
+    return spelled(one) == spelled(other)
 
 
 def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = None) -> int:

@@ -130,7 +130,23 @@ def test_login_refuses_to_repoint_an_agent_enrolled_elsewhere(
     before = path.read_text()
     assert login("http://hub-b.example:3000", "sonde_abc", check=False, path=path) == 1
     assert path.read_text() == before
-    assert "enrolled with http://hub-a.example:3000" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "enrolled with http://hub-a.example:3000" in said
+    assert "give --hub http://hub-a.example:3000" in said  # for that hub under another spelling
+
+
+@pytest.mark.parametrize(
+    "spelled", ["https://LOCALHOST:39443/", "https://localhost", "HTTPS://localhost:443"]
+)
+def test_login_takes_the_enrolled_hub_spelled_otherwise(tmp_path: Path, spelled: str) -> None:
+    """It refused https://LOCALHOST:39443/ for an agent enrolled with https://localhost:39443."""
+    from sonde.agent.config import save_config
+
+    path = tmp_path / "config.json"
+    enrolled_with = "https://localhost:39443" if "39443" in spelled else "https://localhost"
+    save_config(enrolled(enrolled_with), path)
+    assert login(spelled, "sonde_abc", check=False, path=path) == 0
+    assert login("https://127.0.0.1:39443", "sonde_abc", check=False, path=path) == 1  # another name
 
 
 @pytest.mark.parametrize(
