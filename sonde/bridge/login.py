@@ -200,6 +200,12 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
             if tls is not None:  # not an outage: this machine would never get through
                 say(f"cannot check the key at {hub_url}: {tls}; nothing saved (or pass --no-check)")
                 return 1
+            if isinstance(exc, httpx2.RemoteProtocolError):  # reached, and it speaks no HTTP: not a hub
+                say(
+                    f"something at {hub_url} took the connection but gave no HTTP answer "
+                    f"({describe_failure(exc)}): is it the hub's URL? nothing saved (or pass --no-check)"
+                )
+                return 1
             say(f"could not reach {hub_url} to check the key ({describe_failure(exc)}); saving it anyway")
     else:
         say("not checking the key against the hub (--no-check)")

@@ -181,6 +181,36 @@ def test_login_saves_anyway_when_the_hub_is_unreachable(
     assert json.loads(path.read_text())["apiKey"] == "sonde_abc"
 
 
+async def test_login_saves_nothing_where_something_speaking_no_http_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL's port, say: it was 'could not reach ...; saving it anyway', the key sent there."""
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    async def hang_up_on_everyone() -> None:
+        while True:
+            peer, _ = await listener.accept()
+            await peer.recv(1024)
+            peer.close()
+
+    path = tmp_path / "config.json"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hang_up_on_everyone)
+        port = listener.getsockname()[1]
+        assert (
+            await trio.to_thread.run_sync(lambda: login(f"http://127.0.0.1:{port}", "sonde_abc", path=path))
+            == 1
+        )
+        nursery.cancel_scope.cancel()
+    listener.close()
+    said = capsys.readouterr().err
+    assert f"something at http://127.0.0.1:{port} took the connection but gave no HTTP answer" in said
+    assert "is it the hub's URL? nothing saved" in said
+    assert not path.exists()
+
+
 def test_the_settings_say_where_the_key_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SONDE_HOME", str(tmp_path))
     from_file = resolve_settings(None, None, {}, lambda: FROM_CONFIG)
