@@ -144,10 +144,10 @@ def run_agent(
             print(f"sonde start: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if os.geteuid() == 0 and not allow_root:
-        print(f"sonde: {ROOT_MESSAGE}", file=sys.stderr)
+        print(f"sonde start: {ROOT_MESSAGE}", file=sys.stderr)
         return EXIT_ROOT
     if not config.enrolled:
-        print(f"sonde: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
+        print(f"sonde start: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
         return EXIT_NOT_ENROLLED
     configure_logging(log_level)
     while True:

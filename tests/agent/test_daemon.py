@@ -86,7 +86,7 @@ def test_refuses_root_unless_allowed(
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert run_agent(FakeHub().config("http://127.0.0.1:1")) == EXIT_ROOT
-    assert "refusing to run as root" in capsys.readouterr().err
+    assert "sonde start: refusing to run as root" in capsys.readouterr().err  # as its other refusals
     # allowed: it gets past the root check (and stops at the enrollment check)
     assert run_agent(AgentConfig(hub_url="http://127.0.0.1:1"), allow_root=True) == EXIT_NOT_ENROLLED
 
