@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 import trio_websocket
 
-from sonde.connect_failures import describe_tls_failure
+from sonde.connect_failures import describe_connect_error, describe_tls_failure
 from sonde.protocol.messages import MAX_FRAME_BYTES
 from sonde.transport import CLOSE_GOING_AWAY, LinkClosed, Transport, WebSocketTransport, describe_close
 
@@ -175,4 +175,4 @@ def describe_transport_error(exc: BaseException) -> str:
         return f"no WebSocket handshake within {CONNECT_TIMEOUT_S:g}s"
     if isinstance(exc, trio_websocket.ConnectionClosed):
         return describe_close(exc.reason)
-    return str(exc) or type(exc).__name__
+    return describe_connect_error(exc) or str(exc) or type(exc).__name__

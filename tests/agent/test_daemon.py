@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from sonde.agent.config import AgentConfig
-from sonde.agent.connection import sole_error, websocket_url
+from sonde.agent.connection import describe_transport_error, sole_error, websocket_url
 from sonde.agent.daemon import (
     ACK_TIMEOUT_S,
     STABLE_CONNECTION_S,
@@ -79,6 +79,18 @@ def test_backoff_delay_respects_a_smaller_cap() -> None:
 )
 def test_websocket_url(hub_url: str, ws_url: str) -> None:
     assert websocket_url(hub_url) == ws_url
+
+
+async def test_a_hub_that_is_down_is_said_as_the_bridge_says_it() -> None:
+    """It was trio's "all attempts to connect to 127.0.0.1:N failed" in the agent's retry lines."""
+    with trio.socket.socket() as probe:
+        await probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(OSError, match="all attempts to connect") as refused:
+        await trio.open_tcp_stream("127.0.0.1", port)
+    assert describe_transport_error(refused.value) == (
+        f"connection refused: nothing listens at 127.0.0.1:{port} (is the hub running?)"
+    )
 
 
 def test_refuses_root_unless_allowed(
