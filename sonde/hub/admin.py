@@ -46,6 +46,11 @@ def existing_database(data_dir: Path) -> Path:
         found = path.is_file()
     except OSError as exc:  # a directory this user may not enter
         raise database_unusable(path, f"{(exc.strerror or str(exc)).lower()}: {data_dir}") from exc
+    if not found and data_dir.is_file():
+        raise NoHubDatabase(
+            f"--data-dir {data_dir} is a file, not a directory: pass the hub's data directory, the one "
+            "that holds sonde.db (or set SONDE_DATA_DIR)"
+        )
     if not found:
         raise NoHubDatabase(
             f"no hub database at {path}: pass the hub's --data-dir (or set SONDE_DATA_DIR), "

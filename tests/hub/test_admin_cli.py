@@ -105,6 +105,17 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
     assert not (tmp_path / "data").exists()
 
 
+def test_a_data_dir_that_is_a_file_is_said_as_such(tmp_path: Path) -> None:
+    """A backup file given as --data-dir was 'no hub database at FILE/sonde.db'."""
+    (tmp_path / "data").write_bytes(b"SQLite format 3\x00")
+    done = sonde_hub(tmp_path, "key", "list")
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"--data-dir {tmp_path / 'data'} is a file, not a directory: pass the hub's data directory"
+        in done.stderr
+    )
+
+
 def test_the_last_admin_key_is_not_revoked_from_the_cli_either(tmp_path: Path) -> None:
     make_store(tmp_path)
     created = sonde_hub(tmp_path, "key", "create", "--name", "only", "--role", "admin")
