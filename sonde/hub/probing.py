@@ -119,10 +119,12 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
         available = sorted(name for name in offered if caller.allows_probe(name))
         older = older_pack(hub, record, probe)
         why = f" {capitalized(older)}." if older else pack_not_run(hub, record, probe)
+        close = difflib.get_close_matches(probe, available, n=1)
+        meant = f" Did you mean {close[0]}?" if close and not why else ""  # a typo, not a pack's absence
         raise not_found(
-            f"Unknown probe {echoed(probe)} on agent {record.name}.{why} "
+            f"Unknown probe {echoed(probe)} on agent {record.name}.{why}{meant} "
             f"Available: {', '.join(available) or 'none'}. "
-            f"Call {schema_call(difflib.get_close_matches(probe, available, n=1) or ['<name>'])} for its parameters."
+            f"Call {schema_call(close or ['<name>'])} for its parameters."
         )
     spec = hub.packs.probe(probe)
     if spec is not None:  # a pack the hub does not have: the agent validates

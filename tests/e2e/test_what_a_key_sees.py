@@ -203,3 +203,9 @@ async def test_a_probe_of_a_pack_the_agent_does_not_run_says_so(fleet: SharedFle
     assert "(`sonde packs list` on alpha says why). Available: " in said
     misspelt = probe_refusal(hub, hub.admin_key, "system.nope")[2]
     assert "does not run" not in misspelt  # alpha runs the system pack: just an unknown probe
+    typo = probe_refusal(hub, hub.admin_key, "system.memory.usag")[2]
+    assert typo.startswith(
+        "Unknown probe 'system.memory.usag' on agent alpha. Did you mean system.memory.usage? Available: "
+    )
+    absent = probe_refusal(hub, hub.admin_key, probes[missing[0]])[2]
+    assert "Did you mean" not in absent  # a pack it does not run: no look-alike offered instead
