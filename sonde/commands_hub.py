@@ -76,24 +76,34 @@ def hub_backup(dest: str, /, *, data_dir: AdminDataDir = None) -> int:
 
 
 @hub_app.command(name="restore")
-def hub_restore(backup: Path, /, *, data_dir: AdminDataDir = None) -> int:
+def hub_restore(
+    backup: Path,
+    /,
+    *,
+    data_dir: AdminDataDir = None,
+    other_hub: Annotated[bool, Parameter(negative="")] = False,
+) -> int:
     """Put BACKUP (a file `sonde hub backup` wrote) in the place of the hub's database; the hub stopped.
 
     Refused while a hub runs on the data directory. The backup is copied and checked first; the
     files it replaces (sonde.db, its -wal and -shm) are kept beside it as
     `sonde.db.replaced-<UTC time>`, never deleted. Says what the backup takes back: keys and agents
-    removed since it was taken that it knows again, those made since that it lacks. Exits 0 with
-    the backup in place, 1 when nothing was changed, 2 for a BACKUP that is no file.
+    removed since it was taken that it knows again, those made since that it lacks. Another
+    hub's backup (another signing key than hub-key.pub names) is refused unless --other-hub.
+    Exits 0 with the backup in place, 1 when nothing was changed, 2 for a BACKUP that is no file.
 
     Parameters
     ----------
     backup
         The backup file to restore.
+    other_hub
+        Restore another hub's backup: the agents enrolled with this directory's hub must then
+        enroll again (hub-key.pub is made to name the backup's signing key).
     """
     from sonde.hub import admin
     from sonde.hub.restore import hub_restore as restore
 
-    return admin.run_admin(restore, data_dir_or_default(data_dir), backup)
+    return admin.run_admin(restore, data_dir_or_default(data_dir), backup, other_hub)
 
 
 @key_app.command(name="create")

@@ -54,15 +54,16 @@ class Held:
     hub_key: str | None  # the signing key's text: another hub's database holds another
 
 
-def hub_restore(data_dir: Path, backup: Path) -> int:
-    """`sonde hub restore BACKUP`: exit 0 with the backup in place, 1 when nothing was changed."""
+def hub_restore(data_dir: Path, backup: Path, other_hub: bool = False) -> int:
+    """`sonde hub restore BACKUP`: exit 0 with the backup in place, 1 when nothing was changed.
+    Another hub's backup is refused unless ``other_hub``."""
     if not backup.is_file():
         err(f"sonde hub: no backup at {backup}: name the file `sonde hub backup` wrote")
         return 2
     made = not data_dir.exists()  # a failed restore there leaves no directory behind
     try:
         with claim_data_dir(data_dir):
-            code = restore_held(data_dir, backup)
+            code = restore_held(data_dir, backup, other_hub)
         if code != 0 and made:
             with contextlib.suppress(OSError):
                 (data_dir / LOCK_FILE).unlink()
@@ -76,18 +77,18 @@ def hub_restore(data_dir: Path, backup: Path) -> int:
         return 1
 
 
-def restore_held(data_dir: Path, backup: Path) -> int:
+def restore_held(data_dir: Path, backup: Path, other_hub: bool) -> int:
     """The restore, with ``data_dir`` held: no hub runs on it meanwhile. The copy being made is
     removed however this ends before it is in place (an error, Ctrl-C)."""
     partial = data_dir / f".sonde.db.restoring-{os.getpid()}"
     try:
-        return put_in_place(data_dir, backup, partial)
+        return put_in_place(data_dir, backup, partial, other_hub)
     finally:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
 
 
-def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
+def put_in_place(data_dir: Path, backup: Path, partial: Path, other_hub: bool) -> int:
     database = data_dir / "sonde.db"
     started = time.time()
     try:
@@ -112,6 +113,15 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
     except (sqlite3.Error, OSError) as exc:
         err(f"sonde hub: nothing was restored: cannot copy {backup} into {data_dir}: {exc}")
         return 1
+    signed_by = signing_key_of(partial)
+    if other_hubs(data_dir, signed_by) and not other_hub:
+        err(
+            f"sonde hub: nothing was restored: {backup} is another hub's database: its signing key is "
+            f"not the one {data_dir / HUB_MARK_FILE} names, and the agents enrolled with this "
+            "directory's hub would refuse the hub that served it. To restore it all the same (those "
+            "agents then enroll again), pass --other-hub"
+        )
+        return 1
     try:
         aside = aside_name(database, started)
         moved = move_aside(database, aside)
@@ -126,7 +136,7 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path) -> int:
     # empty -wal and -shm behind, a connection that writes removes them as it closes
     restored = holdings(database)
     taken_back = differences(aside if moved else None, restored)
-    warning = other_hub_warning(data_dir, restored)
+    warning = marked_as_this_hub(data_dir, signed_by) if other_hubs(data_dir, signed_by) else None
     note_restore(data_dir, backup, moved)
     err(
         f"restored {database} from {backup}: {counted(copied.agents, 'agent')}, "
@@ -265,22 +275,47 @@ def named(ids: list[str], names: dict[str, str], shown: int = 10) -> str:
     return ", ".join(listed) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def other_hub_warning(data_dir: Path, restored: Held | None) -> str | None:
-    """Said when the restored database holds another signing key than ``hub-key.pub`` names."""
+def signing_key_of(path: Path) -> str | None:
+    """The public key of the hub whose database ``path`` is (the copy being restored, read as
+    it stands: no -wal or -shm made beside it); None when it holds none or cannot be read."""
     from sonde.protocol.signing import private_key_from_text, public_key_to_text
 
-    mark = data_dir / HUB_MARK_FILE
-    if restored is None or restored.hub_key is None:
-        return None
     try:
-        marked = mark.read_text().strip()
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
+        finally:
+            db.close()
+        return None if row is None else public_key_to_text(private_key_from_text(str(row[0])).public_key())
+    except (sqlite3.Error, ValueError):
+        return None
+
+
+def other_hubs(data_dir: Path, public_key: str | None) -> bool:
+    """Whether ``public_key`` is another hub's than the one ``hub-key.pub`` names (False when
+    either is unknown: a directory no hub ran in yet)."""
+    try:
+        marked = (data_dir / HUB_MARK_FILE).read_text().strip()
     except (OSError, UnicodeDecodeError):
-        return None
-    if public_key_to_text(private_key_from_text(restored.hub_key).public_key()) == marked:
-        return None
+        return False
+    return public_key is not None and public_key != marked
+
+
+def marked_as_this_hub(data_dir: Path, public_key: str | None) -> str:
+    """``hub-key.pub`` made to name the restored hub's key (--other-hub), and that said."""
+    mark = data_dir / HUB_MARK_FILE
+    try:
+        partial = mark.with_name(f".{mark.name}.{os.getpid()}")
+        partial.write_text(f"{public_key}\n")
+        os.replace(partial, mark)
+    except OSError as exc:
+        return (
+            f"this backup is another hub's (--other-hub); {mark} could not be made to name its signing "
+            f"key ({exc.strerror or exc}): delete it, and the hub writes it at its start"
+        )
     return (
-        f"this backup is another hub's: its signing key is not the one {mark} names, and the agents "
-        f"enrolled with this directory's hub will refuse it. If that is meant, delete {mark}"
+        f"this backup is another hub's (--other-hub): {mark} now names its signing key, and the agents "
+        "enrolled with the hub it replaced must enroll again"
     )
 
 

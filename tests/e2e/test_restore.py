@@ -130,21 +130,35 @@ def test_another_hubs_backup_is_said_to_be_one_and_given_to_the_directory_owner(
     other_backup = tmp_path / "other.db"
     with running_hub(tmp_path / "other") as other:
         assert other.cli("hub", "backup", str(other_backup)).returncode == 0
+        other_mark = (other.data_dir / "hub-key.pub").read_text()
     with running_hub(tmp_path / "this") as hub:
         data_dir = hub.data_dir
         env = hub.env
     os.chown(data_dir, 65534, 65534)  # the hub's own user, not root, runs it
-    done = subprocess.run(
-        [*SONDE, "hub", "restore", str(other_backup), "--data-dir", str(data_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    mark = (data_dir / "hub-key.pub").read_text()
+    before = sorted(p.name for p in data_dir.iterdir())
+
+    def restore(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SONDE, "hub", "restore", str(other_backup), "--data-dir", str(data_dir), *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    refused = restore()  # a wrong file from a shared backup directory would take the fleet offline
+    assert refused.returncode == 1, refused.stderr
+    assert f"sonde hub: nothing was restored: {other_backup} is another hub's database" in refused.stderr
+    assert "pass --other-hub" in refused.stderr
+    assert sorted(p.name for p in data_dir.iterdir()) == before
+    done = restore("--other-hub")
     assert done.returncode == 0, done.stderr
     assert "it is another hub's database than sonde.db.replaced-" in done.stderr, done.stderr
     assert "since the backup" not in done.stderr  # nothing of this hub's history to take back
-    assert "this backup is another hub's: its signing key is not the one" in done.stderr
+    assert "this backup is another hub's (--other-hub): " in done.stderr
+    assert (data_dir / "hub-key.pub").read_text() != mark
+    assert (data_dir / "hub-key.pub").read_text() == other_mark  # the restored hub's, which it serves
     assert "sonde.db is given to uid 65534, its directory's owner" in done.stderr
     assert (data_dir / "sonde.db").stat().st_uid == 65534
