@@ -148,11 +148,12 @@ def up(config: HubConfig, allow_root: bool) -> int:
         return 2
     from sonde.hub.data_dir import claim_data_dir
     from sonde.hub.logs import configure_logging
-    from sonde.hub.run import stop_reason
+    from sonde.hub.run import check_can_listen, stop_reason
 
     configure_logging(config.log_format, config.log_level)
     started = time.monotonic()
     try:
+        check_can_listen(config)  # before the data directory and its key are made
         with claim_data_dir(config.data_dir):  # before the quick start's key is written there
             key = quickstart_key(config.data_dir)  # refuses a hub it did not make
             try:

@@ -187,6 +187,7 @@ def run_hub(config: HubConfig) -> int:
     configure_logging(config.log_format, config.log_level)
     raise_open_file_limit()
     try:
+        check_can_listen(config)  # before anything is made in the data directory
         with claim_data_dir(config.data_dir):  # one hub per data directory: before it is opened
             trio.run(run_until_signal, config)
         # Stopped, with everything written and closed: keep the interpreter's last collection
@@ -196,6 +197,19 @@ def run_hub(config: HubConfig) -> int:
         say(f"sonde hub: stopped: {stop_reason(exc, config)}", config.log_format, level=logging.ERROR)
         return 1
     return 0
+
+
+def check_can_listen(config: HubConfig) -> None:
+    """Bind the hub's address for a moment, as hypercorn binds it (the family by the host, then
+    SO_REUSEADDR), and let it go:
+    an address in use or not this machine's fails here (OSError, said by `stop_reason`), before
+    the data directory, its database and signing key are made for a hub that never serves. The
+    address could be taken in between: hypercorn's own bind still says so then."""
+    if config.port == 0:
+        return  # any free port
+    with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((config.host, config.port))
 
 
 BIND_PROBLEMS = {

@@ -73,18 +73,25 @@ def test_an_agent_pointed_at_another_hub_says_it_is_not_the_one_it_enrolled_with
 def test_a_second_hub_on_a_taken_address_says_so_and_exits_1(tmp_path: Path) -> None:
     with running_hub(tmp_path / "first") as first:
         taken = first.url.removeprefix("http://")
-        done = subprocess.run(
-            [*SONDE, "hub", "--bind", taken, "--data-dir", str(tmp_path / "second")],
-            env=base_env(tmp_path / "home"),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        done, up = (
+            subprocess.run(
+                [*SONDE, *command, "--bind", taken, "--data-dir", str(tmp_path / data_dir)],
+                env=base_env(tmp_path / "home"),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            for command, data_dir in ((["hub"], "second"), (["up", "--allow-root"], "third"))
         )
-    assert done.returncode == 1
-    assert f"cannot listen on {taken}: the address is already in use" in done.stderr
-    assert "--bind HOST:PORT" in done.stderr
-    assert "Traceback" not in done.stderr
+    for refused in (done, up):
+        assert refused.returncode == 1
+        assert f"cannot listen on {taken}: the address is already in use" in refused.stderr
+        assert "--bind HOST:PORT" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    # nothing made for a hub that never served: no database and signing key, no quick-start key
+    assert not (tmp_path / "second").exists()
+    assert not (tmp_path / "third").exists()
 
 
 def test_an_agent_removed_or_replaced_is_told_why(tmp_path: Path) -> None:
