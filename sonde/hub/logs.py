@@ -62,6 +62,16 @@ class OncePerMinute(logging.Filter):
 
 
 ACCEPT_LOOP_LOGGER = "trio.serve_listeners"
+SERVER_LOGGER = "hypercorn.error"  # every hypercorn record but access lines, "Running on" among them
+
+
+class ServerLoggerNamed(logging.Filter):
+    """Names hypercorn's records ``hypercorn``: its "error" logger says "Running on ..." at each
+    start, and a search of the hub's log for "error" found that line every time."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = "hypercorn"
+        return True
 
 
 def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
@@ -76,6 +86,9 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     # its "Invalid Host header: NAME" says nothing of the fix; the hub logs its own line (`sonde.hub.asgi`)
     logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
+    server = logging.getLogger(SERVER_LOGGER)
+    if not any(isinstance(f, ServerLoggerNamed) for f in server.filters):
+        server.addFilter(ServerLoggerNamed())
     accept_loop = logging.getLogger(ACCEPT_LOOP_LOGGER)
     if not any(isinstance(f, OncePerMinute) for f in accept_loop.filters):
         accept_loop.addFilter(OncePerMinute())
