@@ -214,7 +214,7 @@ def token_revoke(token: str, /, *, data_dir: AdminDataDir = None) -> int:
     return admin.run_admin(admin_credentials.token_revoke, data_dir_or_default(data_dir), token)
 
 
-@agent_admin_app.command(name="accept")
+@agent_admin_app.command(name="accept", usage="Usage: sonde hub agent accept [OPTIONS] (NAME | --all)")
 def agent_accept(
     name: str | None = None,
     /,
