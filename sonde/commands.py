@@ -249,7 +249,7 @@ def up(
     bind
         HOST:PORT for the hub (port 0 picks a free port).
     data_dir
-        Where the hub's store and the local agent's identity live.
+        Where the hub's store and the local agent's identity live (default ~/.local/share/sonde).
     allow_root
         Let the local agent run as root.
     log_level
