@@ -113,11 +113,12 @@ def key_list(data_dir: Path, as_json: bool) -> int:
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
         return 0
-    print(f"{'ID':34} {'NAME':20} {'ROLE':7} {'STATE':8} {'PREFIX':14} POLICY")
+    print(f"{'ID':34} {'NAME':20} {'ROLE':7} {'STATE':8} {'PREFIX':14} {'LAST USED':20} POLICY")
     for r in records:
         state = "revoked" if r.revoked_at else "active"
         policy = Policy.model_validate(r.policy).describe() if r.policy else "-"
-        print(f"{r.id:34} {r.name[:20]:20} {r.role:7} {state:8} {r.prefix:14} {policy}")
+        used = utc_text(r.last_used_at) if r.last_used_at is not None else "never"
+        print(f"{r.id:34} {r.name[:20]:20} {r.role:7} {state:8} {r.prefix:14} {used:20} {policy}")
     return 0
 
 

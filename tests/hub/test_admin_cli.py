@@ -105,6 +105,29 @@ def test_a_data_directory_that_holds_no_hub_is_said_and_nothing_is_made(tmp_path
     assert not (tmp_path / "data").exists()
 
 
+def test_key_list_says_when_each_key_was_last_used(tmp_path: Path) -> None:
+    """--json had last_used_at; the table did not say whether a key was in use at all."""
+    make_store(tmp_path)
+    for name in ("used", "idle"):
+        assert sonde_hub(tmp_path, "key", "create", "--name", name).returncode == 0
+    db = open_database(tmp_path / "data" / "sonde.db")
+    try:
+        db.execute(
+            "UPDATE api_keys SET last_used_at = 1764232500 WHERE name = 'used'"
+        )  # 2025-11-27 08:35:00Z
+        db.conn.commit()
+    finally:
+        db.close()
+    done = sonde_hub(tmp_path, "key", "list")
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert "LAST USED" in header
+    [used] = [row for row in rows if " used " in row]
+    [idle] = [row for row in rows if " idle " in row]
+    assert "2025-11-27 08:35:00Z" in used
+    assert " never " in idle
+
+
 def test_a_data_dir_that_is_a_file_is_said_as_such(tmp_path: Path) -> None:
     """A backup file given as --data-dir was 'no hub database at FILE/sonde.db'."""
     (tmp_path / "data").write_bytes(b"SQLite format 3\x00")
