@@ -113,7 +113,7 @@ def test_a_ttl_out_of_range_is_shown_as_typed(tmp_path: Path, ttl: str, shown: s
     open_database(tmp_path / "data" / "sonde.db").close()
     done = sonde(tmp_path, "hub", "token", "create", "--ttl", ttl, "--data-dir", str(tmp_path / "data"))
     assert done.returncode == 2, done.stderr
-    assert f"--ttl must be 60s to 7d, not {shown}" in done.stderr
+    assert f"sonde hub: --ttl must be 60s to 7d, not {shown}" in done.stderr  # as its other refusals
     assert ".0 s" not in done.stderr
     assert "read as seconds" not in done.stderr  # 604801 minutes would not fit either
 
@@ -128,7 +128,10 @@ def test_a_bare_number_refused_is_said_to_be_seconds(tmp_path: Path) -> None:
     assert "--ttl must be 60s to 7d, not 15, read as seconds: did you mean 15m?" in ttl.stderr
     age = sonde(tmp_path, "hub", "audit", "prune", "--older-than", "180", "--data-dir", str(data))
     assert age.returncode == 2, age.stderr
-    assert "--older-than must be at least 1d (got 180, read as seconds: did you mean 180d?)" in age.stderr
+    assert (
+        "sonde hub: --older-than must be at least 1d (got 180, read as seconds: did you mean 180d?)"
+        in age.stderr
+    )
 
 
 @pytest.mark.parametrize(

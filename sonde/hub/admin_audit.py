@@ -78,11 +78,11 @@ def audit_prune(data_dir: Path, older_than: str) -> int:
     try:
         age_s = parse_duration(older_than)
     except ValueError as exc:
-        err(f"--older-than: {exc}")
+        err(f"sonde hub: --older-than: {exc}")
         return 2
     if age_s < MIN_PRUNE_AGE_S:
         err(
-            f"--older-than must be at least 1d (got {older_than}{read_as_seconds(older_than)}): "
+            f"sonde hub: --older-than must be at least 1d (got {older_than}{read_as_seconds(older_than)}): "
             "recent rows are what an audit is for"
         )
         return 2

@@ -149,11 +149,11 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
     try:
         ttl_s = parse_duration(ttl)
     except ValueError as exc:
-        err(f"--ttl: {exc}")
+        err(f"sonde hub: --ttl: {exc}")
         return 2
     if not MIN_TOKEN_TTL_S <= ttl_s <= MAX_TOKEN_TTL_S:  # said as typed, not in seconds
         err(
-            f"--ttl must be 60s to 7d, not {ttl.strip()}{read_as_seconds(ttl, 'm', MIN_TOKEN_TTL_S, MAX_TOKEN_TTL_S)}"
+            f"sonde hub: --ttl must be 60s to 7d, not {ttl.strip()}{read_as_seconds(ttl, 'm', MIN_TOKEN_TTL_S, MAX_TOKEN_TTL_S)}"
         )
         return 2
     if name is not None:
