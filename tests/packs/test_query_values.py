@@ -33,6 +33,13 @@ from sonde.packs.query_values import masked_command, masked_sql, values_shown
         ("ALTER ROLE app PASSWORD 'Hunter2xyz'", "ALTER ROLE app PASSWORD ?"),
         ("SELECT pg_sleep(30)", "SELECT pg_sleep(?)"),
         ("SELECT café, naïve2 FROM t", "SELECT café, naïve2 FROM t"),
+        # from a review: each of these sent a value on
+        ("UPDATE t SET note = $é$holder-secret-1$é$ WHERE id = 1", "UPDATE t SET note = ? WHERE id = ?"),
+        (
+            "/* a /* b */ ' */ UPDATE t SET note = 'secret4' WHERE id = 1",
+            "/* a /* b */ ' */ UPDATE t SET note = ? WHERE id = ?",
+        ),
+        ("SELECT 1_000_000, 0o17, 0x_FF, 123abc", "SELECT ?, ?, ?, ?abc"),
     ],
 )
 def test_postgres_text_keeps_its_shape_without_its_values(sql: str, shape: str) -> None:
@@ -53,10 +60,28 @@ def test_postgres_text_keeps_its_shape_without_its_values(sql: str, shape: str) 
         ),
         ("SELECT _utf8mb4'x', N'y', X'ff'", "SELECT _utf8mb4?, ?, ?"),
         ("/* sonde */ SELECT SLEEP(30)", "/* sonde */ SELECT SLEEP(?)"),
+        # from a review: each of these sent a value on
+        (
+            "UPDATE t SET bal=bal--5, note='my-secret1' WHERE id=1",
+            "UPDATE t SET bal=bal--?, note=? WHERE id=?",
+        ),
+        ("SELECT 1 -- note 'x'\nFROM t", "SELECT ? -- note 'x'\nFROM t"),  # a comment before a blank
+        ("SELECT /*!50000 'my-secret3' */ 1", "SELECT /*!? ? */ ?"),
+        ("SELECT /*+ SET_VAR(x='secret') */ 1", "SELECT /*+ SET_VAR(x=?) */ ?"),
     ],
 )
 def test_mysql_text_keeps_its_shape_without_its_values(sql: str, shape: str) -> None:
     assert masked_sql(sql, "mysql") == shape
+
+
+def test_an_eval_script_keeps_its_code_without_its_values() -> None:
+    script = "local secret='rd-secret1' -- the \"token\"\nreturn redis.call('GET', KEYS[1]) .. [[long secret]] .. 42"
+    assert masked_command(["EVAL", script, "1", "k"]) == [
+        "EVAL",
+        'local secret=? -- the "token"\nreturn redis.call(?, KEYS[?]) .. ? .. ?',
+        "?",
+        "?",
+    ]
 
 
 def test_a_redis_command_keeps_its_name_and_key() -> None:

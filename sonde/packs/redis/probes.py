@@ -164,9 +164,10 @@ def slow_entry(item: Sequence[Any], shown: bool) -> SlowEntry:
 @PACK.probe(
     "redis.slowlog.entries",
     """The latest Redis slow log entries (commands slower than slowlog-log-slower-than):
-    id, time, duration in µs, the command and its first argument (a key, mostly) as text,
-    space-separated as in `redis-cli slowlog get`, each further argument as '?' (they hold
-    data; packs.redis.show_values true in the agent config shows them), bytes that are not
+    id, time, duration in µs, the command and its first argument (a key, mostly; an EVAL's
+    script with its literals as '?') as text, space-separated as in `redis-cli slowlog get`,
+    each further argument as '?' (they hold data; packs.redis.show_values true in the agent
+    config shows them), bytes that are not
     UTF-8 read as U+FFFD, cut to 200 characters; client address and name; with the log
     length.""",
     timeout_s=15,
