@@ -192,9 +192,9 @@ def enroll(
     def warn(text: str) -> None:
         print(f"sonde enroll: warning: {text}", file=sys.stderr)
 
-    from sonde.agent.identity_lock import enrolled_name, next_step
+    from sonde.agent.identity_lock import enrolled_as, next_step
 
-    previous_name = enrolled_name()
+    before = enrolled_as()
     try:  # once the hub said yes, Ctrl-C waits: the identity is saved and said, exit 0
         normalize_hub_url(hub)  # a malformed URL or name is said before a token is read or asked for
         check_name(name)
@@ -207,7 +207,7 @@ def enroll(
         print(f"sonde enroll: {exc}", file=sys.stderr)
         return 2 if exc.malformed_argument else 1
     print(f"enrolled as {config.name} (agent id {config.agent_id}) with {config.hub_url}", file=sys.stderr)
-    print(next_step(config.name, previous_name), file=sys.stderr)
+    print(next_step((config.name, config.hub_url), before), file=sys.stderr)
     return 0
 
 

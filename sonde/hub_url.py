@@ -33,3 +33,21 @@ def normalize_hub_url(url: str) -> str:
     if path.endswith("/mcp"):
         path = path[: -len("/mcp")]
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def same_hub(one: str, other: str) -> bool:
+    """Whether two hub URLs name one hub as written: the scheme and host in any case, the port
+    given or the scheme's, a trailing slash or not. (localhost and 127.0.0.1 are two names: the
+    agent's TLS and Host checks see them apart.)"""
+
+    def spelled(url: str) -> tuple[str, str, int | None, str]:
+        parts = urlsplit(url)
+        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+        return (
+            parts.scheme.lower(),
+            (parts.hostname or "").lower(),
+            parts.port or default,
+            parts.path.rstrip("/"),
+        )
+
+    return spelled(one) == spelled(other)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sonde.agent.config import ConfigError, config_path, load_config
+from sonde.hub_url import same_hub
 from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, holder_pid, take_lock, write_pid
 
 log = logging.getLogger(__name__)
@@ -89,26 +90,28 @@ def _warn_unlocked(path: Path, why: str) -> None:
     log.warning("cannot lock %s (%s): nothing stops a second `sonde start` with this identity", path, why)
 
 
-def enrolled_name() -> str | None:
-    """The name this machine's agent is enrolled under now, if it is."""
+def enrolled_as() -> tuple[str | None, str | None]:
+    """The name and hub this machine's agent is enrolled with now ((None, None): it is not)."""
     try:
         config = load_config(check_access=False)
     except ConfigError:
-        return None
-    return config.name if config is not None and config.enrolled else None
+        return None, None
+    return (config.name, config.hub_url) if config is not None and config.enrolled else (None, None)
 
 
-def next_step(name: str | None, previous_name: str | None) -> str:
-    """What to do after enrolling: start the agent, unless one runs. One running under the name
-    enrolled again goes on with the new identity once the hub ends the old one (the hub ends it
-    for the name); under another name it keeps the old one until restarted."""
+def next_step(now: tuple[str | None, str | None], before: tuple[str | None, str | None]) -> str:
+    """What to do after enrolling (``now`` and ``before``: the name and hub enrolled with):
+    start the agent, unless one runs. One running under the name enrolled again at the same hub
+    goes on with the new identity once that hub ends the old one (it ends it for the name);
+    under another name, or with another hub, it keeps the old one until restarted."""
     running = running_agent(config_path())
     if running is None:
         return "start the agent with `sonde start` (or `sonde service install` for systemd)"
     pid = f" (PID {running.pid})" if running.pid is not None else ""
-    if name == previous_name:
+    (name, hub), (old_name, old_hub) = now, before
+    if name == old_name and hub is not None and old_hub is not None and same_hub(hub, old_hub):
         return f"the agent running on this machine{pid} goes on with the new identity"
     return (
-        f"the agent running on this machine{pid} still runs as {previous_name}: restart it to run "
-        f"as {name} (`systemctl restart sonde-agent` for the service)"
+        f"the agent running on this machine{pid} still runs as {old_name} with {old_hub}: restart it to "
+        f"run as {name} with {hub} (`systemctl restart sonde-agent` for the service)"
     )

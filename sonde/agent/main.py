@@ -109,7 +109,8 @@ async def agent_main(
             await nursery.start(stop_on_signal, daemon)
         exit_code = await daemon.run(task_status)
         nursery.cancel_scope.cancel()
-    log.info("agent stopped")
+    if exit_code != EXIT_ENROLLED_AGAIN:  # else it goes on, with the new identity
+        log.info("agent stopped")
     return exit_code
 
 

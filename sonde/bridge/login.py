@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx2
 
 from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config, save_config
 from sonde.bridge.settings import check_api_key
 from sonde.connect_failures import describe_failure, describe_tls_failure
-from sonde.hub_url import normalize_hub_url
+from sonde.hub_url import normalize_hub_url, same_hub
 from sonde.not_a_hub import (
     GATEWAY_STATUSES,
     described_answer,
@@ -147,24 +146,6 @@ def enrolled_elsewhere(path: Path, hub_url: str) -> str | None:
         "another hub, set SONDE_HUB_URL and SONDE_API_KEY in the MCP client's env config for "
         "`sonde mcp-bridge`, or use a separate SONDE_HOME."
     )
-
-
-def same_hub(one: str, other: str) -> bool:
-    """Whether two hub URLs name one hub as written: the scheme and host in any case, the port
-    given or the scheme's, a trailing slash or not. (localhost and 127.0.0.1 are two names: the
-    agent's TLS and Host checks see them apart.)"""
-
-    def spelled(url: str) -> tuple[str, str, int | None, str]:
-        parts = urlsplit(url)
-        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
-        return (
-            parts.scheme.lower(),
-            (parts.hostname or "").lower(),
-            parts.port or default,
-            parts.path.rstrip("/"),
-        )
-
-    return spelled(one) == spelled(other)
 
 
 def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = None) -> int:
