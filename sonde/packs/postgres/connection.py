@@ -9,6 +9,7 @@ holds at most two of a server's connections.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from sonde.packs.services import (
 )
 
 STATEMENT_TIMEOUT_MS = 10_000  # at most; less when the probe's deadline is nearer
+TIMEOUT_SHARE = 0.9  # a statement cancelled after this share of its limit met the limit
 MONITOR_HINT = "grant the agent's database user the pg_monitor role"
 # a login the server refused (SQLSTATE 28P01 / 28000), in libpq's and the server's (English) words
 LOGIN_REFUSED = re.compile(
@@ -121,6 +123,7 @@ def _run(
         from psycopg.rows import dict_row
     except ImportError:
         raise ProbeUnavailable("the psycopg driver is missing: install sonde[databases]") from None
+    statement_started = time.monotonic()
     try:
         with psycopg.connect(
             host=where.host,
@@ -138,12 +141,15 @@ def _run(
             results = []
             for sql, args in queries:
                 with connection.cursor() as cursor:
+                    statement_started = time.monotonic()
                     cursor.execute(sql, args)  # constant SQL, bound args
                     results.append(cursor.fetchall())
             return results
     except psycopg.errors.QueryCanceled as exc:  # its statement_timeout, near the probe's deadline
         text = first_line(exc)
-        if "statement timeout" in text:
+        # the server's words may be in another language: it ran about as long as its limit
+        ran_ms = (time.monotonic() - statement_started) * 1000
+        if "statement timeout" in text or ran_ms >= limits.statement_timeout_ms * TIMEOUT_SHARE:
             raise OutOfTime(
                 f"PostgreSQL at {where.where()} stopped a statement at the probe's time limit: {text}"
             ) from None
