@@ -259,6 +259,7 @@ def test_allowed_hosts_may_be_separated_by_commas_or_spaces(tmp_path: Path, host
         ("https://hub.example.com/mcp", ": give 'hub.example.com'"),  # a URL pasted: it never matched a Host
         ("hub.example.com:8443/", ""),
         ("host!", ""),
+        ("::1", ": give '[::1]'"),  # a Host header brackets an IPv6 address
     ],
 )
 def test_an_allowed_host_that_no_host_header_names_is_refused(tmp_path: Path, given: str, says: str) -> None:

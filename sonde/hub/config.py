@@ -35,7 +35,9 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
-ALLOWED_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_][A-Za-z0-9_.-]{0,252})(?::(?:[0-9]{1,5}|\*))?")
+ALLOWED_HOST = re.compile(
+    r"(?:\[[0-9A-Fa-f:.]+(?:%25[0-9A-Za-z._~-]+)?\]|[A-Za-z0-9_][A-Za-z0-9_.-]{0,252})(?::(?:[0-9]{1,5}|\*))?"
+)
 
 
 def split_hosts(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -46,6 +48,8 @@ def split_hosts(values: tuple[str, ...]) -> tuple[str, ...]:
     for host in hosts:
         if ALLOWED_HOST.fullmatch(host) is None:
             netloc = urlsplit(host).netloc.rpartition("@")[2] if "://" in host else ""
+            if not netloc and host.count(":") >= 2:  # an IPv6 address: a Host header brackets it
+                netloc = f"[{host}]"
             hint = f": give {netloc!r}" if netloc and ALLOWED_HOST.fullmatch(netloc) else ""
             raise ValueError(
                 f"--allowed-host {host!r} is no host as a client's Host header names it (a name or "
