@@ -114,7 +114,8 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path, other_hub: bool) -
         err(f"sonde hub: nothing was restored: cannot copy {backup} into {data_dir}: {exc}")
         return 1
     signed_by = signing_key_of(partial)
-    if other_hubs(data_dir, signed_by) and not other_hub:
+    others = other_hubs(data_dir, signed_by)  # read before sonde.db is replaced
+    if others and not other_hub:
         err(
             f"sonde hub: nothing was restored: {backup} is another hub's database: its signing key is "
             f"not the one {data_dir / HUB_MARK_FILE} names, and the agents enrolled with this "
@@ -136,7 +137,7 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path, other_hub: bool) -
     # empty -wal and -shm behind, a connection that writes removes them as it closes
     restored = holdings(database)
     taken_back = differences(aside if moved else None, restored)
-    warning = marked_as_this_hub(data_dir, signed_by) if other_hubs(data_dir, signed_by) else None
+    warning = marked_as_this_hub(data_dir, signed_by) if others else None
     note_restore(data_dir, backup, moved)
     err(
         f"restored {database} from {backup}: {counted(copied.agents, 'agent')}, "
@@ -292,13 +293,14 @@ def signing_key_of(path: Path) -> str | None:
 
 
 def other_hubs(data_dir: Path, public_key: str | None) -> bool:
-    """Whether ``public_key`` is another hub's than the one ``hub-key.pub`` names (False when
-    either is unknown: a directory no hub ran in yet)."""
+    """Whether ``public_key`` is another hub's than the one ``hub-key.pub`` names, or, without
+    that file (deleted, or an older Sonde's directory), the one ``sonde.db`` holds now (False
+    when neither is known: a directory no hub ran in yet)."""
     try:
-        marked = (data_dir / HUB_MARK_FILE).read_text().strip()
+        marked: str | None = (data_dir / HUB_MARK_FILE).read_text().strip()
     except (OSError, UnicodeDecodeError):
-        return False
-    return public_key is not None and public_key != marked
+        marked = signing_key_of(data_dir / "sonde.db") if (data_dir / "sonde.db").is_file() else None
+    return public_key is not None and marked is not None and public_key != marked
 
 
 def marked_as_this_hub(data_dir: Path, public_key: str | None) -> str:

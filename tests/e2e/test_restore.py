@@ -162,3 +162,23 @@ def test_another_hubs_backup_is_said_to_be_one_and_given_to_the_directory_owner(
     assert (data_dir / "hub-key.pub").read_text() == other_mark  # the restored hub's, which it serves
     assert "sonde.db is given to uid 65534, its directory's owner" in done.stderr
     assert (data_dir / "sonde.db").stat().st_uid == 65534
+
+
+def test_another_hubs_backup_is_refused_without_hub_key_pub_too(tmp_path: Path) -> None:
+    """The file the hub's warning once said to delete: the database's own key tells then."""
+    other_backup = tmp_path / "other.db"
+    with running_hub(tmp_path / "other") as other:
+        assert other.cli("hub", "backup", str(other_backup)).returncode == 0
+    with running_hub(tmp_path / "this") as hub:
+        data_dir, env = hub.data_dir, hub.env
+    (data_dir / "hub-key.pub").unlink()
+    refused = subprocess.run(
+        [*SONDE, "hub", "restore", str(other_backup), "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "is another hub's database" in refused.stderr
