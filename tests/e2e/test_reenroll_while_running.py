@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.harness import agent_rows
 from tests.e2e.procs import SONDE, enroll_agent, running_hub, wait_until
+from tests.subprocs import run_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -28,16 +28,12 @@ def test_an_agent_enrolled_again_while_it_runs_goes_on_with_the_new_identity(tmp
         try:
             wait_until(lambda: agent_rows(hub).get("web-1", {}).get("status") == "online")
             old_id = agent_rows(hub)["web-1"]["id"]
-            done = subprocess.run(
+            done = run_ok(  # the token on stdin, as a person gives it
                 [*SONDE, "enroll", "--hub", hub.url, "--name", "web-1", "--replace"],
                 input=f"{hub.token('--name', 'web-1')}\n",
                 env=agent.env,
-                capture_output=True,
-                text=True,
                 timeout=30,
-                check=False,
             )
-            assert done.returncode == 0, done.stderr
             said_enroll = (
                 f"the agent running on this machine (PID {proc.popen.pid}) goes on with the new identity"
             )
