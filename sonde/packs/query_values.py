@@ -40,6 +40,11 @@ def values_shown(ctx: ProbeContext, pack: str) -> bool:
     return ctx.settings.for_pack(pack).get(SHOW_VALUES) is True
 
 
+def shown_query(text: str | None, dialect: Dialect, shown: bool) -> str | None:
+    """A statement as a probe sends it: as it is where ``shown`` (`values_shown`), else `masked_sql`."""
+    return text if text is None or shown else masked_sql(text, dialect)
+
+
 def masked_sql(text: str, dialect: Dialect) -> str:
     """``text`` with its literal values as ``?`` (see the module).
 

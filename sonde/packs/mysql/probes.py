@@ -27,7 +27,7 @@ from sonde.packs.mysql.connection import (
     session,
 )
 from sonde.packs.mysql.visibility import SHOW_GRANTS, databases_visibility, global_privileges
-from sonde.packs.query_values import masked_sql, values_shown
+from sonde.packs.query_values import shown_query, values_shown
 
 QUERY_MAX_CHARS = 1000
 DATABASES = """
@@ -169,10 +169,7 @@ def _seconds(value: Any) -> int | None:
 def thread(row: dict[str, Any], shown: bool) -> Thread:
     """A thread's row; its statement's values as ``?`` unless ``shown`` (`sonde.packs.query_values`)."""
     seconds = {name: _seconds(row.get(name)) for name in ("time_s", "transaction_s")}
-    query = row.get("query")
-    return Thread(
-        **{**row, **seconds, "query": query if query is None or shown else masked_sql(query, "mysql")}
-    )
+    return Thread(**{**row, **seconds, "query": shown_query(row.get("query"), "mysql", shown)})
 
 
 def hidden_threads_note(hidden: int) -> str:
@@ -190,8 +187,9 @@ def hidden_threads_note(hidden: int) -> str:
     """MySQL/MariaDB threads (the process list), longest-running first: ID, user, client
     host, database, command, seconds in the current state, state and the statement (cut to
     1000 characters; its values, string and number literals, as '?' unless
-    packs.mysql.show_values is true in the agent config), and a thread's open InnoDB transaction: its state (RUNNING, or LOCK
-    WAIT for one waiting on a row lock: see mysql.locks.waits) and age in seconds
+    packs.mysql.show_values is true in the agent config), and a thread's open InnoDB
+    transaction: its state (RUNNING, or LOCK WAIT for one waiting on a row lock: see
+    mysql.locks.waits) and age in seconds
     (transaction_s), counted in min_time_s and the order. Idle ('Sleep') connections are
     left out unless include_sleeping, except those holding a transaction open (they may
     hold locks others wait for): those are always listed. Sonde's own
@@ -205,6 +203,7 @@ def hidden_threads_note(hidden: int) -> str:
 @one_turn
 async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessList:
     listed = (params.include_sleeping, params.min_time_s)
+    shown = values_shown(ctx, "mysql")
     async with session(ctx, params) as connection:
         [grants] = await connection.run((SHOW_GRANTS, ()))
         # InnoDB's transactions are PROCESS's too: not asked for without it (a refusal is counted)
@@ -214,7 +213,7 @@ async def processes_list(ctx: ProbeContext, params: ProcessParams) -> ProcessLis
         )
         hidden = None if sees_all else await hidden_thread_count(connection)
     return ProcessList(
-        threads=[thread(row, values_shown(ctx, "mysql")) for row in rows[: params.limit]],
+        threads=[thread(row, shown) for row in rows[: params.limit]],
         truncated=len(rows) > params.limit,
         sonde_threads=sonde["n"],
         sees_all_threads=sees_all,

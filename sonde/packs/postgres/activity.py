@@ -26,7 +26,7 @@ from sonde.packs.postgres.visibility import (
     SEES_ALL_SESSIONS,
     visibility_note,
 )
-from sonde.packs.query_values import masked_sql, values_shown
+from sonde.packs.query_values import shown_query, values_shown
 
 QUERY_MAX_CHARS = 1000
 CLIENTS = f"{CLIENT_SESSIONS} AND pid <> pg_backend_pid()"
@@ -251,8 +251,7 @@ def session(row: dict[str, Any], shown: bool) -> Session:
     values = {key: row[key] for key in Session.model_fields}
     for key in ("duration_s", "transaction_s", "idle_s"):
         values[key] = seconds_since(values[key])
-    if values["query"] is not None and not shown:
-        values["query"] = masked_sql(values["query"], "postgres")
+    values["query"] = shown_query(values["query"], "postgres", shown)
     return Session(**values)
 
 
@@ -275,6 +274,7 @@ def session(row: dict[str, Any], shown: bool) -> Session:
 )
 @one_turn
 async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
+    shown = values_shown(ctx, "postgres")
     rows, [unjudged] = await run_queries(
         ctx, params, (LONG_RUNNING, (params.min_duration_s, params.limit + 1)), (UNJUDGED, ())
     )
@@ -284,7 +284,7 @@ async def long_running(ctx: ProbeContext, params: LongParams) -> LongRunning:
     )
     return LongRunning(
         min_duration_s=params.min_duration_s,
-        queries=[session(row, values_shown(ctx, "postgres")) for row in rows[: params.limit]],
+        queries=[session(row, shown) for row in rows[: params.limit]],
         truncated=len(rows) > params.limit,
         unjudged_sessions=unjudged["n"],
         sees_all_sessions=unjudged["sees_all"],
