@@ -22,8 +22,11 @@ Role = Literal["admin", "member"]
 AGENT_NAME_GLOB = r"[A-Za-z0-9*?\[\]!._-]{1,64}"
 AGENT_PATTERN = rf"^(#[A-Za-z0-9][A-Za-z0-9._:-]{{0,63}}|{AGENT_NAME_GLOB})$"
 PROBE_PATTERN = r"^[a-z0-9_.*?\[\]!-]{1,100}$"  # '!' and '-' only in a set: `checked_glob`
-NAME_CHARACTERS = string.ascii_letters + string.digits + "._-"  # of agent names
-PROBE_NAME_CHARACTERS = string.ascii_lowercase + string.digits + "._"
+NAME_CHARACTERS = {  # of agent and probe names, by kind
+    "agent": string.ascii_letters + string.digits + "._-",
+    "probe": string.ascii_lowercase + string.digits + "._",
+}
+NameKind = Literal["agent", "probe"]
 GLOB_RULES = {  # what a pattern may hold, for the message that refuses one
     "agents": (
         AGENT_PATTERN,
@@ -38,16 +41,16 @@ GLOB_RULES = {  # what a pattern may hold, for the message that refuses one
 }
 
 
-def checked_glob(pattern: str, name_characters: str = NAME_CHARACTERS) -> str:
-    """``pattern`` when each of its ``[...]`` sets is closed and matches some character of a name,
-    and each character outside a set is a wildcard or one a name can have; ValueError otherwise.
+def checked_glob(pattern: str, kind: NameKind = "agent") -> str:
+    """``pattern`` when each of its ``[...]`` sets is closed and matches some character of a
+    ``kind`` name, and each character outside a set is a wildcard or one such a name can have;
+    ValueError otherwise.
     `fnmatch` reads an unclosed ``[`` as itself, a character no agent or probe name has, and a set
     such as ``[z-a]``, or a '!' outside a set, matches nothing: the glob would reach nothing."""
-    i = 0
+    name_characters, i = NAME_CHARACTERS[kind], 0
     while i < len(pattern):
         if pattern[i] != "[":
             if pattern[i] not in name_characters and pattern[i] not in "*?":
-                kind = "probe" if name_characters == PROBE_NAME_CHARACTERS else "agent"
                 raise ValueError(
                     f"{pattern!r} has {pattern[i]!r} outside a [set], a character no {kind} name "
                     "has: it would match nothing"
@@ -73,7 +76,7 @@ def checked_probe_glob(pattern: str) -> str:
     if re.fullmatch(allowed, pattern) is None:
         raise PydanticCustomError("glob_characters", "{message}", {"message": f"{echoed(pattern)} {rule}"})
     try:
-        return checked_glob(pattern, PROBE_NAME_CHARACTERS)
+        return checked_glob(pattern, "probe")
     except ValueError as exc:
         raise PydanticCustomError("glob_matches_nothing", "{message}", {"message": str(exc)}) from None
 
@@ -125,10 +128,10 @@ class NewPolicy(Policy):
     @field_validator("agents", "probes")
     @classmethod
     def _globs_can_match(cls, patterns: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        names = PROBE_NAME_CHARACTERS if info.field_name == "probes" else NAME_CHARACTERS
+        kind: NameKind = "probe" if info.field_name == "probes" else "agent"
         for pattern in patterns:
             if not pattern.startswith("#"):  # a tag is no glob
-                checked_glob(pattern, names)
+                checked_glob(pattern, kind)
         return patterns
 
 

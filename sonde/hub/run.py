@@ -201,10 +201,9 @@ def run_hub(config: HubConfig) -> int:
 
 def check_can_listen(config: HubConfig) -> None:
     """Bind the hub's address for a moment, as hypercorn binds it (the family by the host, then
-    SO_REUSEADDR), and let it go:
-    an address in use or not this machine's fails here (OSError, said by `stop_reason`), before
-    the data directory, its database and signing key are made for a hub that never serves. The
-    address could be taken in between: hypercorn's own bind still says so then."""
+    SO_REUSEADDR), and let it go. An address in use or not this machine's fails here (OSError,
+    said by `stop_reason`), before the data directory, its database and signing key are made for
+    a hub that never serves. One taken in between is still said by hypercorn's own bind."""
     if config.port == 0:
         return  # any free port
     with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as listener:
