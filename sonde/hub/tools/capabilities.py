@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, Field
 from sonde.hub.auth import Caller
 from sonde.hub.diagnostics import describe_categories
 from sonde.hub.policy import checked_probe_glob, unmatched_probe_globs
-from sonde.hub.probing import visible_agents
+from sonde.hub.probing import schema_call, visible_agents
 from sonde.hub.tools.base import TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import runnable_categories
 
@@ -61,7 +61,7 @@ MAX_PROBE_GLOBS = 20
 # the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
 SUMMARY_CHARS = 120
 EXAMPLE_PROBE = "system.files.read"
-EXAMPLE_CALL = f'list_capabilities(probes=["{EXAMPLE_PROBE}"])'
+EXAMPLE_CALL = schema_call([EXAMPLE_PROBE])
 
 ProbeGlob = Annotated[
     str,
@@ -212,8 +212,10 @@ def next_step(
         if not runnable:
             return "Your key runs no probe on these agents."
         example = EXAMPLE_PROBE if EXAMPLE_PROBE in runnable else runnable[0]  # one the key may run
-        call = f'list_capabilities(probes=["{example}"])'
-        return f"Probes show their first sentence only. For full descriptions and parameter schemas call {call} (globs work)."
+        return (
+            "Probes show their first sentence only. For full descriptions and parameter schemas call "
+            f"{schema_call([example])} (globs work)."
+        )
     if not unmatched:
         return None
     if not runnable:
