@@ -15,8 +15,8 @@ from pathlib import Path
 from sonde.echo import echoed
 from sonde.hub.admin import checked_argument, err, open_hub_database, record
 from sonde.hub.admin_tags import TagChange, TagsUnchanged, changed_tags
-from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
+from sonde.hub.utc_times import utc_text
 from sonde.name_rules import AGENT_NAME_RULE
 from sonde.protocol.names import NAME_PATTERN
 

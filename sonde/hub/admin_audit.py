@@ -14,10 +14,11 @@ from pathlib import Path
 
 from sonde.hub.admin import NoHubDatabase, err, existing_database, open_hub_database
 from sonde.hub.audit import AuditVerification, verify_audit
-from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, kept_back_text, prune_and_give_back, utc_text
+from sonde.hub.audit_prune import MIN_PRUNE_AGE_S, AuditPruned, kept_back_text, prune_and_give_back
 from sonde.hub.db import SCHEMA_VERSION, open_database_read_only, schema_version
 from sonde.hub.db_errors import DatabaseUnusable, database_error
 from sonde.hub.durations import parse_duration, read_as_seconds
+from sonde.hub.utc_times import utc_text
 
 # `sonde hub audit verify` exits with: 0 the chain is intact, 1 it is broken (an edit, a cut),
 # 3 it could not be checked (no database, unreadable, too new); 2 is a usage error.

@@ -21,9 +21,9 @@ from sqlite_utils import Database
 from sonde.echo import clipped, echoed
 from sonde.hub.admin import checked_argument, err, existing_database
 from sonde.hub.audit_filters import AmbiguousKeyName, actor_of, time_ago_or_at
-from sonde.hub.audit_prune import utc_text
 from sonde.hub.audit_query import MAX_QUERY_LIMIT, query_audit_page
 from sonde.hub.db import open_database_read_only
+from sonde.hub.utc_times import utc_text
 
 MAX_FILTER_CHARS = 64  # as GET /api/v1/audit takes them
 DETAIL_SHOWN_CHARS = 200  # of a row's detail in the table; --json has all of it

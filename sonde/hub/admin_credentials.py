@@ -18,7 +18,6 @@ from sqlite_utils import Database
 from sonde.echo import echoed
 from sonde.hub.admin import MAX_AGENT_NAME_CHARS, checked_argument, err, open_hub_database, record
 from sonde.hub.agent_records import find_agent_by_name, list_agents
-from sonde.hub.audit_prune import utc_text
 from sonde.hub.db import write_transaction
 from sonde.hub.durations import parse_duration, read_as_seconds
 from sonde.hub.enrollment_tokens import (
@@ -40,6 +39,7 @@ from sonde.hub.keys import (
     revoke_api_key_named,
 )
 from sonde.hub.policy import NewPolicy, Policy, unmatched_agent_patterns, unmatched_probe_globs
+from sonde.hub.utc_times import utc_text
 from sonde.packs.base import Pack, PackLoadError
 from sonde.packs.registry import load_packs
 

@@ -16,7 +16,6 @@ Every call a hub serves waits on its audit write, which gives up after the busy 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -35,6 +34,7 @@ from sonde.hub.audit import (
     walk_chain,
 )
 from sonde.hub.db import give_back_free_pages, query_one, write_transaction
+from sonde.hub.utc_times import utc_text
 
 MIN_PRUNE_AGE_S = 86400.0  # a prune keeps at least a day: recent rows are what an audit is for
 PRUNE_BATCH_ROWS = 5000  # rows deleted per write: tens of milliseconds of the write lock
@@ -54,11 +54,6 @@ class AuditPruned(BaseModel):
     older_kept: int = 0  # rows older than the cutoff kept: a newer row comes before them
     newer_seq: int | None = None  # that first row made at or after the cutoff
     newer_ts: float | None = None
-
-
-def utc_text(ts: float) -> str:
-    """``ts`` as people read it in a table or a message: ``2025-01-31 09:15:00Z``."""
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
 def kept_back_text(pruned: AuditPruned) -> str:

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import trio
 
-from sonde.hub.audit_prune import AuditPruned, kept_back_text, prune_and_give_back, utc_text
+from sonde.hub.audit_prune import AuditPruned, kept_back_text, prune_and_give_back
 from sonde.hub.db import open_database
+from sonde.hub.utc_times import utc_text
 from sonde.hub.write_health import WriteHealth, lasting_failure
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
 from sonde.hub.db import query_one, write_transaction
-from sonde.hub.secret_records import hash_secret, iso_utc, now_or
+from sonde.hub.secret_records import hash_secret, now_or
+from sonde.hub.utc_times import iso_utc
 from sonde.name_rules import invalid_agent_name
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN

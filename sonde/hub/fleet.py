@@ -24,6 +24,7 @@ from sonde.hub.agent_records import AgentRecord, record_departures, record_last_
 from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT, HubPlaces
 from sonde.hub.store import Store, StoreClosed
 from sonde.hub.turns import Turns
+from sonde.hub.utc_times import iso_utc
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
@@ -91,10 +92,6 @@ class Refusal:
     at: float
     reason: str
     peer: str
-
-
-def utc_text(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def degraded_reason(name: str) -> str:
@@ -372,11 +369,11 @@ class Fleet:
         seen = self.last_seen(agent_id)
         refusal = self._refusals.get(agent_id)
         if refusal is not None and (seen is None or refusal.at >= seen):
-            offline = "is offline" if seen is None else f"is offline since {utc_text(seen)} (last seen)"
+            offline = "is offline" if seen is None else f"is offline since {iso_utc(seen)} (last seen)"
             return (
-                f"agent {name} {offline}: its last connection attempt, at {utc_text(refusal.at)}, "
+                f"agent {name} {offline}: its last connection attempt, at {iso_utc(refusal.at)}, "
                 f"was refused: {refusal.reason}"
             )
         if seen is None:
             return f"agent {name} is offline and has never connected"
-        return f"agent {name} is offline since {utc_text(seen)} (last seen)"
+        return f"agent {name} is offline since {iso_utc(seen)} (last seen)"

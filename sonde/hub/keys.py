@@ -21,7 +21,8 @@ from sqlite_utils import Database
 from sonde.echo import SECRET_SHAPE, echoed, holds_secret
 from sonde.hub.audit_filters import NON_KEY_ACTORS
 from sonde.hub.db import query_one
-from sonde.hub.secret_records import hash_secret, iso_utc, now_or
+from sonde.hub.secret_records import hash_secret, now_or
+from sonde.hub.utc_times import iso_utc
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")

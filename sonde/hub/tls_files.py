@@ -12,6 +12,8 @@ import ssl
 import time
 from pathlib import Path
 
+from sonde.hub.utc_times import utc_text
+
 EXPIRY_WARNING_S = 14 * 86400
 
 
@@ -62,7 +64,7 @@ def expiry_problem(cert: Path, now: float | None = None) -> str | None:
     except (ssl.SSLError, OSError, KeyError, ValueError):
         return None
     left = not_after - (time.time() if now is None else now)
-    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(not_after))
+    when = utc_text(not_after)
     if left <= 0:
         return f"the TLS certificate {cert} expired at {when}: agents and clients will refuse the hub until it is renewed"
     if left < EXPIRY_WARNING_S:

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from sonde.hub.agent_records import AgentRecord
 from sonde.hub.diagnostics import runbooks_for
-from sonde.hub.fleet import utc_text
 from sonde.hub.probing import agent_probes
+from sonde.hub.utc_times import iso_utc
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -45,7 +45,7 @@ class AgentSummary(BaseModel):
 
 
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else utc_text(ts)
+    return None if ts is None else iso_utc(ts)
 
 
 def pack_labels(record: AgentRecord) -> list[str]:
