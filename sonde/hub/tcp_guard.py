@@ -200,8 +200,11 @@ class GuardedTCPServer(TCPServer):
     waiting_from: str | None = None  # the address while the connection is idle and counted
     close_when_idle = False  # idle past its address's bound: no keep-alive
 
+    _reading: trio.CancelScope | None = None
+
     async def _read_data(self) -> None:
-        await super()._read_data()
+        with trio.CancelScope() as self._reading:
+            await super()._read_data()
         self.peer_gone = True  # end of stream, reset, or closed by us: nothing more will arrive
         await self.idle_task.stop()
 
@@ -241,6 +244,15 @@ class GuardedTCPServer(TCPServer):
                 gone = True
             if gone:
                 await self.protocol.handle(Closed())
+                self._stop_reading()
+
+    def _stop_reading(self) -> None:
+        """End the reader of a connection that can no longer be written to. With a pipelined
+        request in hand, hypercorn's HTTP/1.1 reader waits for the answer before it reads on, and
+        that answer can never be sent now: the connection (its socket, its task) was held for good,
+        by any client that pipelined requests with large answers and went away."""
+        if self._reading is not None:
+            self._reading.cancel()
 
     def _request_started(self) -> None:
         if self.waiting_from is not None:

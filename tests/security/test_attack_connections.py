@@ -293,6 +293,36 @@ async def test_the_hub_lets_go_of_a_connection_as_soon_as_the_peer_closes_it(tmp
     gc.collect()
 
 
+async def test_a_client_that_pipelined_large_answers_and_left_is_let_go(tmp_path: Path) -> None:
+    """The hub's write fails while hypercorn's reader waits, the next requests in hand, for the
+    answer to end: the reader waited for good, and so did the socket (no key needed; one address
+    could spend every file descriptor the hub has, and the hub stayed shut after it left)."""
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        hub_process = psutil.Process(hub.proc.popen.pid)
+        fds_before = hub_process.num_fds()
+        pipelined = f"GET /api/v1/openapi.json HTTP/1.1\r\nHost: {netloc}\r\n\r\n".encode() * 8
+        clients = []
+        for _ in range(20):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # the answers do not fit
+            sock.connect(server)
+            sock.sendall(pipelined)
+            clients.append(sock)
+        await trio.sleep(3)  # the hub writes the first answers until the client's buffers are full
+        assert clients[0].recv(16).startswith(b"HTTP/1.1 200"), "the hub is not writing the answers"
+        for sock in clients:
+            sock.close()  # unread answers: the kernel resets the connection
+        # counted as descriptors: a socket whose connection was reset is in no TCP table
+        left = hub_process.num_fds() - fds_before
+        with trio.move_on_after(10):
+            while left > 0:
+                await trio.sleep(0.1)
+                left = hub_process.num_fds() - fds_before
+        assert left <= 0, f"the hub still holds {left} descriptors of connections whose clients left"
+        assert_hub_serves(hub)
+
+
 def answered(sock: socket.socket, host: str) -> bytes:
     """Send a plain GET on ``sock``; the start of the answer (b"" if the hub closed it instead)."""
     try:
