@@ -15,6 +15,7 @@ with MCP broken.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving, takes_event_stream
 from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
 from sonde.hub.mcp_server import SondeUser
+from sonde.hub.rest import WHERE_THINGS_ARE
 from sonde.hub.tools import agent_waiting_calls, all_tools
 
 if TYPE_CHECKING:
@@ -223,6 +225,8 @@ class RootApp:
             await self.serve_mcp(scope, receive, send)
         elif scope["type"] == "websocket" and scope["path"] == AGENT_SOCKET_PATH:
             await serve_agent_websocket(self.hub, scope, receive, send)
+        elif scope["type"] == "websocket":
+            await refuse_websocket_elsewhere(scope, receive, send)
         else:
             await self.quart_app(scope, receive, send)
 
@@ -361,3 +365,21 @@ class RootApp:
             await send({"type": "lifespan.shutdown.failed", "message": f"hub shutdown failed: {exc}"})
             return
         await send(held_shutdown or {"type": "lifespan.shutdown.complete"})
+
+
+async def refuse_websocket_elsewhere(scope: Scope, receive: Any, send: Any) -> None:
+    """A 404 for a WebSocket to any other path (Quart, which has no WebSocket routes, answered
+    it with a 500 and logged a traceback of some 2 KB: anyone could fill the hub's log)."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    path = str(scope["path"])[:200]
+    message = f"no WebSocket is served at {path}: agents connect to {AGENT_SOCKET_PATH}; {WHERE_THINGS_ARE}"
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": "no WebSocket is served here"})
+        return
+    body = json.dumps({"error": {"code": "not_found", "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "websocket.http.response.start", "status": 404, "headers": [*headers, *SECURITY_HEADERS]}
+    )
+    await send({"type": "websocket.http.response.body", "body": body})

@@ -323,6 +323,26 @@ async def test_a_client_that_pipelined_large_answers_and_left_is_let_go(tmp_path
         assert_hub_serves(hub)
 
 
+@pytest.mark.parametrize("path", ["/x", "/mcp", "/ws/agent/", "/api/v1/agents"])
+def test_a_websocket_to_any_other_path_is_a_404_not_a_logged_server_error(tmp_path: Path, path: str) -> None:
+    """Quart has no WebSocket routes: it answered each with a 500 and logged a 2 KB traceback."""
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        upgrade = (
+            f"GET {path} HTTP/1.1\r\nHost: {netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+        for _ in range(3):
+            with socket.create_connection(server, timeout=10) as sock:
+                sock.sendall(upgrade)
+                answer = read_response(sock)
+            assert answer.startswith(b"HTTP/1.1 404"), answer[:200]
+            assert f"no WebSocket is served at {path}: agents connect to /ws/agent".encode() in answer
+        assert_hub_serves(hub)
+    assert "Traceback" not in hub.proc.output
+    assert " ERROR " not in hub.proc.output
+
+
 def answered(sock: socket.socket, host: str) -> bytes:
     """Send a plain GET on ``sock``; the start of the answer (b"" if the hub closed it instead)."""
     try:
@@ -470,7 +490,7 @@ def test_a_request_answered_before_its_body_arrived_does_not_leave_the_connectio
 
 
 def read_response(sock: socket.socket) -> bytes:
-    """One whole HTTP/1.1 response with a Content-Length, read off ``sock``."""
+    """One whole HTTP/1.1 response with a Content-Length, read off ``sock``: its head and body."""
     data = b""
     while b"\r\n\r\n" not in data:
         data += sock.recv(4096)
@@ -478,4 +498,4 @@ def read_response(sock: socket.socket) -> bytes:
     length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
     while len(body) < length:
         body += sock.recv(4096)
-    return head
+    return head + b"\r\n\r\n" + body
