@@ -237,7 +237,7 @@ def admit(
     raises `Refused`."""
     try:
         verify_frame(raw, public_key_from_text(record.public_key))
-        hub.fleet.register_replay_guard.check(message.nonce, message.ts, utc_now())
+        hub.fleet.register_replays.check(record.id, message.nonce, message.ts, utc_now())
     except SignatureError as exc:
         raise Refused("bad_signature", f"register frame rejected: {exc.message}", record.name) from None
     if message.payload.name != record.name:

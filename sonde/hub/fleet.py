@@ -22,6 +22,7 @@ import trio
 
 from sonde.hub.agent_records import AgentRecord, record_departures, record_last_seen, update_agent
 from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT, HubPlaces
+from sonde.hub.register_replays import RegisterReplays
 from sonde.hub.store import Store, StoreClosed
 from sonde.hub.turns import Turns
 from sonde.hub.utc_times import iso_utc
@@ -35,7 +36,6 @@ from sonde.protocol.messages import (
     ProbeResponse,
     RegisterPayload,
 )
-from sonde.protocol.signing import ReplayGuard
 from sonde.runtime import Link
 from sonde.transport import CLOSE_GOING_AWAY, CLOSE_NORMAL
 
@@ -115,8 +115,7 @@ class Fleet:
         self.max_in_flight_per_agent = max_in_flight_per_agent
         self.admin_reserved_slots = max_in_flight_per_agent // ADMIN_RESERVED_SHARE
         self.fan_out_places = HubPlaces()
-        # hub-wide, not per connection: a register replayed on a new socket must be refused
-        self.register_replay_guard = ReplayGuard(peer="agent")
+        self.register_replays = RegisterReplays()
         self._refusals: dict[str, Refusal] = {}  # by agent id; only enrolled agents, one each
         self._changed = trio.Condition()
         self.closing: str | None = None  # why no agent is admitted any more (the hub is stopping)
