@@ -15,6 +15,7 @@ import trio_websocket
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the hub stopping; the agent giving up on a hub that does not answer
 CLOSE_POLICY = 1008
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455's "try again later": the hub holds too many from that address
 
 
 class LinkClosed(Exception):

@@ -25,6 +25,7 @@ from sonde.hub.attestation import check_attestation
 from sonde.hub.fleet import AgentSession, booted_at
 from sonde.hub.shared_packs import described_packs
 from sonde.hub.store import StoreCommitFailed
+from sonde.hub.tcp_guard import WAITING
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
 from sonde.protocol.linkkeys import LinkKeyExchange, LinkKeys
@@ -36,7 +37,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import public_key_from_text, verify_frame
 from sonde.runtime import open_link
-from sonde.transport import CLOSE_GOING_AWAY, CLOSE_POLICY, LinkClosed, Transport
+from sonde.transport import CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TRY_AGAIN_LATER, LinkClosed, Transport
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
@@ -111,6 +112,12 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     if hub.fleet.closing is not None:  # the hub is stopping: the agent retries later
         await transport.close(CLOSE_GOING_AWAY, hub.fleet.closing)
         return
+    # Until its register is verified a socket is a stranger's, held for up to REGISTER_TIMEOUT_S
+    # with up to a frame's worth of memory: counted with the address's idle connections, or one
+    # address could hold every file descriptor the hub has, with no key.
+    if not WAITING.admit(peer):
+        await transport.close(CLOSE_TRY_AGAIN_LATER, "too many connections from this address are waiting")
+        return
     codec = FrameCodec(signing_key=hub.signing_key, max_frame_bytes=hub.config.max_frame_bytes, peer="agent")
     try:
         with trio.fail_after(REGISTER_TIMEOUT_S):
@@ -128,6 +135,8 @@ async def serve_agent(hub: Hub, transport: Transport, peer: str) -> None:
     except StoreCommitFailed as exc:
         await cannot_write(transport, f"from {peer}", exc)
         return
+    finally:
+        WAITING.started(peer)
     try:
         await run_session(hub, transport, codec, admitted, peer)
     except StoreCommitFailed as exc:

@@ -32,8 +32,9 @@ open in CLOSE_WAIT for the whole 75 s `keep_alive_timeout`: anyone could hold
 the hub's file descriptors by opening and closing connections.
 
 `WAITING` bounds the idle connections one address may hold: before their first
-request (a slowloris client held each for 75 s) and between requests (a client
-that sends one request on each connection and keeps them all open). A connection
+request (a slowloris client held each for 75 s), between requests (a client
+that sends one request on each connection and keeps them all open), and agent
+sockets before their register (each held 15 s, with up to a frame of memory). A connection
 that goes idle past its address's bound is closed once its answer is out. `CONNECTIONS` counts the
 connections opened and closed in this process: each leaves cyclic garbage, and
 the hub's collector (`sonde.hub.gc_policy`) runs a full collection after
@@ -116,7 +117,8 @@ class WaitingConnections:
     time), or nothing more after an answer, for its whole 75 s keep-alive timeout;
     without a bound one address could hold every file descriptor the hub has and
     keep the fleet out. A client that connects sends its request at once (agents,
-    MCP clients, a reverse proxy), and an agent's WebSocket is a request that lasts,
+    MCP clients, a reverse proxy), and an agent's WebSocket is a request that lasts
+    (counted here only until its register is verified: `sonde.hub.agent_socket`),
     so this only ever binds clients that hold connections open without using them;
     even 10,000 agents behind one NAT address, reconnecting at once over a link
     with 100 ms of latency, have some 500 waiting.
@@ -134,8 +136,9 @@ class WaitingConnections:
             if now - self._warned_at.get(address, -WARN_EVERY_S) >= WARN_EVERY_S:
                 self._warned_at[address] = now
                 log.warning(
-                    "refusing connections from %s: %d of its connections are idle (no request yet, or "
-                    "none since the last); more are refused, and those going idle closed, until some are used",
+                    "refusing connections from %s: %d of its connections are idle (no request yet, none "
+                    "since the last, or an agent socket with no register yet); more are refused, and those "
+                    "going idle closed, until some are used",
                     address,
                     waiting,
                 )

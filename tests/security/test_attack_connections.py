@@ -377,6 +377,53 @@ def test_one_address_cannot_hold_every_connection_without_sending_a_request(tmp_
         assert_hub_serves(hub)
 
 
+def agent_socket_upgrade(server: tuple[str, int], netloc: str, source: str) -> tuple[socket.socket, bytes]:
+    """A WebSocket to /ws/agent from ``source`` that never registers; the socket, and what came
+    after the hub's 101 (a close frame, when it refused the socket)."""
+    sock = socket.create_connection(server, timeout=10, source_address=(source, 0))
+    sock.sendall(
+        f"GET /ws/agent HTTP/1.1\r\nHost: {netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, after = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock, after
+
+
+def close_code(sock: socket.socket, after: bytes) -> int:
+    """The code of the close frame the hub sends next on ``sock`` (``after`` read already)."""
+    while len(after) < 4:
+        after += sock.recv(4096)
+    assert after[0] == 0x88, after[:8]  # a close frame, unmasked, whole
+    return int.from_bytes(after[2:4], "big")
+
+
+def test_one_address_cannot_hold_every_connection_with_agent_sockets_that_never_register(
+    tmp_path: Path,
+) -> None:
+    """Until its register is verified an agent socket is counted with its address's idle ones."""
+    raise_open_file_limit(MAX_WAITING_PER_ADDRESS + 200)
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        held = [agent_socket_upgrade(server, netloc, "127.0.0.3")[0] for _ in range(MAX_WAITING_PER_ADDRESS)]
+        try:
+            with socket.create_connection(server, timeout=10, source_address=("127.0.0.3", 0)) as one_more:
+                assert one_more.recv(64) == b""  # closed at once, unanswered, as an idle one would be
+            hub.proc.wait_for(re.compile(rf"refusing connections from 127.0.0.3: {MAX_WAITING_PER_ADDRESS} "))
+            other, after = agent_socket_upgrade(server, netloc, "127.0.0.1")  # another address is served
+            with other:
+                other.settimeout(0.5)
+                with pytest.raises(TimeoutError):
+                    close_code(other, after)  # held, waiting for its register
+        finally:
+            for sock in held:
+                sock.close()
+        assert_hub_serves(hub)
+
+
 def served_again(server: tuple[str, int], netloc: str, source: str, within_s: float = 10.0) -> bool:
     """Whether a new connection from ``source`` is answered once the hub has seen a place free."""
     deadline = time.monotonic() + within_s
