@@ -63,6 +63,7 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import TCPServer
 
+from sonde.hub.client_keys import client_key
 from sonde.hub.run import innermost
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class WaitingConnections:
         self._warned_at: dict[str, float] = {}
 
     def admit(self, address: str) -> bool:
+        address = client_key(address)  # an IPv6 host's whole /64
         waiting = self._by_address.get(address, 0)
         if waiting >= self.limit:
             now = time.monotonic()
@@ -148,6 +150,7 @@ class WaitingConnections:
 
     def started(self, address: str) -> None:
         """An idle connection from ``address`` began a request, or ended."""
+        address = client_key(address)
         waiting = self._by_address[address] - 1
         if waiting:
             self._by_address[address] = waiting
@@ -156,7 +159,7 @@ class WaitingConnections:
             self._warned_at.pop(address, None)
 
     def waiting(self, address: str) -> int:
-        return self._by_address.get(address, 0)
+        return self._by_address.get(client_key(address), 0)
 
 
 WAITING = WaitingConnections()
