@@ -101,8 +101,18 @@ def say(
     JSON record (of ``level``) with ``fields`` beside the message. ``text`` may span lines in
     text mode only: give json mode its own one-line wording."""
     if log_format != "json":
-        print(text, file=sys.stderr, flush=True)
+        to_stderr(text)
         return
     record = logging.getLogger(logger).makeRecord(logger, level, "", 0, text, (), None)
     setattr(record, FIELDS_ATTRIBUTE, fields)
-    print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+    to_stderr(JsonFormatter().format(record))
+
+
+def to_stderr(line: str) -> None:
+    """``line`` on stderr, or nowhere when its reader has gone (a log shipper that died, `| tee`
+    stopped): as `logging` does. Raised, it ended the hub at SIGTERM's "shutting down" with no
+    drain: calls in flight cut, agents not told, exit 141, the unit marked failed."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass

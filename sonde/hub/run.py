@@ -128,8 +128,8 @@ async def watch_signals(signals: AsyncIterator[int], shutdown: trio.Event, log_f
         elif shutdown.is_set():
             say(ALREADY_STOPPING, log_format, level=logging.WARNING, signal=name)
         else:
+            shutdown.set()  # first: stopping must not hang on saying so
             say("sonde hub: shutting down", log_format, signal=name)
-            shutdown.set()
 
 
 ALREADY_STOPPING = (

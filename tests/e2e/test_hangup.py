@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.procs import URL_LINE, base_env, enroll_agent, running_hub, spawn, up_url_and_key, wait_until
+from tests.e2e.procs import (
+    SONDE,
+    URL_LINE,
+    base_env,
+    enroll_agent,
+    running_hub,
+    spawn,
+    up_url_and_key,
+    wait_until,
+)
 
 
 def online(hub_client: object, name: str) -> bool:
@@ -65,3 +75,29 @@ def test_hub_still_starting_ignores_sighup(tmp_path: Path) -> None:
         assert proc.popen.poll() is None
     finally:
         assert proc.stop(signal.SIGTERM) == 0
+
+
+def test_a_hub_whose_log_reader_went_away_still_stops_cleanly(tmp_path: Path) -> None:
+    """Its stderr a pipe nobody reads any more (a log shipper that died, `| tee` stopped): saying
+    "shutting down" raised, and SIGTERM ended the hub at once with 141, nothing drained."""
+    popen = subprocess.Popen(
+        [*SONDE, "hub", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        env=base_env(tmp_path / "home"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert popen.stderr is not None
+        for line in popen.stderr:
+            if b"sonde hub listening on" in line:
+                break
+        else:
+            raise AssertionError(f"the hub ended before it listened: {popen.wait()}")
+        popen.stderr.close()  # the reader goes
+        popen.send_signal(signal.SIGTERM)
+        assert popen.wait(timeout=30) == 0
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
