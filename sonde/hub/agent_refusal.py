@@ -16,6 +16,8 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
+from sonde.hub.client_keys import client_key
+from sonde.hub.logs import Throttled
 from sonde.protocol.errors import ProtocolError
 from sonde.protocol.messages import (
     SUPPORTED_VERSIONS,
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from sonde.protocol.codec import FrameCodec
 
 log = logging.getLogger("sonde.hub.agent_socket")  # the refusal lines keep the logger they always had
+# One line a minute per address, reason and agent: anyone can open sockets and have each refused
+# (3,000 lines in 7 s from one client in a review), on the disk the audit log may share.
+SAID = Throttled()
 # what a claimed id may look like to be named (ids are uuid hex): anything else is not repeated
 CLAIMED_ID = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
 # parse errors after which the frame is no JSON object worth reading again
@@ -125,7 +130,10 @@ async def refuse(hub: Hub, transport: Transport, codec: FrameCodec, refused: Ref
     detail = {"peer": peer, "reason": refused.reason}
     if refused.claimed:
         detail["claimedId"] = refused.claimed
-    log.warning("refused agent connection from %s%s: %s", peer, refused.who(), refused.reason)
+    since = SAID.due(f"{client_key(peer)} {refused.code} {refused.agent or refused.claimed_name or ''}")
+    if since is not None:
+        more = f" ({since - 1} more like it from there since the last line)" if since > 1 else ""
+        log.warning("refused agent connection from %s%s: %s%s", peer, refused.who(), refused.reason, more)
     agent_id = refused.agent_id()
     if agent_id is not None:  # kept for an enrolled agent only; anyone may claim its id: the peer is named
         hub.fleet.note_refusal(agent_id, refused.reason, peer)

@@ -37,6 +37,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+SAY_EVERY_S = 60.0
+MAX_SUBJECTS = 10_000  # subjects remembered; past it the oldest is forgotten (its next event said)
+
+
+class Throttled:
+    """When a repeated event is worth a log line: its first, then one a minute per subject,
+    with the count since; not a line for each of a client's retries. At most ``max_subjects``
+    are remembered: subjects may be client addresses, which anyone can have many of."""
+
+    def __init__(self, every_s: float = SAY_EVERY_S, max_subjects: int = MAX_SUBJECTS) -> None:
+        self.every_s = every_s
+        self.max_subjects = max_subjects
+        self._said_at: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def due(self, subject: str) -> int | None:
+        """Count one event; the events since the last line when one is due now, else None."""
+        now = time.monotonic()
+        self._since[subject] = self._since.get(subject, 0) + 1
+        if now - self._said_at.get(subject, -self.every_s) < self.every_s:
+            return None
+        if subject not in self._said_at and len(self._said_at) >= self.max_subjects:
+            oldest = next(iter(self._said_at))
+            del self._said_at[oldest]
+            self._since.pop(oldest, None)
+        self._said_at[subject] = now
+        return self._since.pop(subject)
+
+
 class OncePerMinute(logging.Filter):
     """Lets one record a minute through, without its traceback, saying how many were held back.
 

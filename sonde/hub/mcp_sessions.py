@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -31,6 +30,7 @@ from mcp.server.auth.middleware.bearer_auth import (
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from sonde.hub.logs import Throttled
 from sonde.hub.mcp_answers import PerRequestTransport
 from sonde.hub.mcp_events import EventLog, SessionEvents
 from sonde.hub.mcp_refusals import send_json
@@ -38,31 +38,12 @@ from sonde.hub.tcp_guard import CONNECTIONS
 
 log = logging.getLogger(__name__)
 
-REFUSAL_LOG_EVERY_S = 60.0
 REVOKED_CHECK_EVERY_S = 2.0  # with the key cache's 5 s, a revoked key's sessions end within ~7 s
 SESSIONS_RETRY_AFTER_S = 10  # the Retry-After of a refused session: room comes as requests end
 BUSY = "(a request being answered or an event stream open)"
 SESSION_ID_HEADER = b"mcp-session-id"
 
 RevokedKeys = Callable[[frozenset[str]], Awaitable[set[str]]]
-
-
-class Throttled:
-    """When a repeated event is worth a log line: its first, then one a minute per subject,
-    with the count since; not a line for each of a client's retries."""
-
-    def __init__(self) -> None:
-        self._said_at: dict[str, float] = {}
-        self._since: dict[str, int] = {}
-
-    def due(self, subject: str) -> int | None:
-        """Count one event; the events since the last line when one is due now, else None."""
-        now = time.monotonic()
-        self._since[subject] = self._since.get(subject, 0) + 1
-        if now - self._said_at.get(subject, -REFUSAL_LOG_EVERY_S) < REFUSAL_LOG_EVERY_S:
-            return None
-        self._said_at[subject] = now
-        return self._since.pop(subject)
 
 
 class OpenSessions:

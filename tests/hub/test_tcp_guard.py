@@ -72,8 +72,9 @@ def test_each_address_may_keep_a_bounded_number_of_connections_waiting(
     waiting.started("10.0.0.1")  # one began its request (or ended)
     assert waiting.admit("10.0.0.1")
     assert [r.message for r in caplog.records].count(
-        "refusing connections from 10.0.0.1: 2 of its connections are idle (no request yet, or none "
-        "since the last); more are refused, and those going idle closed, until some are used"
+        "refusing connections from 10.0.0.1: 2 of its connections are idle (no request yet, none since "
+        "the last, or an agent socket with no register yet); more are refused, and those going idle "
+        "closed, until some are used"
     ) == 1  # once a minute at most, not once per refusal
     for _ in range(2):
         waiting.started("10.0.0.1")

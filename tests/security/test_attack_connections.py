@@ -115,7 +115,8 @@ async def test_clients_closing_as_the_hub_closes_do_not_stop_it(tmp_path: Path) 
         log = hub.proc.output
         assert "BusyResourceError" not in log  # the half-close no longer races: nothing to contain
         assert "Error in ASGI Framework" not in log
-        assert log.count("refused agent connection") > CONNECTIONS // 2
+        # refused, each, and said once: one line a minute per address and reason, not one per socket
+        assert log.count("refused agent connection") == 1
         async with httpx.AsyncClient() as plain:
             assert (await plain.get(f"{hub.url}/api/v1/agents")).status_code == 401
     gc.collect()
