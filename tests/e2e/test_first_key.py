@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -102,7 +103,8 @@ def test_a_first_key_whose_file_cannot_be_written_is_named_with_the_way_out(tmp_
     proc = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir)], env)
     assert proc.popen.wait(30) == 1
     said = "\n".join(proc.lines)
-    [(key_id,)] = sqlite3.connect(data_dir / "sonde.db").execute("SELECT id FROM api_keys").fetchall()
+    with closing(sqlite3.connect(data_dir / "sonde.db")) as db:  # `with` a connection does not close it
+        [(key_id,)] = db.execute("SELECT id FROM api_keys").fetchall()
     assert f"created the first admin API key (id {key_id}), but could not write it to" in said
     assert f"sonde hub key revoke {key_id} --data-dir {data_dir}" in said
     assert "sonde hub key create --name admin --role admin" in said

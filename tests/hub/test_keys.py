@@ -304,9 +304,12 @@ def test_secrets_never_look_like_command_line_options(tmp_path: Path) -> None:
     from sonde.hub.keys import create_api_key
 
     db = open_database(tmp_path / "keys.db")
-    for _ in range(200):
-        assert not create_enrollment_token(db)[1].startswith("-")
-        assert not create_api_key(db, "k")[1].startswith("-")
+    try:
+        for _ in range(200):
+            assert not create_enrollment_token(db)[1].startswith("-")
+            assert not create_api_key(db, "k")[1].startswith("-")
+    finally:
+        db.close()
 
 
 def test_an_admin_key_with_a_policy_it_would_ignore_is_refused(db: Database) -> None:
