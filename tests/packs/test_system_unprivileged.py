@@ -29,7 +29,7 @@ from sonde.packs.system.access import Agent, PathOwnership, refusal_advice
 from sonde.packs.system.kernel import KERN_LOG, kern_log_advice, restricted_hint
 from sonde.packs.system.listening import hidden_owners_note
 from sonde.packs.system.privileges import parse_effective_capabilities, sees_every_process
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, require
 
 NOBODY_UID = 65534
 SONDE = Agent(uid=999, user="sonde", gids=frozenset({999}))
@@ -205,6 +205,30 @@ def top_level(module_file: Path) -> Path | None:
     return None
 
 
+@functools.cache
+def python_starts_as_nobody() -> str | None:
+    """None when this interpreter starts as user nobody; else why not. One installed under a
+    directory closed to other users (pyenv's under /root) cannot load its own libpython."""
+    done = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY_UID}",
+            f"--regid={NOBODY_UID}",
+            "--clear-groups",
+            sys.executable,
+            "-S",
+            "-c",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
+        cwd="/",
+    )
+    return None if done.returncode == 0 else done.stderr.strip()[-300:] or f"exit {done.returncode}"
+
+
 def probe_as_nobody(
     probe: str,
     params: dict[str, Any] | None = None,
@@ -217,6 +241,8 @@ def probe_as_nobody(
     request = {"probe": probe, "params": params or {}, "allowed": list(allowed), "packs": packs or {}}
     drop = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_UID}"]
     drop += [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+    started = python_starts_as_nobody()
+    require(started is None, f"a Python that user nobody can start (this one cannot: {started})")
     done = subprocess.run(
         [*drop, sys.executable, "-S", "-c", PROBE_SCRIPT, json.dumps(request)],
         capture_output=True,
