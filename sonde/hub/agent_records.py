@@ -151,6 +151,29 @@ def record_last_seen(db: Database, last_seen: Mapping[str, float]) -> None:
         )
 
 
+def mend_statuses(db: Database, online: Iterable[str]) -> None:
+    """Store ``online`` for exactly the agents in ``online`` (connected, not held), in one
+    transaction, leaving a held agent's ``degraded`` alone.
+
+    A status is written as an agent comes and goes; one whose write failed (a full disk, a
+    database locked by another program) stayed wrong in the file, which `sonde hub agent list`
+    reads, until the hub restarted. Run now and then from the writer's queue, in order after
+    every connect and disconnect already queued, it mends them once writes work again.
+    """
+    ids = json.dumps(list(online))
+    with write_transaction(db):
+        db.conn.execute(
+            "UPDATE agents SET status = 'offline' "
+            "WHERE (status = 'online' OR (status = 'degraded' AND pending_attestation IS NULL)) "
+            "AND id NOT IN (SELECT value FROM json_each(?))",
+            [ids],
+        )
+        db.conn.execute(
+            "UPDATE agents SET status = 'online' WHERE status = 'offline' AND id IN (SELECT value FROM json_each(?))",
+            [ids],
+        )
+
+
 def update_agent(db: Database, /, agent_id: str, **fields: Any) -> AgentRecord | None:
     """Change some fields of an agent; returns the updated record, or None if the id is unknown.
 

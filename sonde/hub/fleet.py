@@ -20,7 +20,13 @@ from typing import Any
 
 import trio
 
-from sonde.hub.agent_records import AgentRecord, record_departures, record_last_seen, update_agent
+from sonde.hub.agent_records import (
+    AgentRecord,
+    mend_statuses,
+    record_departures,
+    record_last_seen,
+    update_agent,
+)
 from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT, HubPlaces
 from sonde.hub.register_replays import RegisterReplays
 from sonde.hub.store import Store, StoreClosed
@@ -269,7 +275,8 @@ class Fleet:
             )
 
     async def keep_last_seen_written(self, every_s: float) -> None:
-        """Every ``every_s``, store when each connected agent was last heard from, in one op.
+        """Every ``every_s``, store when each connected agent was last heard from, in one op,
+        and mend a stored status a failed write left wrong (`mend_statuses`).
 
         The database otherwise holds a connected agent's connect time until it goes: after a
         crash or a power cut (no `detach` ran), an agent that never came back would read as
@@ -277,9 +284,13 @@ class Fleet:
         """
         while True:
             await trio.sleep(every_s)
+            if self.closing is not None:
+                continue
             seen = {agent_id: session.last_seen for agent_id, session in self.sessions.items()}
-            if seen and self.closing is None:
+            if seen:
                 await self.store.submit(record_last_seen, seen)  # a failure is logged by the store
+            online = [agent_id for agent_id in seen if self.status(agent_id) == "online"]
+            await self.store.submit(mend_statuses, online)  # what a failed write left behind
 
     async def _notify(self) -> None:
         async with self._changed:

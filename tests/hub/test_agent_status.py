@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
 from sqlite_utils import Database
 
 from sonde.hub.agent_records import (
@@ -12,6 +13,7 @@ from sonde.hub.agent_records import (
     insert_agent,
     list_agents,
     mark_all_offline,
+    mend_statuses,
     record_departures,
     record_last_seen,
     update_agent,
@@ -116,3 +118,41 @@ async def test_a_hub_opens_with_no_agent_stored_online(tmp_path: Path) -> None:
     async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
         assert [r.status for r in await hub.store.read(list_agents)] == ["offline"]
         assert [hub.fleet.status(agent_id) for agent_id in hub.fleet.records] == ["offline"]
+
+
+def test_mended_statuses_say_online_for_exactly_the_agents_connected(db: Database) -> None:
+    left_online = make_agent("left-online", status="online")  # its disconnect's write failed
+    missed_online = make_agent("missed-online", status="offline")  # its connect's write failed
+    away = make_agent("away", status="offline")
+    for record in (left_online, missed_online, away):
+        insert_agent(db, record)
+    still_held = held(db, "still-held")
+    accept_missed = held(db, "accept-missed")  # degraded with no claim waiting: offline, as at a start
+    update_agent(db, accept_missed, pending_attestation=None)
+    mend_statuses(db, [missed_online.id])
+    stored = {r.name: r.status for r in list_agents(db)}
+    assert stored == {
+        "left-online": "offline",
+        "missed-online": "online",
+        "away": "offline",
+        "still-held": "degraded",
+        "accept-missed": "offline",
+    }
+    assert get_agent(db, still_held) is not None
+
+
+async def test_a_running_hub_mends_a_status_a_failed_write_left_wrong(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "sonde.db")
+    try:
+        insert_agent(db, make_agent("gone", status="offline"))
+    finally:
+        db.close()
+    async with open_hub(HubConfig(data_dir=tmp_path, heartbeat_interval_s=0.25)) as hub:
+        [gone] = await hub.store.read(list_agents)
+        await hub.store.write(update_agent, gone.id, status="online")  # as a lost disconnect write leaves it
+        stored = await hub.store.read(get_agent, gone.id)
+        with trio.fail_after(10):
+            while stored is not None and stored.status != "offline":
+                await trio.sleep(0.1)
+                stored = await hub.store.read(get_agent, gone.id)
+        assert stored is not None
