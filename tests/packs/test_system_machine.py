@@ -76,6 +76,25 @@ async def test_kernel_messages_or_a_clear_refusal() -> None:
     assert seconds == sorted(seconds)
 
 
+async def test_kernel_messages_cut_to_fit_keep_the_newest() -> None:
+    """Cut from the end like any list, a storm's newest messages were the ones dropped."""
+    if dmesg_restricted():
+        return  # covered above
+    whole = await run("system.kernel.messages", max_level="debug", limit=2000)
+    require(len(whole["messages"]) > 20, "a kernel ring buffer of more than 20 messages")
+    cut = (
+        await execute_probe(
+            REGISTRY,
+            "system.kernel.messages",
+            {"max_level": "debug", "limit": 2000},
+            ProbeContext(),
+            max_result_bytes=4096,
+        )
+    ).result
+    assert 0 < len(cut["messages"]) < len(whole["messages"])
+    assert cut["messages"][-1]["seconds_since_boot"] >= whole["messages"][-1]["seconds_since_boot"]
+
+
 async def test_kernel_messages_respect_the_level() -> None:
     if dmesg_restricted():
         return  # covered by the test above

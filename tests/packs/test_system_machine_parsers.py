@@ -146,6 +146,34 @@ def test_dmesg_json_facility_of_userspace_messages() -> None:
     assert (message.facility, message.level) == ("daemon", "info")
 
 
+def test_dmesg_json_x_names_every_facility_and_level() -> None:
+    """util-linux 2.38's numeric ``pri`` held the facility or the level, not both: a daemon's
+    warning read as the kernel's debug message, out of the default view."""
+    messages = parse_dmesg_json(recorded("dmesg-json-x.json"), BOOT)
+    by_text = {m.message: (m.facility, m.level) for m in messages}
+    assert by_text["userspace daemon-info test"] == ("daemon", "info")
+    assert by_text["userspace user-err test"] == ("user", "err")
+    assert by_text["userspace pri=28"] == ("daemon", "warn")
+    assert by_text["userspace pri=24"] == ("daemon", "emerg")
+    assert by_text["userspace pri=86"] == ("authpriv", "info")
+    assert by_text["userspace local0-err test"] == (None, None)  # dmesg says neither: not guessed
+    assert messages[0].facility == "kern"
+    kept, counts = select(messages, "warn", 100)
+    assert "userspace pri=28" in [m.message for m in kept]
+    assert all(m.level is not None for m in kept)
+    assert counts["unknown"] == 3
+    everything, _ = select(messages, "debug", 100)
+    assert len(everything) == len(messages) == 39
+
+
+def test_dmesg_numeric_facilities_past_ftp_are_named() -> None:
+    entries = ",".join(
+        f'{{"pri": {facility * 8 + 3}, "time": 1.0, "msg": "m{facility}"}}' for facility in (12, 15, 16, 23)
+    )
+    facilities = [m.facility for m in parse_dmesg_json(f'{{"dmesg": [{entries}]}}', BOOT)]
+    assert facilities == ["ntp", "solaris-cron", "local0", "local7"]
+
+
 def test_dmesg_text_fallback() -> None:
     messages = parse_dmesg_text(recorded("dmesg-x.txt") + "  continued detail\n", BOOT)
     assert len(messages) == 29

@@ -1,8 +1,11 @@
 """The kernel ring buffer (dmesg), filtered by level.
 
-``dmesg --json`` (util-linux 2.38+) gives ``{"dmesg": [{"pri", "time", "msg"}]}``
-where ``pri`` is facility * 8 + level. Older dmesg has no --json; then
-``dmesg -x`` text is parsed instead: ``kern  :err   : [   12.345678] message``.
+``dmesg --json -x`` (util-linux 2.38+) gives ``{"dmesg": [{"fac", "pri", "time", "msg"}]}``
+with the facility and level by name. Without ``-x`` its ``pri`` is a number, and util-linux
+2.38 writes the facility or the level there, not both: a daemon's info message read as the
+kernel's debug one. It writes neither for facilities 12 and up (local0-7 among them): their
+level and facility are then null, not guessed. Older dmesg has no --json; then ``dmesg -x``
+text is parsed instead: ``kern  :err   : [   12.345678] message``.
 Reading the buffer needs CAP_SYSLOG when ``kernel.dmesg_restrict`` is 1 (the
 default on most distributions).
 """
@@ -41,11 +44,17 @@ FACILITIES = (
     "cron",
     "authpriv",
     "ftp",
+    "ntp",
+    "security",
+    "console",
+    "solaris-cron",
+    *(f"local{n}" for n in range(8)),
 )
 TEXT_LINE = re.compile(
     r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*: \[\s*(?P<time>\d+\.\d+)\] ?(?P<msg>.*)$"
 )
 MESSAGE_MAX_CHARS = 2000
+UNKNOWN = "unknown"  # the level of a message dmesg gave none for
 DMESG_MAX_BYTES = 32 * 1024 * 1024  # the largest log_buf_len is 32 MiB
 KERN_LOG = Path("/var/log/kern.log")  # where rsyslog keeps kernel messages, if it runs
 
@@ -56,8 +65,8 @@ class KernelParams(Params):
 
 
 class KernelMessage(Result):
-    level: Level
-    facility: str
+    level: Level | None = Field(description="Null where dmesg did not say (facilities 12 and up, local0-7).")
+    facility: str | None = Field(description="Null where dmesg did not say.")
     seconds_since_boot: float
     time: str | None  # None for a time no date can say (`iso_utc`)
     message: str
@@ -71,10 +80,12 @@ class KernelMessages(Result):
     source: Literal["json", "text"]
 
 
-def _message(level: int, facility: str, seconds: float, text: str, boot_time: float) -> KernelMessage:
+def _message(
+    level: Level | None, facility: str | None, seconds: float, text: str, boot_time: float
+) -> KernelMessage:
     cut = text if len(text) <= MESSAGE_MAX_CHARS else text[: MESSAGE_MAX_CHARS - 1] + "…"
     return KernelMessage(
-        level=LEVELS[level],
+        level=level,
         facility=facility,
         seconds_since_boot=seconds,
         time=iso_utc(boot_time + seconds),
@@ -86,15 +97,23 @@ def parse_dmesg_json(text: str, boot_time: float) -> list[KernelMessage]:
     entries: list[dict[str, Any]] = json.loads(text).get("dmesg", []) if text.strip() else []
     messages = []
     for entry in entries:
-        pri = int(entry.get("pri", 6))
-        facility_index = pri >> 3
-        facility = (
-            FACILITIES[facility_index] if facility_index < len(FACILITIES) else f"local{facility_index - 16}"
-        )
+        level, facility = level_and_facility(entry.get("pri"), entry.get("fac"))
         messages.append(
-            _message(pri & 7, facility, float(entry.get("time", 0.0)), str(entry.get("msg", "")), boot_time)
+            _message(level, facility, float(entry.get("time", 0.0)), str(entry.get("msg", "")), boot_time)
         )
     return messages
+
+
+def level_and_facility(pri: Any, fac: Any) -> tuple[Level | None, str | None]:
+    """An entry's level and facility: by name (``-x``), from a number (facility * 8 + level),
+    or None for what the entry does not say."""
+    if isinstance(pri, str):
+        level = next((known for known in LEVELS if known == pri), None)
+        return level, fac if isinstance(fac, str) else None
+    if isinstance(pri, int) and pri >= 0:
+        index = pri >> 3
+        return LEVELS[pri & 7], FACILITIES[index] if index < len(FACILITIES) else None
+    return None, None
 
 
 def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
@@ -103,7 +122,7 @@ def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
     for line in text.splitlines():
         match = TEXT_LINE.match(line)
         if match and match["level"] in LEVELS:
-            level = LEVELS.index(match["level"])
+            level = LEVELS[LEVELS.index(match["level"])]
             messages.append(_message(level, match["facility"], float(match["time"]), match["msg"], boot_time))
         elif messages and line.strip():
             last = messages[-1]
@@ -116,12 +135,17 @@ def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
 def select(
     messages: list[KernelMessage], max_level: Level, limit: int
 ) -> tuple[list[KernelMessage], dict[str, int]]:
-    """The last ``limit`` messages at ``max_level`` or more severe, and counts per level of all."""
+    """The last ``limit`` messages at ``max_level`` or more severe, and counts per level of all
+    (``unknown``: messages whose level dmesg did not say, kept only at ``debug``)."""
     counts: dict[str, int] = {level: 0 for level in LEVELS}
     for message in messages:
-        counts[message.level] += 1
+        counts[message.level or UNKNOWN] = counts.get(message.level or UNKNOWN, 0) + 1
     ceiling = LEVELS.index(max_level)
-    kept = [m for m in messages if LEVELS.index(m.level) <= ceiling]
+    kept = [
+        m
+        for m in messages
+        if (LEVELS.index(m.level) <= ceiling if m.level is not None else max_level == "debug")
+    ]
     return kept[-limit:], counts
 
 
@@ -162,7 +186,7 @@ async def read_kernel_log(ctx: ProbeContext, levels: tuple[Level, ...] = ()) -> 
     """
     boot_time = psutil.boot_time()
     only = [f"--level={','.join(levels)}"] if levels else []
-    output = await ctx.run(["dmesg", "--json", *only], max_output_bytes=DMESG_MAX_BYTES)
+    output = await ctx.run(["dmesg", "--json", "-x", *only], max_output_bytes=DMESG_MAX_BYTES)
     source: Literal["json", "text"] = "json"
     if output.returncode != 0 and (
         "unrecognized option" in output.stderr or "invalid option" in output.stderr
@@ -189,10 +213,12 @@ async def kernel_messages(ctx: ProbeContext, params: KernelParams) -> KernelMess
     log = await read_kernel_log(ctx)
     kept, counts = select(log.messages, params.max_level, params.limit)
     matching = sum(counts[level] for level in LEVELS[: LEVELS.index(params.max_level) + 1])
+    if params.max_level == "debug":
+        matching += counts.get(UNKNOWN, 0)
     return KernelMessages(
         max_level=params.max_level,
         counts_by_level=counts,
         messages=kept,
         truncated=matching > len(kept) or log.truncated,
         source=log.source,
-    )
+    ).newest_last("messages")  # cut to fit, the newest are the ones kept
