@@ -354,3 +354,14 @@ def test_process_info_names_the_denied_fields() -> None:
     assert info.cmdline is not None
     assert len(info.cmdline[2]) == 512
     assert info.create_time == "1970-01-01T00:00:00+00:00"
+
+
+def test_kills_counted_but_gone_from_the_kernel_log_are_said() -> None:
+    from sonde.packs.system.memory import kills_gone_note
+
+    note = kills_gone_note(1, [])
+    assert note is not None
+    assert note.startswith("1 OOM kill(s) counted since boot, but none is in the kernel log any more")
+    assert kills_gone_note(0, []) is None
+    assert kills_gone_note(None, []) is None
+    assert kills_gone_note(2, None) is None  # unreadable: oom_kills_unreadable says why

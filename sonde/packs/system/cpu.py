@@ -157,7 +157,9 @@ async def _measure(interval_s: float) -> tuple[dict[str, float], list[float]]:
 @PACK.probe(
     "system.cpu.usage",
     """CPU load and utilisation: load averages over 1, 5 and 15 minutes, the 1-minute load
-    per logical CPU (above 1.0 means more runnable tasks than CPUs), total and per-CPU
+    per logical CPU (Linux counts tasks runnable and tasks in uninterruptible sleep, state D,
+    most often blocked on a disk or NFS: above 1.0 with low percent busy means waiting on I/O,
+    not on CPU), total and per-CPU
     percent busy measured over `interval_s` seconds (0 = average since boot; busy counts
     steal and leaves out iowait), the user, system, iowait and steal percents of the same
     time, the logical and physical CPU counts, and pressure: the PSI 'some' avg10/avg60 of

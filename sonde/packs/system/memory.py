@@ -63,11 +63,16 @@ class MemoryUsage(Result):
     )
     oom_kills: list[OomKill] | None = Field(
         description=f"The last OOM kills in the kernel log (at most {OOM_KILLS_LISTED}, newest last); "
-        "empty when oom_kills_since_boot is 0, null when the kernel log could not be read."
+        "empty when oom_kills_since_boot is 0 or when the kills' lines have left the kernel log "
+        "(oom_kills_note says so), null when the kernel log could not be read."
     )
     oom_kills_unreadable: str | None = Field(
         description="Why the kernel log could not be read (dmesg needs CAP_SYSLOG where "
         "kernel.dmesg_restrict=1), else null."
+    )
+    oom_kills_note: str | None = Field(
+        default=None,
+        description="Set when kills were counted since boot but none is in the kernel log any more.",
     )
 
 
@@ -173,4 +178,16 @@ async def memory_usage(ctx: ProbeContext, params: NoParams) -> MemoryUsage:
         oom_kills_since_boot=since_boot,
         oom_kills=kills,
         oom_kills_unreadable=unreadable,
+        oom_kills_note=kills_gone_note(since_boot, kills),
+    )
+
+
+def kills_gone_note(since_boot: int | None, kills: list[OomKill] | None) -> str | None:
+    """What an empty list of kills means when the kernel counted some: their lines are gone."""
+    if not since_boot or kills != []:
+        return None
+    return (
+        f"{since_boot} OOM kill(s) counted since boot, but none is in the kernel log any more: newer "
+        "messages have pushed them out of its ring buffer (see /var/log/kern.log or the journal, "
+        "`journalctl -k`, where they are kept)"
     )

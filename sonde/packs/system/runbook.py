@@ -138,7 +138,9 @@ def load_findings(reading: Reading) -> list[Finding]:
         "system.cpu.usage",
         "Load average is {value} per CPU",
         f"1-minute load {reading.get('load_1m')} on "
-        f"{reading.get('logical_count')} CPUs; see system.processes.top for who is busy.",
+        f"{reading.get('logical_count')} CPUs; Linux's load counts tasks waiting on disk or NFS "
+        "(state D) as well as runnable ones: see system.processes.top for who is busy, and this "
+        "reading's iowait and io pressure for waiting on I/O.",
     )
 
 
