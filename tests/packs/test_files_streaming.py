@@ -7,6 +7,7 @@ top ``limit`` as it goes, so its peak stays far below what 50,000 entries cost.
 
 from __future__ import annotations
 
+import functools
 import os
 import tracemalloc
 from pathlib import Path
@@ -93,3 +94,25 @@ def test_the_size_walk_holds_one_descriptor_per_level_and_no_more_than_its_depth
         os.close(parent)
     assert not size.complete
     assert walk.unreadable == ["/".join(["top", *["d"] * dirsize.MAX_WALK_DEPTH])]
+
+
+@pytest.mark.parametrize("descending", [True, False])
+def test_directories_the_walk_never_reached_have_no_size_and_come_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, descending: bool
+) -> None:
+    """Ranked by their own entry's 4 KiB, the biggest directory could drop out of a top-N."""
+    for name in ("many-a", "many-b", "many-c"):
+        (tmp_path / name).mkdir()
+        for number in range(100):
+            (tmp_path / name / f"f{number}").touch()
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "data").write_bytes(b"x" * 1024 * 1024)
+    monkeypatch.setattr(files, "SizeWalk", functools.partial(SizeWalk, budget=50))
+    params = ListingParams(path=str(tmp_path), sort_by="size", descending=descending, limit=10)
+    listing = _list(tmp_path, params, "directory")
+    sizes = [entry.size_bytes for entry in listing.entries]
+    assert len(sizes) == 4
+    assert sizes[0] is not None  # the one walked first: a lower bound
+    assert sizes[1:] == [None, None, None]  # the rest were never reached
+    assert not any(entry.size_complete for entry in listing.entries)
+    assert not listing.complete

@@ -60,7 +60,8 @@ class Entry(Result):
     kind: EntryKind
     size_bytes: int | None = Field(
         description="A file's size. A directory's disk use, itself and everything beneath it "
-        "(like `du -s`), with sort_by=size only; null otherwise (not computed: ask sort_by=size)."
+        "(like `du -s`), with sort_by=size only; null otherwise (not computed: ask sort_by=size), "
+        "and for a directory the walk's entries ran out before."
     )
     apparent_size_bytes: int | None = Field(
         description="With sort_by=size, a directory's apparent size (like `du -s --apparent-size`): "
@@ -120,17 +121,24 @@ def kind_of(mode: int) -> EntryKind:
 def top_entries(entries: Iterable[Stat], sort_by: SortKey, descending: bool, limit: int) -> list[Stat]:
     """The first ``limit`` of ``entries`` ordered by ``sort_by`` (name breaks ties), as
     ``sorted(...)[:limit]`` gives them but holding only ``limit`` entries at a time."""
-    keys: dict[str, Callable[[Stat], tuple[float | str, str]]] = {
-        "name": lambda e: (e.name, e.name),
-        "size": lambda e: (e.size, e.name),
-        "mtime": lambda e: (e.mtime, e.name),
+    # a directory the size walks did not reach has no size: after every sized entry, either way
+    last = -1 if descending else 1
+    keys: dict[str, Callable[[Stat], tuple[int, float | str, str]]] = {
+        "name": lambda e: (0, e.name, e.name),
+        "size": lambda e: (last if _unsized(e) else 0, e.size, e.name),
+        "mtime": lambda e: (0, e.mtime, e.name),
     }
     pick = heapq.nlargest if descending else heapq.nsmallest
     return pick(limit, entries, key=keys[sort_by])
 
 
+def _unsized(item: Stat) -> bool:
+    """A directory whose size no walk counted: its st_size is only its own entry's."""
+    return item.kind == "directory" and item.apparent_size is None
+
+
 def _entry(item: Stat) -> Entry:
-    unsized = item.kind == "directory" and item.apparent_size is None  # its st_size is no total
+    unsized = _unsized(item)  # its st_size is no total
     return Entry(
         name=item.name,
         kind=item.kind,
@@ -191,6 +199,9 @@ def _scan(fd: int, only: EntryKind, scan: Scan, check: StopCheck) -> Iterator[St
 
 
 def _sized(fd: int, item: Stat, walk: SizeWalk) -> Stat:
+    if walk.budget < 0:  # spent on the directories before it: its size is not known at all
+        walk.lower_bound = True
+        return replace(item, size_complete=False)  # no apparent size: unsized (`_entry`, `top_entries`)
     size = tree_size(fd, item.name, walk)
     walk.lower_bound = walk.lower_bound or not size.complete
     return replace(item, size=size.disk_bytes, apparent_size=size.apparent_bytes, size_complete=size.complete)
@@ -244,8 +255,10 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
     and 64 levels deep),
     with the apparent size (sum of file lengths) beside it. A size is a lower bound,
     with `size_complete` false on its entry and `complete` false, when the walk stopped at
-    those caps or met a directory the agent may not read (listed in `unreadable`). Use it to
-    find what fills a disk.""",
+    those caps or met a directory the agent may not read (listed in `unreadable`); the
+    directories the walk never reached (its entries spent on those before them) have a null
+    size and come after every sized one: list them one by one. Use it to find what fills a
+    disk.""",
     timeout_s=30,
 )
 async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing:
