@@ -194,6 +194,14 @@ async def test_file_read_is_bounded(tree: Path) -> None:
     assert (content["truncated"], content["size_bytes"], content["bytes_read"]) == (True, 5000, 100)
 
 
+async def test_file_read_cut_inside_a_character_leaves_it_out(tree: Path) -> None:
+    (tree / "big" / "utf.txt").write_text("héllo", encoding="utf-8")  # é is 2 bytes
+    cut = await run(tree, "system.files.read", path=str(tree / "big" / "utf.txt"), max_bytes=2)
+    assert (cut["content"], cut["truncated"]) == ("h", True)  # not "h\ufffd": the file has no such character
+    whole = await run(tree, "system.files.read", path=str(tree / "big" / "utf.txt"), max_bytes=6)
+    assert (whole["content"], whole["truncated"]) == ("héllo", False)
+
+
 async def test_file_read_by_default_answers_what_a_client_shows_whole(tree: Path) -> None:
     # a log of 64 KiB, newlines and quotes in it: by default 32 KiB of it, as well under the
     # ~50,000 characters past which Claude Code puts a result in a file and shows 2 KB of it

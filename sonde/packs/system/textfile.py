@@ -21,6 +21,7 @@ symlink swapped in after the allow-list check is refused.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import stat
@@ -397,4 +398,6 @@ def read_text(path: Path, max_bytes: int) -> TextRead:
     data = data[:max_bytes]
     if looks_binary(data[:BINARY_SNIFF_BYTES]):
         raise ValueError(f"{path} looks like a binary file; only text files are read")
-    return TextRead(data.decode("utf-8", errors="replace"), size, len(data), truncated)
+    # cut inside a character, its first bytes are left out, not shown as one the file lacks
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
+    return TextRead(text, size, len(data), truncated)
