@@ -353,7 +353,22 @@ def test_process_info_names_the_denied_fields() -> None:
     assert (info.memory_rss_bytes, info.memory_vms_bytes, info.cpu_percent) == (1024, 4096, 1.3)
     assert info.cmdline is not None
     assert len(info.cmdline[2]) == 512
+    assert info.cmdline[2].endswith("x…")  # cut, and saying so
     assert info.create_time == "1970-01-01T00:00:00+00:00"
+
+
+def test_process_info_says_how_many_arguments_it_left_out() -> None:
+    info = process_info_from(7, {"cmdline": ["prog", *(f"a{n}" for n in range(300))], "status": "sleeping"})
+    assert info.cmdline is not None
+    assert len(info.cmdline) == 257
+    assert info.cmdline[-1] == "… 45 more arguments"
+
+
+def test_a_zombies_missing_command_line_is_not_called_denied() -> None:
+    values = {"cmdline": DENIED, "cwd": DENIED, "exe": DENIED, "num_fds": DENIED, "status": "zombie"}
+    info = process_info_from(7, values)
+    assert info.denied == ["num_fds"]
+    assert (info.cmdline, info.cwd, info.exe) == (None, None, None)
 
 
 def test_kills_counted_but_gone_from_the_kernel_log_are_said() -> None:

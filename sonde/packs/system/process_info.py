@@ -63,7 +63,15 @@ class ProcessInfo(Result):
 
 
 def _cut_cmdline(args: list[str]) -> list[str]:
-    return [arg[:CMDLINE_MAX_CHARS] for arg in args[:CMDLINE_MAX_ARGS]]
+    """At most `CMDLINE_MAX_ARGS` arguments of at most `CMDLINE_MAX_CHARS` each; an argument
+    cut ends in "…", and a last "… N more arguments" says how many were left out."""
+    cut = [
+        arg if len(arg) <= CMDLINE_MAX_CHARS else arg[: CMDLINE_MAX_CHARS - 1] + "…"
+        for arg in args[:CMDLINE_MAX_ARGS]
+    ]
+    if len(args) > CMDLINE_MAX_ARGS:
+        cut.append(f"… {len(args) - CMDLINE_MAX_ARGS} more arguments")
+    return cut
 
 
 def process_info_from(pid: int, values: dict[str, Any]) -> ProcessInfo:
@@ -90,8 +98,16 @@ def process_info_from(pid: int, values: dict[str, Any]) -> ProcessInfo:
         open_files_count=len(open_files) if open_files is not None else None,
         num_fds=seen.get("num_fds"),
         cwd=seen.get("cwd") or None,
-        denied=sorted(key for key, value in values.items() if value is DENIED),
+        denied=sorted(
+            key for key, value in values.items() if value is DENIED and not gone_with_zombie(seen, key)
+        ),
     )
+
+
+def gone_with_zombie(seen: dict[str, Any], key: str) -> bool:
+    """A zombie has no command line, working directory or executable left to show: refused
+    for it, they are not withheld (its memory and threads are gone too)."""
+    return seen.get("status") == "zombie" and key in ("cmdline", "cwd", "exe")
 
 
 def _no_such_process(pid: int) -> ValueError:
@@ -121,7 +137,9 @@ def _read_info(process: psutil.Process) -> ProcessInfo:
     """Details of one process by PID: parent PID, name, executable, command line, user,
     status, start time (ISO 8601 UTC), CPU percent over a 0.2 s sample, resident and
     virtual memory in bytes, thread count, open file and descriptor counts, and working
-    directory. Fields the OS refuses to show are null and listed in `denied`. Use it after
+    directory. Fields the OS refuses to show are null and listed in `denied` (a zombie's
+    command line, executable and working directory are null and not listed: it has none
+    left); a command line is cut to 256 arguments of 512 characters, a cut ending in "…". Use it after
     system.processes.top or system.network.listening to look closer at one process.""",
     timeout_s=5,
 )
