@@ -19,6 +19,7 @@ entries of the scan or the walk (`sonde.packs.system.abandon`), not at their cap
 
 from __future__ import annotations
 
+import codecs
 import heapq
 import os
 import stat
@@ -37,7 +38,13 @@ from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
 from sonde.packs.system.dirsize import UNREADABLE_MAX, SizeWalk, tree_size
 from sonde.packs.system.info import iso_utc
 from sonde.packs.system.nofollow import DIRECTORY_FLAGS, open_resolved
-from sonde.packs.system.textfile import AbsolutePath, permission_error, read_text
+from sonde.packs.system.textfile import (
+    BINARY_SNIFF_BYTES,
+    AbsolutePath,
+    looks_binary,
+    open_regular,
+    permission_error,
+)
 
 MAX_LIST_ENTRIES = 200_000  # entries one listing looks at
 READ_MAX_BYTES = 1024 * 1024
@@ -264,6 +271,28 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
 async def files_directories(ctx: ProbeContext, params: ListingParams) -> Listing:
     directory = ctx.allowed_path(params.path)
     return await in_thread_until_given_up(ctx, _list, directory, params, "directory")
+
+
+@dataclass(frozen=True)
+class TextRead:
+    text: str
+    size_bytes: int
+    bytes_read: int
+    truncated: bool
+
+
+def read_text(path: Path, max_bytes: int) -> TextRead:
+    """Up to ``max_bytes`` of ``path`` as text, a character cut at the end left out (not shown
+    as one the file lacks); a binary file raises ValueError."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(max_bytes + 1)
+    truncated = len(data) > max_bytes
+    data = data[:max_bytes]
+    if looks_binary(data[:BINARY_SNIFF_BYTES]):
+        raise ValueError(f"{path} looks like a binary file; only text files are read")
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
+    return TextRead(text, size, len(data), truncated)
 
 
 class ReadParams(Params):

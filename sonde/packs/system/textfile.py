@@ -21,7 +21,6 @@ symlink swapped in after the allow-list check is refused.
 
 from __future__ import annotations
 
-import codecs
 import math
 import os
 import stat
@@ -379,25 +378,3 @@ def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[byte
             scanned += len(rest)
             dropped += utf8_chars(rest.removesuffix(b"\n"), line_end=rest.endswith(b"\n"))
         yield raw.rstrip(b"\n"), scanned, dropped
-
-
-@dataclass(frozen=True)
-class TextRead:
-    text: str
-    size_bytes: int
-    bytes_read: int
-    truncated: bool
-
-
-def read_text(path: Path, max_bytes: int) -> TextRead:
-    """Up to ``max_bytes`` of ``path`` as text; a binary file raises ValueError."""
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        data = handle.read(max_bytes + 1)
-    truncated = len(data) > max_bytes
-    data = data[:max_bytes]
-    if looks_binary(data[:BINARY_SNIFF_BYTES]):
-        raise ValueError(f"{path} looks like a binary file; only text files are read")
-    # cut inside a character, its first bytes are left out, not shown as one the file lacks
-    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=not truncated)
-    return TextRead(text, size, len(data), truncated)
