@@ -165,6 +165,10 @@ class Link:
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    def heard_at(self) -> float:
+        """When (trio's clock) the peer's last frame was taken."""
+        return self._last_received
+
     async def heartbeat_sent(self) -> None:
         """Wait until the next heartbeat is queued (a keepalive ping can ride the same wakeup)."""
         await self._heartbeat_sent.wait()

@@ -317,7 +317,7 @@ class AgentDaemon:
     @staticmethod
     async def _keep_alive(ws: trio_websocket.WebSocketConnection, link: Link, end: ConnectionEnd) -> None:
         # a close of the agent's own (1001 too, echoed back by a slow hub) is not the hub going away
-        end.dropped = await keep_alive(ws, link.heartbeat_sent)
+        end.dropped = await keep_alive(ws, link.heartbeat_sent, heard_at=link.heard_at)
 
     def _log_connected(self, ack: AckPayload) -> None:
         if ack.agent_id != self.config.agent_id:

@@ -75,3 +75,26 @@ async def test_a_connection_closed_otherwise_is_not_a_drop(autojump_clock: trio.
     ws = FakeWebSocket(gone=True)
     assert await keep_alive(ws, every(10.0), interval_s=30.0) is False  # type: ignore[arg-type]
     assert ws.closed == []
+
+
+async def test_a_late_pong_behind_frames_still_coming_is_no_dead_hub(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A busy agent reads the pong behind every request before it: its reader is behind, and
+    the hub, whose frames it keeps taking, is alive. It dropped a healthy hub in a review."""
+    ws = FakeWebSocket(answer=False)
+    start = trio.current_time()
+    with trio.move_on_after(100):
+        # frames keep being taken: every late pong is forgiven
+        await keep_alive(
+            ws,  # type: ignore[arg-type]
+            every(10.0),
+            interval_s=30.0,
+            heard_at=lambda: min(trio.current_time() - 1.0, start + 70.0),
+        )
+    assert ws.closed == []
+    assert [round(t - start, 3) for t in ws.pings] == [10.0, 40.0, 70.0]  # each late: none dropped
+    with trio.move_on_after(100):
+        dropped = await keep_alive(ws, every(10.0), interval_s=30.0, heard_at=lambda: start + 70.0)  # type: ignore[arg-type]
+    assert dropped
+    assert ws.closed == [(CLOSE_GOING_AWAY, "keepalive timeout")]
