@@ -20,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from sonde.agent.arenas import cap_malloc_arenas
 from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.connection import Connector, connect_websocket
 from sonde.agent.daemon import BACKOFF_MAX_S, NOT_ENROLLED_MESSAGE, AgentDaemon
@@ -151,6 +152,7 @@ def run_agent(
         print(f"sonde start: {NOT_ENROLLED_MESSAGE}", file=sys.stderr)
         return EXIT_NOT_ENROLLED
     configure_logging(log_level)
+    cap_malloc_arenas()  # before any probe's worker thread
     while True:
         packs = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
         if not packs.packs:
