@@ -51,6 +51,7 @@ MEMORY_FIELDS = {
     "oom_kills_since_boot",
     "oom_kills",
     "oom_kills_unreadable",
+    "oom_kills_note",
 }
 SLOW_PROBES = {
     "slowtest.sleep.wait",
