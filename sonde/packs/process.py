@@ -1,9 +1,11 @@
-"""Run one command for a probe: argv only, output capped, killed on cancel."""
+"""Run one command for a probe: argv only, output capped, killed on cancel with all it started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,13 +42,26 @@ async def _read_capped(stream: trio.abc.ReceiveStream, limit: int) -> tuple[byte
             return b"".join(chunks)[:limit], True
 
 
+def kill_group(process: trio.Process) -> None:
+    """Kill ``process`` and every process it started: its own group (`start_new_session`).
+    Not yet reaped, its id cannot have been reused. A read-only command has nothing to save."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _deliver_cancel(process: trio.Process) -> None:
+    kill_group(process)
+
+
 async def run_command(
     argv: Sequence[str], *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 ) -> CommandOutput:
     """Run ``argv`` (a list, never a string) and collect its output.
 
     Output past ``max_output_bytes`` is cut and the process killed. A missing
-    executable raises `ProbeUnavailable`. Cancellation kills the process.
+    executable raises `ProbeUnavailable`. Cancellation kills the process and what it
+    started (a cancelled wrapper script's children ran on, reparented, in a review), at
+    once: trio's default waits up to 5 s for a SIGTERM to be heeded.
     """
     if isinstance(argv, str | bytes):
         raise TypeError("commands are argv lists, never strings")
@@ -69,6 +84,8 @@ async def run_command(
                 stderr=subprocess.PIPE,
                 check=False,
                 env=env,
+                start_new_session=True,  # its own group, killed whole
+                deliver_cancel=_deliver_cancel,
             )
         )
         assert process.stdout is not None
@@ -77,7 +94,7 @@ async def run_command(
         async def collect(key: str, stream: trio.abc.ReceiveStream, limit: int) -> None:
             results[key] = await _read_capped(stream, limit)
             if results[key][1]:
-                process.kill()
+                kill_group(process)
 
         nursery.start_soon(collect, "out", process.stdout, max_output_bytes)
         nursery.start_soon(collect, "err", process.stderr, STDERR_MAX_BYTES)
