@@ -121,9 +121,9 @@ def parse_dmesg_text(text: str, boot_time: float) -> list[KernelMessage]:
     messages: list[KernelMessage] = []
     for line in text.splitlines():
         match = TEXT_LINE.match(line)
-        if match and match["level"] in LEVELS:
-            level = LEVELS[LEVELS.index(match["level"])]
-            messages.append(_message(level, match["facility"], float(match["time"]), match["msg"], boot_time))
+        level, facility = level_and_facility(match["level"], match["facility"]) if match else (None, None)
+        if match and level is not None:
+            messages.append(_message(level, facility, float(match["time"]), match["msg"], boot_time))
         elif messages and line.strip():
             last = messages[-1]
             messages[-1] = last.model_copy(
@@ -139,7 +139,8 @@ def select(
     (``unknown``: messages whose level dmesg did not say, kept only at ``debug``)."""
     counts: dict[str, int] = {level: 0 for level in LEVELS}
     for message in messages:
-        counts[message.level or UNKNOWN] = counts.get(message.level or UNKNOWN, 0) + 1
+        level = message.level or UNKNOWN
+        counts[level] = counts.get(level, 0) + 1
     ceiling = LEVELS.index(max_level)
     kept = [
         m
