@@ -144,7 +144,15 @@ def schema_call(probes: list[str]) -> str:
 
 
 async def refresh_record(hub: Hub, record: AgentRecord) -> AgentRecord:
+    """``record`` as the database has it now, kept in the fleet; but if the hub changed the
+    record while this read ran (an accept, a hold, a removal), what it holds now is newer than
+    what was read, and is kept: a read that began before an accept must not put the agent back
+    on hold."""
+    before = hub.fleet.records.get(record.id)
     fresh = await hub.store.read(get_agent, record.id)
+    now = hub.fleet.records.get(record.id)
+    if now is not before:
+        return now or record
     if fresh is None:
         return record
     hub.fleet.remember(fresh)

@@ -214,7 +214,8 @@ def _probe_named(detail: str) -> str | None:
 
 async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverviewOutput:
     hub, caller = call.hub, call.caller
-    record, _ = await current_status(hub, resolve_agent(hub, caller, args.agent))
+    # status and pending_change of one moment: the fleet may change during the reads below
+    record, status = await current_status(hub, resolve_agent(hub, caller, args.agent))
     session = hub.fleet.sessions.get(record.id)
     uptime = session.uptime_s() if session else None
     own_only = None if caller.is_admin else caller.key_id  # as query_logs' audit source shows a member
@@ -238,7 +239,7 @@ async def agent_overview(call: ToolCall, args: AgentOverviewInput) -> AgentOverv
     return AgentOverviewOutput(
         id=record.id,
         name=record.name,
-        status=hub.fleet.status(record.id),
+        status=status,
         hostname=record.hostname,
         os=" ".join(p for p in (record.os, record.os_version) if p) or None,
         kernel=record.kernel,
