@@ -12,6 +12,7 @@ const AUDIT_LIMIT = 200;
 const FLEET_ROWS = 500; // a fleet of thousands is counted whole, listed in part: filter by tag
 const SECTIONS = ["sign-in", "fleet", "agent", "audit"];
 let refreshTimer = null;
+let viewsAsked = 0;
 
 // --- the page ------------------------------------------------------------------------------
 
@@ -36,6 +37,14 @@ function show(section) {
   for (const id of SECTIONS) $(id).hidden = id !== section;
   $("nav").hidden = section === "sign-in";
   $("problem").hidden = true;
+}
+
+/** A mark for the view being asked for now: true while no other view has been asked for since.
+ * An answer that arrives after a newer view was asked for (a click, the fleet's refresh, an
+ * accept) is dropped, not put over the newer one. */
+function askView() {
+  const mine = ++viewsAsked;
+  return () => mine === viewsAsked;
 }
 
 function problem(message) {
@@ -112,8 +121,10 @@ async function api(path, options = {}) {
 
 async function showFleet() {
   show("fleet");
+  const current = askView();
   const tag = $("tag").value.trim().replace(/^#/, "");
   const { agents } = await api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents");
+  if (!current()) return;
   const counts = {};
   for (const agent of agents) counts[agent.status] = (counts[agent.status] || 0) + 1;
   $("fleet-counts").textContent =
@@ -195,7 +206,9 @@ function refusalNote(refusal) {
 async function showAgent(name) {
   show("agent");
   $("diagnosis").replaceChildren();
+  const current = askView();
   const agent = await api(`/api/v1/agents/${encodeURIComponent(name)}`);
+  if (!current()) return;
   $("agent-name").replaceChildren(agent.name, " ", el("span", { class: `status status-${agent.status}` }, agent.status));
   const facts = [
     ["ID", agent.id],
@@ -300,6 +313,7 @@ async function diagnose(agentName, category) {
 /** The newest entries that match the filters; with ``older``, the next ones after those shown. */
 async function showAudit(older = false) {
   if (!older) show("audit");
+  const current = askView();
   const tbody = $("entries").tBodies[0];
   const last = older ? tbody.lastElementChild : null;
   const params = new URLSearchParams({ limit: String(AUDIT_LIMIT) });
@@ -321,6 +335,7 @@ async function showAudit(older = false) {
     }
     throw error;
   }
+  if (!current()) return;
   const keyNames = new Map(keys.map((k) => [k.id, k.name]));
   const entries = last ? page.entries.filter((e) => e.seq < Number(last.dataset.seq)) : page.entries;
   const rows = entries.map((e) =>
