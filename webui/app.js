@@ -12,7 +12,7 @@ const AUDIT_LIMIT = 200;
 const FLEET_ROWS = 500; // a fleet of thousands is counted whole, listed in part: filter by tag
 const SECTIONS = ["sign-in", "fleet", "agent", "audit"];
 let refreshTimer = null;
-let viewsAsked = 0;
+const asked = new Map(); // per slot of the page: how many times it was asked to show something
 
 // --- the page ------------------------------------------------------------------------------
 
@@ -39,12 +39,13 @@ function show(section) {
   $("problem").hidden = true;
 }
 
-/** A mark for the view being asked for now: true while no other view has been asked for since.
- * An answer that arrives after a newer view was asked for (a click, the fleet's refresh, an
- * accept) is dropped, not put over the newer one. */
-function askView() {
-  const mine = ++viewsAsked;
-  return () => mine === viewsAsked;
+/** A mark for what ``slot`` (the view, a diagnosis, a health check) is asked to show now: true
+ * while it has not been asked for anything since. An answer that arrives after a newer one was
+ * asked for (a click, the fleet's refresh, an accept, another view) is dropped, not put over it. */
+function ask(slot) {
+  const mine = (asked.get(slot) || 0) + 1;
+  asked.set(slot, mine);
+  return () => asked.get(slot) === mine;
 }
 
 function problem(message) {
@@ -121,7 +122,7 @@ async function api(path, options = {}) {
 
 async function showFleet() {
   show("fleet");
-  const current = askView();
+  const current = ask("view");
   const tag = $("tag").value.trim().replace(/^#/, "");
   const { agents } = await api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents");
   if (!current()) return;
@@ -157,10 +158,12 @@ async function showFleet() {
 
 async function checkHealth() {
   const out = $("health");
+  const current = ask("health");
   const tag = $("tag").value.trim();
   out.replaceChildren(el("p", { class: "note" }, `Checking ${tag ? `the agents tagged ${tag}` : "every agent you can see"}...`));
   try {
     const report = await api("/api/v1/health-check", { method: "POST", body: tag ? { tags: [tag] } : {} });
+    if (!current()) return;
     const s = report.summary;
     const listed = (items, render) => (items.length ? el("ul", {}, ...items.map((i) => el("li", {}, ...render(i)))) : null);
     out.replaceChildren(...[
@@ -195,7 +198,7 @@ async function checkHealth() {
     ].filter(Boolean));
   } catch (error) {
     if (error instanceof SignedOut) return signIn(error.message);
-    out.replaceChildren(el("p", { class: "error" }, error.message));
+    if (current()) out.replaceChildren(el("p", { class: "error" }, error.message));
   }
 }
 
@@ -205,8 +208,9 @@ function refusalNote(refusal) {
 
 async function showAgent(name) {
   show("agent");
+  ask("diagnosis"); // one still running was asked on another view
   $("diagnosis").replaceChildren();
-  const current = askView();
+  const current = ask("view");
   const agent = await api(`/api/v1/agents/${encodeURIComponent(name)}`);
   if (!current()) return;
   $("agent-name").replaceChildren(agent.name, " ", el("span", { class: `status status-${agent.status}` }, agent.status));
@@ -276,12 +280,14 @@ async function acceptHeld(agentName) {
 
 async function diagnose(agentName, category) {
   const out = $("diagnosis");
+  const current = ask("diagnosis");
   out.replaceChildren(el("p", { class: "note" }, `Diagnosing ${category} on ${agentName}...`));
   try {
     const report = await api("/api/v1/diagnose", {
       method: "POST",
       body: { agent: agentName, category, description: "from the dashboard" },
     });
+    if (!current()) return;
     const findings = report.findings.length
       ? el(
           "ul",
@@ -306,14 +312,14 @@ async function diagnose(agentName, category) {
     );
   } catch (error) {
     if (error instanceof SignedOut) return signIn(error.message);
-    out.replaceChildren(el("p", { class: "error" }, error.message));
+    if (current()) out.replaceChildren(el("p", { class: "error" }, error.message));
   }
 }
 
 /** The newest entries that match the filters; with ``older``, the next ones after those shown. */
 async function showAudit(older = false) {
   if (!older) show("audit");
-  const current = askView();
+  const current = ask("view");
   const tbody = $("entries").tBodies[0];
   const last = older ? tbody.lastElementChild : null;
   const params = new URLSearchParams({ limit: String(AUDIT_LIMIT) });
@@ -392,7 +398,8 @@ async function route() {
     } else if (hash === "#/audit") {
       await showAudit();
     } else {
-      $("health").replaceChildren(); // a check is of its moment: not kept across views
+      ask("health"); // a check is of its moment: not kept across views, nor one still running
+      $("health").replaceChildren();
       await showFleet();
       refreshTimer = setInterval(() => showFleet().catch(failed), FLEET_REFRESH_MS);
     }

@@ -63,22 +63,25 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningHub
             agent.stop()
 
 
-# Holds the page's next GET of an agent's view: its answer (taken from the hub at once) reaches
-# the page only on `releaseHeldAnswer()`.
-HOLD_NEXT_AGENT_ANSWER = """
-const realFetch = window.fetch;
-window.fetch = (url, options) => {
-  if (!String(url).startsWith("/api/v1/agents/") || (options && options.method !== "GET")) {
-    return realFetch(url, options);
-  }
-  window.fetch = realFetch;
-  const answer = realFetch(url, options).then((response) => {
-    window.heldAnswerArrived = true;
-    return response;
-  });
-  return new Promise((resolve) => (window.releaseHeldAnswer = () => resolve(answer)));
-};
-"""
+def hold_next_answer(path: str, method: str = "GET") -> str:
+    """Script that holds the page's next ``method`` request under ``path``: its answer, taken
+    from the hub at once (``window.heldAnswerArrived``), reaches the page only on
+    ``window.releaseHeldAnswer()``."""
+    return f"""{{
+  const realFetch = window.fetch;
+  window.heldAnswerArrived = false;
+  window.fetch = (url, options) => {{
+    if (!String(url).startsWith({json.dumps(path)}) || ((options && options.method) || "GET") !== {json.dumps(method)}) {{
+      return realFetch(url, options);
+    }}
+    window.fetch = realFetch;
+    const answer = realFetch(url, options).then((response) => {{
+      window.heldAnswerArrived = true;
+      return response;
+    }});
+    return new Promise((resolve) => (window.releaseHeldAnswer = () => resolve(answer)));
+  }};
+}}"""
 
 
 def visible(section: str) -> str:
@@ -129,6 +132,14 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
         )
 
         await page.evaluate("document.getElementById('tag').value = '#prod'")
+        # a check whose answer arrives after its view was shown anew is dropped, as the view drops it
+        await page.evaluate(hold_next_answer("/api/v1/health-check", "POST"))
+        await page.evaluate("document.getElementById('check-health').click()")
+        await page.wait_for("window.heldAnswerArrived === true")
+        await page.evaluate("void route()")
+        await page.evaluate("window.releaseHeldAnswer()")
+        await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+        assert await page.evaluate(text_of("#health")) == ""
         await page.evaluate("document.getElementById('check-health').click()")
         summary = await page.wait_for(text_of("#health-summary"))
         assert summary.startswith("1 agent checked in "), summary
@@ -143,6 +154,14 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
             visible("agent") + " && !!document.querySelector('#categories button[data-category=system]')"
         )
         assert (await page.evaluate(text_of("#agent-name"))).startswith("web-1")
+        # a diagnosis whose answer arrives after its view was shown anew is dropped, not shown there
+        await page.evaluate(hold_next_answer("/api/v1/diagnose", "POST"))
+        await page.evaluate("document.querySelector('#categories button[data-category=system]').click()")
+        await page.wait_for("window.heldAnswerArrived === true")
+        await page.evaluate("void route()")
+        await page.evaluate("window.releaseHeldAnswer()")
+        await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+        assert await page.evaluate(text_of("#diagnosis")) == ""
         await page.evaluate("document.querySelector('#categories button[data-category=system]').click()")
         probes = await page.wait_for(
             "[...document.querySelectorAll('#diagnosis details')].map(d => d.dataset.probe)"
@@ -303,7 +322,7 @@ async def test_a_held_agent_shows_what_changed_and_an_admin_accepts_it(tmp_path:
                 )
                 # a view asked for before the accept, whose answer arrives after the accept's own
                 # view: it is dropped, not put over the newer one (CI once showed it, by chance)
-                await page.evaluate(HOLD_NEXT_AGENT_ANSWER)
+                await page.evaluate(hold_next_answer("/api/v1/agents/"))
                 await page.evaluate("void route()")  # not awaited: its answer is held
                 await page.wait_for("window.heldAnswerArrived === true")
                 await page.evaluate("document.getElementById('accept-held').click()")
