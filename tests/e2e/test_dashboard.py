@@ -84,6 +84,17 @@ def hold_next_answer(path: str, method: str = "GET") -> str:
 }}"""
 
 
+async def answered_after_the_view_anew(page: Page, path: str, ask: str) -> None:
+    """Run ``ask`` (script that POSTs under ``path``), show the view anew while its answer is
+    held, then let the answer arrive (and the page take it, or drop it)."""
+    await page.evaluate(hold_next_answer(path, "POST"))
+    await page.evaluate(ask)
+    await page.wait_for("window.heldAnswerArrived === true")
+    await page.evaluate("void route()")
+    await page.evaluate("window.releaseHeldAnswer()")
+    await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+
+
 def visible(section: str) -> str:
     return f"!document.getElementById({json.dumps(section)}).hidden"
 
@@ -133,12 +144,9 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
 
         await page.evaluate("document.getElementById('tag').value = '#prod'")
         # a check whose answer arrives after its view was shown anew is dropped, as the view drops it
-        await page.evaluate(hold_next_answer("/api/v1/health-check", "POST"))
-        await page.evaluate("document.getElementById('check-health').click()")
-        await page.wait_for("window.heldAnswerArrived === true")
-        await page.evaluate("void route()")
-        await page.evaluate("window.releaseHeldAnswer()")
-        await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+        await answered_after_the_view_anew(
+            page, "/api/v1/health-check", "document.getElementById('check-health').click()"
+        )
         assert await page.evaluate(text_of("#health")) == ""
         await page.evaluate("document.getElementById('check-health').click()")
         summary = await page.wait_for(text_of("#health-summary"))
@@ -155,12 +163,11 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
         )
         assert (await page.evaluate(text_of("#agent-name"))).startswith("web-1")
         # a diagnosis whose answer arrives after its view was shown anew is dropped, not shown there
-        await page.evaluate(hold_next_answer("/api/v1/diagnose", "POST"))
-        await page.evaluate("document.querySelector('#categories button[data-category=system]').click()")
-        await page.wait_for("window.heldAnswerArrived === true")
-        await page.evaluate("void route()")
-        await page.evaluate("window.releaseHeldAnswer()")
-        await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+        await answered_after_the_view_anew(
+            page,
+            "/api/v1/diagnose",
+            "document.querySelector('#categories button[data-category=system]').click()",
+        )
         assert await page.evaluate(text_of("#diagnosis")) == ""
         await page.evaluate("document.querySelector('#categories button[data-category=system]').click()")
         probes = await page.wait_for(
