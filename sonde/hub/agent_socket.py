@@ -21,10 +21,11 @@ from sqlite_utils import Database
 from sonde import __version__
 from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
 from sonde.hub.agent_refusal import Refused, refuse, unreadable_register
-from sonde.hub.attestation import check_attestation
-from sonde.hub.fleet import AgentSession, booted_at
+from sonde.hub.agent_session import AgentSession, booted_at
+from sonde.hub.attestation import ATTESTATION_FIELDS, check_attestation
+from sonde.hub.fleet import REMOVED_BY_ADMIN
 from sonde.hub.shared_packs import described_packs
-from sonde.hub.store import StoreCommitFailed
+from sonde.hub.store import REREADS_WHEN_OVERTAKEN, StoreCommitFailed
 from sonde.hub.tcp_guard import WAITING
 from sonde.protocol.codec import FrameCodec, parse_frame
 from sonde.protocol.errors import ProtocolError, SignatureError
@@ -279,9 +280,16 @@ async def current_record(hub: Hub, record: AgentRecord) -> AgentRecord:
     """
     # through the writer, not a reader: it sees every change this hub queued before (a
     # previous connection's last_seen: without it, a quick reconnect would pass as the first)
-    fresh = await hub.store.write(get_agent, record.id)
-    if fresh is None:
-        reason = await hub.store.read(revocation_reason, record.id) or "this agent was removed by an admin"
+    for _ in range(REREADS_WHEN_OVERTAKEN):
+        before = hub.fleet.records.get(record.id)
+        fresh = await hub.store.write(get_agent, record.id)
+        now = hub.fleet.records.get(record.id)
+        if now is before:
+            break
+        # the hub changed the record while this read ran (tags, an accept): a write queued after
+        # it, which the next read sees; keeping this one would undo it in memory
+    if fresh is None or now is None:  # removed, from the CLI or (meanwhile) through the hub
+        reason = await hub.store.read(revocation_reason, record.id) or REMOVED_BY_ADMIN
         hub.fleet.forget(record.id, reason)
         raise Refused("revoked", reason, record.name)
     if fresh == record:  # the common case: keep the record in memory, not a second copy of it
@@ -309,7 +317,9 @@ async def run_session(
     agent_id = register.agent_id
     assert agent_id is not None
     claimed = register.payload.attestation.model_dump(mode="json", by_alias=True)
-    hub.fleet.remember(await check_attestation(hub, admitted.record, claimed))
+    checked = await check_attestation(hub, admitted.record, claimed)
+    if checked is not admitted.record:  # written: the rest may have changed meanwhile (tags, a removal)
+        hub.fleet.keep_fields(checked, *ATTESTATION_FIELDS)
     interval = hub.config.heartbeat_interval_s
     ack = HubAck(
         payload=AckPayload(

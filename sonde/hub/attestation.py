@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
-from sonde.hub.audit import audit_entry
+from sonde.hub.audit import AuditEntry, audit_entry
 from sonde.hub.config import default_data_dir
 from sonde.hub.watching import look_every
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Verdict = Literal["same", "first", "upgraded", "unexplained"]
+# what an attestation's check, hold or accept writes of an agent's record (`Fleet.keep_fields`)
+ATTESTATION_FIELDS = ("attestation", "pending_attestation", "status")
 CHECK_ACCEPTED_EVERY_S = 2.0  # how soon a hub hears of an accept made from the CLI
 # A held agent back on its accepted claim stays held (a mismatch is for an admin to clear): said so
 BACK_WHILE_HELD = "back to its accepted attestation after an unexplained change, still held"
@@ -149,22 +151,31 @@ def accept_pending(db: Any, agent_id: str, *, connected: bool = False) -> AgentR
     )
 
 
-async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> AgentRecord | None:
-    """Accept ``record``'s held attestation in a running hub (audited as ``actor``); None if the
-    agent was removed meanwhile."""
-    was_pending = record.pending_attestation
+async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> tuple[AgentRecord, bool] | None:
+    """Accept ``record``'s held attestation in a running hub (audited as ``actor``, with the
+    claim held when the accept was written: one from the CLI may have come first). Returns the
+    record as written and whether this accept found a claim held; None if the agent was removed
+    meanwhile."""
     # a link that ends meanwhile queues its own status write after this one (`Fleet.detach`)
     connected = record.id in hub.fleet.sessions
-    outcome = "ok" if was_pending is not None else "nothing_pending"
-    entry = audit_entry(actor, "attestation.accept", record.name, outcome, detail={"accepted": was_pending})
-    updated = await hub.write_audited(
-        lambda db: accept_pending(db, record.id, connected=connected),
-        lambda updated: None if updated is None else entry,
-    )
+    held: list[dict[str, Any] | None] = []
+
+    def accept(db: Any) -> AgentRecord | None:
+        before = get_agent(db, record.id)
+        held.append(before.pending_attestation if before else None)
+        return accept_pending(db, record.id, connected=connected)
+
+    def entry_for(updated: AgentRecord | None) -> AuditEntry | None:
+        if updated is None:
+            return None
+        outcome = "ok" if held[0] is not None else "nothing_pending"
+        return audit_entry(actor, "attestation.accept", record.name, outcome, detail={"accepted": held[0]})
+
+    updated = await hub.write_audited(accept, entry_for)
     if updated is None:
         return None
-    hub.fleet.remember(updated)
-    return updated
+    hub.fleet.keep_fields(updated, *ATTESTATION_FIELDS)
+    return updated, held[0] is not None
 
 
 def agents_by_id(db: Any, agent_ids: list[str]) -> list[AgentRecord]:

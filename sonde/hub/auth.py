@@ -14,7 +14,7 @@ from sonde.hub.keys import ApiKeyRecord, find_api_key, touch_api_key
 from sonde.hub.policy import UNRESTRICTED, Policy
 from sonde.hub.ratelimit import FailureLimiter
 from sonde.hub.secret_records import hash_secret
-from sonde.hub.store import Store
+from sonde.hub.store import REREADS_WHEN_OVERTAKEN, Store
 
 KEY_CACHE_TTL_S = 5.0
 BEARER_CHALLENGE = 'Bearer realm="sonde"'  # the WWW-Authenticate of every 401 (RFC 9110 11.6.1)
@@ -63,6 +63,7 @@ class KeyRing:
         self.failures = FailureLimiter()
         self._cache: dict[str, tuple[float, Caller]] = {}
         self._touched: dict[str, float] = {}
+        self._forgotten = 0  # how many times `forget` ran: a lookup it overtook is made again
 
     async def authenticate(self, authorization: str | None) -> Caller | None:
         """The caller for this header, or None when the key is missing, unknown or revoked."""
@@ -75,7 +76,13 @@ class KeyRing:
         if cached is not None and now - cached[0] < KEY_CACHE_TTL_S:
             caller = cached[1]
         else:
-            record = await self.store.read(find_api_key, secret)
+            for _ in range(REREADS_WHEN_OVERTAKEN):
+                forgotten = self._forgotten
+                record = await self.store.read(find_api_key, secret)
+                if forgotten == self._forgotten:  # no revoke dropped the cache while it read
+                    break
+            else:  # revoked keys all along: this answer may be older than the last one
+                return None
             if record is None:
                 self._cache.pop(digest, None)
                 return None
@@ -87,6 +94,7 @@ class KeyRing:
     def forget(self) -> None:
         """Drop the cache (after a revoke through the hub)."""
         self._cache.clear()
+        self._forgotten += 1
 
     async def _touch(self, key_id: str, now: float) -> None:
         if now - self._touched.get(key_id, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -27,65 +27,22 @@ from sonde.hub.agent_records import (
     record_last_seen,
     update_agent,
 )
-from sonde.hub.fan_out_places import FAN_OUT_PER_AGENT, HubPlaces
+from sonde.hub.agent_session import AgentSession
+from sonde.hub.fan_out_places import HubPlaces
 from sonde.hub.register_replays import RegisterReplays
 from sonde.hub.store import Store, StoreClosed
-from sonde.hub.turns import Turns
 from sonde.hub.utc_times import iso_utc
 from sonde.protocol.errors import REPLACED_BY_NEWER_CONNECTION, AgentUnavailable, ProbeTimeout
 from sonde.protocol.messages import (
     AgentHeartbeat,
-    AgentRegister,
     Message,
     ProbeRequest,
     ProbeRequestPayload,
     ProbeResponse,
-    RegisterPayload,
 )
-from sonde.runtime import Link
-from sonde.transport import CLOSE_GOING_AWAY, CLOSE_NORMAL
+from sonde.transport import CLOSE_GOING_AWAY
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AgentSession:
-    """One connected agent: its link and what it said at register."""
-
-    agent_id: str
-    link: Link
-    register: RegisterPayload  # without its packs: those are in ``packs``, shared with other agents'
-    packs: list[Any] = field(default_factory=list)  # the packs it described (`shared_packs`)
-    connected_at: float = field(default_factory=time.time)
-    # when the agent's machine booted, on the hub's monotonic clock (`booted_at`); None: it did not say
-    booted_mono: float | None = None
-    peer: str = "?"  # the address it connected from
-    last_seen: float = field(default_factory=time.time)
-    probes_in_flight: int = 0
-    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    # a fan-out's probes (runbook steps) on this agent's link at once: `Fleet.run_probe`
-    fan_out_places: Turns = field(default_factory=lambda: Turns(FAN_OUT_PER_AGENT))
-
-    def uptime_s(self) -> float | None:
-        """The agent machine's uptime now, on the hub's monotonic clock."""
-        return None if self.booted_mono is None else time.monotonic() - self.booted_mono
-
-    def end(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        """Close the connection from the hub's side, saying why to the agent and in the log."""
-        self.link.close(reason, code)
-        self.cancel_scope.cancel()
-
-
-def booted_at(register: AgentRegister) -> float | None:
-    """When the agent's machine booted, on this hub's monotonic clock.
-
-    The register's timestamp less the boot time it carries is the machine's uptime then
-    (both read off the agent's wall clock at once), so however far that clock is off, or was
-    stepped before, it cancels out; from there the hub's monotonic clock counts on, which no
-    step of either wall clock bends.
-    """
-    boot = register.payload.boot_time
-    return None if boot is None else time.monotonic() - (register.ts.timestamp() - boot)
 
 
 REFUSAL_REASON_CHARS = 300  # a remembered refusal's reason is cut to this
@@ -107,6 +64,7 @@ def degraded_reason(name: str) -> str:
     )
 
 
+REMOVED_BY_ADMIN = "this agent was removed by an admin"  # when no revocation reason is stored
 ADMIN_RESERVED_SHARE = 8  # an eighth of each agent's probe slots (8 of 64) are kept for admin keys
 
 
@@ -174,6 +132,16 @@ class Fleet:
         self.records[record.id] = record
         self._ids_by_name[record.name] = record.id
 
+    def keep_fields(self, record: AgentRecord, *names: str) -> None:
+        """Take ``names`` of ``record`` (what a write returned) into the record the fleet holds now,
+        not the whole of it: the rest may have changed in memory while the write ran (a connect
+        kept the agent's packs). Nothing is kept for an agent forgotten meanwhile."""
+        current = self.records.get(record.id)
+        if current is not None:
+            self.records[record.id] = current.model_copy(
+                update={name: getattr(record, name) for name in names}
+            )
+
     def forget(self, agent_id: str, reason: str) -> None:
         """Drop the agent and end its connection, telling it ``reason``."""
         record = self.records.pop(agent_id, None)
@@ -210,6 +178,9 @@ class Fleet:
         """
         if self.closing is not None:
             session.end(self.closing, CLOSE_GOING_AWAY)
+            return None
+        if session.agent_id not in self.records:  # removed while it connected
+            session.end(REMOVED_BY_ADMIN)
             return None
         old = self.sessions.get(session.agent_id)
         if old is not None:
@@ -289,7 +260,9 @@ class Fleet:
             seen = {agent_id: session.last_seen for agent_id, session in self.sessions.items()}
             if seen:
                 await self.store.submit(record_last_seen, seen)  # a failure is logged by the store
-            online = [agent_id for agent_id in seen if self.status(agent_id) == "online"]
+            # the connected agents now, not before the await: one that connected meanwhile would be
+            # stored offline (its own write queued before this one)
+            online = [agent_id for agent_id in self.sessions if self.status(agent_id) == "online"]
             await self.store.submit(mend_statuses, online)  # what a failed write left behind
 
     async def _notify(self) -> None:
@@ -349,6 +322,10 @@ class Fleet:
     async def _run_on(
         self, session: AgentSession, probe: str, params: dict[str, Any], timeout_s: float, admin: bool
     ) -> ProbeResponse:
+        record = self.records.get(session.agent_id)
+        # held since the caller looked: a fan-out's probe waited for its place meanwhile
+        if record is not None and record.status == "degraded":
+            raise AgentUnavailable(degraded_reason(record.name))
         in_flight = session.link.statistics().in_flight
         if in_flight >= self.max_in_flight_per_agent:
             raise AgentUnavailable(

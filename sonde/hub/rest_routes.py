@@ -253,20 +253,17 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
             raise ApiError(400, "invalid_body", str(exc)) from None
         if updated is None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
-        hub.fleet.remember(updated)
+        hub.fleet.keep_fields(updated, "tags")
         return {"agent": record.name, "tags": updated.tags}
 
     @app.post("/api/v1/agents/<agent>/attestation/accept")
     async def accept_attestation(agent: str) -> dict[str, Any]:
         caller = await require_caller(hub, admin=True, action="rest.agent.attestation.accept")
         record = resolve_agent(hub, caller, agent)
-        if await accept_held(hub, record, caller.key_id) is None:
+        accepted = await accept_held(hub, record, caller.key_id)
+        if accepted is None:
             raise ApiError(404, "not_found", f"agent {agent!r} was removed")
-        return {
-            "agent": record.name,
-            "status": hub.fleet.status(record.id),
-            "accepted": record.pending_attestation is not None,
-        }
+        return {"agent": record.name, "status": hub.fleet.status(record.id), "accepted": accepted[1]}
 
     @app.get("/api/v1/packs")
     async def packs() -> dict[str, Any]:

@@ -64,6 +64,9 @@ from sonde.hub.write_health import WriteHealth
 
 WRITE_QUEUE_SIZE = 1024
 READ_THREADS = 4
+# how often a reader reads again when a change the hub made in memory overtook its read (a
+# record re-read as an accept landed, a key looked up as it was revoked): then it gives up
+REREADS_WHEN_OVERTAKEN = 8
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sonde.hub.fleet import AgentSession, booted_at
+from sonde.hub.agent_session import AgentSession, booted_at
 from sonde.protocol.messages import AgentRegister, Attestation, RegisterPayload
 
 ATTESTATION = Attestation(os="linux", kernel="6.1", agent_version="0.1.0", code_hash="sha256:x", packs={})
