@@ -49,7 +49,11 @@ AGENT_ERROR_CHARS = 1000
 def visible_agents(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
     """The agents this caller may see, filtered by tags (AND), sorted by name."""
     records = sorted(hub.fleet.records.values(), key=lambda r: r.name)
-    return [r for r in records if caller.allows_agent(r.name, r.tags) and has_tags(r.tags, tags or [])]
+    return [r for r in records if _sees(caller, r, tags)]
+
+
+def _sees(caller: Caller, record: AgentRecord, tags: list[str] | None) -> bool:
+    return caller.allows_agent(record.name, record.tags) and has_tags(record.tags, tags or [])
 
 
 def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
@@ -169,7 +173,9 @@ async def current_status(hub: Hub, record: AgentRecord) -> tuple[AgentRecord, st
 
 async def visible_agents_now(hub: Hub, caller: Caller, tags: list[str] | None = None) -> list[AgentRecord]:
     """`visible_agents`, with each held agent re-read (`current_status`): the views that list agents."""
-    return [(await current_status(hub, record))[0] for record in visible_agents(hub, caller, tags)]
+    records = [(await current_status(hub, record))[0] for record in visible_agents(hub, caller, tags)]
+    # a held agent re-read may carry tags changed from the CLI: judged again on those
+    return [record for record in records if _sees(caller, record, tags)]
 
 
 def capitalized(text: str) -> str:

@@ -27,7 +27,7 @@ from sonde.hub.core import open_hub
 from sonde.hub.db import open_database, write_transaction
 from sonde.hub.errors import HubError
 from sonde.hub.keys import ApiKeyRecord, create_api_key, find_api_key
-from sonde.hub.probing import run_probe_for
+from sonde.hub.probing import run_probe_for, visible_agents_now
 from sonde.hub.rest import create_rest_app
 from sonde.hub.tag_changes import CLI_TAGS_ACTION, notice_tag_changes
 from sonde.protocol.errors import AgentUnavailable
@@ -315,3 +315,35 @@ async def test_an_accept_after_the_clis_says_it_found_nothing_held(tmp_path: Pat
     finally:
         db.close()
     assert (row["outcome"], json.loads(row["detail"])) == ("nothing_pending", {"accepted": None})
+
+
+# 9. a held agent listed re-read with tags changed from the CLI is judged on those, not the old ones
+async def test_a_held_agent_moved_out_of_a_keys_tags_from_the_cli_is_not_listed_to_it(tmp_path: Path) -> None:
+    agent = make_agent(
+        "web-1",
+        tags=["prod"],
+        status="degraded",
+        attestation={"codeHash": "sha256:a"},
+        pending_attestation={"codeHash": "sha256:b"},
+    )
+    seed(tmp_path, agent)
+    async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
+        member = caller_for(
+            ApiKeyRecord(
+                id="k1",
+                name="k1",
+                prefix="sonde_k1",
+                role="member",
+                policy={"agents": ["#prod"]},
+                created_at=time.time(),
+            )
+        )
+        assert [r.name for r in await visible_agents_now(hub, member)] == ["web-1"]
+        db = open_database(tmp_path / "sonde.db")
+        try:  # `sonde hub agent tag web-1 staging`, before the hub's watch has seen it
+            with write_transaction(db):
+                set_tags(db, agent.id, ["staging"])
+        finally:
+            db.close()
+        assert await visible_agents_now(hub, member) == []
+        assert await visible_agents_now(hub, member, ["prod"]) == []
