@@ -68,7 +68,12 @@ async def test_a_burst_is_written_in_a_few_store_ops(tmp_path: Path) -> None:
     async with open_store(tmp_path / "hub.db") as store, flushing(store) as queue:
         for i in range(1000):
             await queue.append(entry(i))
-        await trio.sleep(0.2)
+        # the flusher's linger, then its write: milliseconds here, not always on a loaded machine
+        # (a fixed 0.2 s wait read 0 rows there, the write still running)
+        with trio.fail_after(10):
+            while await count_rows(store) < 1000:  # noqa: ASYNC110 (committed by the flusher: no event)
+                await trio.sleep(0.01)
+        await wait_until(lambda: store.statistics().queued_ops == 0 and store.statistics().ops > 0)
         stats = store.statistics()
         assert await count_rows(store) == 1000
     assert stats.ops < 50, stats  # one op per flush, not one per entry
@@ -76,12 +81,15 @@ async def test_a_burst_is_written_in_a_few_store_ops(tmp_path: Path) -> None:
 
 async def test_sequential_entries_linger_into_one_store_op(tmp_path: Path) -> None:
     """One call at a time (a probe every few ms) still shares a flush: the linger collects them."""
-    async with open_store(tmp_path / "hub.db") as store, flushing(store, linger_s=0.2) as queue:
+    # a linger far longer than the ten calls take (50 ms, more on a loaded machine: with 0.2 s
+    # they could outlast it), and the write awaited by its outcome, not for a fixed time
+    async with open_store(tmp_path / "hub.db") as store, flushing(store, linger_s=1.0) as queue:
         for i in range(10):
             await queue.append(entry(i))
             await trio.sleep(0.005)  # the writer is idle between calls
         assert await count_rows(store) == 0  # still lingering
-        await trio.sleep(0.4)
+        # the op's end, not its rows: readers see the rows before the writer task counts the op
+        await wait_until(lambda: store.statistics().ops > 0)
         assert await count_rows(store) == 10
         assert store.statistics().ops == 1
 
