@@ -57,6 +57,11 @@ class Turns:
         self._waiting: dict[str, dict[_Ticket, None]] = {}
 
     @property
+    def free(self) -> int:
+        """How many places are free now (none while any wait)."""
+        return self._free
+
+    @property
     def waiting(self) -> int:
         """How many wait."""
         return sum(len(line) for line in self._waiting.values())

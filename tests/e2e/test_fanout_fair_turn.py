@@ -12,6 +12,7 @@ fan-out's probe waits for one of the agent's 8 fan-out slots before it enters th
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -197,14 +198,19 @@ def test_fan_outs_waiting_when_the_agent_reconnects_take_turns_on_its_new_connec
 def test_another_keys_fan_out_takes_turns_with_a_flood_of_them(tmp_path: Path) -> None:
     """Regression: fan-outs waited for an agent's places in arrival order, so one key's five
     health_checks (80 steps queued) kept another key's (4 steps) waiting until all of theirs had run."""
-    with busy_agent(tmp_path) as (hub, _, state):
+    with busy_agent(tmp_path, "--log-level", "DEBUG") as (hub, _, state):
         made = hub.cli("hub", "key", "create", "--name", "team-b")
         assert made.returncode == 0, made.stderr
+        key_id = re.search(r"API key ([0-9a-f]{32})", made.stderr)
+        assert key_id is not None, made.stderr
         answers: list[dict[str, Any]] = []
         checks = start_health_checks(hub, answers)  # the admin key's flood
         wait_until(lambda: running(state) == FAN_OUT_PER_AGENT)
         checks += start_health_checks(hub, answers, made.stdout.strip(), "other", 1)
-        time.sleep(1.0)  # team-b's steps wait their turn
+        # team-b's steps wait their turn: all 4 queued in the hub before any place is handed on
+        # (a fixed 1 s was not always enough on a loaded machine: then the flood's 80 went first)
+        queued = f"a fan-out probe of key {key_id.group(1)} waits its turn"
+        wait_until(lambda: sum(queued in line for line in hub.proc.lines) == OTHER_STEPS, timeout=30)
         (state / "release").touch()
         for check in checks:
             check.join(timeout=60)
