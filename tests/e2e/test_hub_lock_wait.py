@@ -49,7 +49,7 @@ def test_a_write_waits_for_the_lock_5_s_in_all(tmp_path: Path) -> None:
             holder.join()
         assert answer.status_code == 503, answer.text
         assert answer.json()["error"]["code"] == "database_unavailable"
-        assert 4.5 < waited < 6.0
+        assert 4.5 < waited < 8.0  # the hub's 5 s wait, and the round trip on a loaded machine
         log = hub.proc.output
         assert "ERROR" not in log
         assert "store op touch_api_key failed" not in log
