@@ -48,6 +48,18 @@ function ask(slot) {
   return () => asked.get(slot) === mine;
 }
 
+/** ``request``'s answer if ``current`` (`ask`) still holds once it is in; else null, and its
+ * error, if it fails, is dropped as well: it is not the page's any more. */
+async function forCurrent(current, request) {
+  try {
+    const answer = await request;
+    return current() ? answer : null;
+  } catch (error) {
+    if (current()) throw error;
+    return null;
+  }
+}
+
 function problem(message) {
   $("problem").textContent = message;
   $("problem").hidden = false;
@@ -124,8 +136,9 @@ async function showFleet() {
   show("fleet");
   const current = ask("view");
   const tag = $("tag").value.trim().replace(/^#/, "");
-  const { agents } = await api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents");
-  if (!current()) return;
+  const answer = await forCurrent(current, api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents"));
+  if (!answer) return;
+  const { agents } = answer;
   const counts = {};
   for (const agent of agents) counts[agent.status] = (counts[agent.status] || 0) + 1;
   $("fleet-counts").textContent =
@@ -162,8 +175,8 @@ async function checkHealth() {
   const tag = $("tag").value.trim();
   out.replaceChildren(el("p", { class: "note" }, `Checking ${tag ? `the agents tagged ${tag}` : "every agent you can see"}...`));
   try {
-    const report = await api("/api/v1/health-check", { method: "POST", body: tag ? { tags: [tag] } : {} });
-    if (!current()) return;
+    const report = await forCurrent(current, api("/api/v1/health-check", { method: "POST", body: tag ? { tags: [tag] } : {} }));
+    if (!report) return;
     const s = report.summary;
     const listed = (items, render) => (items.length ? el("ul", {}, ...items.map((i) => el("li", {}, ...render(i)))) : null);
     out.replaceChildren(...[
@@ -198,7 +211,7 @@ async function checkHealth() {
     ].filter(Boolean));
   } catch (error) {
     if (error instanceof SignedOut) return signIn(error.message);
-    if (current()) out.replaceChildren(el("p", { class: "error" }, error.message));
+    out.replaceChildren(el("p", { class: "error" }, error.message));
   }
 }
 
@@ -211,8 +224,8 @@ async function showAgent(name) {
   ask("diagnosis"); // one still running was asked on another view
   $("diagnosis").replaceChildren();
   const current = ask("view");
-  const agent = await api(`/api/v1/agents/${encodeURIComponent(name)}`);
-  if (!current()) return;
+  const agent = await forCurrent(current, api(`/api/v1/agents/${encodeURIComponent(name)}`));
+  if (!agent) return;
   $("agent-name").replaceChildren(agent.name, " ", el("span", { class: `status status-${agent.status}` }, agent.status));
   const facts = [
     ["ID", agent.id],
@@ -283,11 +296,11 @@ async function diagnose(agentName, category) {
   const current = ask("diagnosis");
   out.replaceChildren(el("p", { class: "note" }, `Diagnosing ${category} on ${agentName}...`));
   try {
-    const report = await api("/api/v1/diagnose", {
-      method: "POST",
-      body: { agent: agentName, category, description: "from the dashboard" },
-    });
-    if (!current()) return;
+    const report = await forCurrent(
+      current,
+      api("/api/v1/diagnose", { method: "POST", body: { agent: agentName, category, description: "from the dashboard" } }),
+    );
+    if (!report) return;
     const findings = report.findings.length
       ? el(
           "ul",
@@ -312,7 +325,7 @@ async function diagnose(agentName, category) {
     );
   } catch (error) {
     if (error instanceof SignedOut) return signIn(error.message);
-    if (current()) out.replaceChildren(el("p", { class: "error" }, error.message));
+    out.replaceChildren(el("p", { class: "error" }, error.message));
   }
 }
 
@@ -330,9 +343,9 @@ async function showAudit(older = false) {
   // `until` is exclusive: a hair past the last row shown, so a row of the same moment is not
   // skipped; the rows already shown are left out by their sequence number.
   if (last) params.set("until", String(Number(last.dataset.ts) + 1e-6));
-  let page, keys;
+  let both;
   try {
-    [page, { keys }] = await Promise.all([api(`/api/v1/audit?${params}`), api("/api/v1/api-keys")]);
+    both = await forCurrent(current, Promise.all([api(`/api/v1/audit?${params}`), api("/api/v1/api-keys")]));
   } catch (error) {
     if (error.status === 403) {
       fill($("entries").tBodies[0], []);
@@ -341,7 +354,8 @@ async function showAudit(older = false) {
     }
     throw error;
   }
-  if (!current()) return;
+  if (!both) return;
+  const [page, { keys }] = both;
   const keyNames = new Map(keys.map((k) => [k.id, k.name]));
   const entries = last ? page.entries.filter((e) => e.seq < Number(last.dataset.seq)) : page.entries;
   const rows = entries.map((e) =>

@@ -248,6 +248,29 @@ async def test_a_members_key_sees_the_fleet_but_not_the_audit_log(
         assert "Content Security Policy" in refused
 
 
+@pytest.mark.usefixtures("chromium")
+async def test_a_failure_that_arrives_after_another_view_was_asked_for_is_dropped(
+    fleet: tuple[RunningHub, EnrolledAgent, str],
+) -> None:
+    hub, _, _ = fleet
+    async with browser_page() as page:
+        await page.open(hub.url + "/")
+        await sign_in(page, hub.admin_key)
+        await page.wait_for(
+            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
+        )
+        await page.evaluate(hold_next_answer("/api/v1/agents/"))
+        await page.evaluate("location.hash = '#/agent/no-such-agent'")  # its answer: a 404, held
+        await page.wait_for("window.heldAnswerArrived === true")
+        await page.evaluate("location.hash = '#/'")
+        await page.wait_for(visible("fleet"))
+        await page.evaluate("window.releaseHeldAnswer()")
+        await page.evaluate("new Promise((done) => setTimeout(done, 200))")
+        assert await page.evaluate(visible("fleet")) is True
+        assert await page.evaluate(visible("problem")) is False, await page.evaluate(text_of("#problem"))
+        assert page.complaints() == []
+
+
 def test_the_page_and_its_files_are_served_with_a_strict_policy(
     fleet: tuple[RunningHub, EnrolledAgent, str],
 ) -> None:
