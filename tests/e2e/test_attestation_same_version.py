@@ -37,9 +37,6 @@ def test_a_fleet_on_another_build_is_held_and_accepted_at_once(tmp_path: Path) -
         for agent in agents:
             agent.start()
         wait_until(lambda: hub.statuses() == dict.fromkeys(NAMES, "online"))  # the baseline
-        import time
-
-        time.sleep(4)
         for agent in agents:
             agent.stop()
             # -P: not the working directory's `sonde` (this checkout) but the one on the path
