@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from sonde.bridge.sse import SSEParser
-from tests.e2e.harness import SharedFleet
+from tests.e2e.harness import SharedFleet, audit_rows, eventually
 from tests.e2e.mcpclient import initialize_request, mcp_client
 
 pytestmark = pytest.mark.e2e
@@ -147,6 +147,14 @@ async def test_a_session_ended_while_its_client_goes_mid_call_logs_no_error(flee
     hub = fleet.hub
     headers = {"Authorization": f"Bearer {hub.admin_key}"}
     seen = len(hub.proc.lines)
+
+    def cancelled_sleeps() -> int:
+        rows = audit_rows(hub, "mcp.probe")
+        return sum(
+            row["outcome"] == "cancelled" and "e2e.sleep.long" in (row["detail"] or "") for row in rows
+        )
+
+    before = cancelled_sleeps()
     async with httpx2.AsyncClient(base_url=hub.url, headers=headers, timeout=30) as http:
         session, _, _ = await open_session(http)
         async with httpx2.AsyncClient(base_url=hub.url, headers=headers, timeout=30) as caller:
@@ -160,6 +168,8 @@ async def test_a_session_ended_while_its_client_goes_mid_call_logs_no_error(flee
                 ended = await http.delete("/mcp", headers=session.headers)
                 assert ended.status_code == 200, ended.text
                 nursery.cancel_scope.cancel()  # and the caller goes: its socket closes
-    await trio.sleep(1.5)
+    # the probe ran, and its cancel went all the way through the hub: only then is "nothing
+    # logged" worth asserting
+    await eventually(lambda: cancelled_sleeps() == before + 1)
     logged = hub.proc.lines[seen:]
     assert not [line for line in logged if "Error in ASGI" in line or "Traceback" in line], "\n".join(logged)
