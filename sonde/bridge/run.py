@@ -18,6 +18,7 @@ import trio
 
 from sonde.bridge.proxy import bridge_stdio
 from sonde.bridge.settings import KEY_ENV, BridgeSettings, NotConfigured, resolve_settings
+from sonde.bridge.stderr_log import QueuedStderr
 from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,9 @@ ARGV_KEY_WARNING = (
 
 
 def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Log lines to stderr, written by a thread (`QueuedStderr`): a client that never reads
+    stderr cannot stop the bridge's answers."""
+    handler = QueuedStderr(sys.stderr.fileno())
     handler.setFormatter(logging.Formatter("sonde mcp-bridge: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     logging.getLogger("sonde").setLevel(level.upper())

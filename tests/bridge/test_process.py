@@ -42,7 +42,7 @@ class Bridge:
 
 
 @asynccontextmanager
-async def bridge_process(env: dict[str, str], *args: str) -> AsyncIterator[Bridge]:
+async def bridge_process(env: dict[str, str], *args: str, read_stderr: bool = True) -> AsyncIterator[Bridge]:
     process = await trio.lowlevel.open_process(
         [*SONDE, "mcp-bridge", *args],
         env=env,
@@ -62,7 +62,8 @@ async def bridge_process(env: dict[str, str], *args: str) -> AsyncIterator[Bridg
     try:
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(collect_stderr, process.stderr)
+                if read_stderr:  # else as a client that never reads it: the pipe fills at 64 KiB
+                    nursery.start_soon(collect_stderr, process.stderr)
                 yield bridge
                 await bridge.exit_code()
     finally:
@@ -143,6 +144,23 @@ async def test_a_second_signal_while_the_session_ends_is_said_and_changes_nothin
     assert name + b": ending the session" in bridge.stderr
     assert name + b": already ending the session" in bridge.stderr
     assert b"Traceback" not in bridge.stderr
+
+
+async def test_a_stderr_nobody_reads_never_stops_the_answers_nor_the_exit(tmp_path: Path) -> None:
+    """Regression: the bridge logged from its event loop, so once a client's unread stderr pipe
+    was full, the next log line blocked everything: no answer, and neither EOF nor SIGTERM
+    ended it (only SIGKILL)."""
+    async with fake_hub() as (_hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env, read_stderr=False) as bridge:
+            await bridge.peer.initialize()
+            for _ in range(1000):  # each answered, and logged (about 300 bytes): far past 64 KiB
+                await bridge.peer.send_raw(b'{"jsonrpc": "2.0", "method": not json ' + b"x" * 200 + b"\n")
+                assert (await bridge.peer.receive())["error"]["code"] == -32700
+            await bridge.peer.send(call(2, "echo"))
+            assert (await bridge.peer.receive())["id"] == 2
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
 
 
 async def test_login_then_bridge_with_no_flags(tmp_path: Path) -> None:
