@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import httpx2
 
-from sonde.bridge.hub_session import DROPPED, ConnectionDropped, HubAnswerError, describe_status
+from sonde.bridge.hub_session import (
+    DROPPED,
+    AnswerBrokeOff,
+    ConnectionDropped,
+    HubAnswerError,
+    describe_status,
+)
 from sonde.bridge.hub_watch import HubUnresponsive
 from sonde.bridge.sse import SSEError
 from sonde.connect_failures import describe_failure
@@ -51,6 +57,12 @@ def describe_post_failure(exc: BaseException, url: str, silence_s: float) -> str
         return (
             f"the Sonde hub at {url} sent nothing for {silence_s:g} s: it took the request "
             "but does not answer (stopped, or overloaded?)"
+        )
+    if isinstance(exc, AnswerBrokeOff):
+        return (
+            f"the Sonde hub at {url} closed the connection before answering in full (restarting, or it "
+            f"crashed?), and picking its answer up again failed ({exc}); the request may or may not "
+            "have run; try again"
         )
     if isinstance(exc, HubAnswerError | SSEError):
         return f"bad answer from the Sonde hub at {url}: {exc}"

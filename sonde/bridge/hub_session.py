@@ -58,8 +58,20 @@ class ConnectionDropped(Exception):
     not have run it. Raised from the transport error (not a connect failure: that sent nothing)."""
 
 
+class AnswerBrokeOff(Exception):
+    """The hub's answer (an event stream) broke off once started, and could not be picked up
+    again: the request reached the hub and may or may not have run. Never sent again."""
+
+
 # What a POST or GET to the hub may fail with: the network, HTTP, or an answer not MCP
-TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, HubAnswerError, SSEError, ConnectionDropped)
+TRANSPORT_ERRORS = (
+    httpx2.HTTPError,
+    httpx2.StreamError,
+    HubAnswerError,
+    SSEError,
+    ConnectionDropped,
+    AnswerBrokeOff,
+)
 DROPPED = (httpx2.ReadError, httpx2.WriteError, httpx2.CloseError, httpx2.RemoteProtocolError)
 
 

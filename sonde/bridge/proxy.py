@@ -50,6 +50,7 @@ from sonde.bridge.hub_failures import REOPENING_FAILED, describe_post_failure, d
 from sonde.bridge.hub_retry import again_if_dropped, opens_the_session, wait_for_hub
 from sonde.bridge.hub_session import (
     TRANSPORT_ERRORS,
+    AnswerBrokeOff,
     Deliver,
     HubAnswerError,
     HubPatience,
@@ -313,8 +314,8 @@ class Forwarder:
                 log.warning("resuming failed: %s", describe_failure(exc))
             if not waiting:
                 return
-        if failure is not None:
-            raise failure
+        if failure is not None:  # the hub had the request: not "cannot reach", nor sent again
+            raise AnswerBrokeOff(describe_failure(failure)) from failure
 
     async def http_failure(self, response: httpx2.Response, waiting: dict[str, Any]) -> None:
         reason = await describe_refusal(response, self.hub.url.removesuffix("/mcp"))

@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import trio
 
-from tests.bridge.fakehub import lifespan, read_body, wait_disconnect
+from tests.bridge.fakehub import Http, lifespan, read_body, rpc_error, wait_disconnect
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
 SET_BY_THE_PROXY = {"date", "server"}
@@ -31,6 +31,8 @@ class AuthProxy:
         self.cuts_left = 0  # POST event streams to break off after their first event
         self.cut = 0
         self.keep_host = True  # False: the upstream sees its own Host, as behind a gateway that rewrites it
+        self.forgets_streams = False  # True: a GET resuming a stream is answered 404, as by a hub restarted
+        self.forgotten = 0  # resumes so answered
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -42,6 +44,10 @@ class AuthProxy:
         if not any(name.lower() == "authorization" for name, _ in headers):
             headers.append(("authorization", f"Bearer {self.key}"))
         body = await read_body(receive)
+        if self.forgets_streams and any(name.lower() == "last-event-id" for name, _ in headers):
+            self.forgotten += 1
+            await Http(send, "\n", 0).json(404, rpc_error(None, -32600, "Session not found"))
+            return
         query = f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
         url = f"{self.upstream}{scope['path']}{query}"
         async with trio.open_nursery() as nursery:

@@ -231,6 +231,34 @@ async def test_an_answer_stream_that_breaks_off_is_resumed_from_its_last_event(
     assert re.search(r"resuming the answer after event \d+ \(attempt 1\)", log), log
 
 
+async def test_an_answer_that_broke_off_and_cannot_be_picked_up_again_says_it_may_have_run(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The stream breaks off and every resume is answered 404 (a hub restarted meanwhile forgot
+    it). Regression: the call's error said "bad answer from the Sonde hub" (and, with the hub
+    down, "cannot reach"), though the hub had taken the request; it was never sent again."""
+    errlog = tmp_path / "bridge.err"
+    async with httpx2.AsyncClient(timeout=None) as upstream:
+        proxy = AuthProxy(upstream, fleet.hub.url, fleet.hub.admin_key)
+        proxy.keep_host = False
+        async with serving(proxy) as proxy_url:
+            flags = ("--hub", proxy_url, "--api-key", fleet.hub.admin_key)
+            async with client_via_bridge(fleet, errlog, flags=flags) as client:
+                proxy.cuts_left, proxy.forgets_streams = 1, True
+                with pytest.raises(MCPError) as failed:
+                    await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=ignore)
+    message = str(failed.value)
+    assert "closed the connection before answering in full" in message, message
+    assert "the request may or may not have run" in message, message
+    assert "404" in message, message
+    assert (proxy.cut, proxy.forgotten) == (1, 3)  # three tries to pick the answer up
+    assert errlog.read_text().count("sending it again") == 0  # the call was not sent again
+
+
+async def ignore(done: float, total: float | None, message: str | None) -> None:
+    """A progress callback: with one, the hub answers a tool call as an event stream."""
+
+
 async def test_a_client_that_goes_on_after_a_failed_initialize_gets_a_session_once_the_hub_answers(
     fleet: Fleet, tmp_path: Path
 ) -> None:
