@@ -27,6 +27,7 @@ EXIT_OK = 0
 EXIT_NOT_CONFIGURED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ARGV_KEY_WARNING = (
     "--api-key puts the API key on the command line, where every local user can read it (ps, "
     "/proc/PID/cmdline) while the bridge runs; run `sonde login --hub URL` once instead (it asks for "
@@ -88,7 +89,7 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
             else:
                 log.info("%s: already ending the session", name)
 
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with trio.open_nursery() as watcher:
             watcher.start_soon(stop_on_signal, signals)
             with bridging:
@@ -98,4 +99,8 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
                 ):
                     await bridge_stdio(settings, stdin, stdout)
             watcher.cancel_scope.cancel()
+    # closed, the receiver gave the signals back their default action: one more in the 100-200 ms
+    # the process takes to end (an impatient supervisor's second SIGTERM) killed it with 143
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else EXIT_OK

@@ -163,6 +163,21 @@ async def test_a_stderr_nobody_reads_never_stops_the_answers_nor_the_exit(tmp_pa
             assert await bridge.exit_code() == 0
 
 
+async def test_a_second_signal_while_the_bridge_exits_changes_nothing(tmp_path: Path) -> None:
+    """Regression: once the bridge had ended its session and stopped receiving signals, a
+    second SIGTERM 10-50 ms after the first killed it on its way out (exit 143: 9 runs in 12)."""
+    async with fake_hub() as (_hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        for gap_s in (0.01, 0.02, 0.03, 0.04, 0.05):
+            async with bridge_process(env) as bridge:
+                await bridge.peer.initialize()
+                bridge.process.send_signal(signal.SIGTERM)
+                await trio.sleep(gap_s)
+                if bridge.process.returncode is None:
+                    bridge.process.send_signal(signal.SIGTERM)
+                assert await bridge.exit_code() == 0, (gap_s, bytes(bridge.stderr))
+
+
 async def test_login_then_bridge_with_no_flags(tmp_path: Path) -> None:
     async with fake_hub() as (hub, url):
         env = clean_env(tmp_path)
