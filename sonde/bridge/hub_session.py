@@ -375,6 +375,8 @@ class HubSession:
             return
         if response.status_code == 405:
             log.debug("the hub does not let clients end sessions")
+        elif response.status_code == 404:  # a hub restarted since: nothing left to end
+            log.info("session %s had already ended on the hub (it restarted since?)", self.session_id)
         elif not is_success(response):
             log.warning("ending session %s: the hub answered %s", self.session_id, describe_status(response))
         else:

@@ -53,6 +53,7 @@ class FakeHub:
     get_streams: int = 0
     gate: trio.Event = field(default_factory=trio.Event)  # "gated" answers once it is set
     delete_delay_s: float = 0.0  # how long a DELETE waits before its answer
+    forgets_at_delete: bool = False  # a DELETE finds its session gone (404), as on a hub restarted
 
     def __post_init__(self) -> None:
         self.push_send, self.push_receive = trio.open_memory_channel[dict[str, Any]](16)
@@ -88,7 +89,7 @@ class FakeHub:
             await http.json(200, {"agents": [{"name": "alpha"}]})
         elif scope["method"] == "POST":
             await self.post(seen, http, receive)
-        elif not self.known_session(headers):
+        elif not self.known_session(headers) or (scope["method"] == "DELETE" and self.forgets_at_delete):
             await http.json(404, rpc_error(None, -32600, "Session not found"))
         elif scope["method"] == "GET":
             await self.get_stream(http, receive)

@@ -178,6 +178,21 @@ async def test_a_second_signal_while_the_bridge_exits_changes_nothing(tmp_path: 
                 assert await bridge.exit_code() == 0, (gap_s, bytes(bridge.stderr))
 
 
+async def test_a_session_the_hub_forgot_is_not_warned_about_at_exit(tmp_path: Path) -> None:
+    """A hub restarted since the last request answers the exit's DELETE 404: nothing is wrong
+    (it warned "the hub answered HTTP 404")."""
+    async with fake_hub() as (hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            hub.forgets_at_delete = True
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+        assert [r.headers["mcp-session-id"] for r in hub.seen("DELETE")] == ["session-1"]
+    assert b"session session-1 had already ended on the hub" in bridge.stderr
+    assert b"the hub answered" not in bridge.stderr
+
+
 async def test_login_then_bridge_with_no_flags(tmp_path: Path) -> None:
     async with fake_hub() as (hub, url):
         env = clean_env(tmp_path)
