@@ -48,6 +48,19 @@ async def client_via_bridge(
             yield client
 
 
+@asynccontextmanager
+async def client_via_proxy(fleet: Fleet, errlog: Path) -> AsyncIterator[tuple[Client, AuthProxy]]:
+    """A client on a bridge that reaches the hub through `AuthProxy` (which a test may tell to
+    break answers off, or forget them), and that proxy."""
+    async with httpx2.AsyncClient(timeout=None) as upstream:
+        proxy = AuthProxy(upstream, fleet.hub.url, fleet.hub.admin_key)
+        proxy.keep_host = False
+        async with serving(proxy) as proxy_url:
+            flags = ("--hub", proxy_url, "--api-key", fleet.hub.admin_key)
+            async with client_via_bridge(fleet, errlog, flags=flags) as client:
+                yield client, proxy
+
+
 async def probe(client: Client, name: str = MEMORY) -> dict[str, Any]:
     result = await client.call_tool("probe", {"agent": "alpha", "probe": name})
     assert not result.is_error, result.content
@@ -212,17 +225,10 @@ async def test_an_answer_stream_that_breaks_off_is_resumed_from_its_last_event(
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
         progress.append((done, total, message))
 
-    async with httpx2.AsyncClient(timeout=None) as upstream:
-        proxy = AuthProxy(upstream, fleet.hub.url, fleet.hub.admin_key)
-        proxy.keep_host = False
-        async with serving(proxy) as proxy_url:
-            flags = ("--hub", proxy_url, "--api-key", fleet.hub.admin_key)
-            async with client_via_bridge(fleet, errlog, flags=flags) as client:
-                proxy.cuts_left = 1
-                result = await client.call_tool(
-                    "health_check", {"agent": "alpha"}, progress_callback=on_progress
-                )
-                assert (await probe(client))["result"]["total_bytes"] > 0  # the session goes on
+    async with client_via_proxy(fleet, errlog) as (client, proxy):
+        proxy.cuts_left = 1
+        result = await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=on_progress)
+        assert (await probe(client))["result"]["total_bytes"] > 0  # the session goes on
     assert proxy.cut == 1
     assert not result.is_error, result.content
     assert progress == [(1, 1, "alpha checked")], result.structured_content
@@ -238,15 +244,10 @@ async def test_an_answer_that_broke_off_and_cannot_be_picked_up_again_says_it_ma
     it). Regression: the call's error said "bad answer from the Sonde hub" (and, with the hub
     down, "cannot reach"), though the hub had taken the request; it was never sent again."""
     errlog = tmp_path / "bridge.err"
-    async with httpx2.AsyncClient(timeout=None) as upstream:
-        proxy = AuthProxy(upstream, fleet.hub.url, fleet.hub.admin_key)
-        proxy.keep_host = False
-        async with serving(proxy) as proxy_url:
-            flags = ("--hub", proxy_url, "--api-key", fleet.hub.admin_key)
-            async with client_via_bridge(fleet, errlog, flags=flags) as client:
-                proxy.cuts_left, proxy.forgets_streams = 1, True
-                with pytest.raises(MCPError) as failed:
-                    await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=ignore)
+    async with client_via_proxy(fleet, errlog) as (client, proxy):
+        proxy.cuts_left, proxy.forgets_streams = 1, True
+        with pytest.raises(MCPError) as failed:
+            await client.call_tool("health_check", {"agent": "alpha"}, progress_callback=ignore)
     message = str(failed.value)
     assert "closed the connection before answering in full" in message, message
     assert "the request may or may not have run" in message, message

@@ -99,6 +99,9 @@ def visible(section: str) -> str:
     return f"!document.getElementById({json.dumps(section)}).hidden"
 
 
+FLEET_OF_ONE = visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
+
+
 def text_of(selector: str) -> str:
     return f"((document.querySelector({json.dumps(selector)}) || {{}}).textContent || '')"  # one operand
 
@@ -122,9 +125,7 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
         assert "did not accept this API key" in await page.wait_for(text_of("#sign-in-error"))
 
         await sign_in(page, hub.admin_key)
-        await page.wait_for(
-            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
-        )
+        await page.wait_for(FLEET_OF_ONE)
         assert await page.evaluate(text_of("#fleet-counts")) == "1 agent, 1 online"
         row = await page.evaluate(
             "[...document.querySelectorAll('#agents tr[data-agent] td')].map(c => c.textContent)"
@@ -227,9 +228,7 @@ async def test_a_members_key_sees_the_fleet_but_not_the_audit_log(
             "!document.getElementById('problem').hidden && " + text_of("#problem")
         )
         await page.evaluate("location.hash = '#/'")
-        await page.wait_for(
-            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
-        )
+        await page.wait_for(FLEET_OF_ONE)
         assert page.complaints() == []
         await page.evaluate("location.hash = '#/agent/nosuch'")
         assert "nosuch" in await page.wait_for(
@@ -256,9 +255,7 @@ async def test_a_failure_that_arrives_after_another_view_was_asked_for_is_droppe
     async with browser_page() as page:
         await page.open(hub.url + "/")
         await sign_in(page, hub.admin_key)
-        await page.wait_for(
-            visible("fleet") + " && document.querySelectorAll('#agents tbody tr').length === 1"
-        )
+        await page.wait_for(FLEET_OF_ONE)
         await page.evaluate(hold_next_answer("/api/v1/agents/"))
         await page.evaluate("location.hash = '#/agent/no-such-agent'")  # its answer: a 404, held
         await page.wait_for("window.heldAnswerArrived === true")

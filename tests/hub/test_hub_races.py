@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -97,6 +99,36 @@ def pause_after(
     return answered, go_on
 
 
+async def meanwhile(
+    paused: tuple[trio.Event, trio.Event],
+    task: Callable[[], Awaitable[object]],
+    change: Callable[[], Awaitable[object]],
+) -> None:
+    """Start ``task``; once its paused store call (`pause_after`) has its answer, make ``change``,
+    then let the task go on and wait for it."""
+    answered, go_on = paused
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(task)
+        await answered.wait()
+        await change()
+        go_on.set()
+
+
+async def put_tags(client: Any, agent_id: str, secret: str, tags: list[str]) -> None:
+    """``PUT /api/v1/agents/{agent_id}/tags`` through the hub's REST app, as an admin."""
+    answer = await client.put(
+        f"/api/v1/agents/{agent_id}/tags", json={"tags": tags}, headers={"Authorization": f"Bearer {secret}"}
+    )
+    assert answer.status_code == 200
+
+
+async def stored_and_kept_tags(hub: Any, agent_id: str) -> tuple[list[str], list[str]]:
+    """The agent's tags in the database, and in the hub's memory."""
+    stored = await hub.store.read(get_agent, agent_id)
+    assert stored is not None
+    return stored.tags, hub.fleet.records[agent_id].tags
+
+
 # 1. a fan-out step checks "not held", then waits for a place; the agent reconnects held meanwhile
 async def test_a_fan_out_step_waiting_for_a_place_is_not_sent_to_an_agent_held_meanwhile(
     tmp_path: Path,
@@ -146,21 +178,13 @@ async def test_a_connect_that_read_the_record_before_a_tag_change_keeps_the_new_
         # as on a reconnect that replaces a connection the hub has not seen end yet
         await hub.store.write(record_last_seen, {agent.id: time.time()})
         # the connect's read and the tag write in one batch, their waiters woken in reverse order
-        read, go_on = pause_after(monkeypatch, hub.store, "write", lambda fn, *a: fn is get_agent)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(current_record, hub, loaded)
-            await read.wait()
-            answer = await client.put(
-                f"/api/v1/agents/{agent.id}/tags",
-                json={"tags": ["staging"]},
-                headers={"Authorization": f"Bearer {secret}"},
-            )
-            assert answer.status_code == 200
-            go_on.set()
-        stored = await hub.store.read(get_agent, agent.id)
-        assert stored is not None
-        assert stored.tags == ["staging"]
-        assert hub.fleet.records[agent.id].tags == ["staging"], "the hub went back to the old tags"
+        await meanwhile(
+            pause_after(monkeypatch, hub.store, "write", lambda fn, *a: fn is get_agent),
+            partial(current_record, hub, loaded),
+            partial(put_tags, client, agent.id, secret, ["staging"]),
+        )
+        # memory back to the old tags: a member key's scope judged on them until a reconnect
+        assert await stored_and_kept_tags(hub, agent.id) == (["staging"], ["staging"])
 
 
 # 3. PUT tags keeps the whole record its write returned: what an agent's connect kept meanwhile is lost
@@ -171,22 +195,11 @@ async def test_a_tag_change_does_not_undo_what_a_connect_kept_while_it_was_writt
     [secret] = seed(tmp_path, agent)
     async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
         client = create_rest_app(hub).test_client()
-        written, go_on = pause_after(monkeypatch, hub.store, "write", lambda fn, *a: True)
-
-        async def put() -> None:
-            answer = await client.put(
-                f"/api/v1/agents/{agent.id}/tags",
-                json={"tags": ["staging"]},
-                headers={"Authorization": f"Bearer {secret}"},
-            )
-            assert answer.status_code == 200
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(put)
-            await written.wait()
-            await hub.fleet.attach(session(agent.id, FakeLink()))  # its packs and host kept in memory
-            assert hub.fleet.records[agent.id].packs == PACKS
-            go_on.set()
+        await meanwhile(
+            pause_after(monkeypatch, hub.store, "write", lambda fn, *a: True),
+            partial(put_tags, client, agent.id, secret, ["staging"]),
+            partial(hub.fleet.attach, session(agent.id, FakeLink())),  # its packs and host kept in memory
+        )
         kept = hub.fleet.records[agent.id]
         assert kept.tags == ["staging"]
         assert kept.packs == PACKS, "the agent's packs were forgotten: every probe is 'unknown'"
@@ -207,21 +220,12 @@ async def test_the_cli_tags_watch_does_not_undo_a_rest_tag_change_made_while_it_
                 record_entry(db, "cli", CLI_TAGS_ACTION, "web-1", tags=["cli"])
         finally:
             db.close()
-        read, go_on = pause_after(monkeypatch, hub.store, "read", lambda fn, *a: fn.__name__ == "stored_tags")
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(notice_tag_changes, hub, 0)
-            await read.wait()
-            answer = await client.put(
-                f"/api/v1/agents/{agent.id}/tags",
-                json={"tags": ["rest"]},
-                headers={"Authorization": f"Bearer {secret}"},
-            )
-            assert answer.status_code == 200
-            go_on.set()
-        stored = await hub.store.read(get_agent, agent.id)
-        assert stored is not None
-        assert stored.tags == ["rest"]
-        assert hub.fleet.records[agent.id].tags == ["rest"], "memory holds the older CLI tags"
+        await meanwhile(
+            pause_after(monkeypatch, hub.store, "read", lambda fn, *a: fn.__name__ == "stored_tags"),
+            partial(notice_tag_changes, hub, 0),
+            partial(put_tags, client, agent.id, secret, ["rest"]),
+        )
+        assert await stored_and_kept_tags(hub, agent.id) == (["rest"], ["rest"])
 
 
 # 5. a key looked up before its revoke is cached after the revoke dropped the cache
@@ -231,16 +235,19 @@ async def test_a_key_revoked_through_the_hub_while_it_was_looked_up_is_refused_a
     [admin, other] = seed(tmp_path, keys=2)
     async with open_hub(HubConfig(data_dir=tmp_path)) as hub:
         client = create_rest_app(hub).test_client()
-        read, go_on = pause_after(monkeypatch, hub.store, "read", lambda fn, *a: a == (other,))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(hub.keys.authenticate, f"Bearer {other}")
-            await read.wait()
+
+        async def revoke() -> None:
             other_id = (await hub.store.read(find_api_key, other)).id  # type: ignore[union-attr]
             answer = await client.delete(
                 f"/api/v1/api-keys/{other_id}", headers={"Authorization": f"Bearer {admin}"}
             )
             assert answer.status_code == 200
-            go_on.set()
+
+        await meanwhile(
+            pause_after(monkeypatch, hub.store, "read", lambda fn, *a: a == (other,)),
+            partial(hub.keys.authenticate, f"Bearer {other}"),
+            revoke,
+        )
         assert await hub.keys.authenticate(f"Bearer {other}") is None, "the revoked key still works"
 
 
