@@ -158,24 +158,25 @@ async def accept_held(hub: Hub, record: AgentRecord, actor: str) -> tuple[AgentR
     meanwhile."""
     # a link that ends meanwhile queues its own status write after this one (`Fleet.detach`)
     connected = record.id in hub.fleet.sessions
-    held: list[dict[str, Any] | None] = []
 
-    def accept(db: Any) -> AgentRecord | None:
+    def accept(db: Any) -> tuple[AgentRecord | None, dict[str, Any] | None]:
+        """The record as written, and the claim it held just before (read in the same transaction)."""
         before = get_agent(db, record.id)
-        held.append(before.pending_attestation if before else None)
-        return accept_pending(db, record.id, connected=connected)
+        held = before.pending_attestation if before else None
+        return accept_pending(db, record.id, connected=connected), held
 
-    def entry_for(updated: AgentRecord | None) -> AuditEntry | None:
+    def entry_for(result: tuple[AgentRecord | None, dict[str, Any] | None]) -> AuditEntry | None:
+        updated, held = result
         if updated is None:
             return None
-        outcome = "ok" if held[0] is not None else "nothing_pending"
-        return audit_entry(actor, "attestation.accept", record.name, outcome, detail={"accepted": held[0]})
+        outcome = "ok" if held is not None else "nothing_pending"
+        return audit_entry(actor, "attestation.accept", record.name, outcome, detail={"accepted": held})
 
-    updated = await hub.write_audited(accept, entry_for)
+    updated, held = await hub.write_audited(accept, entry_for)
     if updated is None:
         return None
     hub.fleet.keep_fields(updated, *ATTESTATION_FIELDS)
-    return updated, held[0] is not None
+    return updated, held is not None
 
 
 def agents_by_id(db: Any, agent_ids: list[str]) -> list[AgentRecord]:

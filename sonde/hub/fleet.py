@@ -309,7 +309,7 @@ class Fleet:
         """
         session = self.sessions.get(agent_id)
         while fan_out_of is not None and session is not None:
-            if not session.fan_out_places.free:  # what a test waits for: a probe queued behind others
+            if not session.fan_out_places.free:  # why a fan-out step is slow to start, for an operator
                 log.debug("a fan-out probe of key %s waits its turn on agent %s", fan_out_of, agent_id)
             async with session.fan_out_places.place(fan_out_of):
                 if self.sessions.get(agent_id) is session:  # not a place of an old connection

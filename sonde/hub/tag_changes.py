@@ -65,9 +65,14 @@ async def notice_tag_changes(hub: Hub, after_seq: int) -> tuple[list[str], int]:
     changed = []
     for record in held:
         current = hub.fleet.records.get(record.id)
-        # tags changed in the hub while the read ran (REST) are newer than those read: left alone
-        unchanged = current is not None and current.tags == record.tags
-        if current is not None and unchanged and record.id in tags and current.tags != tags[record.id]:
+        # tags changed in the hub while the read ran (REST: `current` differs from `record`) are
+        # newer than those read: left alone
+        if (
+            current is not None
+            and current.tags == record.tags
+            and record.id in tags
+            and current.tags != tags[record.id]
+        ):
             hub.fleet.remember(current.model_copy(update={"tags": tags[record.id]}))
             changed.append(record.name)
     return changed, last_seq
