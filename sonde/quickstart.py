@@ -31,6 +31,7 @@ from sonde.packs.registry import load_packs
 from sonde.quickstart_agent import local_agent
 from sonde.quickstart_dir import STATE_FILE, HubNotMadeByUp, quickstart_key
 from sonde.secret_input import may_show_secret
+from sonde.stderr_lines import say_line
 
 # the local agent's identity is the quick start's own: restarting it enrolls the agent again
 LOCAL_AGENT_REENROLL_HINT = "restart `sonde up`, which enrolls its local agent again"
@@ -48,7 +49,7 @@ def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
 
 
 def announce(url: str, key: str, bearer: str, agent: str) -> None:
-    print(
+    say_line(
         f"""
   Sonde is up.
     MCP endpoint : {url}/mcp
@@ -60,9 +61,7 @@ def announce(url: str, key: str, bearer: str, agent: str) -> None:
     claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {bearer}"
 
   Press Ctrl-C to stop.
-""",
-        file=sys.stderr,
-        flush=True,
+"""
     )
 
 
@@ -101,13 +100,9 @@ async def note_stop_signals(signals: AsyncIterator[int], stop_requested: trio.Ev
     """Set ``stop_requested`` at the first signal; say so at every later one."""
     async for _ in signals:
         if stop_requested.is_set():
-            print(
-                "sonde up: already shutting down: it exits once the hub has stopped",
-                file=sys.stderr,
-                flush=True,
-            )
+            say_line("sonde up: already shutting down: it exits once the hub has stopped")
             continue
-        print("sonde up: shutting down", file=sys.stderr, flush=True)
+        say_line("sonde up: shutting down")
         stop_requested.set()
 
 
@@ -164,10 +159,10 @@ def up(config: HubConfig, allow_root: bool) -> int:
         # collection from walking all the objects left behind (about 1 s of every stop, measured)
         gc.freeze()
     except HubNotMadeByUp as exc:
-        print(f"sonde up: {exc}", file=sys.stderr)
+        say_line(f"sonde up: {exc}")
         return 1
     except Exception as exc:  # the process boundary
         reason = stop_reason(exc, config)
-        print(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}", file=sys.stderr)
+        say_line(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}")
         return 1
     return 0

@@ -35,6 +35,7 @@ from sonde.agent.exit_codes import (
 from sonde.agent.identity import active_packs
 from sonde.log_levels import TextFormatter
 from sonde.packs.registry import PackRegistry, load_packs
+from sonde.stderr_lines import QueuedStderr
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,9 @@ async def agent_main(
 
 
 def configure_logging(level: str | int = "INFO") -> None:
-    """Log to stderr at ``level`` (a name like "DEBUG" or a number)."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Log to stderr at ``level`` (a name like "DEBUG" or a number), through a thread
+    (`QueuedStderr`): a stderr read late (a terminal paused with Ctrl-S) stops no probe."""
+    handler = QueuedStderr(sys.stderr.fileno())
     handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper() if isinstance(level, str) else level, handlers=[handler])
 

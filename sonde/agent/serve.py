@@ -55,6 +55,7 @@ from sonde.protocol.serve_lines import (
     tools_list_response,
     unknown_tool_response,
 )
+from sonde.stderr_lines import QueuedStderr
 from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
@@ -223,9 +224,11 @@ async def serve_stdio(server: ToolServer, stdin_fd: int, stdout_fd: int) -> int:
 
 
 def configure_logging() -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    """Warnings to stderr through a thread (`QueuedStderr`): an MCP client that never reads
+    stderr cannot stop the answers."""
+    handler = QueuedStderr(sys.stderr.fileno())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 def print_startup_failure(stdout_fd: int, message: str) -> None:

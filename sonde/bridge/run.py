@@ -18,7 +18,7 @@ import trio
 
 from sonde.bridge.proxy import bridge_stdio
 from sonde.bridge.settings import KEY_ENV, BridgeSettings, NotConfigured, resolve_settings
-from sonde.bridge.stderr_log import QueuedStderr
+from sonde.stderr_lines import QueuedStderr
 from sonde.stdio import claim_stdio
 
 log = logging.getLogger(__name__)
@@ -78,18 +78,31 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
     stopped_by: int | None = None
     bridging = trio.CancelScope()
 
-    async def stop_on_signal(signals: AsyncIterator[int]) -> None:
+    def stop(signum: int) -> None:
         nonlocal stopped_by
-        async for signum in signals:
-            name = signal.Signals(signum).name
-            if stopped_by is None:
-                stopped_by = signum
-                log.info("%s: ending the session", name)
-                bridging.cancel()
-            else:
-                log.info("%s: already ending the session", name)
+        name = signal.Signals(signum).name
+        if stopped_by is None:
+            stopped_by = signum
+            log.info("%s: ending the session", name)
+            bridging.cancel()
+        else:
+            log.info("%s: already ending the session", name)
 
+    async def stop_on_signal(signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            stop(signum)
+
+    # Closed, the receiver gives each signal back the handler it found. Were that the default,
+    # one more signal in the 100-200 ms the process takes to end (an impatient supervisor's
+    # second SIGTERM) would kill it with 143; this one notes it, and nothing else, until the
+    # signals are ignored for the rest of the way (a Python handler is reset to the default
+    # as the interpreter ends).
+    taken_before: list[int] = []
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, lambda signum, _frame: taken_before.append(signum))
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        for signum in taken_before:  # in the instant before the receiver
+            stop(signum)
         async with trio.open_nursery() as watcher:
             watcher.start_soon(stop_on_signal, signals)
             with bridging:
@@ -99,8 +112,6 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
                 ):
                     await bridge_stdio(settings, stdin, stdout)
             watcher.cancel_scope.cancel()
-    # closed, the receiver gave the signals back their default action: one more in the 100-200 ms
-    # the process takes to end (an impatient supervisor's second SIGTERM) killed it with 143
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, signal.SIG_IGN)
     return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else EXIT_OK

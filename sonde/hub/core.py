@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -47,6 +46,7 @@ from sonde.protocol.signing import (
     public_key_to_text,
 )
 from sonde.secret_input import may_show_secret
+from sonde.stderr_lines import say_line
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -214,10 +214,8 @@ def announce_admin_key(secret: str, data_dir: Path, key_id: str, log_format: str
     create_more = f"sonde hub key create --name NAME{where}"
     more = f"  Create more with `{create_more}`.\n"
     if may_show_secret(log_format):
-        print(
-            f"\n  First start: created an admin API key. It is shown once and never again:\n\n    {secret}\n\n{more}",
-            file=sys.stderr,
-            flush=True,
+        say_line(
+            f"\n  First start: created an admin API key. It is shown once and never again:\n\n    {secret}\n\n{more}"
         )
         return
     path = data_dir / FIRST_KEY_FILE

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from sonde.log_levels import TextFormatter
+from sonde.stderr_lines import QueuedStderr, say_line
 
 FIELDS_ATTRIBUTE = "sonde_fields"  # a record's extra JSON fields (`say`)
 
@@ -104,7 +105,9 @@ class ServerLoggerNamed(logging.Filter):
 
 
 def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Log lines (and `say`'s) to stderr through a thread (`QueuedStderr`): a stderr nobody
+    reads for a while (a terminal paused with Ctrl-S, a stuck log reader) stops no request."""
+    handler = QueuedStderr(sys.stderr.fileno())
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
         logging.captureWarnings(True)  # a library's warning is a record too, not a text line
@@ -130,18 +133,8 @@ def say(
     JSON record (of ``level``) with ``fields`` beside the message. ``text`` may span lines in
     text mode only: give json mode its own one-line wording."""
     if log_format != "json":
-        to_stderr(text)
+        say_line(text)
         return
     record = logging.getLogger(logger).makeRecord(logger, level, "", 0, text, (), None)
     setattr(record, FIELDS_ATTRIBUTE, fields)
-    to_stderr(JsonFormatter().format(record))
-
-
-def to_stderr(line: str) -> None:
-    """``line`` on stderr, or nowhere when its reader has gone (a log shipper that died, `| tee`
-    stopped): as `logging` does. Raised, it ended the hub at SIGTERM's "shutting down" with no
-    drain: calls in flight cut, agents not told, exit 141, the unit marked failed."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
+    say_line(JsonFormatter().format(record))
