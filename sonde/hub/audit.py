@@ -59,17 +59,31 @@ def bounded_target(target: str | None) -> str | None:
 
 
 def bounded_detail(detail: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    """``detail`` with each value over `MAX_DETAIL_VALUE_BYTES` of JSON replaced by a note of its size."""
+    """``detail`` with each Sonde secret in it never recorded (`without_secrets`: a key pasted
+    into a description, a probe's parameter, a tag) and each value over
+    `MAX_DETAIL_VALUE_BYTES` of JSON replaced by a note of its size."""
     kept: dict[str, JsonValue] = {}
     for key, value in detail.items():
+        value = secrets_hidden(value)
         if isinstance(value, (dict, list, str)):
             size = len(json.dumps(value, ensure_ascii=False).encode())
             if size > MAX_DETAIL_VALUE_BYTES:
                 value = {
                     "omitted": f"{size} bytes of JSON, over the {MAX_DETAIL_VALUE_BYTES} an audit row keeps"
                 }
-        kept[key] = value
+        kept[without_secrets(key)] = value
     return kept
+
+
+def secrets_hidden(value: JsonValue) -> JsonValue:
+    """``value`` with `without_secrets` applied to every string in it, keys too."""
+    if isinstance(value, str):
+        return without_secrets(value)
+    if isinstance(value, dict):
+        return {without_secrets(k): secrets_hidden(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [secrets_hidden(v) for v in value]
+    return value
 
 
 class AuditEntry(BaseModel):

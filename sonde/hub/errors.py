@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
+from sonde.echo import without_secrets
+
 
 @dataclass(frozen=True)
 class Denial:
@@ -32,6 +34,7 @@ class HubError(Exception):
         headers: dict[str, str] | None = None,
         denial: Denial | None = None,
     ) -> None:
+        message = without_secrets(message)  # a key pasted where a name was due: never said back
         super().__init__(message)
         self.message = message
         self.code = code

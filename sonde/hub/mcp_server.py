@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from sonde import __version__
-from sonde.echo import echoed
+from sonde.echo import echoed, without_secrets
 from sonde.hub.auth import Caller
 from sonde.hub.errors import database_damaged, database_unavailable, is_damaged_database
 from sonde.hub.keys import get_api_key
@@ -92,7 +92,9 @@ def tool_result(output: dict[str, Any]) -> types.CallToolResult:
 
 
 def tool_error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    """A failed call's answer: a Sonde secret in it (the caller's own input, said back) never shown."""
+    text = without_secrets(message)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def build_server(hub: Hub, tools: list[ToolSpec[Any, Any]] | None = None) -> Server[Any]:
