@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
+from sonde.agent.config import AgentConfig
+from sonde.agent.scrubber import Scrubber
 from sonde.packs import executor
 from sonde.packs.base import NoParams, Pack, Result
-from sonde.packs.context import ProbeContext
+from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, cap_result, execute_probe, is_cancellation
-from sonde.packs.registry import PackRegistry
+from sonde.packs.registry import PackRegistry, load_packs
 from tests.agent.probes import Waiters, context_with, registry_for_tests
 
 
@@ -139,3 +141,26 @@ def test_a_list_keeps_its_start_unless_it_is_a_last_n_answer() -> None:
     assert truncated
     assert size <= 20_000
     assert capped["rows"] == rows[: len(capped["rows"])]
+
+
+async def test_a_result_is_scrubbed_before_the_cap_cuts_it(tmp_path: Path) -> None:
+    """An operator pattern needs its closing brace: were the content cut to fit the cap first,
+    the ``TOKEN{...`` the cut went through would lose its brace and pass unredacted. (The cap
+    is made small here: `system.files.read` fits its own answer under the real one.)"""
+    secret = "TOKEN{" + "s" * 40 + "}"
+    path = tmp_path / "big.txt"
+    path.write_text(("a" * 1000 + secret) * 180 + "\n")  # one every KiB: a cut goes through one
+    config = AgentConfig(allowed_paths=[str(tmp_path)], scrub_patterns=[r"TOKEN\{[^}]*\}"])
+    outcome = await execute_probe(
+        load_packs(),
+        "system.files.read",
+        {"path": str(path), "max_bytes": 192 * 1024},
+        ProbeContext(ProbeSettings(allowed_paths=(str(tmp_path),))),
+        max_result_bytes=64 * 1024,
+        scrub=Scrubber.from_config(config).scrub_result,
+    )
+    content = outcome.result["content"]
+    assert outcome.truncated
+    assert 32 * 1024 < len(content) < 64 * 1024
+    assert "TOKEN{" not in content
+    assert "[REDACTED]" in content

@@ -202,6 +202,53 @@ async def test_file_read_cut_inside_a_character_leaves_it_out(tree: Path) -> Non
     assert (whole["content"], whole["truncated"]) == ("héllo", False)
 
 
+async def test_a_file_longer_than_one_answer_is_read_on_from_where_the_last_read_ended(tree: Path) -> None:
+    """Regression: 1 MiB could be asked for, the answer held 256 KiB of it, and bytes_read said
+    1 MiB; nothing could read the rest."""
+    body = "".join(f"line {n:06d} é\n" for n in range(30_000)).encode()  # 450 KB, a 2-byte é each
+    (tree / "big" / "long.txt").write_bytes(body)
+    got, offset = b"", 0
+    while True:
+        read = await run(
+            tree,
+            "system.files.read",
+            path=str(tree / "big" / "long.txt"),
+            max_bytes=192 * 1024,
+            offset=offset,
+        )
+        assert read["offset"] == offset
+        assert read["content"].encode() == body[offset : offset + read["bytes_read"]]
+        got += read["content"].encode()
+        offset += read["bytes_read"]
+        if not read["truncated"]:
+            break
+    assert got == body
+
+
+async def test_text_that_takes_more_room_as_json_is_cut_to_fit_and_says_how_much_it_read(tree: Path) -> None:
+    quotes = tree / "big" / "quotes.txt"
+    quotes.write_text('"' * (192 * 1024))  # two bytes of JSON each
+    ctx = ProbeContext(ProbeSettings(allowed_paths=(str(tree),)))
+    outcome = await execute_probe(
+        REGISTRY, "system.files.read", {"path": str(quotes), "max_bytes": 192 * 1024}, ctx
+    )
+    read = outcome.result
+    assert not outcome.truncated  # not cut by the executor after the fact: the probe fit it
+    assert read["truncated"] is True
+    assert 100_000 < read["bytes_read"] < 192 * 1024
+    assert read["content"] == '"' * read["bytes_read"]
+
+
+async def test_a_read_on_starts_with_the_character_the_last_read_cut(tree: Path) -> None:
+    (tree / "big" / "utf.txt").write_text("héllo", encoding="utf-8")  # é is 2 bytes
+    cut = await run(tree, "system.files.read", path=str(tree / "big" / "utf.txt"), max_bytes=2)
+    assert (cut["content"], cut["bytes_read"], cut["truncated"]) == ("h", 1, True)
+    rest = await run(tree, "system.files.read", path=str(tree / "big" / "utf.txt"), offset=1)
+    assert (rest["content"], rest["bytes_read"], rest["truncated"]) == ("éllo", 5, False)
+    past = await run(tree, "system.files.read", path=str(tree / "big" / "utf.txt"), offset=100)
+    assert (past["content"], past["bytes_read"], past["truncated"], past["size_bytes"]) == ("", 0, False, 6)
+
+
 async def test_file_read_by_default_answers_what_a_client_shows_whole(tree: Path) -> None:
     # a log of 64 KiB, newlines and quotes in it: by default 32 KiB of it, as well under the
     # ~50,000 characters past which Claude Code puts a result in a file and shows 2 KB of it
