@@ -18,7 +18,6 @@ before any pack is loaded, so a probe's print goes to the log.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import signal
 import sys
@@ -115,9 +114,8 @@ def create_tool_server(
     for name in names:
         probe = described.get(name)
         if probe is not None:
-            description = inspect.cleandoc(probe.description)
             tools.append(
-                ToolDescription(name=name, description=description, input_schema=probe.params_schema)
+                ToolDescription(name=name, description=probe.description, input_schema=probe.params_schema)
             )
     scrubber = scrubber or Scrubber()
     settings = config.probe_settings() if config is not None else ProbeSettings()

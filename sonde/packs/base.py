@@ -14,6 +14,7 @@ model; its name has the shape ``pack.area.metric``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -229,7 +230,7 @@ class Pack:
             if name in self._probes:
                 raise ValueError(f"probe {name!r} declared twice")
             self._probes[name] = ProbeSpec(
-                name, description.strip(), params_model, result_model, function, timeout_s, requires
+                name, inspect.cleandoc(description), params_model, result_model, function, timeout_s, requires
             )
             return function
 
