@@ -116,13 +116,24 @@ class Runbook:
         return sorted(found, key=Finding.sort_key)
 
 
-def check(threshold: Threshold, value: float | None, probe: str, title: str, detail: str) -> list[Finding]:
-    """One finding when ``value`` crosses ``threshold``: ``{value}`` in ``title`` and ``detail``
-    is replaced by it, and nothing else is read in them, so a name they quote (a replica's
-    application_name, a mount point, a process) may hold braces."""
+def check(
+    threshold: Threshold,
+    value: float | None,
+    probe: str,
+    title: str,
+    detail: str,
+    *,
+    title_one: str | None = None,
+) -> list[Finding]:
+    """One finding when ``value`` crosses ``threshold``: ``{value}`` in ``title`` (``title_one``
+    for a count of one, where the title counts) and ``detail`` is replaced by it, and nothing
+    else is read in them, so a name they quote (a replica's application_name, a mount point,
+    a process) may hold braces."""
     severity = threshold.severity(value)
     if severity is None:
         return []
+    if value == 1 and title_one is not None:
+        title = title_one
     shown = shown_value(value, threshold.unit)
     return [Finding(severity, title.replace("{value}", shown), detail.replace("{value}", shown), probe)]
 

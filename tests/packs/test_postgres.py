@@ -254,7 +254,12 @@ async def test_blocked_query_finding(locked_table: str) -> None:
             assert blocker["state"] == "idle in transaction"
             assert any(not lock["granted"] for lock in found["lock_counts"])
             [finding] = RUNBOOK.evaluate({"postgres.locks.blocked": found})
-            assert finding.title.endswith("PostgreSQL sessions are blocked by locks")
+            count = len(found["blocked"])
+            assert finding.title == (
+                "1 PostgreSQL session is blocked by a lock"
+                if count == 1
+                else f"{count} PostgreSQL sessions are blocked by locks"
+            )
             assert str(holder_pid) in finding.detail
             await trio.to_thread.run_sync(holder.rollback)  # the waiter's UPDATE now goes through
     finally:

@@ -276,6 +276,9 @@ def test_runbook_flags_a_burst_of_journal_errors() -> None:
     assert finding.severity == "warning"
     assert finding.title == "25 error entries in the journal in the last hour"
     assert "nginx.service" in finding.detail
+    one = build_runbook({**THRESHOLDS, "journal_errors_last_hour": Threshold(warning=1, critical=100)})
+    [finding] = one.evaluate({"systemd.journal.query": {**reading, "entries": reading["entries"][:1]}})
+    assert finding.title == "1 error entry in the journal in the last hour"  # not "1 ... entries"
 
 
 # systemd.journal.query against a stand-in journalctl

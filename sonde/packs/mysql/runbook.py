@@ -104,6 +104,7 @@ def innodb_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> li
         "{value} InnoDB row lock waits right now",
         "Transactions wait on row locks held by others: mysql.locks.waits names the blocking threads "
         "(it needs the PROCESS privilege).",
+        title_one="{value} InnoDB row lock wait right now",
     )
     return found + deadlock_findings(thresholds, reading) + row_lock_time_findings(thresholds, reading)
 

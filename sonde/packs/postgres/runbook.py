@@ -250,6 +250,7 @@ def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> l
         "postgres.locks.blocked",
         "{value} PostgreSQL sessions are blocked by locks",
         f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on {'; '.join(waited_on)}.{hidden}",
+        title_one="{value} PostgreSQL session is blocked by a lock",
     )
 
 

@@ -45,6 +45,7 @@ def journal_error_findings(thresholds: Mapping[str, Threshold], reading: Reading
         "systemd.journal.query",
         "{value} error entries in the journal in the last hour",
         f"From: {', '.join(units[:10])}{' ...' if len(units) > 10 else ''}.",
+        title_one="{value} error entry in the journal in the last hour",
     )
 
 
