@@ -69,6 +69,7 @@ class RedactionTally:
 
 # The most of one validation message an answer repeats (a pack's own validator may quote its input).
 INVALID_MESSAGE_CHARS = 200
+VALUE_ERROR_PREFIX = "Value error, "
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -86,7 +87,8 @@ def describe_params_error(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors()[:5]:
         where = ".".join(clipped(str(part)) for part in error["loc"]) or "params"
-        parts.append(f"{where}: {clipped(error['msg'], INVALID_MESSAGE_CHARS)}")
+        message = error["msg"].removeprefix(VALUE_ERROR_PREFIX)  # pydantic's wrapping of our own message
+        parts.append(f"{where}: {clipped(message, INVALID_MESSAGE_CHARS)}")
     return "; ".join(parts)
 
 

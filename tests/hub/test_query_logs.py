@@ -26,6 +26,7 @@ from sonde.hub.tools.logs import (
     query_logs,
     since_epoch,
 )
+from sonde.packs.executor import describe_params_error
 from sonde.packs.registry import load_packs
 
 CASES = [
@@ -96,7 +97,10 @@ BAD_SINCE = [
 
 @pytest.mark.parametrize("since", BAD_SINCE)
 def test_a_since_that_is_no_real_time_is_refused_naming_the_forms(since: str) -> None:
-    with pytest.raises(ValidationError, match=r"since must be a duration .* or an ISO time") as caught:
+    with pytest.raises(
+        ValidationError,
+        match=r"since .* is no real date and time in reach: since must be a duration .* or an ISO time",
+    ) as caught:
         QueryLogsInput.model_validate({"source": "audit", "since": since})
     assert caught.value.errors()[0]["loc"] == ("since",)
 
@@ -210,3 +214,13 @@ async def test_a_source_whose_pack_the_agent_lacks_names_the_sources_it_has(hub:
     )
     assert "Sources available on a1: system, audit." in message
     assert "probe" not in message
+
+
+def test_a_refused_since_says_what_is_wrong_before_the_answer_cuts_it() -> None:
+    """Regression: said back through describe_params_error (cut at 200 characters), the refusal
+    ended in the middle of the forms, before it said what was wrong with the value."""
+    with pytest.raises(ValidationError) as caught:
+        QueryLogsInput.model_validate({"source": "audit", "since": "9999-12-31T23:59:59Z"})
+    said = describe_params_error(caught.value)
+    assert said.startswith("since: since '9999-12-31T23:59:59Z' is no real date and time in reach: ")
+    assert "Value error" not in said

@@ -74,5 +74,5 @@ async def test_a_relative_path_is_refused_saying_the_path_must_be_absolute(probe
     with pytest.raises(ProbeExecutionError) as refused:
         await execute_probe(REGISTRY, probe, {"path": "var/log/dpkg.log"}, ctx)
     assert refused.value.code == "invalid_params"
-    assert "path: Value error, must be an absolute path, starting with '/'" in refused.value.message
+    assert "path: must be an absolute path, starting with '/'" in refused.value.message
     assert "pattern" not in refused.value.message

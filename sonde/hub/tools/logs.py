@@ -33,7 +33,8 @@ SINCE_PATTERN = r"^(\d{1,5}[smhd]|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?Z?)$"
 MAX_SINCE_DAYS = 10_000  # about 27 years
 SINCE_FORMS = (
     f"a duration with s, m, h or d of at most 5 digits and {MAX_SINCE_DAYS}d ('90s', '15m', '2h', '1d'), "
-    "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z'), 1970 to 9999"
+    "or an ISO time 'YYYY-MM-DDTHH:MM[:SS]' with an optional Z ('2026-11-25T14:30:00Z'), from 1970-01-01 "
+    "to 9999-12-30"
 )
 SOURCE_PACKS = {"systemd": "systemd", "docker": "docker", "nginx": "nginx", "system": "system"}
 FILTER_SOURCES = {  # each source-specific argument and the sources that use it
@@ -72,7 +73,8 @@ def is_since(text: str) -> bool:
 def checked_since(since: str) -> str:
     """``since`` if it is one of `SINCE_FORMS` and a real date and time; else ValueError saying so."""
     if not is_since(since):
-        raise ValueError(f"since must be {SINCE_FORMS} (a real date and time), not {since!r}")
+        # what is wrong first: a long message is cut when said back (`describe_params_error`)
+        raise ValueError(f"since {since!r} is no real date and time in reach: since must be {SINCE_FORMS}")
     return since
 
 
