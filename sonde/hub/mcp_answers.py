@@ -130,7 +130,7 @@ class McpPost:
 
     def __init__(self, plan: AnswerPlan | None, body: bytes, client_receive: Any, client_send: Any) -> None:
         self.plan = plan
-        self.answered = False  # the answer's last byte went to the client
+        self.answered = False  # the answer's last byte was handed to the server
         self.gone = trio.Event()  # the client disconnected before its answer was sent
         self.dispatched = trio.Event()  # the request went to the session (so a cancel can follow it)
         self.resumable = False  # an SSE answer the client may resume after a drop: never cancelled
@@ -149,9 +149,12 @@ class McpPost:
         return {"type": "http.disconnect"}
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
-        await self._client_send(message)
+        # Marked before the send: hypercorn tells the request's reader the client went (the
+        # cycle is over) as it takes the last body, before this send returns; marked after,
+        # every answer sent whole was then cancelled as if its client had left before it.
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.answered = True
+        await self._client_send(message)
 
     async def watch_client(self) -> None:
         """Return once the client has disconnected (its body was read whole: nothing else can come);
