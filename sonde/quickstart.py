@@ -26,6 +26,7 @@ from sonde.agent.main import ROOT_MESSAGE, agent_main
 from sonde.hub.attestation import accept_held
 from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub
+from sonde.hub.logs import say
 from sonde.hub.serve import serve_hub
 from sonde.packs.registry import load_packs
 from sonde.quickstart_agent import local_agent
@@ -37,6 +38,7 @@ from sonde.stderr_lines import say_line
 LOCAL_AGENT_REENROLL_HINT = "restart `sonde up`, which enrolls its local agent again"
 
 log = logging.getLogger(__name__)
+UP_LOGGER = "sonde.up"  # what `sonde up` says itself, in a json log
 
 
 def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
@@ -48,7 +50,22 @@ def shown_key(key: str, state_path: Path, log_format: str) -> tuple[str, str]:
     return f"in {state_path} (printed only when stderr is a terminal and logs are text)", "<the API key>"
 
 
-def announce(url: str, key: str, bearer: str, agent: str) -> None:
+def announce(url: str, key: str, bearer: str, agent: str, log_format: str, key_file: Path) -> None:
+    """Say where to connect: a banner for a person; with json logs one record, the key left in
+    ``key_file`` (`shown_key`)."""
+    connect = f'claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {bearer}"'
+    if log_format == "json":  # one record, as every line of a json log is
+        say(
+            "sonde up: ready",
+            log_format,
+            logger=UP_LOGGER,
+            url=url,
+            mcpUrl=f"{url}/mcp",
+            keyFile=str(key_file),
+            agent=agent,
+            connect=connect,
+        )
+        return
     say_line(
         f"""
   Sonde is up.
@@ -58,7 +75,7 @@ def announce(url: str, key: str, bearer: str, agent: str) -> None:
     dashboard    : {url}/  (sign in with the API key)
 
   Connect Claude Code:
-    claude mcp add --transport http sonde {url}/mcp --header "Authorization: Bearer {bearer}"
+    {connect}
 
   Press Ctrl-C to stop.
 """
@@ -91,18 +108,23 @@ async def run_up(config: HubConfig, key: str) -> None:
     stop_requested = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as watcher:
-            watcher.start_soon(note_stop_signals, signals, stop_requested)
+            watcher.start_soon(note_stop_signals, signals, stop_requested, config.log_format)
             await serve_up(config, key, stop_requested)
             watcher.cancel_scope.cancel()
 
 
-async def note_stop_signals(signals: AsyncIterator[int], stop_requested: trio.Event) -> None:
+async def note_stop_signals(signals: AsyncIterator[int], stop_requested: trio.Event, log_format: str) -> None:
     """Set ``stop_requested`` at the first signal; say so at every later one."""
     async for _ in signals:
         if stop_requested.is_set():
-            say_line("sonde up: already shutting down: it exits once the hub has stopped")
+            say(
+                "sonde up: already shutting down: it exits once the hub has stopped",
+                log_format,
+                logger=UP_LOGGER,
+                level=logging.WARNING,
+            )
             continue
-        say_line("sonde up: shutting down")
+        say("sonde up: shutting down", log_format, logger=UP_LOGGER)
         stop_requested.set()
 
 
@@ -131,7 +153,9 @@ async def serve_up(config: HubConfig, key: str, stop_requested: trio.Event) -> N
         )
         if agent.agent_id is not None:  # registered and acknowledged: the hub has compared it
             await accept_local_agent(hub, agent.agent_id)
-        announce(url, *shown_key(key, config.data_dir / STATE_FILE, config.log_format), agent.name or "?")
+        state = config.data_dir / STATE_FILE
+        shown, bearer = shown_key(key, state, config.log_format)
+        announce(url, shown, bearer, agent.name or "?", config.log_format, state)
         await stop_requested.wait()
         await daemon.stop("quick start stopping")
         shutdown.set()
@@ -159,10 +183,15 @@ def up(config: HubConfig, allow_root: bool) -> int:
         # collection from walking all the objects left behind (about 1 s of every stop, measured)
         gc.freeze()
     except HubNotMadeByUp as exc:
-        say_line(f"sonde up: {exc}")
+        say(f"sonde up: {exc}", config.log_format, logger=UP_LOGGER, level=logging.ERROR)
         return 1
     except Exception as exc:  # the process boundary
         reason = stop_reason(exc, config)
-        say_line(f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}")
+        say(
+            f"sonde up: stopped after {time.monotonic() - started:.0f}s: {reason}",
+            config.log_format,
+            logger=UP_LOGGER,
+            level=logging.ERROR,
+        )
         return 1
     return 0

@@ -83,8 +83,13 @@ def test_with_json_logs_up_keeps_its_key_off_the_terminal(tmp_path: Path) -> Non
     args = ["up", "--bind", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--allow-root"]
     env = {**base_env(tmp_path / "home"), "SONDE_LOG_FORMAT": "json"}
     state = tmp_path / "data" / "quickstart.json"
-    with on_a_terminal(args, env, re.compile(r"claude mcp add .*")) as seen:
-        assert f"in {state} (printed only when stderr is a terminal and logs are text)" in seen, seen
+    with on_a_terminal(args, env, re.compile(r'"message": "sonde up: ready".*\n')) as seen:
+        # every line one JSON object: the ready banner too (it was 11 lines of text)
+        records = [json.loads(line) for line in seen.replace("\r\n", "\n").splitlines() if line.strip()]
+    (ready,) = [r for r in records if r["message"] == "sonde up: ready"]
+    assert ready["keyFile"] == str(state)
+    assert ready["connect"].endswith('--header "Authorization: Bearer <the API key>"')
+    assert ready["mcpUrl"] == ready["url"] + "/mcp"
     key = json.loads(state.read_text())["apiKey"]
     assert key not in seen
 
