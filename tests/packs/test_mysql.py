@@ -347,7 +347,7 @@ async def test_row_lock_wait_finding(connections: list[Any]) -> None:
             [finding] = [
                 f
                 for f in RUNBOOK.evaluate({"mysql.innodb.summary": found})
-                if "InnoDB row lock wait" in f.title
+                if f.title.endswith(("InnoDB row lock wait right now", "InnoDB row lock waits right now"))
             ]
             assert finding.severity == "warning"
             await trio.to_thread.run_sync(execute, holder, "ROLLBACK")  # the UPDATE goes through
