@@ -18,7 +18,8 @@ from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.registry import PackRegistry
 from sonde.packs.system import PACK
-from sonde.packs.system.textfile import head_lines, looks_binary, tail_lines
+from sonde.packs.system.binary import looks_binary
+from sonde.packs.system.textfile import head_lines, tail_lines
 
 REGISTRY = PackRegistry.of([PACK])
 
@@ -264,6 +265,26 @@ async def test_file_read_refuses_binary(tree: Path) -> None:
     error = await refusal(tree, "system.files.read", path=str(tree / "image.bin"))
     assert error.code == "refused"
     assert "binary" in error.message
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+async def test_the_log_probes_refuse_a_binary_file(tree: Path, probe: str) -> None:
+    """Regression: they sent a binary file's bytes as lines of U+FFFD and control characters,
+    where system.files.read refuses it."""
+    (tree / "image.bin").write_bytes(os.urandom(64 * 1024))
+    error = await refusal(tree, probe, path=str(tree / "image.bin"))
+    assert (error.code, "looks like a binary file" in error.message) == ("refused", True)
+
+
+@pytest.mark.parametrize("probe", ["system.logs.tail", "system.logs.head"])
+async def test_a_log_that_starts_with_nuls_is_still_read(tree: Path, probe: str) -> None:
+    """logrotate's copytruncate leaves a log whose writer goes on at its old offset: a run of
+    NULs, then text. That is no binary file."""
+    (tree / "app.log").write_bytes(b"\x00" * 20_000 + b"started\nserving\n")
+    read = await run(tree, probe, path=str(tree / "app.log"), lines=1)
+    assert read["lines"] == (
+        ["serving"] if probe.endswith("tail") else ["\x00" * 4095 + "… [line cut: 15912 more characters]"]
+    )
 
 
 async def test_file_read_refuses_a_symlink_out_of_the_allow_list(tree: Path) -> None:

@@ -36,16 +36,11 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, json_size
 from sonde.packs.system import PACK
 from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
+from sonde.packs.system.binary import BINARY_SNIFF_BYTES, looks_binary
 from sonde.packs.system.dirsize import UNREADABLE_MAX, SizeWalk, tree_size
 from sonde.packs.system.info import iso_utc
 from sonde.packs.system.nofollow import DIRECTORY_FLAGS, open_resolved
-from sonde.packs.system.textfile import (
-    BINARY_SNIFF_BYTES,
-    AbsolutePath,
-    looks_binary,
-    open_regular,
-    permission_error,
-)
+from sonde.packs.system.textfile import AbsolutePath, open_regular, permission_error
 
 MAX_LIST_ENTRIES = 200_000  # entries one listing looks at
 # What one answer holds (the executor cuts a result at 256 KiB of JSON): text of this many

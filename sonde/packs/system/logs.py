@@ -71,8 +71,8 @@ async def sent_lines(ctx: ProbeContext, read: ReadLines, path: Path, params: Log
     file inside the allowed paths, optionally only those containing a literal `contains`
     text; lines longer than 4096 characters are cut (ending "… [line cut: N more characters]"),
     and only the newest that fit in about 236 KiB are given (`truncated` says so). At most
-    16 MiB from the end is scanned. Files under /var/log usually need the 'adm' group. Use it
-    for 'what did the service log recently'.""",
+    16 MiB from the end is scanned; a binary file is refused. Files under /var/log usually
+    need the 'adm' group. Use it for 'what did the service log recently'.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )
@@ -88,8 +88,8 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     the allowed paths, optionally only those containing a literal `contains` text (at most
     16 MiB scanned); lines longer than 4096 characters are cut (ending "… [line cut: N more
     characters]"), and only the first that fit in about 236 KiB are given (`truncated` says
-    so). Files under /var/log usually need the 'adm' group. Use it to see how a log (or a
-    boot) started.""",
+    so); a binary file is refused. Files under /var/log usually need the 'adm' group. Use it
+    to see how a log (or a boot) started.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )

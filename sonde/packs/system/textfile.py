@@ -36,6 +36,7 @@ from sonde.packs.context import unredacted
 from sonde.packs.executor import json_size
 from sonde.packs.system.abandon import raise_if_given_up
 from sonde.packs.system.access import why_refused
+from sonde.packs.system.binary import refuse_binary_log
 from sonde.packs.system.linescrub import (
     LINE_MAX_CHARS,
     CutLine,
@@ -51,8 +52,6 @@ from sonde.packs.textpattern import PythonPattern
 BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
 LINE_KEEP_BYTES = 4 * LINE_MAX_CHARS + 4  # of a longer line: more than `decode_line` keeps of it
-BINARY_SNIFF_BYTES = 8192
-TEXT_CONTROL_BYTES = frozenset(b"\t\n\r\f\b\x1b")
 # Lines scrubbed with the ones judged, before them: more than the YAML block scalar
 # (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
 CONTEXT_LINES = 256
@@ -139,14 +138,6 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def looks_binary(sample: bytes) -> bool:
-    """True when ``sample`` holds a NUL byte or is mostly control characters (``file``-like)."""
-    if b"\x00" in sample:
-        return True
-    control = sum(1 for byte in sample if byte < 0x20 and byte not in TEXT_CONTROL_BYTES)
-    return control * 10 > len(sample)  # more than 10 % control characters
-
-
 def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Iterator[bytes]:
     position = size
     while position > 0 and size - position < max_scan_bytes:
@@ -191,6 +182,7 @@ def tail_lines(
     """
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
+        refuse_binary_log(handle, path, size, at_end=True)
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # decoded lines not judged yet, newest first
         scanned = [0]
@@ -339,6 +331,7 @@ def head_lines(
     Raises `Abandoned` once ``limits.stop`` is set."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
+        refuse_binary_log(handle, path, size, at_end=False)
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # the lines before the ones not judged yet (context), then those
         context = scanned = 0
