@@ -328,15 +328,16 @@ class Fleet:
         # held since the caller looked: a fan-out's probe waited for its place meanwhile
         if record is not None and record.status == "degraded":
             raise AgentUnavailable(degraded_reason(record.name))
+        name = record.name if record is not None else session.agent_id
         in_flight = session.link.statistics().in_flight
         if in_flight >= self.max_in_flight_per_agent:
             raise AgentUnavailable(
-                f"agent has {self.max_in_flight_per_agent} probes in flight already; try again shortly"
+                f"agent {name} has {self.max_in_flight_per_agent} probes in flight already; try again shortly"
             )
         if not admin and in_flight >= self.max_in_flight_per_agent - self.admin_reserved_slots:
             raise AgentUnavailable(
-                f"agent has {in_flight} probes in flight already, and its last {self.admin_reserved_slots} "
-                "slots are kept for admin keys; try again shortly"
+                f"agent {name} has {in_flight} probes in flight already, and its last "
+                f"{self.admin_reserved_slots} slots are kept for admin keys; try again shortly"
             )
         payload = ProbeRequestPayload(
             request_id=uuid.uuid4().hex, probe=probe, params=params, timeout_s=timeout_s
@@ -345,7 +346,7 @@ class Fleet:
             with trio.fail_after(timeout_s + 1.0):
                 return await session.link.request(ProbeRequest(payload=payload))
         except trio.TooSlowError:
-            raise ProbeTimeout(f"probe {probe} got no answer within {timeout_s:g}s") from None
+            raise ProbeTimeout(f"probe {probe} on agent {name} got no answer within {timeout_s:g}s") from None
 
     def unavailable_reason(self, agent_id: str) -> str:
         """Why an agent that is not online cannot run probes: held as degraded, or offline since when."""
