@@ -29,8 +29,8 @@ How it runs (one nursery, one writer of stdout):
   nothing: `HubPatience`), and a line on stderr.
 
 On stdin EOF it gives what is in flight `EOF_DRAIN_S` to finish, answers each
-request still open with an error (and names them on stderr), then the session
-is DELETEd; cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it too.
+request still open with an error (and names them on stderr), writes what is left within
+`FLUSH_AFTER_EOF_S`, then the session is DELETEd; cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it too.
 """
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ log = logging.getLogger(__name__)
 OUTPUT_QUEUE_LINES = 16
 EOF_DRAIN_S = 1.0  # under the 2 s an MCP client waits for a server to exit after closing stdin
 DELETE_TIMEOUT_S = 0.8  # with EOF_DRAIN_S, under those 2 s: a healthy hub answers in milliseconds
-FLUSH_TIMEOUT_S = 2.0
+# After EOF and the drain, what is left to say (the drained answers, the errors for requests
+# still open) has this long to be written: to a client that reads, milliseconds; one that reads
+# no more must not hold the exit past the 2 s (it had taken 5.2 s).
+FLUSH_AFTER_EOF_S = 0.2
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
 
@@ -383,10 +386,11 @@ async def run_forwarder(
                 await forwarder.wait_idle()
             left, others_unsent = forwarder.tracker.requests_running(), forwarder.tracker.others_waiting
             work.cancel_scope.cancel()
-        with trio.move_on_after(FLUSH_TIMEOUT_S):  # a client that reads no more must not hold the exit
+        flushed_by = trio.current_time() + FLUSH_AFTER_EOF_S
+        with trio.move_on_at(flushed_by):  # a client that reads no more must not hold the exit
             await forwarder.abandon(left, others_unsent)
         send_lines.close()
-        nursery.cancel_scope.deadline = trio.current_time() + FLUSH_TIMEOUT_S
+        nursery.cancel_scope.deadline = flushed_by
 
 
 async def write_until_broken(

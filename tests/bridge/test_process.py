@@ -163,6 +163,24 @@ async def test_a_stderr_nobody_reads_never_stops_the_answers_nor_the_exit(tmp_pa
             assert await bridge.exit_code() == 0
 
 
+async def test_a_client_that_closes_stdin_and_reads_no_more_is_not_kept_waiting(tmp_path: Path) -> None:
+    """Regression: with stdout unread, the bridge took 5.2 s to exit after EOF (three waits of
+    its own added up), not the README's 2 s an MCP client gives a server."""
+    async with fake_hub() as (_hub, url):
+        env = clean_env(tmp_path, SONDE_HUB_URL=url, SONDE_API_KEY=GOOD_KEY)
+        async with bridge_process(env) as bridge:
+            await bridge.peer.initialize()
+            for n in range(40):  # answers of 32 KiB, never read: past the pipe (64 KiB) and the 16 queued
+                await bridge.peer.send(call(n, "echo", text="x" * 32 * 1024))
+            await bridge.peer.send(call("open", "hang_json"))  # answered with an error at EOF
+            await trio.sleep(1)
+            started = trio.current_time()
+            await bridge.peer.close()
+            assert await bridge.exit_code() == 0
+            took = trio.current_time() - started
+    assert took < 4.0, (took, bytes(bridge.stderr))
+
+
 async def test_a_second_signal_while_the_bridge_exits_changes_nothing(tmp_path: Path) -> None:
     """Regression: once the bridge had ended its session and stopped receiving signals, a
     second SIGTERM 10-50 ms after the first killed it on its way out (exit 143: 9 runs in 12)."""
