@@ -34,6 +34,7 @@ from sqlite_utils import Database
 
 from sonde.echo import without_secrets
 from sonde.hub.db import get_meta, query_one, set_meta, write_transaction
+from sonde.protocol.jsontext import each_string
 
 GENESIS_HASH = "0" * 64
 AUDIT_HEAD_KEY = "audit_head"
@@ -64,7 +65,7 @@ def bounded_detail(detail: dict[str, JsonValue]) -> dict[str, JsonValue]:
     `MAX_DETAIL_VALUE_BYTES` of JSON replaced by a note of its size."""
     kept: dict[str, JsonValue] = {}
     for key, value in detail.items():
-        value = secrets_hidden(value)
+        value = each_string(value, without_secrets)
         if isinstance(value, (dict, list, str)):
             size = len(json.dumps(value, ensure_ascii=False).encode())
             if size > MAX_DETAIL_VALUE_BYTES:
@@ -73,17 +74,6 @@ def bounded_detail(detail: dict[str, JsonValue]) -> dict[str, JsonValue]:
                 }
         kept[without_secrets(key)] = value
     return kept
-
-
-def secrets_hidden(value: JsonValue) -> JsonValue:
-    """``value`` with `without_secrets` applied to every string in it, keys too."""
-    if isinstance(value, str):
-        return without_secrets(value)
-    if isinstance(value, dict):
-        return {without_secrets(k): secrets_hidden(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [secrets_hidden(v) for v in value]
-    return value
 
 
 class AuditEntry(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 _SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
@@ -54,12 +55,17 @@ def valid_text(text: str) -> str:
 
 def valid_unicode(value: Any) -> Any:
     """``value`` (parsed JSON) with every string, keys included, made `valid_text`."""
+    return each_string(value, valid_text)
+
+
+def each_string(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` (parsed JSON) with ``change`` made to every string in it, keys included."""
     if isinstance(value, str):
-        return valid_text(value)
+        return change(value)
     if isinstance(value, dict):
-        return {valid_unicode(key): valid_unicode(item) for key, item in value.items()}
+        return {change(key): each_string(item, change) for key, item in value.items()}
     if isinstance(value, list):
-        return [valid_unicode(item) for item in value]
+        return [each_string(item, change) for item in value]
     return value
 
 
