@@ -23,6 +23,7 @@ from sonde.hub.proxies import ForwardedClientApp
 from sonde.hub.rest import create_rest_app
 from sonde.hub.tcp_guard import use_guarded_tcp_server
 from sonde.hub.tls_files import expiry_problem
+from sonde.hub.ws_uncompressed import decline_deflate
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -65,6 +66,7 @@ async def serve_hub(
 ) -> None:
     """Serve until ``shutdown`` is set (or forever); reports the base URL when bound."""
     use_guarded_tcp_server()
+    decline_deflate()
     if config.certfile is not None and (expiring := expiry_problem(config.certfile)):
         log.warning("%s", expiring)
     async with open_hub(config) as hub:
