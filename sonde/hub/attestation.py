@@ -13,7 +13,8 @@ connect the new one is compared:
   the command that accepts it); reconnecting with the same claim while held changes
   nothing and is not audited nor logged again (a churning agent cannot flood the audit
   log), a different claim is held, audited and logged anew (the accepted one again too, said
-  so: a mismatch seen is an admin's to clear);
+  so, and a new agent version too: a mismatch seen is an admin's to clear, and an agent
+  that claimed an upgrade lifted its own hold);
 - the first connect after enrollment sets the baseline (no false alarm even
   if the packs detected at start differ from those at enrollment).
 
@@ -84,13 +85,13 @@ def compare(baseline: dict[str, Any] | None, current: dict[str, Any], first_conn
 async def check_attestation(hub: Hub, record: AgentRecord, claimed: dict[str, Any]) -> AgentRecord:
     """Apply the rules above; returns the agent's updated record."""
     result = compare(record.attestation, claimed, first_connect=record.last_seen is None)
+    if record.status == "degraded":  # held: only an admin's accept clears it, whatever is claimed
+        if record.pending_attestation == claimed:
+            return record  # held for this very claim already: audited once, when first made
+        return await hold(hub, record, claimed, result.changes or [BACK_WHILE_HELD])
     if result.verdict == "same":
-        if record.status == "degraded" and record.pending_attestation != claimed:
-            return await hold(hub, record, claimed, [BACK_WHILE_HELD])
         return record
     if result.verdict == "unexplained":
-        if record.status == "degraded" and record.pending_attestation == claimed:
-            return record  # held for this very claim already: audited once, when first made
         return await hold(hub, record, claimed, result.changes)
     # A baseline taken at connect (the first, or an upgrade) is the agent's own claim, not an
     # admin's change, and whole fleets reconnect at once: it is group-committed with the others
