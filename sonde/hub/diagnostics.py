@@ -13,6 +13,7 @@ neither run nor failed.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ from sonde.hub.executor_limits import FANOUT_LIMIT, MAX_SET_ASIDE
 from sonde.hub.probing import agent_probes, older_pack, run_probe_for
 from sonde.hub.step_pool import run_pool
 from sonde.packs.runbook import Failure, Finding, Runbook
+
+log = logging.getLogger(__name__)
+MALFORMED_READING = "malformed_reading"  # a step's code: its reading could not be read
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -59,10 +63,22 @@ class RunbookOutcome:
             for s in self.steps
             if s.status == "error" and s.code is not None
         }
-        self.findings = self.runbook.evaluate(readings, failures)
+        malformed: dict[str, str] = {}
+        self.findings = self.runbook.evaluate(readings, failures, malformed)
         for step in self.steps:
             if step.status == "pending":
                 step.status, step.error = "timeout", "no answer before the deadline"
+            elif step.probe in malformed:  # one agent's odd answer spoils its own step, no one else's
+                step.status, step.code = "error", MALFORMED_READING
+                step.error = (
+                    f"the agent's answer does not have {step.probe}'s shape ({malformed[step.probe]})"
+                )
+                log.warning(
+                    "agent %s: its answer to %s does not have that probe's shape: %r",
+                    self.agent.name,
+                    step.probe,
+                    malformed[step.probe],
+                )
 
 
 def runbooks_for(hub: Hub, record: AgentRecord) -> dict[str, Runbook]:

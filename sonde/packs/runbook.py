@@ -15,11 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sonde.echo import clipped
+
 Severity = Literal["critical", "warning", "info"]
 # A probe's error codes when its server took no connection (`sonde.packs.base.ServiceRefused`):
 # nothing accepts one (down), or it turns new clients away at its connection limit (full).
 SERVICE_DOWN = "service_down"
 SERVICE_FULL = "service_full"
+MALFORMED_CHARS = 200  # of what a step said of a reading it could not read
 BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
 
@@ -104,15 +107,28 @@ class Runbook:
         return [step.probe for step in self.steps]
 
     def evaluate(
-        self, readings: Mapping[str, Reading], failures: Mapping[str, Failure] | None = None
+        self,
+        readings: Mapping[str, Reading],
+        failures: Mapping[str, Failure] | None = None,
+        malformed: dict[str, str] | None = None,
     ) -> list[Finding]:
         """Findings from the readings that came back (missing probes are skipped), and from the
-        failures that tell of an outage (the server down or full: `outage_findings`)."""
+        failures that tell of an outage (the server down or full: `outage_findings`).
+
+        A reading its step cannot read (not of its probe's shape: an agent's bug, or a hostile
+        agent's answer) raises, unless ``malformed`` is given: then it is noted there (probe ->
+        what went wrong) and the other steps' findings stand."""
         found = outage_findings(self.category, failures or {})
         for step in self.steps:
             reading = readings.get(step.probe)
-            if reading is not None:
+            if reading is None:
+                continue
+            try:
                 found.extend(step.evaluate(reading))
+            except Exception as exc:
+                if malformed is None:
+                    raise
+                malformed[step.probe] = f"{type(exc).__name__}: {clipped(str(exc), MALFORMED_CHARS)}"
         return sorted(found, key=Finding.sort_key)
 
 

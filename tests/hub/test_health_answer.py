@@ -129,3 +129,22 @@ def test_the_category_status_is_what_the_description_says(
     }
     expected = "not_checked" if set(statuses) == {"skipped"} else next(s for s in precedence if applies[s])
     assert category_status("system", [found]).status == expected
+
+
+def test_a_reading_not_of_its_probes_shape_fails_its_own_step_only() -> None:
+    """Regression (a hostile-agent review): an agent answering system.disk.usage with
+    ``{"filesystems": [{}]}`` made its runbook raise KeyError in the shared pool, and every
+    fleet-wide health_check answered "Internal error"."""
+    from sonde.packs.system import PACK
+
+    runbook = PACK.runbooks["system"]
+    agent = AgentRecord(name="odd-1", public_key="k", enrolled_at=0.0)
+    found = RunbookOutcome(agent, runbook, [StepOutcome(probe) for probe in runbook.probes])
+    for step in found.steps:
+        step.status, step.result = "ok", {"filesystems": [{}]}
+    found.finish()  # raised KeyError: 'mountpoint'
+    [disk] = [step for step in found.steps if step.probe == "system.disk.usage"]
+    assert (disk.status, disk.code) == ("error", "malformed_reading")
+    assert str(disk.error).startswith(
+        "the agent's answer does not have system.disk.usage's shape (KeyError: "
+    )
