@@ -22,6 +22,7 @@ from sonde.hub.policy import checked_probe_glob, unmatched_probe_globs
 from sonde.hub.probing import schema_call, visible_agents
 from sonde.hub.tools.base import TAGS_FIELD, TagQuery, ToolCall, ToolInput, ToolOutput, ToolSpec
 from sonde.hub.tools.views import runnable_categories
+from sonde.protocol.messages import ProbeDescriptor
 
 
 class PackOut(BaseModel):
@@ -60,6 +61,7 @@ MAX_PROBE_GLOBS = 20
 # A summary is one line a model skims: 53 probes of the built-in packs in some 10 KB of JSON, not
 # the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
 SUMMARY_CHARS = 120
+AGENTS_WORDS = "(described by its agents, not by this hub) "  # a probe of a pack the hub does not have
 EXAMPLE_PROBE = "system.files.read"
 EXAMPLE_CALL = schema_call([EXAMPLE_PROBE])
 
@@ -137,13 +139,14 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
                 AgentCapabilities(agent=record.name, status=status, packs=packs, categories=categories)
             )
     descriptions = describe_categories(hub)
+    known = hub.packs.described()
     unmatched = unmatched_probe_globs(args.probes, runnable)
     return CapabilitiesOutput(
         agents=agents,
         matched=len(records),
         truncated=len(records) > args.limit,
         probes=[
-            probe_info(runnable[name], detailed=bool(args.probes))
+            probe_info(in_hub_words(runnable[name], known.get(name)), detailed=bool(args.probes))
             for name in sorted(runnable)
             if wanted(name, args.probes)
         ],
@@ -167,6 +170,16 @@ def describe_pack(
         runnable.setdefault(probe["name"], probe)
     shown = [probe["name"] for probe in allowed if wanted(probe["name"], globs)]
     return PackOut(name=pack["name"], version=pack["version"], probes=shown)
+
+
+def in_hub_words(probe: dict[str, Any], known: ProbeDescriptor | None) -> dict[str, Any]:
+    """``probe`` as the model is told of it: in the words of the hub's own pack when it has the
+    probe, never an agent's (whichever agent came first by name described it to the whole fleet,
+    so one agent could rewrite what a model reads of a built-in probe: a hostile-agent review);
+    a probe only agents have is marked as their words."""
+    if known is not None:
+        return {"name": probe["name"], "description": known.description, "paramsSchema": known.params_schema}
+    return {**probe, "description": f"{AGENTS_WORDS}{probe['description']}"}
 
 
 def wanted(name: str, globs: list[str]) -> bool:
