@@ -43,6 +43,12 @@ from sonde.protocol.signing import (
 SHOWN_VALUE_CHARS = 80  # a peer's value quoted in an error (and so in a reject, a log, the audit)
 
 
+def no_constant(name: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``, which Python's JSON reads and JSON has
+    not: passed on, they made the answers of REST (and the dashboard) JSON no parser takes."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Message, dict[str, Any]]:
     """Decode and validate one text frame without checking its signature.
 
@@ -56,7 +62,7 @@ def parse_frame(text: str, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Mess
             "frame_too_large", f"frame is larger than the limit of {max_frame_bytes} bytes"
         )
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=no_constant)
     except (ValueError, RecursionError) as exc:
         raise RemoteProtocolError("bad_json", f"frame is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):

@@ -21,6 +21,17 @@ SUPPORTED_VERSIONS = (1, 1)  # inclusive range the hub accepts
 MAX_FRAME_BYTES = 1024 * 1024
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# What an agent says of itself and of its packs is bounded, not only by the frame: a hostile
+# agent's 1 MB nonce was kept for the replay window (about 1 MiB of hub memory a frame), its
+# 450 KB `os` went whole into a log line at every connect, its 9,000 probes into every
+# list_capabilities answer (a hostile-agent review). Real agents use a fraction of each bound.
+NONCE_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # `new_nonce` makes 22 characters
+ERROR_CODE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+Word = Annotated[str, Field(max_length=64)]  # an id, a version
+Text = Annotated[str, Field(max_length=256)]  # a host name, an OS, a kernel
+Description = Annotated[str, Field(max_length=8192)]
+MAX_PACKS = 64
+MAX_PROBES_PER_PACK = 256
 LINK_KEY_PATTERN = r"^[A-Za-z0-9+/]{43}=$"  # base64 of a 32-byte X25519 public key (sonde.protocol.linkkeys)
 
 
@@ -41,27 +52,27 @@ class WireModel(BaseModel):
 
 class ProbeDescriptor(WireModel):
     name: Annotated[str, Field(pattern=PROBE_NAME_PATTERN)]
-    description: str
+    description: Description
     params_schema: dict[str, JsonValue]
     timeout_s: float
 
 
 class PackDescriptor(WireModel):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
-    version: str
-    description: str = ""
-    categories: tuple[str, ...] = ()
-    probes: tuple[ProbeDescriptor, ...] = ()
+    version: Word
+    description: Description = ""
+    categories: Annotated[tuple[Word, ...], Field(max_length=MAX_PACKS)] = ()
+    probes: Annotated[tuple[ProbeDescriptor, ...], Field(max_length=MAX_PROBES_PER_PACK)] = ()
 
 
 class Attestation(WireModel):
     """What the agent says about itself; the hub compares it to a baseline."""
 
-    os: str
-    kernel: str
-    agent_version: str
-    code_hash: str
-    packs: dict[str, str]
+    os: Text
+    kernel: Text
+    agent_version: Word
+    code_hash: Text
+    packs: Annotated[dict[Word, Word], Field(max_length=MAX_PACKS)]
 
 
 LinkKeyText = Annotated[str, Field(pattern=LINK_KEY_PATTERN)]
@@ -69,14 +80,14 @@ LinkKeyText = Annotated[str, Field(pattern=LINK_KEY_PATTERN)]
 
 class RegisterPayload(WireModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    hostname: str
-    os: str
-    os_version: str = ""
-    kernel: str = ""
-    arch: str = ""
-    agent_version: str
+    hostname: Text
+    os: Text
+    os_version: Text = ""
+    kernel: Text = ""
+    arch: Word = ""
+    agent_version: Word
     boot_time: float | None = None
-    packs: tuple[PackDescriptor, ...]
+    packs: Annotated[tuple[PackDescriptor, ...], Field(max_length=MAX_PACKS)]
     attestation: Attestation
     link_key: LinkKeyText | None = (
         None  # this connection's X25519 key; the hub refuses a register without one
@@ -141,7 +152,7 @@ class ProbeResponsePayload(WireModel):
 
 class ProbeErrorPayload(WireModel):
     request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
-    code: str
+    code: Annotated[str, Field(pattern=ERROR_CODE_PATTERN)]
     message: str
 
 
@@ -167,11 +178,11 @@ def utc_now() -> datetime:
 
 class Envelope(WireModel):
     v: int = PROTOCOL_VERSION
-    id: str = Field(default_factory=new_message_id)
+    id: Word = Field(default_factory=new_message_id)
     ts: AwareDatetime = Field(default_factory=utc_now)  # naive times cannot be compared with ours
-    agent_id: str | None = None
-    nonce: str = Field(default_factory=new_nonce)
-    sig: str | None = None
+    agent_id: Word | None = None
+    nonce: Annotated[str, Field(pattern=NONCE_PATTERN)] = Field(default_factory=new_nonce)
+    sig: Text | None = None
 
 
 class AgentRegister(Envelope):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,6 +14,7 @@ from sonde.protocol.errors import RemoteProtocolError, SignatureError
 from sonde.protocol.messages import (
     AgentHeartbeat,
     Attestation,
+    ProbeErrorPayload,
     ProbeRequest,
     ProbeRequestPayload,
     ProbeResponse,
@@ -118,9 +120,11 @@ def test_bad_frames_name_what_is_wrong(text: str, code: str, fragment: str) -> N
 def test_a_whole_surrogate_pair_and_an_escaped_backslash_are_fine() -> None:
     wire = to_wire(request())
     for text in ("\U0001f600", "C:\\udev\\uDrive"):  # an emoji (escaped as a pair); backslash, then "ud"
-        message, raw = parse_frame(json.dumps({**wire, "nonce": text}))
-        assert raw["nonce"] == text
-        assert message.nonce == text
+        payload = {**wire["payload"], "params": {"text": text}}
+        message, raw = parse_frame(json.dumps({**wire, "payload": payload}))
+        assert raw["payload"]["params"]["text"] == text
+        assert isinstance(message, ProbeRequest)
+        assert message.payload.params["text"] == text
 
 
 def test_frame_larger_than_limit() -> None:
@@ -208,3 +212,66 @@ def test_register_payload_validates_names() -> None:
     for bad in ["", "-x", "a b", "x" * 64, "a;rm"]:
         with pytest.raises(ValidationError):
             RegisterPayload(name=bad, **base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda wire: {**wire, "nonce": "n" * 1_000_000}, "nonce"),  # kept for the replay window
+        (lambda wire: {**wire, "nonce": "a b"}, "nonce"),
+        (lambda wire: {**wire, "id": "i" * 65}, "id"),
+        (lambda wire: {**wire, "agentId": "a" * 65}, "agentId"),
+    ],
+)
+def test_an_envelope_field_past_its_bound_is_refused(change: Any, field: str) -> None:
+    """Regression (a hostile-agent review): a 1 MB nonce was accepted and remembered for the
+    replay window, about 1 MiB of hub memory a frame."""
+    with pytest.raises(RemoteProtocolError) as caught:
+        parse_frame(json.dumps(change(to_wire(request()))))
+    assert f"'{field}'" in str(caught.value)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused(constant: str) -> None:
+    """Python's JSON reads them, JSON has not: passed on, they broke REST answers (the dashboard)."""
+    text = json.dumps(to_wire(request())).replace('"timeoutS": 30.0', f'"timeoutS": {constant}')
+    assert constant in text
+    with pytest.raises(RemoteProtocolError) as caught:
+        parse_frame(text)
+    assert caught.value.code == "bad_json"
+
+
+def test_an_error_code_is_a_word() -> None:
+    with pytest.raises(ValidationError):
+        ProbeErrorPayload(request_id="r1", code="x" * 300_000, message="m")
+    with pytest.raises(ValidationError):
+        ProbeErrorPayload(request_id="r1", code="Bad Code\x1b[2J", message="m")
+    assert ProbeErrorPayload(request_id="r1", code="service_down", message="m").code == "service_down"
+
+
+def test_what_an_agent_says_of_itself_is_bounded() -> None:
+    """Regression (a hostile-agent review): a 450 KB `os` went whole into a log line at every
+    connect, and 9,000 probes of one agent into every list_capabilities answer."""
+    from sonde.packs.registry import load_packs
+    from sonde.protocol.messages import PackDescriptor, RegisterPayload
+
+    packs = [pack.descriptor() for pack in load_packs().packs.values()]
+    claim = {"os": "linux", "kernel": "6.1", "agentVersion": "0.1.0", "codeHash": "sha256:a", "packs": {}}
+    fields = {
+        "name": "web-1",
+        "hostname": "web-1",
+        "os": "linux",
+        "agentVersion": "0.1.0",
+        "attestation": claim,
+    }
+    assert RegisterPayload.model_validate({**fields, "packs": packs}).packs  # every built-in pack fits
+    for too_much in (
+        {"os": "x" * 257},
+        {"attestation": {**claim, "os": "x" * 450_000}},
+        {"packs": [packs[0]] * 65},
+    ):
+        with pytest.raises(ValidationError):
+            RegisterPayload.model_validate({**fields, "packs": packs, **too_much})
+    probe = packs[0].probes[0]
+    with pytest.raises(ValidationError):
+        PackDescriptor(name="many", version="1", probes=(probe,) * 257)
