@@ -219,3 +219,24 @@ def test_a_keys_name_finds_its_entries(tmp_path: Path) -> None:
         "no audit entries match (no API key has the id or name 'nobody': see `sonde hub key list`)"
         in nobody.stderr
     )
+
+
+def test_no_terminal_control_reaches_the_table() -> None:
+    """Regression (a hostile-agent review): an agent's error message with a C1 CSI (U+009B)
+    and a bidirectional override (U+202E) was printed raw in the detail column."""
+    from sonde.hub.admin_audit_list import table_row
+
+    row = {
+        "seq": 1,
+        "ts": 0.0,
+        "actor": "hub",
+        "action": "mcp.probe",
+        "target": "web\u202e1",
+        "outcome": "error",
+        "detail": {"error": "a\u009b2Jb\u202ec", "name": "café"},
+    }
+    shown = table_row(row)
+    assert shown.isprintable(), shown
+    assert "\\u009b2J" in shown
+    assert "\\u202e" in shown
+    assert "café" in shown  # printable text stays as it is

@@ -130,10 +130,14 @@ def table_row(row: dict[str, Any]) -> str:
     detail = json.dumps(row["detail"], separators=(",", ":"), ensure_ascii=False) if row["detail"] else "-"
     return (
         f"{row['seq']:>7} {utc_text(row['ts']):20} {one_line(row['actor']):34} {one_line(row['action']):28} "
-        f"{one_line(row['target'] or '-'):32} {one_line(row['outcome']):9} {clipped(detail, DETAIL_SHOWN_CHARS)}"
+        f"{one_line(row['target'] or '-'):32} {one_line(row['outcome']):9} {clipped(one_line(detail), DETAIL_SHOWN_CHARS)}"
     )
 
 
 def one_line(text: str) -> str:
-    """``text`` for a table cell: as it is when printable, else escaped as in JSON (no line breaks)."""
-    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
+    """``text`` for a table cell: each character that is not printable escaped as in JSON (no
+    line breaks; no C1 control such as CSI, nor a bidirectional override, reaches the terminal:
+    an agent's error message can hold them)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
