@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_config_files import PROSE_OR_STATE_WORD
-from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule, contains, contains_folded
+from sonde.agent.scrub_gates import contains, contains_folded
+from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule
 from sonde.agent.secret_names import is_secret_name
 
 # A PHP (or Python, Ruby) string's text, a backslash escaping the next character.

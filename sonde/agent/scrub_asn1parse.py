@@ -36,7 +36,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sonde.agent.scrub_shapes import ShapeRule, contains
+from sonde.agent.scrub_gates import contains
+from sonde.agent.scrub_shapes import ShapeRule
 
 MAX_HEX_DIGITS = 1 << 20  # of a value on one line: more than any key's (ML-DSA-87's is 9 792)
 MAX_DUMP_LINES = 1 << 16  # of a ``-dump`` (16 bytes a line)

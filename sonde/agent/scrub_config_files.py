@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_commands import ECHOED
+from sonde.agent.scrub_gates import contains, contains_folded
 from sonde.agent.scrub_programs import SNMP_FLAG_VALUES
-from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule, contains, contains_folded
+from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule
 from sonde.agent.secret_names import is_secret_name, name_parts
 
 _PGPASS_PORT = re.compile(r":(?:\d{1,5}|\*):[^\s:\x00]{1,63}:[^\s:\x00]{1,63}:")  # the gate of pgpass_line

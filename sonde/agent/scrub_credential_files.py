@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 
-from sonde.agent.scrub_shapes import FRESH, ShapeRule, contains, contains_folded
+from sonde.agent.scrub_gates import contains, contains_folded
+from sonde.agent.scrub_shapes import FRESH, ShapeRule
 
 _LINE_START = r"(?<![^\n\x00])[ \t]{0,64}+"
 _LINE_END = r"(?=\r?\n|\x00|\Z)"

@@ -35,7 +35,8 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_asn1parse import ASN1PARSE_PRIVATE_VALUES
-from sonde.agent.scrub_shapes import FRESH, ShapeRule, contains
+from sonde.agent.scrub_gates import contains
+from sonde.agent.scrub_shapes import FRESH, ShapeRule
 
 # The labels of a private number, as openssl and GnuTLS print them (case and all).
 _PRIVATE_LABEL = (

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 
 from sonde.agent.scrub_commands import ECHOED
-from sonde.agent.scrub_shapes import FRESH, QUOTED, ShapeRule, contains
+from sonde.agent.scrub_gates import contains
+from sonde.agent.scrub_shapes import FRESH, QUOTED, ShapeRule
 
 # A program run from /usr/bin or /usr/sbin, maybe under sudo.
 _SUDO = r"(?:sudo(?:[ \t]+-[^\s\x00]{1,64}+)*+[ \t]+)?(?:/usr)?(?:/s?bin/)?"

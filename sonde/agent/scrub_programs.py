@@ -37,7 +37,8 @@ from sonde.agent.scrub_commands import (
     VAULT_VALUED,
     flags_then,
 )
-from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule, contains, contains_folded
+from sonde.agent.scrub_gates import contains, contains_folded
+from sonde.agent.scrub_shapes import CUT, FRESH, QUOTED, ShapeRule
 
 # htpasswd -b[other letters] [FILE] USER PASSWORD: FILE is absent with -n.
 _HTPASSWD_OPTS = r"(?:[ \t]+-[A-Za-z]{1,8}(?:[ \t]+\d{1,3}(?=[ \t]))?){1,6}+"

@@ -79,6 +79,7 @@ from sonde.agent.scrub_credential_files import (
     SASL_PASSWD_LINE,
     SCHEME_HASH_LINE,
 )
+from sonde.agent.scrub_gates import may_hold
 from sonde.agent.scrub_key_text import KEY_TEXT_RULES
 from sonde.agent.scrub_password_tools import (
     CHPASSWD_INPUT,
@@ -256,7 +257,7 @@ def _named_value_is_secret(match: re.Match[str]) -> bool:
 def _stem_hits(lower: str) -> list[int]:
     """Where a stem occurs in ``lower``, in order (``str.find`` is much faster than a regex here)."""
     hits = []
-    for stem in STEMS:
+    for stem in may_hold(lower, STEMS):  # a stem one of whose letters ``lower`` lacks is not in it
         hit = lower.find(stem)
         while hit != -1:
             hits.append(hit)

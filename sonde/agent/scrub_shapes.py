@@ -3,7 +3,7 @@ written with, and the rules for credentials with a shape of their own.
 
 Each `ShapeRule` is a pattern for one kind of secret (a private key block, a
 vendor token, a URL password, a program's password flag ...) behind a cheap
-gate; `sonde.agent.scrub_rules` runs them, with the rules keyed by a field
+gate (`sonde.agent.scrub_gates`); `sonde.agent.scrub_rules` runs them, with the rules keyed by a field
 name, in `scrub_text`, in the order of its `SHAPE_RULES`. Only a rule's value
 group is redacted (the whole match when it has none), or, for a rule with an
 ``inner`` pattern, each of its values inside that group (every ``>PW`` after
@@ -26,6 +26,8 @@ import binascii
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from sonde.agent.scrub_gates import contains, contains_folded, long_with
 
 FRESH = r"(?!(?:\\?[\"'])?\[REDACTED\])"  # the value (maybe quoted) is not already redacted
 SCHEME = r"(?i:bearer|basic|token|digest|negotiate|bot)[ \t]+"  # an auth scheme before a credential
@@ -139,21 +141,6 @@ class ShapeRule:
 # program's name, after a value hidden in an earlier pass (" -p[REDACTED]" is 13 characters).
 AGAIN_PASSES = 32
 _LINE_END = re.compile(r"[\n\x00]")
-
-
-def contains(*needles: str) -> Callable[[str, str], bool]:
-    """A gate: the text holds one of ``needles``."""
-    return lambda text, lower: any(needle in text for needle in needles)
-
-
-def contains_folded(*needles: str) -> Callable[[str, str], bool]:
-    """A gate: the lowercased text holds one of ``needles``."""
-    return lambda text, lower: any(needle in lower for needle in needles)
-
-
-def long_with(char: str, min_chars: int = 15) -> Callable[[str, str], bool]:
-    """A gate: the text is ``min_chars`` long at least and holds ``char``."""
-    return lambda text, lower: len(text) >= min_chars and char in text
 
 
 # What a key block's BEGIN and END lines name: a private key, or an OpenVPN key.
