@@ -93,9 +93,10 @@ class _FileLines:
 
     def each(self, lines: list[str]) -> list[str]:
         """Each of ``lines`` as the file's line right after its name (the name before each)."""
-        if any("\x00" in line for line in lines):
+        if "\x00" in "".join(lines):
             return [self(line) for line in lines]
-        return self.redact("".join(self.named + line + "\x00" for line in lines)).split("\x00")[1::2]
+        # the name before each line, and a NUL after it: one join, not a concatenation a line
+        return self.redact(self.named + ("\x00" + self.named).join(lines) + "\x00").split("\x00")[1::2]
 
 
 def redact_lines(lines: list[str], redact: Callable[[str], str], context: int = 0) -> list[str]:
@@ -125,7 +126,9 @@ def scrubbed_lines(
     text = "\n".join(lines)
     scrubbed = redact(text)
     sent = lines if scrubbed == text else _realign(lines, scrubbed.split("\n"))
-    orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
+    orphan = None
+    if "END" in scrubbed:  # in every END line, so in the text whose pieces made any line sent with one
+        orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
     if orphan is not None:
         sent = [REDACTED] * (orphan + 1) + sent[orphan + 1 :]
     raw = lines[context:]
@@ -144,7 +147,7 @@ def _each(lines: list[str], redact: Callable[[str], str]) -> list[str]:
     file's lines, each right after the file's name, for `as_lines_of`'s)."""
     if isinstance(redact, _FileLines):
         return redact.each(lines)
-    if any("\x00" in line for line in lines):
+    if "\x00" in "".join(lines):
         return [redact(line) for line in lines]
     return redact("\x00".join(lines)).split("\x00")  # no rule crosses a NUL
 
