@@ -14,7 +14,7 @@ never swallows the marker nor counts it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,11 +118,19 @@ def redact_lines(lines: list[str], redact: Callable[[str], str], context: int = 
 
 
 def scrubbed_lines(
-    lines: list[str], redact: Callable[[str], str], context: int
+    lines: list[str], redact: Callable[[str], str], context: int, picked: Sequence[int] | None = None
 ) -> tuple[list[str], list[str]]:
-    """``lines[context:]`` as they will be shown, and as `redact_lines` returns them."""
+    """``lines[context:]`` as they will be shown, and as `redact_lines` returns them; with
+    ``picked`` (indexes into ``lines`` past ``context``, ascending), only the lines at those.
+
+    All of ``lines`` are scrubbed as one text whatever ``picked``: the lines left out give the
+    others their context. Each line is also scrubbed on its own (`_each`), and only there is a line
+    left out not scrubbed: a filter's probe picks the lines it could keep, and a log of numbers has
+    ~160,000 lines a batch for a few kept, each with its file's name before it."""
+    if picked is None:
+        picked = range(context, len(lines))
     if redact is unredacted or not lines:
-        return lines[context:], lines[context:]
+        return [lines[i] for i in picked], [lines[i] for i in picked]
     text = "\n".join(lines)
     scrubbed = redact(text)
     sent = lines if scrubbed == text else _realign(lines, scrubbed.split("\n"))
@@ -131,9 +139,9 @@ def scrubbed_lines(
         orphan = next((i for i in range(len(sent) - 1, -1, -1) if _KEY_END.search(sent[i])), None)
     if orphan is not None:
         sent = [REDACTED] * (orphan + 1) + sent[orphan + 1 :]
-    raw = lines[context:]
+    raw = [lines[i] for i in picked]
     alone = _each(raw, redact)
-    shown = alone if sent is lines else _each(sent[context:], redact)
+    shown = alone if sent is lines else _each([sent[i] for i in picked], redact)
     # what the agent's last scrub finds in a line without its file's name before it
     bare = _each(raw, redact.redact) if isinstance(redact, _FileLines) else alone
     return shown, [

@@ -233,6 +233,7 @@ class _Judge:
     lines before it as context, so a key block or a YAML block scalar is hidden on
     every line it spans. ``contains`` must match the line before and after
     scrubbing, so a filter cannot confirm a guess at a secret the answer hides.
+    Only the lines it could keep (matching before) are then scrubbed each on its own too.
     """
 
     def __init__(
@@ -284,18 +285,16 @@ class _Judge:
         True once ``count`` lines are found or the budget is spent. ``newest_first`` adds the newest first."""
         self.chars = self.ready_lines = self.ready_chars = 0
         context = min(context, len(lines))
-        if not any(self.could_keep(line) for line in lines[context:]):
+        picked = [index for index in range(context, len(lines)) if self.could_keep(lines[index])]
+        if not picked:
             return False
-        shown, sent = scrubbed_lines(lines, self.redact, context)
-        order = range(len(lines) - 1, context - 1, -1) if newest_first else range(context, len(lines))
-        for index in order:
-            raw = lines[index]
-            if self.could_keep(raw) and self.could_keep(shown[index - context]):
-                kept = sent[index - context]
+        shown, sent = scrubbed_lines(lines, self.redact, context, picked)
+        for at in range(len(picked) - 1, -1, -1) if newest_first else range(len(picked)):
+            raw = lines[picked[at]]
+            if self.could_keep(shown[at]):
+                kept = sent[at]
                 if isinstance(raw, CutLine):  # scrubbed, for the marker to follow (`marked`)
-                    kept = (
-                        raw if shown[index - context] is raw else CutLine(shown[index - context], raw.omitted)
-                    )
+                    kept = raw if shown[at] is raw else CutLine(shown[at], raw.omitted)
                 if self._keep(raw, kept):
                     return True
         return False
