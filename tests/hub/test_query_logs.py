@@ -217,10 +217,11 @@ async def test_a_source_whose_pack_the_agent_lacks_names_the_sources_it_has(hub:
 
 
 def test_a_refused_since_says_what_is_wrong_before_the_answer_cuts_it() -> None:
-    """Regression: said back through describe_params_error (cut at 200 characters), the refusal
+    """Regression: said back through describe_params_error (cut at 200 characters then), the refusal
     ended in the middle of the forms, before it said what was wrong with the value."""
     with pytest.raises(ValidationError) as caught:
         QueryLogsInput.model_validate({"source": "audit", "since": "9999-12-31T23:59:59Z"})
     said = describe_params_error(caught.value)
     assert said.startswith("since: since '9999-12-31T23:59:59Z' is no real date and time in reach: ")
     assert "Value error" not in said
+    assert said.endswith("from 1970-01-01 to 9999-12-30")  # whole
