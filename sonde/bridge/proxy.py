@@ -73,10 +73,7 @@ log = logging.getLogger(__name__)
 OUTPUT_QUEUE_LINES = 16
 EOF_DRAIN_S = 1.0  # under the 2 s an MCP client waits for a server to exit after closing stdin
 DELETE_TIMEOUT_S = 0.8  # with EOF_DRAIN_S, under those 2 s: a healthy hub answers in milliseconds
-# After EOF and the drain, what is left to say (the drained answers, the errors for requests
-# still open) has this long to be written: to a client that reads, milliseconds; one that reads
-# no more must not hold the exit past the 2 s (it had taken 5.2 s).
-FLUSH_AFTER_EOF_S = 0.2
+FLUSH_AFTER_EOF_S = 0.2  # to write what is left after the drain: ms to a reader; a non-reader took 5 s
 RESUME_ATTEMPTS = 3  # GETs with Last-Event-ID for one answer whose stream broke off
 RESUME_DELAY_S = 0.5  # before each, unless the stream named its own retry
 

@@ -149,11 +149,8 @@ class McpPost:
         return {"type": "http.disconnect"}
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
-        # Marked before the send: hypercorn tells the request's reader the client went (the
-        # cycle is over) as it takes the last body, before this send returns; marked after,
-        # every answer sent whole was then cancelled as if its client had left before it.
         if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.answered = True
+            self.answered = True  # first: hypercorn says the cycle is over before this send returns
         await self._client_send(message)
 
     async def watch_client(self) -> None:
