@@ -54,11 +54,13 @@ async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[No
     and trio hands a signal still unread then to its default action: a second SIGTERM sent
     while the close waited on the hub (up to 5 s) killed the stopping agent (exit 143).
     """
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started()
         stopped = False
         async with trio.open_nursery() as stopping:
-            async for signum in signals:
+
+            def take(signum: int) -> None:
+                nonlocal stopped
                 name = signal.Signals(signum).name
                 if signum == signal.SIGHUP:
                     log.info("SIGHUP received: ignored (the agent has nothing to reload; SIGTERM stops it)")
@@ -69,8 +71,15 @@ async def stop_on_signal(daemon: AgentDaemon, *, task_status: trio.TaskStatus[No
                     log.info("%s received: stopping", name)
                     stopping.start_soon(daemon.stop, "agent stopping")
 
+            while _NOTED:
+                take(_NOTED.pop(0))
+            async for signum in signals:
+                take(signum)
+
 
 ALREADY_STOPPING = "already stopping: the agent exits once its link to the hub is closed"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_NOTED: list[int] = []  # signals taken while no receiver was open (`stop_on_signal`)
 
 
 async def agent_main(
@@ -155,6 +164,20 @@ def run_agent(
         return EXIT_NOT_ENROLLED
     configure_logging(log_level)
     cap_malloc_arenas()  # before any probe's worker thread
+    # Closed, the signal receiver gives each signal back the handler it found: were that the
+    # default, one in the instant between the stop and the exit killed the agent (143, seen under
+    # load). This one notes it (`stop_on_signal` takes one noted while the agent goes on with a
+    # new identity), then the exit ignores them (Python resets its handlers as it ends).
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, lambda signum, _frame: _NOTED.append(signum))
+    try:
+        return _run_until_stopped(config, config_file, registry)
+    finally:
+        for stop_signal in STOP_SIGNALS:
+            signal.signal(stop_signal, signal.SIG_IGN)
+
+
+def _run_until_stopped(config: AgentConfig, config_file: Path | None, registry: PackRegistry | None) -> int:
     while True:
         packs = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
         if not packs.packs:

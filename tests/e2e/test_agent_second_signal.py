@@ -1,11 +1,14 @@
 """`sonde start` given a second SIGTERM or SIGINT while it stops (`kill` again, an impatient
-supervisor, Ctrl-C twice): it says it is already stopping and exits 0 as the first would have it.
+supervisor, Ctrl-C twice): it says it is already stopping and exits 0 as the first would have it;
+one that comes as the agent exits changes nothing either.
 
 Before, the first signal's handler ended the agent's receiving of signals as soon as the stop
 was under way, and trio hands a signal that comes after that to its default action. The stop
-itself is not always quick: a probe's command that ignores SIGTERM is killed only after 5 s
-(trio's `run_process`), and the agent waits for it. A second SIGTERM then killed the stopping
-agent (exit 143). A test pack's probe runs such a command, so the second signal lands there.
+itself is not always quick: the agent waits for its probes to end, and a probe may take a while
+to clean up. A second SIGTERM then killed the stopping agent (exit 143). A test pack's probe takes
+3 s to, so the second signal lands there (its command is killed at once: the probe's own clean-up
+is what keeps the stop going; before it did, a loaded CI saw the stop end before the second signal,
+which then killed the agent in the instant before its exit: 143 again).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from tests.testpacks import install_test_pack
 pytestmark = pytest.mark.e2e
 
 STUBBORN_PACK_SOURCE = '''
-"""Test-only pack: a probe whose command ignores SIGTERM."""
+"""Test-only pack: a probe slow to stop."""
+import trio
+
 from sonde.packs.base import Pack, Params, Result
 from sonde.packs.process import run_command
 
@@ -38,9 +43,13 @@ class Ran(Result):
     returncode: int
 
 
-@PACK.probe("stubborn.command.run", "Runs a command that ignores SIGTERM for 20 s.", timeout_s=60)
+@PACK.probe("stubborn.command.run", "Runs a command, then takes 3 s to clean up.", timeout_s=60)
 async def run(ctx, params: Params) -> Ran:
-    done = await run_command(["sh", "-c", "trap '' TERM; exec sleep 20"])
+    try:
+        done = await run_command(["sh", "-c", "trap '' TERM; exec sleep 20"])
+    finally:
+        with trio.CancelScope(shield=True):  # its clean-up outlasts a cancel: the stop waits for it
+            await trio.sleep(3)
     return Ran(returncode=done.returncode)
 '''
 
