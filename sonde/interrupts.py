@@ -12,6 +12,9 @@ so before it exits 130, and what to do (`sonde.agent.enroll.interrupted_advice`)
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
@@ -24,3 +27,25 @@ def stop_taking_interrupts() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def noting_signals(signums: Sequence[int], noted: list[int]) -> Iterator[None]:
+    """While the block runs, a signal of ``signums`` no trio receiver takes is appended to
+    ``noted``; from its end to the process's exit, they are ignored.
+
+    For a long-running command (the agent, the bridge) that stops on its first signal and says
+    the later ones. A trio signal receiver, closed, gives each signal back the handler it found:
+    were that the default, one in the instant between the stop and the exit (an impatient
+    supervisor's second SIGTERM) killed the process (143, seen under load). Ignored at the end,
+    not noted: Python resets its own handlers to the default as the interpreter ends.
+    """
+    import signal
+
+    for signum in signums:
+        signal.signal(signum, lambda taken, _frame: noted.append(taken))
+    try:
+        yield
+    finally:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)

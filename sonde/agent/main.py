@@ -33,6 +33,7 @@ from sonde.agent.exit_codes import (
     EXIT_USAGE,
 )
 from sonde.agent.identity import active_packs
+from sonde.interrupts import noting_signals
 from sonde.log_levels import TextFormatter
 from sonde.packs.registry import PackRegistry, load_packs
 from sonde.stderr_lines import QueuedStderr
@@ -164,17 +165,9 @@ def run_agent(
         return EXIT_NOT_ENROLLED
     configure_logging(log_level)
     cap_malloc_arenas()  # before any probe's worker thread
-    # Closed, the signal receiver gives each signal back the handler it found: were that the
-    # default, one in the instant between the stop and the exit killed the agent (143, seen under
-    # load). This one notes it (`stop_on_signal` takes one noted while the agent goes on with a
-    # new identity), then the exit ignores them (Python resets its handlers as it ends).
-    for stop_signal in STOP_SIGNALS:
-        signal.signal(stop_signal, lambda signum, _frame: _NOTED.append(signum))
-    try:
+    # `stop_on_signal` takes a signal noted while the agent goes on with a new identity.
+    with noting_signals(STOP_SIGNALS, _NOTED):
         return _run_until_stopped(config, config_file, registry)
-    finally:
-        for stop_signal in STOP_SIGNALS:
-            signal.signal(stop_signal, signal.SIG_IGN)
 
 
 def _run_until_stopped(config: AgentConfig, config_file: Path | None, registry: PackRegistry | None) -> int:

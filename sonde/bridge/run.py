@@ -18,6 +18,7 @@ import trio
 
 from sonde.bridge.proxy import bridge_stdio
 from sonde.bridge.settings import KEY_ENV, BridgeSettings, NotConfigured, resolve_settings
+from sonde.interrupts import EXIT_INTERRUPTED, noting_signals
 from sonde.stderr_lines import QueuedStderr
 from sonde.stdio import claim_stdio
 
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_NOT_CONFIGURED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ARGV_KEY_WARNING = (
     "--api-key puts the API key on the command line, where every local user can read it (ps, "
@@ -92,16 +92,9 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
         async for signum in signals:
             stop(signum)
 
-    # Closed, the receiver gives each signal back the handler it found. Were that the default,
-    # one more signal in the 100-200 ms the process takes to end (an impatient supervisor's
-    # second SIGTERM) would kill it with 143; this one notes it, and nothing else, until the
-    # signals are ignored for the rest of the way (a Python handler is reset to the default
-    # as the interpreter ends).
-    taken_before: list[int] = []
-    for stop_signal in STOP_SIGNALS:
-        signal.signal(stop_signal, lambda signum, _frame: taken_before.append(signum))
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        for signum in taken_before:  # in the instant before the receiver
+    taken_before: list[int] = []  # in the instant before the receiver (`noting_signals`)
+    with noting_signals(STOP_SIGNALS, taken_before), trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        for signum in taken_before:
             stop(signum)
         async with trio.open_nursery() as watcher:
             watcher.start_soon(stop_on_signal, signals)
@@ -112,6 +105,4 @@ async def serve_stdio(settings: BridgeSettings, stdin_fd: int, stdout_fd: int) -
                 ):
                     await bridge_stdio(settings, stdin, stdout)
             watcher.cancel_scope.cancel()
-    for stop_signal in STOP_SIGNALS:
-        signal.signal(stop_signal, signal.SIG_IGN)
     return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else EXIT_OK
