@@ -87,9 +87,8 @@ class HubPatience:
     tool_call_s: float = TOOL_CALL_SILENCE_S
 
     def for_message(self, message: Any) -> float:
-        messages = message if isinstance(message, list) else [message]
-        calls = [m for m in messages if jsonrpc.method_of(m) == "tools/call" and "id" in m]
-        return self.tool_call_s if calls else self.answer_s
+        call = jsonrpc.method_of(message) == "tools/call" and "id" in message
+        return self.tool_call_s if call else self.answer_s
 
     def client_timeout(self) -> httpx2.Timeout:
         return httpx2.Timeout(connect=CONNECT_TIMEOUT_S, read=self.answer_s, write=WRITE_TIMEOUT_S, pool=None)

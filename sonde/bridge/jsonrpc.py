@@ -36,7 +36,36 @@ Message = dict[str, Any]
 
 
 class NotJsonRpc(ValueError):
-    """A line from the client that is not a JSON-RPC message (or batch of them)."""
+    """A line from the client that is not one JSON-RPC message.
+
+    It is answered with ``code``, once for each of ``ids`` (the requests it holds), or once with
+    a null id when it holds none.
+    """
+
+    code = PARSE_ERROR
+    ids: list[Any] = []
+
+    def answer(self) -> str:
+        return f"Parse error: {self}"
+
+
+class BatchRefused(NotJsonRpc):
+    """A JSON-RPC batch (an array of messages): MCP 2025-06-18 removed them, and the hub takes none."""
+
+    code = INVALID_REQUEST
+
+    def __init__(self, batch: list[Any]) -> None:
+        super().__init__(BATCH_REFUSED)
+        self.ids = [m["id"] for m in batch if isinstance(m, dict) and "method" in m and "id" in m]
+
+    def answer(self) -> str:
+        return str(self)
+
+
+BATCH_REFUSED = (
+    "JSON-RPC batches are not supported (MCP removed them in 2025-06-18, and the Sonde hub takes none): "
+    "send each message on its own line"
+)
 
 
 class Unroutable(ValueError):
@@ -50,8 +79,9 @@ class Unroutable(ValueError):
         self.code = code
 
 
-def parse_line(line: bytes) -> Message | list[Any]:
-    """Parse one line from stdin: UTF-8 JSON text, no byte order mark. Raises `NotJsonRpc`.
+def parse_line(line: bytes) -> Message:
+    """Parse one line from stdin: UTF-8 JSON text, no byte order mark, one message. Raises `NotJsonRpc`
+    (`BatchRefused` for an array of messages).
 
     The line is decoded here, strictly: ``json.loads`` on bytes would guess
     UTF-16 or UTF-32 and skip a BOM, and the bridge would forward a body the
@@ -67,35 +97,36 @@ def parse_line(line: bytes) -> Message | list[Any]:
         raise NotJsonRpc(f"not JSON: {exc}") from None
     if escapes_lone_surrogate(line, value):  # it could be sent on neither as a header nor as UTF-8
         raise NotJsonRpc("not JSON text: a string escapes a lone UTF-16 surrogate (\\ud800-\\udfff)")
-    if isinstance(value, dict) or (isinstance(value, list) and value):
+    if isinstance(value, dict):
         return value
-    raise NotJsonRpc("a JSON-RPC message is an object (or a non-empty array of them)")
+    if isinstance(value, list) and value:
+        raise BatchRefused(value)
+    raise NotJsonRpc("a JSON-RPC message is an object")
 
 
-def request_ids(message: Message | list[Any]) -> list[Any]:
-    """The ids of the requests in ``message`` (a request has a method and an id).
+def request_ids(message: Message) -> list[Any]:
+    """The id of ``message`` if it is a request (it has a method and an id), as a list.
 
     A response the client sends back (to a server request) also has an id, but
     it belongs to the hub's id space: an error made up for it would look to the
     client like an answer to one of its own requests, so it is not counted.
     """
-    messages = message if isinstance(message, list) else [message]
-    return [m["id"] for m in messages if isinstance(m, dict) and "method" in m and "id" in m]
+    return [message["id"]] if "method" in message and "id" in message else []
 
 
-def method_of(message: Message | list[Any]) -> str | None:
+def method_of(message: Message) -> str | None:
     return message.get("method") if isinstance(message, dict) else None
 
 
-def is_initialize(message: Message | list[Any]) -> bool:
+def is_initialize(message: Message) -> bool:
     return method_of(message) == INITIALIZE and "id" in message
 
 
-def is_initialized(message: Message | list[Any]) -> bool:
+def is_initialized(message: Message) -> bool:
     return method_of(message) == INITIALIZED
 
 
-def cancelled_request_id(message: Message | list[Any]) -> Any:
+def cancelled_request_id(message: Message) -> Any:
     """The ``requestId`` a ``notifications/cancelled`` names, else None."""
     if method_of(message) != CANCELLED:
         return None
@@ -103,7 +134,7 @@ def cancelled_request_id(message: Message | list[Any]) -> Any:
     return params.get("requestId") if isinstance(params, dict) else None
 
 
-def envelope_version(message: Message | list[Any]) -> str | None:
+def envelope_version(message: Message) -> str | None:
     """The protocol version a message carries in its own ``params._meta`` (MCP 2026-07-28 on), else None."""
     params = message.get("params") if isinstance(message, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
@@ -111,7 +142,7 @@ def envelope_version(message: Message | list[Any]) -> str | None:
     return version if isinstance(version, str) else None
 
 
-def routing_headers(message: Message | list[Any], version: str) -> dict[str, str]:
+def routing_headers(message: Message, version: str) -> dict[str, str]:
     """The headers that repeat a per-request-versioned message's version, method and name on HTTP.
 
     Raises `Unroutable` for a version or method that is not printable ASCII

@@ -2,18 +2,17 @@
 
 How it runs (one nursery, one writer of stdout):
 
-- the stdin reader parses each line only enough to know its kind and never
-  waits on the network, so a cancel, a ping or EOF is seen however the hub
-  behaves. Each message is POSTed by a task of its own (`Tracker` keeps count
-  and order): a slow tool call never holds up the next request, and answers go
-  out in whatever order the hub gives them;
+- the stdin reader parses each line only enough to know its kind and never waits on the network,
+  so a cancel, a ping or EOF is seen however the hub behaves. Each message is POSTed by a task of
+  its own (`Tracker` keeps count and order): a slow tool call never holds up the next request,
+  and answers go out in whatever order the hub gives them;
 - what MCP needs in order is kept, nothing more: notifications and responses
   go one at a time in the client's order (the hub acknowledges each at once),
   a request goes after those read before it, anything after the client's
   ``initialize`` waits for its answer (the session and version are in it),
   and a ``notifications/cancelled`` closes its request's POST at once (the hub
   cancels a call whose client goes) and follows it;
-- the bridge answers what it cannot forward itself: a second request with an
+- the bridge answers what it cannot forward itself: a JSON-RPC batch, a second request with an
   id still in flight, a request past the bridge's limit of requests in flight
   (`sonde.bridge.tracker`), a version or a method no HTTP header can carry;
 - each POST's answer, JSON or SSE, is parsed as it arrives and every message
@@ -28,9 +27,9 @@ How it runs (one nursery, one writer of stdout):
   it hit (naming the HTTP status, the network error, or how long the hub said
   nothing: `HubPatience`), and a line on stderr.
 
-On stdin EOF it gives what is in flight `EOF_DRAIN_S` to finish, answers each
-request still open with an error (and names them on stderr), writes what is left within
-`FLUSH_AFTER_EOF_S`, then the session is DELETEd; cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it too.
+On stdin EOF it gives what is in flight `EOF_DRAIN_S` to finish, answers each request still open with
+an error (named on stderr), writes what is left within `FLUSH_AFTER_EOF_S`, then DELETEs the session;
+cancelling `bridge_stdio` (on SIGTERM or SIGINT) DELETEs it too.
 """
 
 from __future__ import annotations
@@ -108,7 +107,8 @@ class Forwarder:
             message = jsonrpc.parse_line(line)
         except jsonrpc.NotJsonRpc as exc:
             log.error("stdin: %s: %.200r", exc, line)
-            await self.send(jsonrpc.error_answer(None, f"Parse error: {exc}", jsonrpc.PARSE_ERROR))
+            for request_id in exc.ids or [None]:
+                await self.send(jsonrpc.error_answer(request_id, exc.answer(), exc.code))
             return
         self.hub.note_version(message)
         ids = jsonrpc.request_ids(message)
@@ -119,7 +119,7 @@ class Forwarder:
         if refused is not None:
             reason, code = refused
             log.error("%s", reason)
-            for request_id in {jsonrpc.id_key(i): i for i in ids}.values():
+            for request_id in ids:
                 await self.send(jsonrpc.error_answer(request_id, reason, code))
             return
         request, after = self.tracker.start_request(ids, initialize=jsonrpc.is_initialize(message))

@@ -41,7 +41,7 @@ def done_event() -> trio.Event:
 
 @dataclass(eq=False)
 class ClientRequest:
-    """One request line (or batch) from the client, from the moment it is read to its end."""
+    """One request line from the client, from the moment it is read to its end."""
 
     keys: tuple[str, ...]  # `jsonrpc.id_key` of each of its ids
     waiting: dict[str, Any]  # key -> id, for the ids not answered yet

@@ -8,6 +8,7 @@ call can be seen to reach the agent: the sleep process goes away.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import AsyncIterator
@@ -312,3 +313,31 @@ async def test_a_notification_and_a_cancel_during_a_slow_call_take_effect_at_onc
         assert (await bridge.peer.receive())["id"] == 3  # nothing for 1: it was cancelled
         await bridge.peer.close()
         assert await bridge.exit_code() == 0
+
+
+async def test_a_batch_is_refused_by_the_bridge_in_words_and_the_session_goes_on(fleet: Fleet) -> None:
+    """MCP 2025-06-18 removed JSON-RPC batches and the hub takes none: it used to answer the
+    bridge's POST with a 400 of pydantic's errors, said to the client as an internal error."""
+    async with bridge_process(fleet.client_env) as bridge:
+        await bridge.peer.initialize()
+        batch = [
+            {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+            call(3, "list_agents"),
+        ]
+        await bridge.peer.send_raw(json.dumps(batch).encode() + b"\n")
+        answers = [await bridge.peer.receive(), await bridge.peer.receive()]
+        assert [a["id"] for a in answers] == [2, 3]
+        for answer in answers:
+            assert answer["error"]["code"] == -32600, answer
+            assert answer["error"]["message"].startswith("JSON-RPC batches are not supported"), answer
+            assert "each message on its own line" in answer["error"]["message"]
+        await bridge.peer.send_raw(b'[{"jsonrpc": "2.0", "method": "notifications/initialized"}]\n')
+        alone = await bridge.peer.receive()  # no request in it: one answer, with a null id
+        assert alone["id"] is None, alone
+        assert alone["error"]["code"] == -32600, alone
+        await bridge.peer.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})
+        assert await bridge.peer.receive() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+        await bridge.peer.close()
+        assert await bridge.exit_code() == 0
+    assert b"HTTP 400" not in bridge.stderr
