@@ -27,7 +27,7 @@ from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE, Caller, bearer_secret
 from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving, takes_event_stream
-from sonde.hub.mcp_refusals import RebindingLog, SdkRefusalAnswer, send_json
+from sonde.hub.mcp_refusals import BATCH_ANSWER, RebindingLog, SdkRefusalAnswer, is_batch, send_json
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.rest import WHERE_THINGS_ARE
 from sonde.hub.tools import agent_waiting_calls, all_tools
@@ -315,6 +315,9 @@ class RootApp:
         try:
             body = await self.read_mcp_body(headers, receive, send)
             if body is None:
+                return
+            if is_batch(body):
+                await send_json(send, 400, BATCH_ANSWER, [])
                 return
             plan = plan_answer(body, self.waits_on_agents, takes_event_stream(headers.get("accept", "")))
             post = McpPost(plan, body, receive, send)

@@ -38,6 +38,16 @@ CONTENT_TYPE_CODE = "invalid_content_type"
 # what --allowed-host can name: a host name or address, with a port or without
 ALLOWABLE_HOST = re.compile(r"^(?:[a-z0-9._-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
 LOG_EVERY_S = 60.0
+# A JSON-RPC batch: the SDK answered one with pydantic's four validation errors (-32602).
+BATCH_ANSWER = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {
+        "code": -32600,
+        "message": "JSON-RPC batches are not supported (MCP removed them in 2025-06-18): "
+        "send each message in a POST of its own",
+    },
+}
 
 
 async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
@@ -55,6 +65,11 @@ async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[
         }
     )
     await send({"type": "http.response.body", "body": data})
+
+
+def is_batch(body: bytes) -> bool:
+    """Whether ``body`` is a JSON array (what JSON-RPC calls a batch); read no further than its start."""
+    return body.lstrip(b" \t\r\n")[:1] == b"["
 
 
 def allowed_host_for(header: str, value: str) -> str | None:

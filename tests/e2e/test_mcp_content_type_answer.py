@@ -43,3 +43,26 @@ def test_a_post_that_is_not_json_is_told_the_content_type_mcp_needs(tmp_path: Pa
         assert accept.headers["content-type"] == "application/json"
         assert "Client must accept" in accept.json()["error"]["message"]
         assert initialize(hub, **{"Content-Type": "application/json; charset=utf-8"}).status_code == 200
+
+
+def test_a_batch_is_refused_in_words_and_opens_no_session(tmp_path: Path) -> None:
+    """The SDK answered a JSON-RPC batch with pydantic's four validation errors (-32602), with an
+    ``Mcp-Session-Id`` for a session nothing could use."""
+    with running_hub(tmp_path) as hub:
+        for body in (f"[{json.dumps(initialize_request(PROTOCOL))}]", ' \n[{"jsonrpc": "2.0", "id": 1}]'):
+            answer = httpx.post(
+                f"{hub.url}/mcp",
+                content=body,
+                headers={
+                    "Authorization": f"Bearer {hub.admin_key}",
+                    "Accept": "application/json, text/event-stream",
+                    "Content-Type": "application/json",
+                },
+                timeout=10,
+            )
+            assert answer.status_code == 400, answer.text
+            assert "mcp-session-id" not in answer.headers
+            error = answer.json()["error"]
+            assert error["code"] == -32600, error
+            assert error["message"].startswith("JSON-RPC batches are not supported"), error
+        assert initialize(hub).status_code == 200
