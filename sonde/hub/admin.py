@@ -24,6 +24,7 @@ from sonde.echo import echoed, holds_secret
 from sonde.hub.audit import record_entry
 from sonde.hub.db import SCHEMA_VERSION, open_database, refuse_lost_database, schema_version
 from sonde.hub.db_errors import DatabaseTooOld, DatabaseUnusable, database_error, database_unusable
+from sonde.params_words import describe_params_error
 
 
 def err(text: str) -> None:
@@ -109,8 +110,6 @@ def run_admin(action: Callable[..., int], data_dir: Path, *args: Any) -> int:
         err(f"sonde hub: {worded(exc, data_dir)}")
         return 1
     except ValidationError as exc:  # a bad --agents or --probes glob
-        from sonde.packs.executor import describe_params_error  # the probe runtime (trio): only here
-
         err(f"sonde hub: {describe_params_error(exc)}")
         return 2
     except ValueError as exc:  # a bad name or role, said by the check that refused it

@@ -41,7 +41,7 @@ from sonde.hub.probing import capitalized
 from sonde.hub.store import StoreCommitFailed
 from sonde.hub.tools import all_tools
 from sonde.hub.tools.base import ProgressFn, ToolCall, ToolError, ToolSpec, no_progress
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -193,7 +193,9 @@ async def call_tool(
         return tool_result(output.model_dump(mode="json"))
     except ValidationError as exc:
         outcome = "invalid"
-        return tool_error(f"Invalid arguments for {spec.name}: {describe_params_error(exc)}")
+        return tool_error(
+            f"Invalid arguments for {spec.name}: {describe_params_error(exc, spec.input_model)}"
+        )
     except ToolError as exc:
         outcome = exc.code
         if exc.denial is not None:  # refused by the key's role or policy: a row shaped as REST's

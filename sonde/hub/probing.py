@@ -21,7 +21,7 @@ from sonde.hub.agent_records import AgentRecord, get_agent
 from sonde.hub.errors import Denial, HubError, forbidden, not_found, unavailable
 from sonde.hub.fleet import degraded_reason
 from sonde.hub.policy import has_tags
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProbeTimeout
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             spec.params.model_validate(params)
         except ValidationError as exc:
             raise HubError(
-                f"Invalid params for {probe}: {describe_params_error(exc)}. "
+                f"Invalid params for {probe}: {describe_params_error(exc, spec.params)}. "
                 f"Call {schema_call([probe])} for its parameter schema.",
                 "invalid_params",
             ) from None

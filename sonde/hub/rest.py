@@ -43,7 +43,7 @@ from sonde.hub.errors import (
 )
 from sonde.hub.keys import revoked_key_use
 from sonde.hub.store import StoreCommitFailed
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
 from sonde.protocol.jsontext import RepeatedKey, escapes_lone_surrogate, loads_unique
 

@@ -32,7 +32,7 @@ from sonde.hub.audit import verify_audit
 from sonde.hub.audit_filters import AmbiguousKeyName, actor_of, time_ago_or_at
 from sonde.hub.audit_query import query_audit_page
 from sonde.hub.rest import ApiError, require_caller
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 
 if TYPE_CHECKING:
     from pydantic import ModelWrapValidatorHandler

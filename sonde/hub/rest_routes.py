@@ -34,7 +34,7 @@ from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
 from sonde.hub.tools.health import HealthCheckInput, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.names import NAME_PATTERN
 

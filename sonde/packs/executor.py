@@ -19,10 +19,10 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
-from sonde.echo import clipped
 from sonde.packs.base import OutOfTime, PackLoadError, ProbeUnavailable, ServiceRefused
 from sonde.packs.context import PathNotAllowed, ProbeContext, unredacted
 from sonde.packs.registry import PackRegistry
+from sonde.params_words import describe_params_error
 from sonde.protocol.jsontext import valid_text, valid_unicode
 
 log = logging.getLogger(__name__)
@@ -67,11 +67,6 @@ class RedactionTally:
             self.made += redactions
 
 
-# The most of one validation message an answer repeats (a pack's own validator may quote its input).
-INVALID_MESSAGE_CHARS = 400  # room for the forms a refusal of ours lists (query_logs.since: 340)
-VALUE_ERROR_PREFIX = "Value error, "
-
-
 def is_cancellation(exc: BaseException) -> bool:
     """Whether ``exc`` stops more than one probe: ``trio.Cancelled``, ``KeyboardInterrupt`` or
     ``GeneratorExit``, alone or in a group."""
@@ -79,17 +74,6 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(stop) is not None
     return isinstance(exc, stop)
-
-
-def describe_params_error(exc: ValidationError) -> str:
-    """The first five problems as ``field: message``; each name the caller sent (a field, a key)
-    and each message (one may quote its input) cut short."""
-    parts = []
-    for error in exc.errors()[:5]:
-        where = ".".join(clipped(str(part)) for part in error["loc"]) or "params"
-        message = error["msg"].removeprefix(VALUE_ERROR_PREFIX)  # pydantic's wrapping of our own message
-        parts.append(f"{where}: {clipped(message, INVALID_MESSAGE_CHARS)}")
-    return "; ".join(parts)
 
 
 async def execute_probe(
@@ -124,7 +108,7 @@ async def execute_probe(
         parsed = spec.params.model_validate(dict(params))
     except ValidationError as exc:
         raise ProbeExecutionError(
-            "invalid_params", f"invalid params for {name}: {describe_params_error(exc)}"
+            "invalid_params", f"invalid params for {name}: {describe_params_error(exc, spec.params)}"
         ) from None
     limit_s = min(timeout_s, spec.timeout_s) if timeout_s else spec.timeout_s
     tally = RedactionTally(ctx.redact)

@@ -26,6 +26,7 @@ import trio
 from pydantic import AfterValidator, Field
 
 from sonde.packs.base import Detection, Params
+from sonde.protocol.names import worded
 
 DETECT_CONNECT_TIMEOUT_S = 0.3
 CONNECT_TIMEOUT_S = 5
@@ -33,11 +34,13 @@ SERVER_GOODBYE_S = 1.0  # at most, for a server to close its side once the clien
 MIN_DRIVER_TIMEOUT_S = 0.1  # a driver timeout is never 0 (that means "none" to some drivers)
 
 # a name or IPv4 address, an IPv6 literal (bare or in brackets; `_ipv6_literal` checks it), or a socket path
-HOST_PATTERN = (
+HOST_PATTERN = worded(
     r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}"
     r"|[0-9A-Fa-f.]{0,39}:[0-9A-Fa-f.:]{1,45}"
     r"|\[[0-9A-Fa-f.]{0,39}:[0-9A-Fa-f.:]{1,45}\]"
-    r"|/[A-Za-z0-9._/-]{1,200})$"
+    r"|/[A-Za-z0-9._/-]{1,200})$",
+    "a host name or IPv4 address (letters, digits, '.' and '-'), an IPv6 address (\"::1\" or \"[::1]\"), "
+    "or an absolute path of letters, digits, '.', '_', '/' and '-'",
 )
 
 
@@ -66,10 +69,26 @@ ServiceHost = Annotated[
 ]
 ServicePort = Annotated[int, Field(ge=1, le=65535, strict=True, description="TCP port.")]
 ServiceUser = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,62}$", strict=True, description="User to log in as.")
+    str,
+    Field(
+        pattern=worded(
+            r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,62}$",
+            "1 to 63 letters, digits, '_', '.', '@' or '-', not first '.', '@' or '-'",
+        ),
+        strict=True,
+        description="User to log in as.",
+    ),
 ]
 DatabaseName = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_$.-]{0,62}$", strict=True, description="Database name.")
+    str,
+    Field(
+        pattern=worded(
+            r"^[A-Za-z0-9_][A-Za-z0-9_$.-]{0,62}$",
+            "1 to 63 letters, digits, '_', '$', '.' or '-', not first '$', '.' or '-'",
+        ),
+        strict=True,
+        description="Database name.",
+    ),
 ]
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-from sonde.protocol.names import NAME_PATTERN, PROBE_NAME_PATTERN
+from sonde.protocol.names import LOWER_WORD, NAME_PATTERN, PROBE_NAME_PATTERN
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1, 1)  # inclusive range the hub accepts
@@ -58,7 +58,7 @@ class ProbeDescriptor(WireModel):
 
 
 class PackDescriptor(WireModel):
-    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    name: Annotated[str, Field(pattern=LOWER_WORD)]
     version: Word
     description: Description = ""
     categories: Annotated[tuple[Word, ...], Field(max_length=MAX_PACKS)] = ()

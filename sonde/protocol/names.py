@@ -1,9 +1,37 @@
 """Patterns of names, and the redaction mark, on the wire: in a module of their own so that packs
-can use them without importing the wire models (`sonde serve` never needs those: ~5 MiB, ~50 ms)."""
+can use them without importing the wire models (`sonde serve` never needs those: ~5 MiB, ~50 ms).
+
+A pattern can be given words (`worded`): a refusal of a value then says them, where pydantic
+says ``String should match pattern '^[A-Za-z0-9]...'`` (`sonde.params_words.describe_params_error`).
+"""
 
 from __future__ import annotations
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-PROBE_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$"
+PATTERN_WORDS: dict[str, str] = {}  # pattern -> what it asks for, "must be ..."
+
+
+def worded(pattern: str, words: str) -> str:
+    """``pattern``, its words noted: what a value that does not match it is told it must be.
+
+    Words say what the pattern allows, not what the field is (the refusal names the field): the
+    same pattern may check two fields. Raises ValueError if the pattern has other words already.
+    """
+    if PATTERN_WORDS.setdefault(pattern, words) != words:
+        raise ValueError(f"pattern {pattern!r} already has other words: {PATTERN_WORDS[pattern]!r}")
+    return pattern
+
+
+NAME_PATTERN = worded(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+    "1 to 63 letters, digits, '.', '_' or '-', the first a letter or digit",
+)
+PROBE_NAME_PATTERN = worded(
+    r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$",
+    "a probe's full name, such as system.memory.usage: 2 to 5 words of lowercase letters, digits "
+    "and '_', joined by dots (list_capabilities names every probe)",
+)
+LOWER_WORD = worded(
+    r"^[a-z][a-z0-9_]{0,31}$", "1 to 32 lowercase letters, digits and '_', the first a letter"
+)
 
 REDACTED = "[REDACTED]"  # what a secret reads as in anything the agent sends (the scrubber puts it)

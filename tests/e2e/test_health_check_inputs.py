@@ -91,3 +91,22 @@ async def test_the_optional_agent_is_validated_like_the_other_tools(hub: Running
     )
     assert "Unknown agent" not in refused
     assert len(refused) < 200  # never the whole 5000 characters back
+
+
+async def test_a_bad_argument_is_refused_in_words_not_a_pattern(hub: RunningHub) -> None:
+    """pydantic said ``String should match pattern '^[a-z][a-z0-9_]{0,31}$'`` and ``Extra inputs are
+    not permitted``: a model had to decode the one and guess at the other."""
+    async with mcp_client(hub.url, hub.admin_key) as client:
+        category = await call_error(client, "health_check", categories=["Disk-Usage"])
+        extra = await call_error(client, "health_check", agents="web-*")
+        probe = await call_error(client, "probe", agent="alpha", probe="System.Info")
+    assert category == (
+        "Invalid arguments for health_check: categories.0: must be 1 to 32 lowercase letters, digits and '_', "
+        "the first a letter"
+    )
+    assert extra == (
+        "Invalid arguments for health_check: agents: not a parameter; the parameters are: agent, tags, "
+        "categories, deadline_s"
+    )
+    assert "list_capabilities names every probe" in probe
+    assert "pattern" not in probe

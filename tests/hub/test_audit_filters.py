@@ -18,7 +18,7 @@ from sonde.hub.audit_filters import AmbiguousKeyName, KeyActor, actor_of, time_a
 from sonde.hub.db import open_database
 from sonde.hub.keys import create_api_key
 from sonde.hub.rest_audit import AuditFilters
-from sonde.packs.executor import describe_params_error
+from sonde.params_words import describe_params_error
 
 NOW = 1_769_850_900.0  # 2026-01-31T09:15:00Z
 

@@ -26,8 +26,8 @@ from sonde.hub.tools.logs import (
     query_logs,
     since_epoch,
 )
-from sonde.packs.executor import describe_params_error
 from sonde.packs.registry import load_packs
+from sonde.params_words import describe_params_error
 
 CASES = [
     {

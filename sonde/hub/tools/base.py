@@ -15,6 +15,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator
 
 from sonde.hub.errors import HubError
+from sonde.protocol.names import worded
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -23,15 +24,25 @@ if TYPE_CHECKING:
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
 
+AGENT_NAME_OR_ID = worded(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+    "1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit (an agent's name or id "
+    "as list_agents shows it)",
+)
 AGENT_FIELD = Field(
     min_length=1,
     max_length=64,
-    pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+    pattern=AGENT_NAME_OR_ID,
     description="Agent name (or id), exactly as list_agents shows it.",
 )
 # One tag to filter by: a blank one, or a bare '#', would match every agent.
 TagQuery = Annotated[
-    str, Field(max_length=65, pattern=r"[^#\s]", description="A tag, with or without a leading '#'.")
+    str,
+    Field(
+        max_length=65,
+        pattern=worded(r"[^#\s]", "a tag: not blank, and more than a '#'"),
+        description="A tag, with or without a leading '#'.",
+    ),
 ]
 TAGS_FIELD: Any = Field(
     default_factory=list,

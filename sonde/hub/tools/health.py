@@ -24,12 +24,13 @@ from sonde.hub.tools.base import (
     ToolOutput,
     ToolSpec,
 )
+from sonde.protocol.names import LOWER_WORD
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
     from sonde.hub.core import Hub
 
-CATEGORY = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+CATEGORY = Annotated[str, Field(pattern=LOWER_WORD)]
 READING_CAP_BYTES = 16 * 1024
 
 

@@ -19,14 +19,26 @@ from sonde.hub.audit_query import query_audit_page
 from sonde.hub.durations import parse_duration
 from sonde.hub.errors import HubError, not_found
 from sonde.hub.probing import resolve_agent, run_probe_for
-from sonde.hub.tools.base import AgentWait, DurationMs, ToolCall, ToolInput, ToolOutput, ToolSpec
+from sonde.hub.tools.base import (
+    AGENT_NAME_OR_ID,
+    AgentWait,
+    DurationMs,
+    ToolCall,
+    ToolInput,
+    ToolOutput,
+    ToolSpec,
+)
 from sonde.hub.tools.views import iso
+from sonde.packs.docker.stats import CONTAINER_PATTERN
 from sonde.packs.systemd.timespec import LAST_TIME_S
+from sonde.protocol.names import worded
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub
 
-SAFE_TEXT = r"^[^\x00-\x1f]{1,200}$"
+SAFE_TEXT = worded(
+    r"^[^\x00-\x1f]{1,200}$", "1 to 200 characters, none a control character (a newline, a tab)"
+)
 SINCE_PATTERN = r"^(\d{1,5}[smhd]|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?Z?)$"
 # journalctl (the systemd source) refuses a time before 1970 (`sonde.packs.systemd.timespec`):
 # '-21000d' is refused today, so a duration stops well short of that, and an ISO time after it
@@ -93,7 +105,7 @@ class QueryLogsInput(ToolInput):
     )
     agent: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        pattern=AGENT_NAME_OR_ID,
         description="The agent whose logs to read (required except for audit, where it keeps the entries "
         "targeting that agent).",
     )
@@ -105,14 +117,16 @@ class QueryLogsInput(ToolInput):
         "systemd and the hub's for audit.",
     )
     unit: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9@:._-]{1,128}$", description="systemd only: the unit."
+        default=None,
+        pattern=worded(r"^[A-Za-z0-9@:._-]{1,128}$", "1 to 128 letters, digits, '@', ':', '.', '_' or '-'"),
+        description="systemd only: the unit.",
     )
     priority: Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"] | None = Field(
         default=None, description="systemd only: this priority and more severe."
     )
     container: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        pattern=CONTAINER_PATTERN,
         description="docker only (required there): the container name or ID.",
     )
     kind: Literal["access", "error"] | None = Field(
@@ -120,7 +134,10 @@ class QueryLogsInput(ToolInput):
     )
     path: str | None = Field(
         default=None,
-        pattern=r"^/[^\x00-\x1f]{0,4095}$",
+        pattern=worded(
+            r"^/[^\x00-\x1f]{0,4095}$",
+            "an absolute path, starting with '/', of at most 4096 characters, none a control character",
+        ),
         description="system (required) and nginx: a log file under the agent's allowed paths.",
     )
     grep: str | None = Field(

@@ -21,8 +21,12 @@ from sonde.packs.base import Params, ProbeUnavailable, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.docker import PACK
 from sonde.packs.docker.engine import get_json
+from sonde.protocol.names import worded
 
-CONTAINER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+CONTAINER_PATTERN = worded(
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+    "1 to 128 letters, digits, '_', '.' or '-', the first a letter or digit",
+)
 ContainerRef = Annotated[
     str, Field(pattern=CONTAINER_PATTERN, strict=True, description="Container name or ID.")
 ]

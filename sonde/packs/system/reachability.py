@@ -16,8 +16,12 @@ from pydantic import Field
 from sonde.packs.base import Params, Requirements, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.protocol.names import worded
 
-HOST_PATTERN = r"^[A-Za-z0-9:][A-Za-z0-9.:-]{0,252}$"
+HOST_PATTERN = worded(
+    r"^[A-Za-z0-9:][A-Za-z0-9.:-]{0,252}$",
+    "a host name or IP address: 1 to 253 letters, digits, '.', ':' or '-', not starting with '.' or '-'",
+)
 PING_INTERVAL_S = 0.2  # the smallest interval iputils allows an unprivileged user
 Host = Annotated[str, Field(pattern=HOST_PATTERN, strict=True, description="Host name or IP address.")]
 TRANSMITTED = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")

@@ -20,8 +20,13 @@ from sonde.packs.base import Params, ProbeUnavailable, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system.info import iso_utc
 from sonde.packs.systemd import PACK, require_systemd
+from sonde.protocol.names import worded
 
-UNIT_PATTERN = r"^[A-Za-z0-9:_.@\\][A-Za-z0-9:_.@\\-]{0,254}$"
+UNIT_PATTERN = worded(
+    r"^[A-Za-z0-9:_.@\\][A-Za-z0-9:_.@\\-]{0,254}$",
+    "a unit name such as nginx.service: 1 to 255 letters, digits, ':', '_', '.', '@', '\\' or '-', "
+    "not starting with '-'",
+)
 UINT64_MAX = 2**64 - 1
 STATE_MARKS = "\u25cf*\u00d7 "  # the dot, star and cross systemctl puts before units in bad states
 UnitName = Annotated[
