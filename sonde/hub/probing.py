@@ -142,6 +142,14 @@ def check_probe(hub: Hub, caller: Caller, record: AgentRecord, probe: str, param
             ) from None
 
 
+def probe_deadline_s(hub: Hub, probe: str) -> float:
+    """How long ``probe`` may run: the hub's probe timeout, or the probe's own when it is shorter
+    (the agent stops it then); the hub's alone for a probe of a pack the hub does not have."""
+    spec = hub.packs.probe(probe)
+    limit = hub.config.probe_timeout_s
+    return limit if spec is None else min(limit, spec.timeout_s)
+
+
 def schema_call(probes: list[str]) -> str:
     """The `list_capabilities` call that answers these probes' parameter schemas, as a model writes it."""
     return f"list_capabilities(probes={json.dumps(probes)})"

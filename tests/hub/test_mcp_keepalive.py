@@ -3,12 +3,18 @@ combines with a tool's own progress, and that it ends with the call (virtual tim
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
+from sonde.hub.config import HubConfig
+from sonde.hub.core import open_hub
 from sonde.hub.errors import HubError
 from sonde.hub.mcp_keepalive import KEEPALIVE_INTERVAL_S, CallProgress, call_kept_alive, keepalive_report
+from sonde.hub.tools import all_tools
 from sonde.hub.tools.base import AgentWait, ProgressFn
 
 Sent = tuple[float, float, float | None, str | None]  # (virtual time, progress, total, message)
@@ -151,3 +157,24 @@ async def test_a_cancelled_call_ends_its_keepalive(autojump_clock: trio.testing.
         await call_kept_alive(endless, report, TRACEROUTE)
     await trio.sleep(100)
     assert [at for at, _, _, _ in sent] == [KEEPALIVE_INTERVAL_S]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "deadline_s"),
+    [
+        ("probe", {"agent": "alpha", "probe": "system.logs.tail", "params": {}}, 15.0),  # its own, shorter
+        ("probe", {"agent": "alpha", "probe": "system.network.traceroute"}, 45.0),  # 60: the hub's is shorter
+        ("probe", {"agent": "alpha", "probe": "acme.widget.count"}, 45.0),  # not the hub's: the hub's
+        ("query_logs", {"agent": "alpha", "source": "systemd"}, 20.0),  # systemd.journal.query
+        ("query_logs", {"agent": "alpha", "source": "docker"}, 45.0),  # no container: refused at once
+    ],
+)
+async def test_a_keepalive_counts_toward_the_deadline_the_probe_has(
+    tmp_path: Path, tool: str, arguments: dict[str, Any], deadline_s: float
+) -> None:
+    """It said "15 s of 30 s" of a probe that the agent stops at 15 s: the hub's timeout, not the probe's."""
+    async with open_hub(HubConfig(data_dir=tmp_path, probe_timeout_s=45.0)) as hub:
+        [spec] = [spec for spec in all_tools() if spec.name == tool]
+        wait = spec.agent_wait(hub, arguments)
+    assert wait is not None
+    assert wait.deadline_s == deadline_s

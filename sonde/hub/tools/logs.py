@@ -18,7 +18,7 @@ from sonde.hub.agent_records import AgentRecord
 from sonde.hub.audit_query import query_audit_page
 from sonde.hub.durations import parse_duration
 from sonde.hub.errors import HubError, not_found
-from sonde.hub.probing import resolve_agent, run_probe_for
+from sonde.hub.probing import probe_deadline_s, resolve_agent, run_probe_for
 from sonde.hub.tools.base import (
     AGENT_NAME_OR_ID,
     AgentWait,
@@ -290,7 +290,11 @@ def logs_wait(hub: Hub, args: QueryLogsInput) -> AgentWait | None:
     refused) answers from the hub at once."""
     if args.source == "audit" or args.agent is None:
         return None
-    return AgentWait(f"{args.agent}: its {args.source} logs", hub.config.probe_timeout_s)
+    try:
+        deadline_s = probe_deadline_s(hub, log_probe(args)[0])
+    except HubError:  # refused as the call starts
+        deadline_s = hub.config.probe_timeout_s
+    return AgentWait(f"{args.agent}: its {args.source} logs", deadline_s)
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [

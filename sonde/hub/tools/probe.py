@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, JsonValue
 
-from sonde.hub.probing import resolve_agent, run_probe_for
+from sonde.hub.probing import probe_deadline_s, resolve_agent, run_probe_for
 from sonde.hub.tools.base import (
     AGENT_FIELD,
     AgentWait,
@@ -66,7 +66,7 @@ async def run_probe(call: ToolCall, args: ProbeInput) -> ProbeOutput:
 
 
 def probe_wait(hub: Hub, args: ProbeInput) -> AgentWait:
-    return AgentWait(f"{args.agent}: {args.probe}", hub.config.probe_timeout_s)
+    return AgentWait(f"{args.agent}: {args.probe}", probe_deadline_s(hub, args.probe))
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [
