@@ -32,6 +32,7 @@ from typing import NoReturn
 
 import trio
 
+from sonde.frame_budget import FrameBudget
 from sonde.protocol.codec import FrameCodec
 from sonde.protocol.errors import AgentUnavailable, ProbeFailed, ProtocolError, SignatureError
 from sonde.protocol.messages import (
@@ -102,8 +103,7 @@ class Link:
         self.peer_close_code: int | None = None  # the code of the peer's close frame, when it sent one
         self._sent = 0
         self._received = 0
-        self._late = 0
-        self._dropped = 0
+        self._budget = FrameBudget(trio.current_time())  # frames thrown away, and the most it takes
         self._drop_logged_at: float | None = None
         self._drops_unlogged = 0
         self._last_received = trio.current_time()
@@ -125,7 +125,8 @@ class Link:
         self._mark_closed(reason, code)
 
     def statistics(self) -> LinkStatistics:
-        return LinkStatistics(len(self._pending), self._sent, self._received, self._late, self._dropped)
+        budget = self._budget
+        return LinkStatistics(len(self._pending), self._sent, self._received, budget.late, budget.dropped)
 
     async def send(self, message: Envelope) -> None:
         """Queue one message for the writer; raises `AgentUnavailable` once closed."""
@@ -158,8 +159,10 @@ class Link:
             answered = True
         finally:
             self._pending.pop(request_id, None)
-            if not answered and not self.closed:
-                await self._send_cancel(request_id)
+            if not answered:
+                self._budget.given_up += 1
+                if not self.closed:
+                    await self._send_cancel(request_id)
         return self._unwrap(reply)
 
     async def wait_closed(self) -> None:
@@ -194,7 +197,9 @@ class Link:
     def _route_reply(self, message: ProbeResponse | ProbeError) -> None:
         waiter = self._pending.pop(message.payload.request_id, None)
         if waiter is None:
-            self._late += 1
+            refusal = self._budget.late_reply()
+            if refusal is not None:
+                raise FrameRefused(refusal)
             return
         waiter.send_nowait(message)
 
@@ -231,10 +236,12 @@ class Link:
         try:
             message = self.codec.decode(text)
         except SignatureError as exc:
-            self._dropped += 1
+            self._budget.dropped += 1
             await self._refuse(exc)
         except ProtocolError as exc:
-            self._dropped += 1
+            refusal = self._budget.drop(trio.current_time())
+            if refusal is not None:
+                raise FrameRefused(refusal) from None
             self._log_dropped(exc.message)
             return False
         if isinstance(message, ProbeResponse | ProbeError):
@@ -248,7 +255,11 @@ class Link:
         `DROPPED_LOG_INTERVAL_S` at most, counting those left out."""
         now = trio.current_time()
         last = self._drop_logged_at
-        if self._dropped > DROPPED_LOGGED_EACH and last is not None and now - last < DROPPED_LOG_INTERVAL_S:
+        if (
+            self._budget.dropped > DROPPED_LOGGED_EACH
+            and last is not None
+            and now - last < DROPPED_LOG_INTERVAL_S
+        ):
             self._drops_unlogged += 1
             return
         more = f" ({self._drops_unlogged} more dropped since the last line)" if self._drops_unlogged else ""
