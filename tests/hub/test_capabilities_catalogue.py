@@ -29,6 +29,8 @@ from sonde.hub.rest import for_rest
 from sonde.hub.tools.base import ToolCall
 from sonde.hub.tools.capabilities import (
     MAX_PROBE_GLOBS,
+    MAX_PROBES_DETAILED,
+    MAX_PROBES_LISTED,
     SUMMARY_CHARS,
     CapabilitiesInput,
     CapabilitiesOutput,
@@ -251,3 +253,34 @@ def test_the_note_names_what_there_is_to_do() -> None:
     assert next_step([], [], []) == "Your key runs no probe on these agents."
     assert 'probes=["redis.info"])' in str(next_step([], [], ["redis.info", "redis.memory"]))
     assert 'probes=["system.files.read"])' in str(next_step([], [], ["redis.info", "system.files.read"]))
+
+
+def many_probes(pack: str, count: int) -> dict[str, Any]:
+    """A pack of an agent's own, as its register describes it: ``count`` probes."""
+    probe = {"description": "A probe of an agent's own. " + "x" * 2000, "paramsSchema": {}, "timeoutS": 5.0}
+    probes = [{**probe, "name": f"{pack}.probe.n{i}"} for i in range(count)]
+    return {"name": pack, "version": "1.0", "description": "", "categories": [], "probes": probes}
+
+
+async def test_agents_with_a_great_many_probes_make_no_answer_past_its_bound(hub: Hub) -> None:
+    """An answer listed every probe of every agent: agents of 64 packs of 256 probes each (a wire
+    bound), or many hostile ones, made it any size."""
+    for n in range(3):
+        packs = [many_probes(f"own{n}x{p}", 256) for p in range(2)]
+        hub.fleet.remember(AgentRecord(name=f"odd-{n}", public_key="x", enrolled_at=0.0, packs=packs))
+    listed = 3 * 2 * 256 + len(EVERY_PROBE)
+    overview = await capabilities(hub)
+    assert len(overview.probes) == MAX_PROBES_LISTED
+    assert overview.probes_left_out == listed - MAX_PROBES_LISTED
+    assert overview.note is not None
+    assert overview.note.startswith(
+        f"{listed - MAX_PROBES_LISTED} more probes matched but are not listed (from "
+    )
+    assert "own2x1.*" in overview.note
+    detailed = await capabilities(hub, probes=["own*"])
+    assert len(detailed.probes) == MAX_PROBES_DETAILED
+    assert detailed.probes_left_out == 3 * 2 * 256 - MAX_PROBES_DETAILED
+    assert len(as_text(detailed)) < 400_000
+    whole = await capabilities(hub, probes=["system.*"])  # a narrower glob: all of it, nothing said
+    assert whole.probes_left_out == 0
+    assert {p.name for p in whole.probes} == {name for name in EVERY_PROBE if name.startswith("system.")}

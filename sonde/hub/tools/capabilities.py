@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from sonde.echo import clipped
 from sonde.hub.auth import Caller
 from sonde.hub.diagnostics import describe_categories
 from sonde.hub.policy import checked_probe_glob, unmatched_probe_globs
@@ -61,6 +62,10 @@ MAX_PROBE_GLOBS = 20
 # A summary is one line a model skims: 53 probes of the built-in packs in some 10 KB of JSON, not
 # the 60 KB of full descriptions and schemas that Claude Code moves to a file it does not show.
 SUMMARY_CHARS = 120
+# The most probes one answer lists: the built-in packs have 53; agents of another pack, or many
+# hostile ones, could make it any size (each agent may describe 64 packs of 256 probes).
+MAX_PROBES_LISTED = 400  # with their one-line summaries (about 150 characters each)
+MAX_PROBES_DETAILED = 100  # with whole descriptions and schemas (each up to 8 KiB and more)
 AGENTS_WORDS = "(described by its agents, not by this hub) "  # a probe of a pack the hub does not have
 EXAMPLE_PROBE = "system.files.read"
 EXAMPLE_CALL = schema_call([EXAMPLE_PROBE])
@@ -96,6 +101,11 @@ class CapabilitiesOutput(ToolOutput):
     truncated: bool = Field(description="True when more agents matched than 'limit'.")
     unmatched_probes: list[str] = Field(
         description="The globs of 'probes' matching no probe you can run on these agents (see 'note')."
+    )
+    probes_left_out: int = Field(
+        default=0,
+        description=f"Probes that matched but are not in 'probes' (at most {MAX_PROBES_LISTED} are listed, "
+        f"{MAX_PROBES_DETAILED} with details): ask for fewer with 'probes' globs.",
     )
     note: str | None = Field(default=None, description="What to do next, when there is something to say.")
 
@@ -141,22 +151,44 @@ async def list_capabilities(call: ToolCall, args: CapabilitiesInput) -> Capabili
     descriptions = describe_categories(hub)
     known = hub.packs.described()
     unmatched = unmatched_probe_globs(args.probes, runnable)
+    listed = [name for name in sorted(runnable) if wanted(name, args.probes)]
+    most = MAX_PROBES_DETAILED if args.probes else MAX_PROBES_LISTED
+    left_out = max(0, len(listed) - most)
     return CapabilitiesOutput(
         agents=agents,
         matched=len(records),
         truncated=len(records) > args.limit,
         probes=[
             probe_info(in_hub_words(runnable[name], known.get(name)), detailed=bool(args.probes))
-            for name in sorted(runnable)
-            if wanted(name, args.probes)
+            for name in listed[:most]
         ],
+        probes_left_out=left_out,
         categories=[
             CategoryInfo(category=c, description=descriptions.get(c, "")) for c in sorted(used_categories)
         ],
         unmatched_probes=unmatched,
-        note=next_step(
-            args.probes, unmatched, sorted(runnable), no_agent=not records, tagged=bool(args.tags)
-        ),
+        note=" ".join(
+            note
+            for note in (
+                left_out_words(left_out, listed[most:]),
+                next_step(
+                    args.probes, unmatched, sorted(runnable), no_agent=not records, tagged=bool(args.tags)
+                ),
+            )
+            if note
+        )
+        or None,
+    )
+
+
+def left_out_words(left_out: int, names: list[str]) -> str | None:
+    """What to do about probes an answer had no room for; None when it listed them all."""
+    if not left_out:
+        return None
+    packs = sorted({name.split(".", 1)[0] + ".*" for name in names})
+    return (
+        f"{left_out} more probes matched but are not listed (from {clipped(', '.join(packs), 400)}): "
+        "ask for them with narrower 'probes' globs, e.g. probes=[\"" + packs[0] + '"].'
     )
 
 
