@@ -13,12 +13,16 @@ from typing import Any
 
 import pytest
 
+from sonde.agent.enroll import build_request
 from sonde.hub.agent_records import AgentRecord, insert_agent
 from sonde.hub.db import open_database
 from sonde.hub.enrollment_tokens import consume_enrollment_token, create_enrollment_token
 from sonde.hub.keys import create_api_key
 from sonde.name_rules import invalid_agent_name
-from tests.e2e.procs import SONDE, URL_LINE, base_env, spawn
+from sonde.protocol.signing import new_private_key, public_key_to_text
+from tests.e2e.harness import rest_token
+from tests.e2e.procs import SONDE, URL_LINE, base_env, running_hub, spawn
+from tests.security.attack_fleet import REGISTRY
 
 UNKNOWN_KEY = "sonde_" + "Q" * 43  # the shape of a key's secret, of no key
 UNKNOWN_TOKEN = "enr_" + "Q" * 32
@@ -399,3 +403,61 @@ def test_an_agent_glob_or_tag_matching_no_enrolled_agent_is_warned_of_and_taken(
     matching = sonde_hub(tmp_path, "key", "create", "--name", "k2", "--agents", "web-?", "--agents", "#PROD")
     assert matching.returncode == 0, matching.stderr
     assert "warning" not in matching.stderr  # a tag matches as a policy matches it: case aside
+
+
+# --- a name shaped like a secret is refused, never stored ------------------------------------------
+
+SECRET_WORDS = "has the shape of a Sonde API key or enrollment token"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["key", "create", "--name", UNKNOWN_KEY], ["token", "create", "--name", UNKNOWN_KEY]],
+    ids=["key", "token"],
+)
+def test_a_name_shaped_like_a_secret_is_refused_and_never_stored(
+    tmp_path: Path, data_dir: Path, args: list[str]
+) -> None:
+    """A key pasted as a name was stored in the clear (api_keys.name, every backup) and shown in
+    lists, the dashboard and a model's answers, where the key itself is kept as a hash."""
+    done = sonde_hub(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert SECRET_WORDS in done.stderr
+    assert UNKNOWN_KEY not in done.stderr + done.stdout
+    assert UNKNOWN_KEY.encode() not in database_bytes(data_dir)
+
+
+def test_enroll_refuses_a_secret_shaped_name_before_it_asks_for_a_token(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--name", UNKNOWN_TOKEN],
+        env=base_env(tmp_path / "home"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert SECRET_WORDS in done.stderr
+    assert UNKNOWN_TOKEN not in done.stderr
+
+
+def test_the_hub_refuses_a_secret_shaped_name_over_rest(tmp_path: Path) -> None:
+    with running_hub(tmp_path) as hub, hub.client() as http:
+        for path, body in (
+            ("/api/v1/api-keys", {"name": UNKNOWN_KEY}),
+            ("/api/v1/enrollment-tokens", {"name": UNKNOWN_KEY}),
+        ):
+            refused = http.post(path, json=body)
+            assert refused.status_code == 400, (path, refused.text)
+            assert SECRET_WORDS in refused.json()["error"]["message"], refused.text
+            assert UNKNOWN_KEY not in refused.text
+        # nor does its enrollment, whatever made the request
+        key = public_key_to_text(new_private_key().public_key())
+        body = build_request(rest_token(hub), "fine-name", key, REGISTRY).model_dump(
+            mode="json", by_alias=True
+        )
+        refused = http.post("/api/v1/agents/enroll", json={**body, "name": UNKNOWN_KEY})
+        assert refused.status_code == 400, refused.text
+        assert SECRET_WORDS in refused.text
+        assert UNKNOWN_KEY not in refused.text

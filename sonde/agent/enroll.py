@@ -33,7 +33,7 @@ from sonde.agent.config import config_path as config_path_default
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
 from sonde.connect_failures import describe_tls_failure
 from sonde.hub_url import normalize_hub_url as base_hub_url
-from sonde.name_rules import invalid_agent_name
+from sonde.name_rules import invalid_agent_name, secret_shaped
 from sonde.not_a_hub import (
     GATEWAY_STATUSES,
     described_answer,
@@ -216,6 +216,8 @@ def check_name(name: str | None) -> None:
     enroll` asks it before it reads a token from stdin or asks for one."""
     if name is not None and not re.fullmatch(NAME_PATTERN, name):
         raise EnrollError("invalid_name", invalid_agent_name(name))
+    if name is not None and (refusal := secret_shaped("agent name", name)) is not None:
+        raise EnrollError("invalid_name", refusal)
 
 
 def build_request(token: str, name: str, public_key: str, registry: PackRegistry) -> EnrollRequest:

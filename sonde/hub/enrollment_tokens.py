@@ -20,7 +20,7 @@ from sonde.echo import echoed, holds_secret
 from sonde.hub.db import query_one, write_transaction
 from sonde.hub.secret_records import hash_secret, now_or
 from sonde.hub.utc_times import iso_utc
-from sonde.name_rules import invalid_agent_name
+from sonde.name_rules import invalid_agent_name, secret_shaped
 from sonde.protocol.enrollment import TOKEN_PATTERN
 from sonde.protocol.names import NAME_PATTERN
 
@@ -91,6 +91,8 @@ def create_enrollment_token(
         raise ValueError(f"token lifetime must be between 60 s and 7 days, not {ttl_s} s")
     if name is not None and not _AGENT_NAME_RE.fullmatch(name):
         raise ValueError(invalid_agent_name(name))
+    if name is not None and (refusal := secret_shaped("agent name", name)) is not None:
+        raise ValueError(refusal)
     # a fixed prefix: a token starting with '-' would read as an option on a command line
     secret = ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(ENROLLMENT_TOKEN_BYTES)
     created_at = now_or(now)

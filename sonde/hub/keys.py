@@ -23,6 +23,7 @@ from sonde.hub.audit_filters import NON_KEY_ACTORS
 from sonde.hub.db import query_one
 from sonde.hub.secret_records import hash_secret, now_or
 from sonde.hub.utc_times import iso_utc
+from sonde.name_rules import secret_shaped
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")
@@ -53,6 +54,8 @@ class ApiKeyRecord(BaseModel):
 
 # shared with sonde.hub.enrollment_tokens
 def _check_api_key_args(name: str, role: str, policy: object) -> None:
+    if (refusal := secret_shaped("API key name", name)) is not None:
+        raise ValueError(refusal)
     if not _KEY_NAME_RE.fullmatch(name) or not name.strip():
         raise ValueError(
             f"invalid API key name {name!r}: use 1 to 64 letters, digits, spaces, '.', '_' or '-'"

@@ -7,7 +7,7 @@ import functools
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from quart import request
 from quart_trio import QuartTrio
 
@@ -34,6 +34,7 @@ from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
 from sonde.hub.tools.health import HealthCheckInput, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
+from sonde.name_rules import refuse_secret_shape
 from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.names import NAME_PATTERN
@@ -56,7 +57,7 @@ class NewEnrollmentToken(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # strict: "900" or true is a mistake to point out, not a lifetime to guess
     ttl_s: Annotated[float, Field(ge=60, le=7 * 86400, alias="ttlS", strict=True)] = 900.0
-    name: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None
+    name: Annotated[str | None, Field(pattern=NAME_PATTERN), AfterValidator(refuse_secret_shape)] = None
 
 
 class TagsBody(BaseModel):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
+from sonde.name_rules import refuse_secret_shape
 from sonde.protocol.messages import Attestation, PackDescriptor, WireModel
 from sonde.protocol.names import NAME_PATTERN
 
@@ -18,7 +19,7 @@ TOKEN_PATTERN = r"^[A-Za-z0-9_-]{16,128}$"
 
 class EnrollRequest(WireModel):
     token: Annotated[str, Field(pattern=TOKEN_PATTERN)]
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    name: Annotated[str, Field(pattern=NAME_PATTERN), AfterValidator(refuse_secret_shape)]
     public_key: Annotated[str, Field(min_length=40, max_length=64)]
     hostname: Annotated[str, Field(max_length=255)]
     os: Annotated[str, Field(max_length=255)]

@@ -21,10 +21,8 @@ def worded(pattern: str, words: str) -> str:
     return pattern
 
 
-NAME_PATTERN = worded(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
-    "1 to 63 letters, digits, '.', '_' or '-', the first a letter or digit",
-)
+NAME_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+NAME_PATTERN = worded(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", NAME_RULE)
 PROBE_NAME_PATTERN = worded(
     r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){1,4}$",
     "a probe's full name, such as system.memory.usage: 2 to 5 words of lowercase letters, digits "
