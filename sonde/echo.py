@@ -3,12 +3,9 @@ answer (or a log line) that echoes it whole costs the reader its context."""
 
 from __future__ import annotations
 
-import re
+from sonde.protocol.names import SECRET_SHAPE
 
 ECHO_CHARS = 64
-# Sonde's own secrets, `sonde_` API keys and `enr_` enrollment tokens, whole or cut short:
-# pasted where an id or a name was due, a message or an audit row must not repeat one.
-SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9_-])(sonde|enr)_[A-Za-z0-9_-]{20,}")
 
 
 def holds_secret(text: str) -> bool:

@@ -5,15 +5,9 @@ rule every name a person gives (an agent's, an API key's) keeps: no secret's sha
 from __future__ import annotations
 
 from sonde.echo import echoed, holds_secret
-from sonde.protocol.names import NAME_RULE
+from sonde.protocol.names import NAME_RULE, SECRET_SHAPED
 
 AGENT_NAME_RULE = NAME_RULE
-# A name is stored and shown in the clear (lists, the dashboard, a model's answers, backups): a key
-# pasted as one would be too, where the key itself is kept only as a hash.
-SECRET_SHAPED = (
-    "has the shape of a Sonde API key or enrollment token (sonde_ or enr_, then 20 or more letters, "
-    "digits, '_' or '-'): a name is stored and shown in the clear, a secret never is; choose another name"
-)
 
 
 def invalid_agent_name(name: str) -> str:
@@ -24,10 +18,3 @@ def invalid_agent_name(name: str) -> str:
 def secret_shaped(what: str, name: str) -> str | None:
     """Why ``name`` may not be a name (``what``: "agent name", "API key name"), or None when it may."""
     return f"this {what} {SECRET_SHAPED}" if holds_secret(name) else None
-
-
-def refuse_secret_shape(name: str | None) -> str | None:
-    """``name``, unless it has a secret's shape: ValueError (a pydantic validator's)."""
-    if name is not None and holds_secret(name):
-        raise ValueError(f"a name that {SECRET_SHAPED}")
-    return name

@@ -18,12 +18,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from sqlite_utils import Database
 
-from sonde.echo import SECRET_SHAPE, echoed, holds_secret
+from sonde.echo import echoed, holds_secret
 from sonde.hub.audit_filters import NON_KEY_ACTORS
 from sonde.hub.db import query_one
 from sonde.hub.secret_records import hash_secret, now_or
 from sonde.hub.utc_times import iso_utc
 from sonde.name_rules import secret_shaped
+from sonde.protocol.names import SECRET_SHAPE
 
 Role = Literal["admin", "member"]
 ROLES: tuple[Role, ...] = ("admin", "member")

@@ -34,10 +34,9 @@ from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
 from sonde.hub.tools.health import HealthCheckInput, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
 from sonde.hub.tools.views import summarize
-from sonde.name_rules import refuse_secret_shape
 from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest
-from sonde.protocol.names import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN, refuse_secret_shape
 
 if TYPE_CHECKING:
     from sonde.hub.core import Hub

@@ -10,9 +10,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from sonde.name_rules import refuse_secret_shape
 from sonde.protocol.messages import Attestation, PackDescriptor, WireModel
-from sonde.protocol.names import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN, refuse_secret_shape
 
 TOKEN_PATTERN = r"^[A-Za-z0-9_-]{16,128}$"
 

@@ -7,6 +7,8 @@ says ``String should match pattern '^[A-Za-z0-9]...'`` (`sonde.params_words.desc
 
 from __future__ import annotations
 
+import re
+
 PATTERN_WORDS: dict[str, str] = {}  # pattern -> what it asks for, "must be ..."
 
 
@@ -31,5 +33,23 @@ PROBE_NAME_PATTERN = worded(
 LOWER_WORD = worded(
     r"^[a-z][a-z0-9_]{0,31}$", "1 to 32 lowercase letters, digits and '_', the first a letter"
 )
+
+# Sonde's own secrets, `sonde_` API keys and `enr_` enrollment tokens, whole or cut short:
+# pasted where an id or a name was due, a message or an audit row must not repeat one.
+SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9_-])(sonde|enr)_[A-Za-z0-9_-]{20,}")
+# A name is stored and shown in the clear (lists, the dashboard, a model's answers, backups): a key
+# pasted as one would be too, where the key itself is kept only as a hash.
+SECRET_SHAPED = (
+    "has the shape of a Sonde API key or enrollment token (sonde_ or enr_, then 20 or more letters, "
+    "digits, '_' or '-'): a name is stored and shown in the clear, a secret never is; choose another name"
+)
+
+
+def refuse_secret_shape(name: str | None) -> str | None:
+    """``name``, unless it has a secret's shape: ValueError (a pydantic validator's)."""
+    if name is not None and SECRET_SHAPE.search(name) is not None:
+        raise ValueError(f"a name that {SECRET_SHAPED}")
+    return name
+
 
 REDACTED = "[REDACTED]"  # what a secret reads as in anything the agent sends (the scrubber puts it)

@@ -9,8 +9,9 @@ import pytest
 
 from sonde.hub.tools import agent_waiting_calls, all_tools
 from sonde.hub.tools.base import AgentWait
+from sonde.packs.registry import load_packs
 
-HUB: Any = SimpleNamespace(config=SimpleNamespace(probe_timeout_s=120.0))
+HUB: Any = SimpleNamespace(config=SimpleNamespace(probe_timeout_s=120.0), packs=load_packs())
 
 
 @pytest.mark.parametrize(
@@ -41,11 +42,12 @@ def test_which_calls_wait_on_agents(tool: str, arguments: Any, expected: bool) -
 def test_a_wait_names_what_it_waits_for_and_its_deadline() -> None:
     specs = {spec.name: spec for spec in all_tools()}
     probe = {"agent": "alpha", "probe": "system.network.traceroute"}
-    assert specs["probe"].agent_wait(HUB, probe) == AgentWait("alpha: system.network.traceroute", 120.0)
+    # the probe's own timeout (60 s) where it is shorter than the hub's
+    assert specs["probe"].agent_wait(HUB, probe) == AgentWait("alpha: system.network.traceroute", 60.0)
     diagnose = specs["diagnose"].agent_wait(HUB, {"agent": "alpha", "category": "system"})
     assert diagnose == AgentWait("alpha: the system runbook", 122.0)
     health = specs["health_check"].agent_wait(HUB, {"tags": ["#prod", "db"], "deadline_s": 60})
     assert health == AgentWait("the agents tagged #prod #db: health_check", 60.0)
     assert specs["health_check"].agent_wait(HUB, {}) == AgentWait("the fleet: health_check", 10.0)
     logs = specs["query_logs"].agent_wait(HUB, {"source": "docker", "agent": "beta", "container": "web"})
-    assert logs == AgentWait("beta: its docker logs", 120.0)
+    assert logs == AgentWait("beta: its docker logs", 15.0)  # docker.container.logs' own
