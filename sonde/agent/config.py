@@ -186,15 +186,18 @@ def load_config(path: Path | None = None, *, check_access: bool = True) -> Agent
         raise ConfigError(f"config {path}: {describe_config_error(exc)}") from None
 
 
-def save_config(config: AgentConfig, path: Path | None = None) -> AgentConfig:
+def save_config(config: AgentConfig, path: Path | None = None, drop: tuple[str, ...] = ()) -> AgentConfig:
     """Merge the fields ``config`` sets into the file and write it atomically.
 
     Creates the directory (0700) if needed; the file is 0600. Keys already in
-    the file that ``config`` does not set are kept. Returns the merged config.
+    the file that ``config`` does not set are kept, but for the fields named in ``drop``.
+    Returns the merged config.
     Raises `ConfigError` if the existing file is unreadable or the result invalid.
     """
     path = path or config_path()
     merged = read_config_data(path) or {}
+    for field in drop:
+        merged.pop(to_camel(field), None)
     merged.update(config.model_dump(mode="json", by_alias=True, exclude_unset=True))
     try:
         result = AgentConfig.model_validate(merged)

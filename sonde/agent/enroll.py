@@ -33,6 +33,7 @@ from sonde.agent.config import config_path as config_path_default
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
 from sonde.connect_failures import describe_tls_failure
 from sonde.hub_url import normalize_hub_url as base_hub_url
+from sonde.hub_url import same_hub
 from sonde.name_rules import invalid_agent_name, secret_shaped
 from sonde.not_a_hub import (
     GATEWAY_STATUSES,
@@ -142,8 +143,11 @@ def enroll(
         )
     except ValidationError as exc:
         raise EnrollError("bad_response", f"the hub's answer is unusable: {exc.errors()[0]['msg']}") from None
+    # an MCP key `sonde login` saved for another hub: never to be sent to this one (the bridge would)
+    keys_hub = existing.hub_url if existing is not None and existing.api_key is not None else None
+    other_hubs_key = keys_hub is not None and not same_hub(keys_hub, hub_url)
     try:
-        saved = save_config(identity, config_path)
+        saved = save_config(identity, config_path, drop=("api_key",) if other_hubs_key else ())
     except OSError as exc:  # the check above passed, then the disk failed: say what was lost
         raise EnrollError(
             "cannot_save",
@@ -152,6 +156,11 @@ def enroll(
             "enrolled again",
         ) from None
     log.info("enrolled as %s (agent %s) with hub %s", answer.name, answer.agent_id, hub_url)
+    if other_hubs_key:
+        warn(
+            f"the API key `sonde login` saved was for {keys_hub}, not this hub: it is removed from "
+            f"{config_path or config_path_default()}. Run `sonde login --hub {hub_url}` to save this hub's"
+        )
     return saved
 
 

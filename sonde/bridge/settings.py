@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sonde.hub_url import normalize_hub_url
+from sonde.hub_url import normalize_hub_url, same_hub
 
 if TYPE_CHECKING:
     from sonde.agent.config import AgentConfig
@@ -49,6 +49,19 @@ def check_api_key(key: str) -> str:
     return key
 
 
+def check_key_is_for(hub: str, config: AgentConfig) -> None:
+    """`NotConfigured` when the config's API key was saved for another hub than ``hub`` (a
+    --hub or SONDE_HUB_URL naming another): a key is never sent to a hub it is not for."""
+    from sonde.agent.config import config_path
+
+    if config.hub_url is not None and not same_hub(config.hub_url, hub):
+        raise NotConfigured(
+            f"the API key in {config_path()} is for hub {config.hub_url}, not {hub}: it is not sent "
+            f"to another hub. Run `sonde login --hub {hub}` (it asks for that hub's key; {KEY_HOWTO}), "
+            f"or set {KEY_ENV} in the MCP client's env."
+        )
+
+
 def resolve_settings(
     hub: str | None,
     api_key: str | None,
@@ -72,6 +85,8 @@ def resolve_settings(
         config = (read_config or load_config)()
     except ConfigError as exc:
         raise NotConfigured(str(exc)) from None
+    if hub is not None and api_key is None and config is not None and config.api_key is not None:
+        check_key_is_for(normalize_hub_url(hub), config)
     hub = hub or (config.hub_url if config else None)
     key_file = config_path() if api_key is None and config and config.api_key else None
     api_key = api_key or (config.api_key if config else None)

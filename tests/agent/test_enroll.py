@@ -116,14 +116,27 @@ def test_success_saves_the_identity(hub: ScriptedHub, tmp_path: Path) -> None:
 def test_success_keeps_other_keys_and_replaces_an_old_identity(hub: ScriptedHub, tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     old_key = private_key_to_text(new_private_key())
-    save_config(
-        AgentConfig(hub_url="http://old:1", agent_id="old", private_key=old_key, api_key="sk_1"), path
-    )
+    save_config(AgentConfig(hub_url=hub.url, agent_id="old", private_key=old_key, api_key="sk_1"), path)
     hub.answer_success()
     config = do_enroll(hub, path)
     assert config.agent_id == "agent-42"
     assert config.private_key != old_key
-    assert config.api_key == "sk_1"
+    assert config.api_key == "sk_1"  # `sonde login`'s key for this hub
+
+
+def test_an_api_key_saved_for_another_hub_is_removed_saying_so(hub: ScriptedHub, tmp_path: Path) -> None:
+    """It was kept beside the new hub's URL, and the bridge sent it there (an operator-day review)."""
+    path = tmp_path / "config.json"
+    save_config(AgentConfig(hub_url="http://old:1", api_key="sonde_" + "k" * 43), path)
+    hub.answer_success()
+    warned: list[str] = []
+    config = do_enroll(hub, path, warn=warned.append)
+    assert (config.hub_url, config.api_key) == (hub.url, None)
+    assert "apiKey" not in json.loads(path.read_text())
+    assert warned == [
+        f"the API key `sonde login` saved was for http://old:1, not this hub: it is removed from {path}. "
+        f"Run `sonde login --hub {hub.url}` to save this hub's"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,24 @@ def test_flags_beat_environment_beat_config() -> None:
     assert (mixed.hub_url, mixed.api_key) == ("http://config.example:3000", "sonde_env")
 
 
+@pytest.mark.parametrize(
+    ("flag", "environ"),
+    [("http://other.example:3000", {}), (None, {"SONDE_HUB_URL": "http://other.example:3000/mcp"})],
+)
+def test_the_configs_key_is_never_sent_to_another_hub(flag: str | None, environ: dict[str, str]) -> None:
+    """A --hub or SONDE_HUB_URL naming another hub got the key `sonde login` saved for its own."""
+    with pytest.raises(NotConfigured) as refused:
+        resolve_settings(flag, None, environ, lambda: FROM_CONFIG)
+    said = str(refused.value)
+    assert "is for hub http://config.example:3000, not http://other.example:3000: it is not sent" in said
+    assert "sonde login --hub http://other.example:3000" in said
+    assert "sonde_config" not in said
+    same = resolve_settings("HTTP://Config.Example:3000/", None, {}, lambda: FROM_CONFIG)  # spelled otherwise
+    assert same.api_key == "sonde_config"
+    keyed = resolve_settings(flag, "sonde_flag", environ, lambda: FROM_CONFIG)  # a key of its own: taken
+    assert keyed.api_key == "sonde_flag"
+
+
 def test_the_config_is_not_read_when_flags_say_everything() -> None:
     def no_config() -> AgentConfig:
         raise AssertionError("read the config")
