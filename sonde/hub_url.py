@@ -13,8 +13,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 def check_hub_url(url: str) -> None:
     """Raise `ValueError` (saying what is wrong) unless ``url`` is http(s) with a host and no
-    query or fragment."""
+    user, password, query or fragment."""
     parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:  # said without the URL: it holds a secret
+        raise ValueError(
+            "a hub URL must not hold a user name or password (USER:PASSWORD@HOST): the hub takes "
+            "an API key, which goes in a header"
+        )
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"hub URL {url!r} must start with http:// or https://")
     if not parts.hostname:

@@ -58,9 +58,12 @@ def run_mcp_bridge(hub: str | None, api_key: str | None, log_level: str = "INFO"
         print(f"sonde mcp-bridge: warning: {ARGV_KEY_WARNING}", file=sys.stderr)
     try:
         settings = resolve_settings(hub, api_key, os.environ)
-    except (NotConfigured, ValueError) as exc:
+    except NotConfigured as exc:
         print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
         return EXIT_NOT_CONFIGURED
+    except ValueError as exc:  # a malformed hub URL or API key, as enroll and login say them
+        print(f"sonde mcp-bridge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     stdin_fd, stdout_fd = claim_stdio()
     log.info("bridging MCP over stdio to %s", settings.mcp_url)
     return trio.run(serve_stdio, settings, stdin_fd, stdout_fd)
