@@ -187,6 +187,13 @@ def login(hub: str, api_key: str, *, check: bool = True, path: Path | None = Non
                     f"({describe_failure(exc)}): is it the hub's URL? nothing saved (or pass --no-check)"
                 )
                 return 1
+            if isinstance(exc, httpx2.ReadTimeout | httpx2.WriteTimeout):  # connected: it was reached
+                say(
+                    f"something at {hub_url} took the connection but gave no answer within "
+                    f"{CHECK_TIMEOUT_S:g} s (a hub answers at once): is it the hub's URL, and is the hub "
+                    "well? nothing saved (or pass --no-check)"
+                )
+                return 1
             say(f"could not reach {hub_url} to check the key ({describe_failure(exc)}); saving it anyway")
     else:
         say("not checking the key against the hub (--no-check)")

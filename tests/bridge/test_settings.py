@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from sonde.agent.config import AgentConfig, load_config
+from sonde.bridge import login as login_module
 from sonde.bridge.login import login
 from sonde.bridge.settings import NotConfigured, resolve_settings
 from sonde.hub_url import normalize_hub_url
@@ -226,6 +227,40 @@ async def test_login_saves_nothing_where_something_speaking_no_http_answers(
     said = capsys.readouterr().err
     assert f"something at http://127.0.0.1:{port} took the connection but gave no HTTP answer" in said
     assert "is it the hub's URL? nothing saved" in said
+    assert not path.exists()
+
+
+async def test_login_saves_nothing_where_something_takes_the_connection_and_says_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port that accepts and never answers: it was 'no connection within the time allowed (the
+    host down ...); saving it anyway', though it took the connection and the key."""
+    monkeypatch.setattr(login_module, "CHECK_TIMEOUT_S", 0.5)
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+
+    async def say_nothing() -> None:
+        while True:
+            peer, _ = await listener.accept()
+            held.append(peer)
+
+    path = tmp_path / "config.json"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(say_nothing)
+        port = listener.getsockname()[1]
+        done = await trio.to_thread.run_sync(
+            lambda: login(f"http://127.0.0.1:{port}", "sonde_abc", path=path)
+        )
+        nursery.cancel_scope.cancel()
+    for peer in held:
+        peer.close()
+    listener.close()
+    said = capsys.readouterr().err
+    assert done == 1, said
+    assert f"something at http://127.0.0.1:{port} took the connection but gave no answer within 0.5 s" in said
+    assert "saving it anyway" not in said
     assert not path.exists()
 
 
