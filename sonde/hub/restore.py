@@ -48,6 +48,8 @@ class Held:
     active_keys: dict[str, str]  # id -> name
     revoked_keys: dict[str, str]
     agents: dict[str, str]
+    agent_tags: dict[str, str]  # id -> its tags (JSON text): a key's policy may reach an agent by them
+    agent_attestations: dict[str, str | None]  # id -> the attestation accepted (JSON text)
     removed_agents: dict[str, str]
     usable_tokens: dict[str, str]  # id -> the name it is reserved for, or its id
     spent_tokens: dict[str, str]  # revoked or used
@@ -138,7 +140,7 @@ def put_in_place(data_dir: Path, backup: Path, partial: Path, other_hub: bool) -
     restored = holdings(database)
     taken_back = differences(aside if moved else None, restored)
     warning = marked_as_this_hub(data_dir, signed_by) if others else None
-    note_restore(data_dir, backup, moved)
+    note_restore(data_dir, backup, moved, taken_back)
     err(
         f"restored {database} from {backup}: {counted(copied.agents, 'agent')}, "
         f"{counted(copied.api_keys, 'API key')}, {counted(copied.audit_rows, 'audit row')}; {chain(copied)}."
@@ -217,10 +219,13 @@ def holdings(path: Path) -> Held | None:
         tokens = list(db.execute(f"SELECT id, name, used_at, {revoked}, expires_at FROM enrollment_tokens"))
         now = time.time()
         hub_key = db.execute("SELECT value FROM meta WHERE key = ?", [HUB_KEY_META]).fetchone()
+        agents = list(db.execute("SELECT id, name, tags, attestation FROM agents"))
         return Held(
             active_keys={row[0]: row[1] for row in keys if row[2] is None},
             revoked_keys={row[0]: row[1] for row in keys if row[2] is not None},
-            agents=dict(db.execute("SELECT id, name FROM agents").fetchall()),
+            agents={row[0]: row[1] for row in agents},
+            agent_tags={row[0]: row[2] for row in agents},
+            agent_attestations={row[0]: row[3] for row in agents},
             removed_agents=dict(db.execute("SELECT id, name FROM revoked_agents").fetchall()),
             usable_tokens={
                 t[0]: t[1] or t[0] for t in tokens if t[2] is None and t[3] is None and t[4] > now
@@ -260,6 +265,18 @@ def differences(replaced: Path | None, restored: Held | None) -> list[str]:
         lines.append(
             f"agents removed since the backup are known again: {named(known, restored.agents)}; "
             "remove them again (`sonde hub agent remove NAME`)"
+        )
+    kept = set(before.agents) & set(restored.agents)
+    if retagged := sorted(i for i in kept if before.agent_tags[i] != restored.agent_tags[i]):
+        lines.append(
+            f"agents tagged otherwise since the backup have the backup's tags again (keys scoped by tag "
+            f"reach them as then): {named(retagged, restored.agents)}; `sonde hub agent list` shows them"
+        )
+    if accepted := sorted(i for i in kept if before.agent_attestations[i] != restored.agent_attestations[i]):
+        lines.append(
+            "agents whose attestation was accepted since the backup have the backup's again, and may be "
+            f"held when they connect: {named(accepted, restored.agents)}; accept them again once you know "
+            "why (`sonde hub agent accept NAME`)"
         )
     if lost := sorted(set(before.agents) - set(restored.agents)):
         lines.append(
@@ -321,13 +338,15 @@ def marked_as_this_hub(data_dir: Path, public_key: str | None) -> str:
     )
 
 
-def note_restore(data_dir: Path, backup: Path, moved: list[Path]) -> None:
+def note_restore(data_dir: Path, backup: Path, moved: list[Path], taken_back: list[str]) -> None:
     """Put the restore on the restored database's audit chain; a failure is said, not fatal."""
     try:
         db = open_hub_database(data_dir, older=True)  # restored as it is: the hub upgrades it
         try:
             with write_transaction(db):
-                record(db, "cli.hub.restore", str(backup), replaced=[p.name for p in moved])
+                record(
+                    db, "cli.hub.restore", str(backup), replaced=[p.name for p in moved], takenBack=taken_back
+                )
         finally:
             db.close()
     except sqlite3.Error as exc:

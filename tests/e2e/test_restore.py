@@ -33,6 +33,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         for name in ("kept", "revoked-later"):
             assert hub.cli("hub", "key", "create", "--name", name).returncode == 0
         enroll_agent(hub, tmp_path, "early")
+        enroll_agent(hub, tmp_path, "steady")
         token = hub.token()  # made before the backup, revoked after it
         done = hub.cli("hub", "backup", str(backup))
         assert done.returncode == 0, done.stderr
@@ -42,6 +43,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         assert hub.cli("hub", "key", "create", "--name", "made-later").returncode == 0
         enroll_agent(hub, tmp_path, "late")
         assert hub.cli("hub", "agent", "remove", "early").returncode == 0
+        assert hub.cli("hub", "agent", "tag", "steady", "prod").returncode == 0
         assert hub.cli("hub", "token", "revoke", token).returncode == 0
 
         refused = hub.cli("hub", "restore", str(backup))  # the hub still runs: nothing changes
@@ -55,7 +57,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         restored = hub.cli("hub", "restore", str(backup))
         assert restored.returncode == 0, restored.stderr
         said = restored.stderr
-        assert f"restored {hub.data_dir / 'sonde.db'} from {backup}: 1 agent, 3 API keys" in said, said
+        assert f"restored {hub.data_dir / 'sonde.db'} from {backup}: 2 agents, 3 API keys" in said, said
         assert "its audit chain verifies" in said
         assert re.search(
             rf"API keys revoked since the backup are active again: revoked-later \({ids['revoked-later']}\)",
@@ -67,6 +69,8 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         assert re.search(r"enrollment tokens revoked or used since the backup can enroll again: \w+", said), (
             said
         )
+        retagged = r"agents tagged otherwise since the backup have the backup's tags again .*: steady \(\w+\)"
+        assert re.search(retagged, said), said
         replaced = sorted(p.name for p in hub.data_dir.glob("sonde.db.replaced-*"))
         assert [name.rsplit("Z", 1)[1] for name in replaced] == ["", "-shm", "-wal"], replaced
         assert f"the files it replaced are kept as {', '.join(replaced)}:" in said, said
@@ -76,9 +80,14 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
         verified = hub.cli("hub", "audit", "verify")
         assert verified.returncode == 0, verified.stderr
         with sqlite3.connect(hub.data_dir / "sonde.db") as db:
-            actions = [row[0] for row in db.execute("SELECT action FROM audit ORDER BY seq DESC LIMIT 1")]
+            rows = list(db.execute("SELECT action, detail FROM audit ORDER BY seq DESC LIMIT 1"))
         db.close()
-        assert actions == ["cli.hub.restore"]
+        assert [row[0] for row in rows] == ["cli.hub.restore"]
+        taken_back = json.loads(rows[0][1])["takenBack"]  # on the record too, not only said
+        assert any(
+            line.startswith("API keys revoked since the backup are active again") for line in taken_back
+        )
+        assert any("steady" in line for line in taken_back)
 
         # a hub serves it: the first admin key works, the agents are the backup's
         again = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
@@ -86,7 +95,7 @@ def test_restore_puts_the_backup_in_place_and_says_what_it_takes_back(tmp_path: 
             url = again.wait_for(URL_LINE).group(1)
             answer = httpx.get(f"{url}/api/v1/agents", headers={"Authorization": f"Bearer {hub.admin_key}"})
             assert answer.status_code == 200
-            assert [agent["name"] for agent in answer.json()["agents"]] == ["early"]
+            assert [agent["name"] for agent in answer.json()["agents"]] == ["early", "steady"]
         finally:
             assert again.stop() == 0
 
