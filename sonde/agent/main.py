@@ -33,6 +33,7 @@ from sonde.agent.exit_codes import (
     EXIT_USAGE,
 )
 from sonde.agent.identity import active_packs
+from sonde.agent.pack_settings import unknown_settings
 from sonde.interrupts import noting_signals
 from sonde.log_levels import TextFormatter
 from sonde.packs.registry import PackRegistry, load_packs
@@ -171,6 +172,8 @@ def run_agent(
 
 
 def _run_until_stopped(config: AgentConfig, config_file: Path | None, registry: PackRegistry | None) -> int:
+    for unknown in unknown_settings(config.packs, load_packs()):
+        log.warning("%s: ignored", unknown)
     while True:
         packs = registry if registry is not None else active_packs(load_packs(), config.enabled_packs)
         if not packs.packs:

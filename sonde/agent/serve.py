@@ -29,6 +29,7 @@ import trio
 
 from sonde.agent.config import AgentConfig, ConfigError, load_config
 from sonde.agent.manifest import ManifestError, select_tools
+from sonde.agent.pack_settings import unknown_settings
 from sonde.agent.scrubber import Scrubber
 from sonde.packs.context import ProbeContext, ProbeSettings
 from sonde.packs.executor import ProbeExecutionError, execute_probe
@@ -246,6 +247,8 @@ def run_serve(manifest: Path | None) -> int:
     except (ManifestError, ConfigError) as exc:
         print_startup_failure(stdout_fd, str(exc))
         return 2
+    for unknown in unknown_settings(config.packs if config is not None else {}, registry):
+        log.warning("%s: ignored", unknown)
     server = create_tool_server(registry, names, Scrubber.from_config(config), config)
     try:
         return trio.run(serve_stdio, server, stdin_fd, stdout_fd)

@@ -169,6 +169,8 @@ class Pack:
     requires: Requirements = Requirements()
     detect: Callable[[], Detection] | None = None
     categories: tuple[str, ...] = ()
+    # the names it reads under ``packs.<name>`` in the agent config: another name there is a typo
+    settings: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
     # `describe()` saved as JSON (`python -m sonde.packs.describe` writes it): the register
     # is built from it without importing the probe modules, which wait for a probe to run.

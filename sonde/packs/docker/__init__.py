@@ -31,6 +31,7 @@ PACK = Pack(
     requires=Requirements(groups=("docker",)),
     detect=detect_docker,
     categories=("docker",),
+    settings=("socket",),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.stats",

@@ -34,6 +34,7 @@ PACK = Pack(
     ),
     detect=detect_mysql,
     categories=("mysql",),
+    settings=("host", "port", "user", "password", "database", "show_values"),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.probes",

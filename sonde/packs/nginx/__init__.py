@@ -26,6 +26,7 @@ PACK = Pack(
     requires=Requirements(commands=("nginx",), groups=("adm",)),
     detect=detect_nginx,
     categories=("nginx",),
+    settings=("access_log", "error_log", "config"),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.configtest",

@@ -32,6 +32,7 @@ PACK = Pack(
     ),
     detect=detect_redis,
     categories=("redis",),
+    settings=("host", "port", "user", "password", "show_values"),
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.probes",
