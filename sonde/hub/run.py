@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import faulthandler
 import gc
 import logging
 import signal
@@ -185,6 +186,10 @@ def run_hub(config: HubConfig) -> int:
     from sonde.hub.open_files import raise_open_file_limit
 
     configure_logging(config.log_format, config.log_level)
+    # A fault no Python code survives is said on stderr with every thread's stack. SQLite maps its
+    # -shm file: one the kernel will not let it write (made immutable, its file system remounted
+    # read-only) ends the hub with SIGBUS at the next write, which said nothing (a review).
+    faulthandler.enable()
     raise_open_file_limit()
     try:
         check_can_listen(config)  # before anything is made in the data directory
