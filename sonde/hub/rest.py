@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import trio
 from pydantic import BaseModel, ValidationError
 from quart import Response, g, jsonify, request
 from quart_trio import QuartTrio
@@ -43,6 +44,7 @@ from sonde.hub.errors import (
 )
 from sonde.hub.keys import revoked_key_use
 from sonde.hub.store import StoreCommitFailed
+from sonde.hub.tcp_guard import WAITING
 from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest, EnrollResponse
 from sonde.protocol.jsontext import RepeatedKey, escapes_lone_surrogate, loads_unique
@@ -82,6 +84,22 @@ async def parse_body(model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ApiError(400, "invalid_body", describe_params_error(exc)) from None
+
+
+async def stranger_body(model: type[M], deadline_s: float) -> M:
+    """`parse_body` for a route that takes no key (enrollment: the token is in the body). Until
+    the body is read, the connection counts with its address's idle ones (`WAITING`): one that
+    sent a byte of it every few seconds was held up to the 30 s body deadline by no bound, and
+    one address with no key held every file descriptor the hub has (a fault review)."""
+    address = str(request.remote_addr)
+    if not WAITING.admit(address):
+        raise ApiError(503, "busy", "too many connections from this address are waiting; try again shortly")
+    try:
+        with trio.move_on_after(deadline_s):
+            return await parse_body(model)
+        raise ApiError(408, "body_timeout", f"the request body did not arrive within {deadline_s:g} s")
+    finally:
+        WAITING.started(address)
 
 
 async def require_caller(hub: Hub, admin: bool = False, *, action: str) -> Caller:
@@ -298,8 +316,12 @@ def install_webui(app: QuartTrio) -> None:
 Handler = Callable[..., Awaitable[Any]]
 
 
+# An enrollment's body: a few KB (some 55 KB with the packs described), sent at once.
+ENROLL_BODY_S = 10.0
+
+
 async def enroll(hub: Hub) -> tuple[dict[str, Any], int]:
-    body = await parse_body(EnrollRequest)
+    body = await stranger_body(EnrollRequest, ENROLL_BODY_S)
     try:
         enrolled = await hub.write_audited(
             lambda db: enroll_agent(db, body, time.time()),

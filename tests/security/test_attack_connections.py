@@ -547,3 +547,51 @@ def read_response(sock: socket.socket) -> bytes:
     while len(body) < length:
         body += sock.recv(4096)
     return head + b"\r\n\r\n" + body
+
+
+def enroll_trickle(server: tuple[str, int], netloc: str, source: str) -> socket.socket:
+    """A POST to the enrollment route from ``source`` (which takes no key) whose body never comes:
+    its headers and the first byte of the 5,000 it promises."""
+    sock = socket.create_connection(server, timeout=10, source_address=(source, 0))
+    sock.sendall(
+        f"POST /api/v1/agents/enroll HTTP/1.1\r\nHost: {netloc}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 5000\r\n\r\n{".encode()
+    )
+    return sock
+
+
+def read_to_the_end(sock: socket.socket) -> bytes:
+    """All ``sock`` receives until the hub closes it."""
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_one_address_cannot_hold_every_connection_with_enrollment_bodies_that_never_come(
+    tmp_path: Path,
+) -> None:
+    """A request whose body was still coming was counted nowhere: one address with no key held
+    1,500 connections (a byte every 5 s, up to the 30 s body deadline, again and again) past its
+    bound of idle ones, and a hub with a lower open-file limit stopped accepting (a fault review)."""
+    raise_open_file_limit(MAX_WAITING_PER_ADDRESS + 200)
+    with running_hub(tmp_path) as hub:
+        server, netloc = server_of(hub)
+        held = [enroll_trickle(server, netloc, "127.0.0.4") for _ in range(MAX_WAITING_PER_ADDRESS)]
+        try:
+            refused = enroll_trickle(server, netloc, "127.0.0.4")
+            with refused:
+                answer = read_to_the_end(refused)  # held for the body's 30 s before
+            # closed at once as an idle one would be, or (its request begun) refused in words
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 503"), answer[:200]
+            if answer:
+                assert b"too many connections from this address are waiting" in answer
+            with socket.create_connection(server, timeout=10) as other:  # another address is served
+                assert answered(other, netloc).startswith(b"HTTP/1.1 200")
+            held[0].settimeout(15)
+            timed_out = held[0].recv(4096)  # the body deadline is short: an enrollment sends at once
+            assert timed_out.startswith(b"HTTP/1.1 408"), timed_out[:200]
+        finally:
+            for sock in held:
+                sock.close()
+        assert_hub_serves(hub)
