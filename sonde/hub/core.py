@@ -29,6 +29,7 @@ from sonde.hub.audit_retention import keep_audit_for
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig, default_data_dir
 from sonde.hub.db import get_meta, open_database, set_meta, write_transaction
+from sonde.hub.db_watch import watch_database_file
 from sonde.hub.fleet import Fleet
 from sonde.hub.free_space import watch_free_space
 from sonde.hub.keys import count_active_admin_keys, create_api_key
@@ -279,6 +280,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
                 nursery.start_soon(hub.audit_queue.run)
                 nursery.start_soon(retry_writes, store)  # while writes fail: when do they work again?
                 nursery.start_soon(watch_free_space, config.db_path.parent)
+                nursery.start_soon(watch_database_file, store)  # removed or replaced: saved, and stop
                 nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
                 nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
                 nursery.start_soon(watch_tag_changes, hub)  # by `sonde hub agent tag`

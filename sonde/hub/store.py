@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +152,13 @@ class Store:
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._closed = False
         self.health = WriteHealth()  # whether the database takes writes, for GET /api/v1/health
+        self._copy: Callable[[Path], Awaitable[None]] | None = None  # set by `open_store`
+
+    async def copy_to(self, target: Path) -> None:
+        """Copy what the writer's connection sees, every commit included, to a new database file at
+        ``target``, between two batches: through the connection, so also once ``path`` is gone."""
+        assert self._copy is not None
+        await self._copy(target)
 
     async def write(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(db, *args, **kwargs)`` in the writer and wait until its batch is committed.
@@ -215,6 +222,15 @@ class Store:
         self._send.close()
 
 
+def copy_database(source: sqlite3.Connection, target: Path) -> None:
+    """SQLite's online backup of ``source`` into a new file at ``target`` (in a worker thread)."""
+    copied = sqlite3.connect(target)
+    try:
+        source.backup(copied)
+    finally:
+        copied.close()
+
+
 def _name_of(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
@@ -230,11 +246,17 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     writer = _Writer(path, await trio.to_thread.run_sync(lambda: open_database(path, check_writable=True)))
     send, receive = trio.open_memory_channel[WriteOp](WRITE_QUEUE_SIZE)
     store = Store(path, send, WriteCounters())
+    limiter = trio.CapacityLimiter(1)  # the writer's connection: one batch, or one copy, at a time
+
+    async def copy(target: Path) -> None:
+        await trio.to_thread.run_sync(copy_database, writer.db.conn, target, limiter=limiter)
+
+    store._copy = copy
     try:
         await trio.to_thread.run_sync(store._readers.open_ahead, READ_THREADS)
         body_error: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_run_writer, writer, receive, store._counters, store.health)
+            nursery.start_soon(_run_writer, writer, receive, store._counters, store.health, limiter)
             try:
                 yield store
             except Exception as exc:  # not handled: re-raised below, unwrapped from the nursery's group
@@ -277,13 +299,13 @@ async def _run_writer(
     receive: trio.MemoryReceiveChannel[WriteOp],
     counters: WriteCounters,
     health: WriteHealth,
+    limiter: trio.CapacityLimiter,
 ) -> None:
     """Take batches off the queue and commit them, until the queue is closed and empty.
 
     Cancelled, it fails what is still queued, and what is queued after, at once: a caller
     waiting shielded for its write (the audit's last flush) would otherwise wait forever.
     """
-    limiter = trio.CapacityLimiter(1)
     try:
         async for first in receive:
             batch = take_batch(first, receive)
