@@ -52,6 +52,7 @@ from sqlite_utils import Database
 
 from sonde.hub.audit import AuditEntry, append_audit, append_many
 from sonde.hub.audit_budget import UnauthenticatedBudget
+from sonde.hub.audit_leftovers import save_leftovers
 from sonde.hub.db import write_transaction
 from sonde.hub.db_errors import LASTING_FAILURE_CODES, LOCK_CODES, primary_code_in
 from sonde.hub.errors import is_damaged_database
@@ -140,6 +141,25 @@ class AuditQueue:
         """Commit every entry appended so far; raises `AuditUnavailable` if it cannot."""
         await self._write_pending()
 
+    def _save_leftovers(self) -> None:
+        """Keep the entries the hub stops without writing in a file, and say where (`save_leftovers`)."""
+        saved, refused = save_leftovers(self._pending, self._store.path)
+        count = len(self._pending)
+        if saved is None:
+            log.error(
+                "%d audit entries were not written before the hub stopped, nor saved (%s)",
+                count,
+                "; ".join(refused),
+            )
+            return
+        log.error(
+            "%d audit entries were not written before the hub stopped (%s): they are saved, as JSON lines, in "
+            "%s; keep that file with the audit log (they are not on its hash chain)",
+            count,
+            self.failure or "the store stopped",
+            saved,
+        )
+
     async def run(self) -> None:
         """The flusher: one write per `LINGER_S` at most, retried every `RETRY_S` while failing."""
         try:
@@ -158,7 +178,7 @@ class AuditQueue:
                 try:
                     await self._write_pending(final=True)
                 except (AuditUnavailable, StoreClosed):  # the store was cancelled with the hub
-                    log.error("%d audit entries were not written before the hub stopped", len(self._pending))
+                    self._save_leftovers()
 
     async def write_with(
         self, change: Callable[[Database], T], entry_for: Callable[[T], AuditEntry | None]
