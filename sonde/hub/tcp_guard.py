@@ -229,6 +229,11 @@ class GuardedTCPServer(TCPServer):
                 await super().protocol_send(event)
             return
         await super().protocol_send(event)
+        if isinstance(event, Closed):
+            # Closed by this side (the hub stopping): nothing more is read. A pipelined request in
+            # hand held the reader (hypercorn recycles no request cycle once stopping), and the
+            # connection's task, until the 5 s grace of the hub's stop ran out (a fault review).
+            self._stop_reading()
 
     async def _send_data(self, data: bytes) -> None:
         """Hypercorn's write (under the send lock, shielded: a cancelled write would leave half a
