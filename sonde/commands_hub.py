@@ -151,12 +151,13 @@ def key_list(*, json: Annotated[bool, Parameter(negative="")] = False, data_dir:
 
 @key_app.command(name="revoke")
 def key_revoke(key_id: str, /, *, data_dir: AdminDataDir = None) -> int:
-    """Revoke an API key, by its id or by the key itself (never shown or recorded).
+    """Revoke an API key, by its id, its name (when one active key has it) or the key itself
+    (never shown or recorded).
 
     Parameters
     ----------
     key_id
-        The key's id (as `sonde hub key list` shows it), or the key itself (sonde_...).
+        The key's id or name (as `sonde hub key list` shows them), or the key itself (sonde_...).
     """
     from sonde.hub import admin, admin_credentials
 

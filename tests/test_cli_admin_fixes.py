@@ -461,3 +461,19 @@ def test_the_hub_refuses_a_secret_shaped_name_over_rest(tmp_path: Path) -> None:
         assert refused.status_code == 400, refused.text
         assert SECRET_WORDS in refused.text
         assert UNKNOWN_KEY not in refused.text
+
+
+def test_a_key_is_revoked_by_its_name_unless_two_active_keys_share_it(tmp_path: Path, data_dir: Path) -> None:
+    """`key revoke laptop` said there was no key with that id, while `agent remove` takes names."""
+    for name in ("laptop", "shared", "shared"):
+        assert sonde_hub(tmp_path, "key", "create", "--name", name).returncode == 0
+    done = sonde_hub(tmp_path, "key", "revoke", "laptop")
+    assert done.returncode == 0, done.stderr
+    assert "revoked API key " in done.stderr
+    [row] = audit(data_dir, "cli.api_key.revoke")
+    assert row["target"] != "laptop"  # the row names the key by its id
+    twice = sonde_hub(tmp_path, "key", "revoke", "shared")
+    assert twice.returncode == 1
+    assert "2 active API keys are named 'shared': give one's id (" in twice.stderr
+    listed = sonde_hub(tmp_path, "key", "list").stdout
+    assert listed.count("revoked") == 1, listed

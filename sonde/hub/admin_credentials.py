@@ -123,7 +123,8 @@ def key_list(data_dir: Path, as_json: bool) -> int:
 
 
 def key_revoke(data_dir: Path, key: str) -> int:
-    """Revoke a key by its id or its secret; the audit row names its id (never the secret).
+    """Revoke a key by its id, its name (one active key's) or its secret; the audit row names its
+    id (never the secret).
     Revoking the last admin key is refused, on the record, exit 1."""
     checked_argument("API key id", key, secret=key.strip().startswith(API_KEY_PREFIX))
     db = open_hub_database(data_dir)

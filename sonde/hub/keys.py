@@ -161,9 +161,13 @@ class KeyRevocation:
     message: str
 
 
+ACTIVE_NAMED = "SELECT id FROM api_keys WHERE name = ? AND revoked_at IS NULL ORDER BY created_at"
+
+
 def revoke_api_key_named(db: Database, key: str, now: float | None = None) -> KeyRevocation:
     """Revoke the key with this id, or whose secret this is (``sonde_...``): whoever finds a key
-    where it should not be has its text at hand, not its id. Surrounding blanks are ignored.
+    where it should not be has its text at hand, not its id; or the one active key of this name
+    (two of one name are refused, naming their ids). Surrounding blanks are ignored.
 
     Raises `LastAdminKey` (naming the key by id) for the last active admin key.
     """
@@ -179,11 +183,20 @@ def revoke_api_key_named(db: Database, key: str, now: float | None = None) -> Ke
                 False, None, "no API key has that secret (give the secret alone, or the key's id)"
             )
         text = row["id"]
+    elif get_api_key(db, text) is None:  # not an id: a name, as `sonde hub key list` shows them
+        named = [row["id"] for row in db.query(ACTIVE_NAMED, [text])]
+        if len(named) > 1:
+            return KeyRevocation(
+                False,
+                None,
+                f"{len(named)} active API keys are named {echoed(text)}: give one's id ({', '.join(named)})",
+            )
+        text = named[0] if named else text
     if revoke_api_key(db, text, now):
         return KeyRevocation(True, text, f"revoked API key {text}")
     record = get_api_key(db, text)
     if record is None or record.revoked_at is None:
-        return KeyRevocation(False, text, f"no active API key with id {echoed(text)}")
+        return KeyRevocation(False, text, f"no active API key with the id or name {echoed(text)}")
     return KeyRevocation(
         False,
         record.id,

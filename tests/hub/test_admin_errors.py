@@ -227,7 +227,7 @@ def test_a_huge_argument_is_shown_cut_short_and_never_stored(data_dir: Path, arg
 def test_a_long_argument_is_echoed_as_a_prefix(data_dir: Path) -> None:
     done = hub_cli(data_dir, "key", "revoke", "k" * 90)
     assert done.returncode == 1, done.stderr
-    assert f"no active API key with id {'k' * 64!r}... (90 characters)" in done.stderr
+    assert f"no active API key with the id or name {'k' * 64!r}... (90 characters)" in done.stderr
     assert "k" * 65 not in done.stderr
 
 
