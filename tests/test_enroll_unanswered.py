@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,25 @@ def test_a_proxys_gateway_page_names_the_proxy_not_another_server(tmp_path: Path
     assert "a proxy's answer (is the hub behind it down or slow?)" in done.stderr
     assert "is not a Sonde hub's base URL" not in done.stderr
     assert "<html" not in done.stderr.lower()
+
+
+def test_something_speaking_no_http_is_said_as_reached_not_printed_raw(tmp_path: Path) -> None:
+    """A database's port: it said `cannot reach the hub at URL: +OK redis-ish`, the remote bytes
+    raw (an escape sequence among them would reach the terminal), though it was reached."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def answer_one() -> None:
+            peer, _ = server.accept()
+            with peer:
+                peer.recv(65536)
+                peer.sendall(b"+OK redis-ish \x1b[31m\r\n")
+
+        thread = threading.Thread(target=answer_one, daemon=True)
+        thread.start()
+        done = enroll(tmp_path, f"http://127.0.0.1:{port}")
+        thread.join(10)
+    assert done.returncode == 1, done.stderr
+    assert f"something at http://127.0.0.1:{port} took the connection but gave no HTTP answer" in done.stderr
+    assert "\x1b" not in done.stderr
+    assert "cannot reach" not in done.stderr

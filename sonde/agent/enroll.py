@@ -32,6 +32,7 @@ from sonde.agent.config import AgentConfig, ConfigError, load_config, save_confi
 from sonde.agent.config import config_path as config_path_default
 from sonde.agent.identity import active_packs, attestation, default_agent_name, machine_facts
 from sonde.connect_failures import describe_tls_failure
+from sonde.echo import clipped
 from sonde.hub_url import normalize_hub_url as base_hub_url
 from sonde.hub_url import same_hub
 from sonde.name_rules import invalid_agent_name, secret_shaped
@@ -311,6 +312,12 @@ def post_json(hub_url: str, url: str, body: str, timeout_s: float) -> HubAnswer:
             raise EnrollError("tls", f"cannot enroll with the hub at {hub_url}: {tls}") from None
         raise EnrollError("unreachable", f"cannot reach the hub at {hub_url}: {exc.reason}") from None
     except (OSError, http.client.HTTPException) as exc:
+        if isinstance(exc, http.client.BadStatusLine) and not isinstance(exc, http.client.RemoteDisconnected):
+            raise EnrollError(  # reached: what answered speaks no HTTP (a database's port, say)
+                "unreachable",
+                f"something at {hub_url} took the connection but gave no HTTP answer (it sent "
+                f"{clipped(repr(str(exc)), 80)}): is it the hub's URL?",
+            ) from None
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, http.client.RemoteDisconnected) and hub_url.startswith("http://"):
             reason += "; if the hub serves HTTPS (--tls-cert), use an https:// URL"
