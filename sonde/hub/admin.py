@@ -22,7 +22,13 @@ from sqlite_utils import Database
 
 from sonde.echo import echoed, holds_secret
 from sonde.hub.audit import record_entry
-from sonde.hub.db import SCHEMA_VERSION, open_database, refuse_lost_database, schema_version
+from sonde.hub.db import (
+    SCHEMA_VERSION,
+    open_database,
+    open_database_read_only,
+    refuse_lost_database,
+    schema_version,
+)
 from sonde.hub.db_errors import DatabaseTooOld, DatabaseUnusable, database_error, database_unusable
 from sonde.params_words import describe_params_error
 
@@ -59,7 +65,7 @@ def existing_database(data_dir: Path) -> Path:
     return path
 
 
-def open_hub_database(data_dir: Path, *, older: bool = False) -> Database:
+def open_hub_database(data_dir: Path, *, older: bool = False, read_only: bool = False) -> Database:
     """The hub's database in ``data_dir``, opened: never created, never upgraded, and refused
     (changing nothing) when the file there is empty or another program's, or (unless ``older``:
     an audit row is all that is written) an older Sonde's. Raises `NoHubDatabase`, `DatabaseUnusable`.
@@ -68,7 +74,8 @@ def open_hub_database(data_dir: Path, *, older: bool = False) -> Database:
     hub still serving upgraded the file under that hub, which then failed every agent's connect.
     """
     path = existing_database(data_dir)
-    db = open_database(path, existing=True, upgrade=False)
+    # a listing only reads: it also runs on a copy or a read-only mount (it said it could not write)
+    db = open_database_read_only(path) if read_only else open_database(path, existing=True, upgrade=False)
     version = schema_version(db)
     if version < SCHEMA_VERSION and not older:
         db.close()

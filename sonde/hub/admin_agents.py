@@ -156,7 +156,7 @@ def agent_list(data_dir: Path, as_json: bool) -> int:
     from sonde.hub.data_dir import hub_holds
     from sonde.hub.tools.views import pack_labels
 
-    db = open_hub_database(data_dir)
+    db = open_hub_database(data_dir, read_only=True)
     try:
         records = list_agents(db)
     finally:

@@ -105,7 +105,7 @@ def described_probe_names(pack: Pack) -> list[str]:
 
 
 def key_list(data_dir: Path, as_json: bool) -> int:
-    db = open_hub_database(data_dir)
+    db = open_hub_database(data_dir, read_only=True)
     try:
         records = list_api_keys(db)
     finally:
@@ -179,7 +179,7 @@ def token_create(data_dir: Path, ttl: str, name: str | None) -> int:
 
 def token_list(data_dir: Path, show_all: bool, as_json: bool) -> int:
     """The tokens that could still enroll an agent; with ``show_all`` used, expired and revoked ones too."""
-    db = open_hub_database(data_dir)
+    db = open_hub_database(data_dir, read_only=True)
     try:
         records = list_enrollment_tokens(db, time.time())
         names: dict[str, str] = dict(db.execute("SELECT id, name FROM agents").fetchall())

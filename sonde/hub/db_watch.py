@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 CHECK_EVERY_S = 5.0
 
 
-class DatabaseLost(DatabaseUnusable):
+class DatabaseFileGone(DatabaseUnusable):
     """The hub's database file was removed or replaced while it ran (the message says what to do)."""
 
 
@@ -54,7 +54,7 @@ def what_became_of(path: Path, identity: tuple[int, int]) -> str | None:
 
 
 async def watch_database_file(store: Store, every_s: float = CHECK_EVERY_S) -> None:
-    """Check ``store``'s file every ``every_s`` until cancelled; raise `DatabaseLost` once its
+    """Check ``store``'s file every ``every_s`` until cancelled; raise `DatabaseFileGone` once its
     path no longer names it, what the store holds saved beside it first."""
     path = store.path
     identity = await trio.to_thread.run_sync(file_identity, path)
@@ -62,7 +62,7 @@ async def watch_database_file(store: Store, every_s: float = CHECK_EVERY_S) -> N
         await trio.sleep(every_s)
         became = await trio.to_thread.run_sync(what_became_of, path, identity)
         if became is not None:
-            raise DatabaseLost(await lost_words(store, path, became))
+            raise DatabaseFileGone(await lost_words(store, path, became))
 
 
 async def lost_words(store: Store, path: Path, became: str) -> str:

@@ -100,3 +100,17 @@ def test_what_cannot_be_checked_exits_3(read_only: Path, tmp_path: Path) -> None
     missing = verify(tmp_path / "nowhere")
     assert missing.returncode == 3, missing.stderr
     assert "no hub database at" in missing.stderr
+
+
+@pytest.mark.parametrize("listing", [["key", "list"], ["token", "list"], ["agent", "list"]])
+def test_the_listings_read_a_read_only_copy_and_leave_it_as_it_was(
+    read_only: Path, listing: list[str]
+) -> None:
+    """They opened the file to write: `cannot write the hub's database ... attempt to write a
+    readonly database`, exit 1 (an operator-day review), where `audit list` and `verify` read it."""
+    seal(read_only)
+    before = files(read_only)
+    argv = [*SONDE, "hub", *listing, "--data-dir", str(read_only)]
+    done = run_any(without_file_overrides(argv), env=base_env(read_only.parent / "home"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert files(read_only) == before
