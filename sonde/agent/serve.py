@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from sonde.agent.config import AgentConfig, ConfigError, load_config
+from sonde.agent.config import AgentConfig, ConfigError, config_path, load_config
 from sonde.agent.manifest import ManifestError, select_tools
 from sonde.agent.pack_settings import unknown_settings
 from sonde.agent.scrubber import Scrubber
@@ -119,7 +119,10 @@ def create_tool_server(
                 ToolDescription(name=name, description=probe.description, input_schema=probe.params_schema)
             )
     scrubber = scrubber or Scrubber()
-    settings = config.probe_settings() if config is not None else ProbeSettings()
+    # with no config file, a refusal names the one that would be read (`SONDE_HOME`'s, or ~/.sonde's)
+    settings = (
+        config.probe_settings() if config is not None else ProbeSettings(config_file=str(config_path()))
+    )
     ctx = ProbeContext(settings=settings, redact=scrubber.redacted)
     return ToolServer(registry, tuple(tools), ctx=ctx, scrubber=scrubber)
 

@@ -162,8 +162,9 @@ class Forwarder:
         if not left:
             return
         log.error(
-            "stdin closed with %d requests unanswered after %g s; abandoned: %.2000s",
+            "stdin closed with %d request%s unanswered after %g s; abandoned: %.2000s",
             len(left),
+            "" if len(left) == 1 else "s",
             EOF_DRAIN_S,
             ", ".join(jsonrpc.as_text(i) for i in left),
         )

@@ -52,3 +52,27 @@ async def test_sonde_serve_says_them_on_stderr(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert b"packs.redis.prot: not a setting of the redis pack" in done.stderr
     assert b": ignored" in done.stderr
+
+
+async def test_with_no_config_file_a_refusal_names_the_one_that_would_be_read(tmp_path: Path) -> None:
+    """With SONDE_HOME set and no config there, `sonde serve` said to add the directory to
+    allowedPaths in "~/.sonde/config.json, or $SONDE_HOME's" (an operator-day review)."""
+    home = tmp_path / "sonde-home"
+    request = {
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "system.files.read", "input": {"path": "/srv/x"}},
+    }
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-m", "sonde", "serve", "--json"],
+            stdin=json.dumps(request).encode() + b"\n",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "SONDE_HOME": str(home)},
+        )
+    assert done.returncode == 0, done.stderr
+    answer = [json.loads(line) for line in done.stdout.splitlines() if b'"id"' in line][-1]
+    said = json.dumps(answer)
+    assert f"allowedPaths in the agent's config ({home / 'config.json'})" in said, said
