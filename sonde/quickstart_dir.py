@@ -76,18 +76,22 @@ def refuse_a_hub_not_made_here(db: Database, data_dir: Path) -> None:
     keys = _count(db, "api_keys")
     if agents == 0 and keys == 0:
         return
+    revoked = _count(db, "api_keys", "revoked_at IS NOT NULL")
+    held = f"{_plural(agents, 'agent')}, {_plural(keys, 'API key')}" + (
+        f", {revoked} of them revoked" if revoked else ""
+    )
     where = shlex.quote(str(data_dir))
     raise HubNotMadeByUp(
         f"the data directory {data_dir} holds a hub that `sonde up` did not make "
-        f"({_plural(agents, 'agent')}, {_plural(keys, 'API key')}); nothing was changed: a quick start "
+        f"({held}); nothing was changed: a quick start "
         "there would add its own admin key and agent to that hub. To run that hub, use "
         f"`sonde hub --data-dir {where}`; for a trial, give `sonde up` a directory of its own: "
         "`sonde up --data-dir OTHER` (or SONDE_DATA_DIR)"
     )
 
 
-def _count(db: Database, table: str) -> int:
-    row = query_one(db, f"SELECT COUNT(*) AS n FROM {table}")
+def _count(db: Database, table: str, where: str = "1") -> int:
+    row = query_one(db, f"SELECT COUNT(*) AS n FROM {table} WHERE {where}")
     return int(row["n"]) if row is not None else 0
 
 

@@ -97,6 +97,8 @@ def test_with_json_logs_up_keeps_its_key_off_the_terminal(tmp_path: Path) -> Non
 def test_up_refuses_a_hub_it_did_not_make_and_changes_nothing(tmp_path: Path) -> None:
     with running_hub(tmp_path) as hub:
         enroll_agent(hub, tmp_path, "web-1")
+        assert hub.cli("hub", "key", "create", "--name", "gone").returncode == 0
+        assert hub.cli("hub", "key", "revoke", "gone").returncode == 0
         keys_before = hub.cli("hub", "key", "list", "--json").stdout
     snapshot = sqlite3.connect(hub.data_dir / "sonde.db")
     before = snapshot.execute("SELECT COUNT(*) FROM audit").fetchone()
@@ -112,7 +114,7 @@ def test_up_refuses_a_hub_it_did_not_make_and_changes_nothing(tmp_path: Path) ->
     assert code == 1, proc.output
     assert (
         f"sonde up: the data directory {hub.data_dir} holds a hub that `sonde up` did not make "
-        "(1 agent, 1 API key); nothing was changed"
+        "(1 agent, 2 API keys, 1 of them revoked); nothing was changed"
     ) in proc.output
     assert f"To run that hub, use `sonde hub --data-dir {hub.data_dir}`" in proc.output
     assert "`sonde up --data-dir OTHER`" in proc.output
