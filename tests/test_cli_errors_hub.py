@@ -306,3 +306,15 @@ def test_the_local_agent_removed_from_its_hub_is_told_to_restart_sonde_up(tmp_pa
             wait_until(back_online)
     finally:
         assert proc.stop() == 0
+
+
+@pytest.mark.parametrize("command", [["hub"], ["up", "--allow-root"]])
+def test_a_data_dir_that_is_a_file_is_said_to_be_one(tmp_path: Path, command: list[str]) -> None:
+    """It named `FILE/hub.lock`, with advice on permissions (an operator-day review)."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    done = sonde(tmp_path, *command, "--bind", "127.0.0.1:0", "--data-dir", str(afile))
+    assert done.returncode == 1, done.stderr
+    assert f"the data directory {afile} is a file, not a directory" in done.stderr, done.stderr
+    assert "hub.lock" not in done.stderr
+    assert afile.read_text() == "x"

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sonde.hub.db import ensure_private_dir
-from sonde.hub.db_errors import file_error
+from sonde.hub.db_errors import DatabaseUnusable, file_error
 from sonde.pid_lock import LOCK_FILE_MODE, LockHeld, take_lock, write_pid
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,11 @@ def _open_lock_file(data_dir: Path) -> tuple[int, bool]:
     """The lock file's descriptor, and whether it could be opened for writing (a lock needs
     none: a read-only one is locked as well, and opening the database says what is wrong)."""
     path = data_dir / LOCK_FILE
+    if data_dir.is_file():  # it named the lock file in it, with advice on permissions
+        raise DatabaseUnusable(
+            f"the data directory {data_dir} is a file, not a directory: give --data-dir (or "
+            "SONDE_DATA_DIR) a directory, which is made if it is missing"
+        )
     # not inherited by a child process, which would hold the directory after the hub exits
     flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
