@@ -326,6 +326,7 @@ def marked_as_this_hub(data_dir: Path, public_key: str | None) -> str:
     try:
         partial = mark.with_name(f".{mark.name}.{os.getpid()}")
         partial.write_text(f"{public_key}\n")
+        give_to_owner(partial, data_dir)  # as sonde.db: the hub's user reads it at each start
         os.replace(partial, mark)
     except OSError as exc:
         return (

@@ -171,6 +171,7 @@ def test_another_hubs_backup_is_said_to_be_one_and_given_to_the_directory_owner(
     assert (data_dir / "hub-key.pub").read_text() == other_mark  # the restored hub's, which it serves
     assert "sonde.db is given to uid 65534, its directory's owner" in done.stderr
     assert (data_dir / "sonde.db").stat().st_uid == 65534
+    assert (data_dir / "hub-key.pub").stat().st_uid == 65534  # it was left root's (an operator-day review)
 
 
 def test_another_hubs_backup_is_refused_without_hub_key_pub_too(tmp_path: Path) -> None:
