@@ -23,6 +23,7 @@ from sonde.protocol.signing import new_private_key, public_key_to_text
 from tests.e2e.harness import rest_token
 from tests.e2e.procs import SONDE, URL_LINE, base_env, running_hub, spawn
 from tests.security.attack_fleet import REGISTRY
+from tests.subprocs import run_any
 
 UNKNOWN_KEY = "sonde_" + "Q" * 43  # the shape of a key's secret, of no key
 UNKNOWN_TOKEN = "enr_" + "Q" * 32
@@ -428,15 +429,8 @@ def test_a_name_shaped_like_a_secret_is_refused_and_never_stored(
 
 
 def test_enroll_refuses_a_secret_shaped_name_before_it_asks_for_a_token(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--name", UNKNOWN_TOKEN],
-        env=base_env(tmp_path / "home"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    argv = [*SONDE, "enroll", "--hub", "http://127.0.0.1:9", "--name", UNKNOWN_TOKEN]
+    done = run_any(argv, env=base_env(tmp_path / "home"), stdin=subprocess.DEVNULL, timeout=60)
     assert done.returncode == 2, done.stderr
     assert SECRET_WORDS in done.stderr
     assert UNKNOWN_TOKEN not in done.stderr

@@ -4,13 +4,13 @@ looked up "user:pw@host" as a host name, and every message repeated the password
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sonde.hub_url import normalize_hub_url
 from tests.e2e.procs import SONDE, base_env
+from tests.subprocs import run_any
 
 URL = "http://someone:hunter2secret@127.0.0.1:9"
 KEY = "sonde_" + "k" * 43
@@ -26,15 +26,8 @@ KEY = "sonde_" + "k" * 43
     ids=["enroll", "login", "mcp-bridge"],
 )
 def test_a_hub_url_with_a_password_is_refused_unsaid(tmp_path: Path, command: list[str]) -> None:
-    done = subprocess.run(
-        [*SONDE, *command],
-        env={**base_env(tmp_path / "home"), "SONDE_API_KEY": KEY, "SONDE_ENROLL_TOKEN": "enr_" + "t" * 32},
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {**base_env(tmp_path / "home"), "SONDE_API_KEY": KEY, "SONDE_ENROLL_TOKEN": "enr_" + "t" * 32}
+    done = run_any([*SONDE, *command], env=env, input="", timeout=60)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "must not hold a user name or password" in done.stderr
     assert "hunter2secret" not in done.stderr + done.stdout
