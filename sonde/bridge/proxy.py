@@ -156,9 +156,7 @@ class Forwarder:
             for request_id in request.waiting.values()
         ]
         if others_unsent:
-            log.error(
-                "stdin closed with %d notifications or responses not yet taken by the hub", others_unsent
-            )
+            log.error("stdin closed with %d notifications or responses the hub had not taken", others_unsent)
         if not left:
             return
         log.error(
