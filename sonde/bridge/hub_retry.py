@@ -22,7 +22,7 @@ import httpx2
 import trio
 
 from sonde.bridge import jsonrpc
-from sonde.bridge.hub_session import ConnectionDropped
+from sonde.bridge.hub_session import ConnectionDropped, HubSession
 from sonde.connect_failures import describe_failure, describe_tls_failure
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,16 @@ def opens_the_session(message: Any) -> bool:
 
 
 async def wait_for_hub(
-    attempt: Callable[[], Awaitable[None]], url: str, within_s: float = HUB_WAIT_S
+    attempt: Callable[[], Awaitable[None]], hub: HubSession, within_s: float = HUB_WAIT_S
 ) -> None:
     """Run ``attempt``; while it cannot connect, again after 0.25 s, 0.5 s, ... 2 s, for about ``within_s``.
 
-    Logs once that it waits (and why), then how it ended. Past ``within_s`` the
-    last connect failure is raised; a TLS failure (a certificate it refuses) and any other
-    error of ``attempt`` at once.
+    Logs once that it waits (and why), then how it ended; ``hub.outage`` says why until the hub
+    is reached (what the client is told of a request given up at EOF meanwhile). Past
+    ``within_s`` the last connect failure is raised; a TLS failure (a certificate it refuses)
+    and any other error of ``attempt`` at once.
     """
+    url = hub.url
     started = trio.current_time()
     delay, waiting = FIRST_DELAY_S, False
     while True:
@@ -57,6 +59,7 @@ async def wait_for_hub(
             waited_s = trio.current_time() - started
             if describe_tls_failure(exc) is not None:  # a certificate it refuses: no wait mends that
                 raise
+            hub.outage = describe_failure(exc)
             if waited_s + delay > within_s:
                 if waiting:
                     log.error("the Sonde hub at %s did not come up within %.0f s; giving up", url, waited_s)
@@ -72,6 +75,7 @@ async def wait_for_hub(
             await trio.sleep(delay)
             delay = min(delay * 2, MAX_DELAY_S)
             continue
+        hub.outage = None
         if waiting:
             log.warning("reached the Sonde hub at %s after %.1f s", url, trio.current_time() - started)
         return

@@ -179,6 +179,7 @@ class HubSession:
         self._reinitializing = trio.Lock()
         self._ready = trio.Event()
         self._opened = False  # an initialize of ours was accepted once
+        self.outage: str | None = None  # why the hub cannot be reached, while the opening request waits
 
     def headers(self, *, initialize: bool = False) -> dict[str, str]:
         """The MCP headers for a request (``initialize`` starts a session: none of them)."""

@@ -166,7 +166,8 @@ class Forwarder:
             EOF_DRAIN_S,
             ", ".join(jsonrpc.as_text(i) for i in left),
         )
-        reason = f"the bridge is exiting: stdin closed and the hub had not answered within {EOF_DRAIN_S:g} s"
+        outage = f" (it cannot be reached: {self.hub.outage})" if self.hub.outage else ""
+        reason = f"the bridge is exiting: stdin closed and the hub had not answered within {EOF_DRAIN_S:g} s{outage}"
         for request_id in left:
             await self.send(jsonrpc.error_answer(request_id, reason))
 
@@ -201,7 +202,7 @@ class Forwarder:
         post = partial(self.post_and_relay, message, body, waiting, silence_s, may_reinitialize=True)
         attempt = partial(again_if_dropped, post, self.hub.url)
         if opens_the_session(message):
-            attempt = partial(wait_for_hub, attempt, self.hub.url)
+            attempt = partial(wait_for_hub, attempt, self.hub)
         elif silence_s > self.patience.answer_s:  # a tool call: its hub watched while it waits
             attempt = partial(while_hub_answers, attempt, self.hub.client, self.hub.url.removesuffix("/mcp"))
         try:

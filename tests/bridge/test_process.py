@@ -17,6 +17,7 @@ import trio
 
 from tests.bridge.fakehub import GOOD_KEY, fake_hub, hung_hub
 from tests.bridge.peer import INITIALIZE, INITIALIZED, StdioPeer, call, eventually
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -274,3 +275,18 @@ async def test_eof_ends_the_bridge_though_the_hub_never_answers(tmp_path: Path) 
             assert sorted(a["id"] for a in await bridge.peer.rest()) == [0, 1]
             assert await bridge.exit_code() == 0
     assert b"stdin closed with 2 requests unanswered after 1 s; abandoned: 0, 1" in bridge.stderr
+
+
+async def test_eof_while_waiting_for_a_hub_that_is_down_says_why_it_waited(tmp_path: Path) -> None:
+    """It said only that the hub had not answered within 1 s; that nothing listens there was on
+    stderr alone (an operator-day review)."""
+    env = clean_env(tmp_path, SONDE_HUB_URL=f"http://127.0.0.1:{free_port()}", SONDE_API_KEY=GOOD_KEY)
+    async with bridge_process(env) as bridge:
+        await bridge.peer.send(INITIALIZE)
+        await trio.sleep(0.5)  # it tried, and waits for the hub
+        await bridge.peer.close()
+        [answer] = await bridge.peer.rest()
+        assert await bridge.exit_code() == 0
+    message = answer["error"]["message"]
+    assert "stdin closed and the hub had not answered within 1 s (it cannot be reached: " in message, message
+    assert "refused" in message, message
