@@ -459,8 +459,10 @@ def test_the_hub_refuses_a_secret_shaped_name_over_rest(tmp_path: Path) -> None:
 
 def test_a_key_is_revoked_by_its_name_unless_two_active_keys_share_it(tmp_path: Path, data_dir: Path) -> None:
     """`key revoke laptop` said there was no key with that id, while `agent remove` takes names."""
-    for name in ("laptop", "shared", "shared"):
-        assert sonde_hub(tmp_path, "key", "create", "--name", name).returncode == 0
+    made = [sonde_hub(tmp_path, "key", "create", "--name", name) for name in ("laptop", "shared", "shared")]
+    assert [done.returncode for done in made] == [0, 0, 0]
+    assert "warning" not in made[1].stderr
+    assert "warning: 1 other active API key(s) have this name (" in made[2].stderr  # said as it is made
     done = sonde_hub(tmp_path, "key", "revoke", "laptop")
     assert done.returncode == 0, done.stderr
     assert "revoked API key " in done.stderr

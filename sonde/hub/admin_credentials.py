@@ -31,6 +31,7 @@ from sonde.hub.enrollment_tokens import (
     revoke_enrollment_token,
 )
 from sonde.hub.keys import (
+    ACTIVE_NAMED,
     API_KEY_PREFIX,
     MAX_KEY_NAME_CHARS,
     LastAdminKey,
@@ -53,6 +54,7 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
         unmatched = unmatched_probe_globs(policy.probes, known_probe_names(db)) if policy.probes else []
         enrolled = [(agent.name, agent.tags) for agent in list_agents(db)] if policy.agents else []
         no_agent = unmatched_agent_patterns(policy.agents, enrolled)
+        namesakes = [row["id"] for row in db.query(ACTIVE_NAMED, [name])]
         policy_data = policy.model_dump(mode="json") if (agents or probes) else None
         with write_transaction(db):  # the key and its audit entry, or neither; the facts REST's row has
             key, secret = create_api_key(db, name, role=role, policy=policy_data)
@@ -60,6 +62,11 @@ def key_create(data_dir: Path, name: str, role: str, agents: Sequence[str], prob
     finally:
         db.close()
     err(f"created {key.role} API key {key.id} ({key.name}); {policy.describe()}")
+    if namesakes:  # not refused: a key replaced by a new one of its name is revoked after (by id)
+        err(
+            f"sonde hub: warning: {len(namesakes)} other active API key(s) have this name ({', '.join(namesakes)}): "
+            "revoke or filter them by id (`sonde hub key revoke ID`)"
+        )
     for pattern in no_agent:  # not refused either: the agent may enroll, or be tagged, later
         err(f"sonde hub: warning: {unmatched_agent_warning(pattern)}")
     for glob in unmatched:  # not refused: the pack may be installed, or its agent enrolled, later
