@@ -12,6 +12,10 @@ const AUDIT_LIMIT = 200;
 const FLEET_ROWS = 500; // a fleet of thousands is counted whole, listed in part: filter by tag
 const SECTIONS = ["sign-in", "fleet", "agent", "audit"];
 let refreshTimer = null;
+// The filters as last applied (Filter pressed), not as half typed: the refresh, "Check health"
+// and "Older entries" read these, and signing out forgets them.
+let fleetTag = "";
+let auditQuery = { action: "", agent: "" };
 const asked = new Map(); // per slot of the page: how many times it was asked to show something
 
 // --- the page ------------------------------------------------------------------------------
@@ -135,7 +139,7 @@ async function api(path, options = {}) {
 async function showFleet() {
   show("fleet");
   const current = ask("view");
-  const tag = $("tag").value.trim().replace(/^#/, "");
+  const tag = fleetTag.replace(/^#/, "");
   const answer = await forCurrent(current, api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents"));
   if (!answer) return;
   const { agents } = answer;
@@ -172,7 +176,7 @@ async function showFleet() {
 async function checkHealth() {
   const out = $("health");
   const current = ask("health");
-  const tag = $("tag").value.trim();
+  const tag = fleetTag;
   out.replaceChildren(el("p", { class: "note" }, `Checking ${tag ? `the agents tagged ${tag}` : "every agent you can see"}...`));
   try {
     const report = await forCurrent(current, api("/api/v1/health-check", { method: "POST", body: tag ? { tags: [tag] } : {} }));
@@ -336,8 +340,7 @@ async function showAudit(older = false) {
   const tbody = $("entries").tBodies[0];
   const last = older ? tbody.lastElementChild : null;
   const params = new URLSearchParams({ limit: String(AUDIT_LIMIT) });
-  for (const [field, input] of [["action", "audit-action"], ["agent", "audit-agent"]]) {
-    const value = $(input).value.trim();
+  for (const [field, value] of Object.entries(auditQuery)) {
     if (value) params.set(field, value);
   }
   // `until` is exclusive: a hair past the last row shown, so a row of the same moment is not
@@ -397,6 +400,8 @@ async function verifyAudit() {
 // --- signing in and routing ----------------------------------------------------------------
 
 function signIn(message) {
+  clearInterval(refreshTimer); // signed out: its next refresh would blank this message
+  refreshTimer = null;
   show("sign-in");
   $("sign-in-error").textContent = message || "";
   $("key").focus();
@@ -424,7 +429,6 @@ async function route() {
 
 function failed(error) {
   if (error instanceof SignedOut) {
-    clearInterval(refreshTimer);
     signIn(error.message);
   } else {
     for (const id of SECTIONS) $(id).hidden = true; // not the last view's content under a new name
@@ -447,15 +451,19 @@ function start() {
   });
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(KEY_SLOT);
-    clearInterval(refreshTimer);
+    fleetTag = ""; // the next key's holder starts with no one else's filters
+    auditQuery = { action: "", agent: "" };
+    for (const id of ["tag", "audit-action", "audit-agent"]) $(id).value = "";
     signIn("Signed out.");
   });
   $("tag-filter").addEventListener("submit", (event) => {
     event.preventDefault();
+    fleetTag = $("tag").value.trim();
     showFleet().catch(failed);
   });
   $("audit-filter").addEventListener("submit", (event) => {
     event.preventDefault();
+    auditQuery = { action: $("audit-action").value.trim(), agent: $("audit-agent").value.trim() };
     showAudit().catch(failed);
   });
   $("audit-verify").addEventListener("click", verifyAudit);

@@ -361,3 +361,34 @@ async def test_a_held_agent_shows_what_changed_and_an_admin_accepts_it(tmp_path:
                 assert page.complaints() == []
         finally:
             agent.stop()
+
+
+@pytest.mark.usefixtures("chromium")
+async def test_filters_apply_when_pressed_and_a_revoked_keys_reason_stays(
+    fleet: tuple[RunningHub, EnrolledAgent, str],
+) -> None:
+    """A half-typed tag was used by the 10 s refresh and by "Check health" (a review: "0 agents",
+    a check refused for #nosuch); and once a check found the key revoked, the next refresh blanked
+    the sign-in form's reason."""
+    hub, _, _ = fleet
+    made = hub.cli("hub", "key", "create", "--name", "soon-revoked", "--role", "admin")
+    assert made.returncode == 0, made.stderr
+    async with browser_page() as page:
+        await page.open(hub.url + "/")
+        await sign_in(page, made.stdout.strip())
+        await page.wait_for(FLEET_OF_ONE)
+        await page.evaluate("document.getElementById('tag').value = 'nosuch'")  # typed, not pressed
+        await page.evaluate("showFleet()")  # what the refresh runs
+        assert await page.evaluate(FLEET_OF_ONE) is True
+        await page.evaluate("checkHealth()")
+        assert "1 agent checked" in await page.wait_for(text_of("#health-summary"))
+        assert hub.cli("hub", "key", "revoke", "soon-revoked").returncode == 0
+        signed_out = await page.evaluate(
+            "(async () => { for (let i = 0; i < 50; i++) { await checkHealth();"
+            " if (!document.getElementById('sign-in').hidden) return true;"
+            " await new Promise((done) => setTimeout(done, 200)); } return false; })()"
+        )
+        assert signed_out is True
+        assert await page.evaluate("refreshTimer") is None  # no refresh left to blank the reason
+        assert "did not accept this API key" in await page.evaluate(text_of("#sign-in-error"))
+        assert page.complaints() == []
