@@ -143,7 +143,10 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
             "!document.getElementById('fleet-empty').hidden && " + text_of("#fleet-empty")
         )
 
-        await page.evaluate("document.getElementById('tag').value = '#prod'")
+        await page.evaluate(
+            "document.getElementById('tag').value = '#prod'; document.getElementById('tag-filter').requestSubmit()"
+        )
+        await page.wait_for(FLEET_OF_ONE)
         # a check whose answer arrives after its view was shown anew is dropped, as the view drops it
         await answered_after_the_view_anew(
             page, "/api/v1/health-check", "document.getElementById('check-health').click()"
