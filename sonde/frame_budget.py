@@ -36,6 +36,10 @@ class FrameBudget:
             return f"dropped {self._dropped_this_minute} frames within a minute: none could be read"
         return None
 
+    def give_up(self) -> None:
+        """Count a request that ended without its reply: it may still be answered once, late."""
+        self.given_up += 1
+
     def late_reply(self) -> str | None:
         """Count a reply no request waits for; why the link must end, or None."""
         self.late += 1

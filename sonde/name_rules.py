@@ -7,12 +7,10 @@ from __future__ import annotations
 from sonde.echo import echoed, holds_secret
 from sonde.protocol.names import NAME_RULE, SECRET_SHAPED
 
-AGENT_NAME_RULE = NAME_RULE
-
 
 def invalid_agent_name(name: str) -> str:
     """Why ``name`` (which `NAME_PATTERN` refused) is no agent name, and what one looks like."""
-    return f"invalid agent name {echoed(name)}: an agent name is {AGENT_NAME_RULE}"
+    return f"invalid agent name {echoed(name)}: an agent name is {NAME_RULE}"
 
 
 def secret_shaped(what: str, name: str) -> str | None:

@@ -160,7 +160,7 @@ class Link:
         finally:
             self._pending.pop(request_id, None)
             if not answered:
-                self._budget.given_up += 1
+                self._budget.give_up()
                 if not self.closed:
                     await self._send_cancel(request_id)
         return self._unwrap(reply)

@@ -17,8 +17,7 @@ from sonde.hub.admin import checked_argument, err, open_hub_database, record
 from sonde.hub.admin_tags import TagChange, TagsUnchanged, changed_tags
 from sonde.hub.db import write_transaction
 from sonde.hub.utc_times import utc_text
-from sonde.name_rules import AGENT_NAME_RULE
-from sonde.protocol.names import NAME_PATTERN
+from sonde.protocol.names import NAME_PATTERN, NAME_RULE
 
 _NAME_RE = re.compile(NAME_PATTERN)
 SHOWN_NAMES = 20  # `accept --all` shows this many of the agents it accepted, and counts the rest
@@ -29,7 +28,7 @@ def checked_agent(name: str) -> str:
     ValueError (a usage error, exit 2) otherwise, unlike a name no agent has (exit 1)."""
     checked_argument("agent name", name)
     if not _NAME_RE.fullmatch(name):
-        raise ValueError(f"invalid agent name or id {echoed(name)}: an agent name is {AGENT_NAME_RULE}")
+        raise ValueError(f"invalid agent name or id {echoed(name)}: an agent name is {NAME_RULE}")
     return name
 
 

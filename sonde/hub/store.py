@@ -144,7 +144,13 @@ class _ReadConnections:
 class Store:
     """The hub's database for async code; get one from :func:`open_store`."""
 
-    def __init__(self, path: Path, send: trio.MemorySendChannel[WriteOp], counters: WriteCounters) -> None:
+    def __init__(
+        self,
+        path: Path,
+        send: trio.MemorySendChannel[WriteOp],
+        counters: WriteCounters,
+        copy: Callable[[Path], Awaitable[None]],
+    ) -> None:
         self.path = path
         self._send = send
         self._counters = counters
@@ -152,12 +158,11 @@ class Store:
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._closed = False
         self.health = WriteHealth()  # whether the database takes writes, for GET /api/v1/health
-        self._copy: Callable[[Path], Awaitable[None]] | None = None  # set by `open_store`
+        self._copy = copy  # through the writer's connection (`open_store`)
 
     async def copy_to(self, target: Path) -> None:
         """Copy what the writer's connection sees, every commit included, to a new database file at
         ``target``, between two batches: through the connection, so also once ``path`` is gone."""
-        assert self._copy is not None
         await self._copy(target)
 
     async def write(self, fn: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -245,13 +250,12 @@ async def open_store(path: Path) -> AsyncIterator[Store]:
     path = Path(path)
     writer = _Writer(path, await trio.to_thread.run_sync(lambda: open_database(path, check_writable=True)))
     send, receive = trio.open_memory_channel[WriteOp](WRITE_QUEUE_SIZE)
-    store = Store(path, send, WriteCounters())
     limiter = trio.CapacityLimiter(1)  # the writer's connection: one batch, or one copy, at a time
 
     async def copy(target: Path) -> None:
         await trio.to_thread.run_sync(copy_database, writer.db.conn, target, limiter=limiter)
 
-    store._copy = copy
+    store = Store(path, send, WriteCounters(), copy)
     try:
         await trio.to_thread.run_sync(store._readers.open_ahead, READ_THREADS)
         body_error: Exception | None = None
