@@ -27,7 +27,16 @@ from sonde.hub.agent_socket import serve_agent_websocket
 from sonde.hub.auth import BEARER_CHALLENGE, Caller, bearer_secret
 from sonde.hub.keys import revoked_key_use
 from sonde.hub.mcp_answers import McpPost, plan_answer, serving, takes_event_stream
-from sonde.hub.mcp_refusals import BATCH_ANSWER, RebindingLog, SdkRefusalAnswer, is_batch, send_json
+from sonde.hub.mcp_refusals import (
+    BATCH_MESSAGE,
+    BATCH_STATUS,
+    BATCH_WORD,
+    RebindingLog,
+    SdkRefusalAnswer,
+    is_batch,
+    send_json,
+    send_refusal,
+)
 from sonde.hub.mcp_server import SondeUser
 from sonde.hub.rest import WHERE_THINGS_ARE
 from sonde.hub.tools import agent_waiting_calls, all_tools
@@ -126,29 +135,25 @@ class McpInFlight:
         return self._by_key.get(key_id, 0)
 
 
-def busy_refusal(cap: str, in_flight: McpInFlight) -> tuple[int, dict[str, Any]]:
-    """The status and body refusing a request past ``cap`` ("key" or "hub")."""
+def busy_refusal(cap: str, in_flight: McpInFlight) -> tuple[int, str, str]:
+    """The status, word and message refusing a request past ``cap`` ("key" or "hub")."""
     if cap == "key":
         message = (
             f"this API key has {in_flight.per_key} MCP requests being served already; "
             f"try again in {BUSY_RETRY_AFTER_S} s"
         )
-        return 429, {"error": {"code": "too_many_requests", "message": message}}
+        return 429, "too_many_requests", message
     message = (
         f"the hub is serving {in_flight.total - in_flight.admin_reserve} MCP requests or more already"
         f" (its last {in_flight.admin_reserve} places are kept for admin keys); try again in {BUSY_RETRY_AFTER_S} s"
     )
-    return 503, {"error": {"code": "busy", "message": message}}
+    return 503, "busy", message
 
 
 # Which of several would be meant is a guess: REST's framework read the first, the MCP route the
 # last, and a proxy that adds its own header made the two surfaces disagree on the caller.
-REPEATED_AUTHORIZATION = {
-    "error": {
-        "code": "repeated_authorization",
-        "message": "this request has more than one Authorization header: send one",
-    }
-}
+REPEATED_AUTHORIZATION = "repeated_authorization"
+REPEATED_AUTHORIZATION_MESSAGE = "this request has more than one Authorization header: send one"
 
 
 def repeats_authorization(scope: Scope) -> bool:
@@ -218,7 +223,7 @@ class RootApp:
             guard = UnreadBodyGuard(receive, send)
             receive, send = guard.receive, guard.send
         if scope["type"] == "http" and repeats_authorization(scope):
-            await send_json(send, 400, REPEATED_AUTHORIZATION, [])
+            await self.refuse_repeated_authorization(scope, send)
         elif scope["type"] == "lifespan":
             await self.lifespan(scope, receive, send)
         elif scope["type"] == "http" and is_mcp_path(scope["path"]):
@@ -229,6 +234,14 @@ class RootApp:
             await refuse_websocket_elsewhere(scope, receive, send)
         else:
             await self.quart_app(scope, receive, send)
+
+    async def refuse_repeated_authorization(self, scope: Scope, send: Any) -> None:
+        """400 on every surface: on /mcp as its other refusals are, elsewhere as REST's errors are."""
+        if is_mcp_path(scope["path"]):
+            await send_refusal(send, 400, REPEATED_AUTHORIZATION, REPEATED_AUTHORIZATION_MESSAGE)
+        else:
+            body = {"error": {"code": REPEATED_AUTHORIZATION, "message": REPEATED_AUTHORIZATION_MESSAGE}}
+            await send_json(send, 400, body, [])
 
     async def serve_mcp(self, scope: Scope, receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -267,16 +280,11 @@ class RootApp:
         named by its id (looked up only here, past the limiter) and told it was revoked."""
         retry = self.hub.keys.failures.retry_after(client)
         if retry is not None:  # a valid key is never held back: its address may be a shared proxy
-            await send_json(
+            await send_refusal(
                 send,
                 429,
-                {
-                    "error": {
-                        "code": "too_many_failures",
-                        "message": "too many failed authentications from this address; "
-                        f"try again in {int(retry) + 1} s",
-                    }
-                },
+                "too_many_failures",
+                f"too many failed authentications from this address; try again in {int(retry) + 1} s",
                 [(b"retry-after", str(int(retry) + 1).encode())],
             )
             return
@@ -292,11 +300,8 @@ class RootApp:
             unauthenticated=True,
         )
         message = revoked.message if revoked else "a valid API key is required: Authorization: Bearer <key>"
-        await send_json(
-            send,
-            401,
-            {"error": {"code": "unauthorized", "message": message}},
-            [(b"www-authenticate", BEARER_CHALLENGE.encode())],
+        await send_refusal(
+            send, 401, "unauthorized", message, [(b"www-authenticate", BEARER_CHALLENGE.encode())]
         )
 
     async def audit_rebinding(self, key_id: str, client: str, headers: dict[str, str], reason: str) -> None:
@@ -309,15 +314,17 @@ class RootApp:
         key_id = caller.key_id
         busy = self.in_flight.enter(key_id, admin=caller.is_admin)
         if busy is not None:
-            status, refusal = busy_refusal(busy, self.in_flight)
-            await send_json(send, status, refusal, [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())])
+            status, word, message = busy_refusal(busy, self.in_flight)
+            await send_refusal(
+                send, status, word, message, [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())]
+            )
             return
         try:
             body = await self.read_mcp_body(headers, receive, send)
             if body is None:
                 return
             if is_batch(body):
-                await send_json(send, 400, BATCH_ANSWER, [])
+                await send_refusal(send, BATCH_STATUS, BATCH_WORD, BATCH_MESSAGE)
                 return
             plan = plan_answer(body, self.waits_on_agents, takes_event_stream(headers.get("accept", "")))
             post = McpPost(plan, body, receive, send)
@@ -338,10 +345,10 @@ class RootApp:
                 return body
         except BodyTooLarge:
             message = f"an MCP request body may be at most {limit} bytes; tool arguments are far smaller"
-            await send_json(send, 413, {"error": {"code": "body_too_large", "message": message}}, [])
+            await send_refusal(send, 413, "body_too_large", message)
             return None
         message = f"the request body did not arrive within {MCP_BODY_DEADLINE_S:g} s"
-        await send_json(send, 408, {"error": {"code": "body_timeout", "message": message}}, [])
+        await send_refusal(send, 408, "body_timeout", message)
         return None
 
     async def lifespan(self, scope: Scope, receive: Any, send: Any) -> None:

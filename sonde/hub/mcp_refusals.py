@@ -1,11 +1,14 @@
-"""`/mcp`'s refusals in the hub's JSON error shape, and the SDK's text ones made actionable.
+"""`/mcp`'s refusals as JSON-RPC errors, and the SDK's text ones made actionable.
 
-Every refusal the hub makes itself on ``/mcp`` (401, 408, 413, 429, ...) is
-``{"error": {"code", "message"}}``, as REST's are (`send_json`). The SDK's check of
+Every refusal the hub makes itself on ``/mcp`` (401, 408, 413, 429, ...) is a JSON-RPC
+error (`mcp_refusal`): what MCP clients read from a non-2xx answer (the Python SDK reads
+nothing else, and showed the hub's REST shape only as "Server returned an error
+response"). Its message says why and what to do; ``error.data.code`` is the word REST's
+``error.code`` would be (``unauthorized``, ``body_too_large``, ...). The SDK's check of
 the Host and Origin headers (`sonde.hub.mcp_server.transport_security`) answers with
 a bare text body instead, ``Invalid Host header`` (421) or ``Invalid Origin header``
 (403), and logs only the value. `SdkRefusalAnswer` stands in front of the SDK's
-``send``: it swallows that answer and sends the JSON shape, whose message names the
+``send``: it swallows that answer and sends a JSON-RPC error, whose message names the
 header, its value and the ``--allowed-host`` that would admit it; the hub logs the
 same advice (the SDK's own line is silenced: `sonde.hub.logs`), once a minute per
 header value at most, with a count, as one misconfigured proxy sends many.
@@ -38,16 +41,36 @@ CONTENT_TYPE_CODE = "invalid_content_type"
 # what --allowed-host can name: a host name or address, with a port or without
 ALLOWABLE_HOST = re.compile(r"^(?:[a-z0-9._-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
 LOG_EVERY_S = 60.0
+# JSON-RPC's codes: a request refused as sent (a 4xx), and the server's own trouble (a 5xx).
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+
+
+def mcp_refusal(status: int, word: str, message: str) -> dict[str, Any]:
+    """The body refusing an ``/mcp`` request with ``status``: a JSON-RPC error (no id: the hub
+    answers before reading one) whose ``data.code`` is the hub's ``word`` for it."""
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": INVALID_REQUEST if status < 500 else INTERNAL_ERROR,
+            "message": message,
+            "data": {"code": word},
+        },
+    }
+
+
+async def send_refusal(
+    send: Any, status: int, word: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Refuse an ``/mcp`` request: ``status``, `mcp_refusal`'s body and ``headers``."""
+    await send_json(send, status, mcp_refusal(status, word, message), headers or [])
+
+
 # A JSON-RPC batch: the SDK answered one with pydantic's four validation errors (-32602).
-BATCH_ANSWER = {
-    "jsonrpc": "2.0",
-    "id": None,
-    "error": {
-        "code": -32600,
-        "message": "JSON-RPC batches are not supported (MCP removed them in 2025-06-18): "
-        "send each message in a POST of its own",
-    },
-}
+BATCH_STATUS = 400
+BATCH_WORD = "batch_not_supported"
+BATCH_MESSAGE = "JSON-RPC batches are not supported (MCP removed them in 2025-06-18): send each message in a POST of its own"
 
 
 async def send_json(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
@@ -147,7 +170,7 @@ class RebindingLog:
 class SdkRefusalAnswer:
     """The ``send`` of one ``/mcp`` request, in front of the SDK's: its DNS-rebinding refusal
     (`rebinding_advice`) and its Content-Type refusal (`content_type_advice`) are replaced by
-    the JSON error shape, with the same status; any other answer passes as it is.
+    a JSON-RPC error (`mcp_refusal`), with the same status; any other answer passes as it is.
     ``refused`` is the header it refused for DNS rebinding (``host``, ``origin``), once it has."""
 
     def __init__(self, send: Any, headers: dict[str, str], client: str, said: RebindingLog) -> None:
@@ -167,7 +190,7 @@ class SdkRefusalAnswer:
             await self._send(message)
             return
         if message["type"] == "http.response.body" and not message.get("more_body", False):
-            await send_json(self._send, self._status, self._refusal(), [])
+            await send_refusal(self._send, self._status, *self._refusal())
 
     def _is_text_refusal(self, start: MutableMapping[str, Any]) -> bool:
         if start["status"] in REBINDING_REFUSALS:
@@ -178,11 +201,11 @@ class SdkRefusalAnswer:
             and not takes_content_type(self._headers.get("content-type"))
         )
 
-    def _refusal(self) -> dict[str, Any]:
+    def _refusal(self) -> tuple[str, str]:
+        """The word and message of the refusal sent in the SDK's place."""
         if self.refused is None:
-            advice = content_type_advice(self._headers.get("content-type"))
-            return {"error": {"code": CONTENT_TYPE_CODE, "message": advice}}
+            return CONTENT_TYPE_CODE, content_type_advice(self._headers.get("content-type"))
         value = self._headers.get(self.refused, "")
         advice = rebinding_advice(self.refused, value)
         self._said.refused(self.refused, value, self._client, advice)
-        return {"error": {"code": REBINDING_CODES[self.refused], "message": advice}}
+        return REBINDING_CODES[self.refused], advice

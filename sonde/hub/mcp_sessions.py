@@ -33,7 +33,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from sonde.hub.logs import Throttled
 from sonde.hub.mcp_answers import PerRequestTransport
 from sonde.hub.mcp_events import EventLog, SessionEvents
-from sonde.hub.mcp_refusals import send_json
+from sonde.hub.mcp_refusals import send_refusal
 from sonde.hub.tcp_guard import CONNECTIONS
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,8 @@ class SessionManager(StreamableHTTPSessionManager):
         async with self._session_creation_lock:
             admitted = self._admit(requestor)
         if isinstance(admitted, str):
-            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": admitted}}
-            await send_json(send, 503, body, [(b"retry-after", str(SESSIONS_RETRY_AFTER_S).encode())])
+            retry = [(b"retry-after", str(SESSIONS_RETRY_AFTER_S).encode())]
+            await send_refusal(send, 503, "too_many_sessions", admitted, retry)
             return
         try:
             await self._serve_opening_request(admitted, scope, receive, send)

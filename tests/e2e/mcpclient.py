@@ -50,3 +50,16 @@ async def open_raw_session(http: httpx2.AsyncClient, protocol: str) -> dict[str,
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert (await http.post("/mcp", content=json.dumps(initialized), headers=headers)).status_code == 202
     return headers
+
+
+def mcp_refusal(answer: Any, status: int, word: str) -> str:
+    """The message of the hub's refusal of an ``/mcp`` request (an httpx response): ``status``,
+    and a JSON-RPC error (what MCP clients read) naming ``word`` in its ``data.code``."""
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    body = answer.json()
+    assert (body["jsonrpc"], body["id"]) == ("2.0", None), body
+    error = body["error"]
+    assert isinstance(error["code"], int), error
+    assert error["data"] == {"code": word}, error
+    return str(error["message"])

@@ -42,7 +42,7 @@ from tests.e2e.harness import (
     sonde_enroll,
     status_of,
 )
-from tests.e2e.mcpclient import call, initialize_request, mcp_client
+from tests.e2e.mcpclient import call, initialize_request, mcp_client, mcp_refusal
 from tests.e2e.procs import SONDE
 from tests.subprocs import run_any, without_file_overrides
 
@@ -291,8 +291,7 @@ async def test_mcp_needs_a_valid_unrevoked_key(fleet: SharedFleet) -> None:
     hub = fleet.hub
     for key in (None, "sonde_not-a-key-at-all"):
         answer = initialize(hub.url, key)
-        assert answer.status_code == 401
-        assert answer.json()["error"]["code"] == "unauthorized"
+        mcp_refusal(answer, 401, "unauthorized")
         assert answer.headers["www-authenticate"].startswith("Bearer")
         assert SESSION_HEADER not in answer.headers
 
@@ -342,9 +341,10 @@ def test_a_request_with_two_authorization_headers_is_refused_on_every_surface(fl
                     content=json.dumps(INITIALIZE),
                 ),
             ]
-            for answer in answers:
-                assert answer.status_code == 400, answer.text
-                assert answer.json()["error"]["code"] == "repeated_authorization"
+            rest, mcp = answers
+            assert rest.status_code == 400, rest.text
+            assert rest.json()["error"]["code"] == "repeated_authorization"
+            mcp_refusal(mcp, 400, "repeated_authorization")
 
 
 async def test_mcp_refuses_foreign_origin_and_host(fleet: SharedFleet) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.mcpclient import initialize_request
+from tests.e2e.mcpclient import initialize_request, mcp_refusal
 from tests.e2e.procs import RunningHub, running_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -35,14 +35,10 @@ def initialize(hub: RunningHub, **extra: str) -> httpx.Response:
     return httpx.post(f"{hub.url}/mcp", content=body, headers=headers, timeout=10)
 
 
-def refusal(answer: httpx.Response, status: int, code: str) -> str:
-    """The message of a refusal in the JSON error shape."""
-    assert answer.status_code == status, answer.text
-    assert answer.headers["content-type"] == "application/json"
+def refusal(answer: httpx.Response, status: int, word: str) -> str:
+    """The message of a refusal, a JSON-RPC error (`mcp_refusal`) with the hub's headers."""
     assert answer.headers["x-content-type-options"] == "nosniff"
-    error = answer.json()["error"]
-    assert error["code"] == code, error
-    return str(error["message"])
+    return mcp_refusal(answer, status, word)
 
 
 def test_a_refused_host_or_origin_is_answered_and_logged_with_the_allowed_host_that_admits_it(

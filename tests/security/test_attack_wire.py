@@ -42,7 +42,7 @@ from sonde.protocol.messages import (
 )
 from sonde.protocol.signing import new_private_key, sign_frame
 from tests.e2e.harness import agent_identity, agent_rows, agent_socket, eventually, register_frame, status_of
-from tests.e2e.mcpclient import call_error, mcp_client
+from tests.e2e.mcpclient import call_error, mcp_client, mcp_refusal
 from tests.e2e.procs import RunningHub
 from tests.security.attack_fleet import (
     AttackFleet,
@@ -486,8 +486,7 @@ def post_oversized_bodies(hub: RunningHub) -> None:
     with httpx.Client(base_url=hub.url, timeout=30) as http:
         for content in (too_big, chunks(too_big)):
             refused = http.post("/mcp", content=content, headers={**MCP_HEADERS, **auth})
-            assert refused.status_code == 413
-            assert refused.json()["error"]["code"] == "body_too_large"
+            mcp_refusal(refused, 413, "body_too_large")
             assert "mcp-session-id" not in refused.headers
         probe = json.dumps({"agent": "alpha", "probe": MEMORY, "params": {"pad": "x" * REST_BODY_LIMIT}})
         refused = http.post("/api/v1/probe", content=chunks(probe.encode()), headers=auth)
