@@ -1,9 +1,10 @@
 """A REST write under another process's write lock waits no more than the documented 5 s in
 all, however many of the hub's writes queue for the lock, and a key's last-used time not being
-recorded is no error."""
+recorded is no error. An agent connecting meanwhile is told so and comes online after."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.procs import running_hub
+from tests.e2e.procs import enroll_agent, running_hub, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -57,3 +58,27 @@ def test_a_write_waits_for_the_lock_5_s_in_all(tmp_path: Path) -> None:
             "WARNING sonde.hub.store: store op touch_api_key not saved: another process held the database's"
             in log
         )
+
+
+def test_an_agent_connecting_under_the_lock_is_told_and_comes_online_once_it_is_released(
+    tmp_path: Path,
+) -> None:
+    with running_hub(tmp_path) as hub:
+        early = enroll_agent(hub, tmp_path, "early")
+        late = enroll_agent(hub, tmp_path, "late")
+        early.start()
+        wait_until(lambda: hub.statuses().get("early") == "online", timeout=30)
+        taken = threading.Event()
+        holder = threading.Thread(target=hold_write_lock, args=(hub.data_dir / "sonde.db", 8.0, taken))
+        holder.start()
+        try:
+            assert taken.wait(10)
+            agent = late.start()
+            hub.proc.wait_for(re.compile(r"agent .* could not be brought online: the hub cannot write"), 15)
+        finally:
+            holder.join()
+        wait_until(lambda: hub.statuses().get("late") == "online", timeout=30)
+        assert hub.statuses()["early"] == "online"  # the connected agent was never dropped
+        agent.stop()
+        early.stop()
+        assert "the hub cannot write its database; try again later" in agent.output
