@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 256 * 1024
+WAITING_RETRY_AFTER_S = 2  # an address's waiting connections are registers and bodies: seconds at most
 
 
 def ApiError(status: int, code: str, message: str) -> HubError:
@@ -93,7 +94,12 @@ async def stranger_body(model: type[M], deadline_s: float) -> M:
     one address with no key held every file descriptor the hub has (a fault review)."""
     address = str(request.remote_addr)
     if not WAITING.admit(address):
-        raise ApiError(503, "busy", "too many connections from this address are waiting; try again shortly")
+        raise HubError(
+            f"too many connections from this address are waiting; try again in {WAITING_RETRY_AFTER_S} s",
+            "busy",
+            503,
+            {"Retry-After": str(WAITING_RETRY_AFTER_S)},
+        )
     try:
         with trio.move_on_after(deadline_s):
             return await parse_body(model)

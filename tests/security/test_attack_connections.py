@@ -586,6 +586,7 @@ def test_one_address_cannot_hold_every_connection_with_enrollment_bodies_that_ne
             assert answer == b"" or answer.startswith(b"HTTP/1.1 503"), answer[:200]
             if answer:
                 assert b"too many connections from this address are waiting" in answer
+                assert b"\r\nretry-after: 2\r\n" in answer.lower(), answer[:400]
             with socket.create_connection(server, timeout=10) as other:  # another address is served
                 assert answered(other, netloc).startswith(b"HTTP/1.1 200")
             held[0].settimeout(15)
