@@ -243,7 +243,7 @@ async function showAgent(name) {
     ["Machine up", duration(agent.uptime_s)],
     ["Packs", agent.packs.join(", ")],
     ["Tags", agent.tags.map((t) => `#${t}`).join(" ") || "none"],
-    ["Code hash", agent.attestation ? agent.attestation.code_hash : "none yet"],
+    ...attested(agent.attestation),
   ];
   if (agent.last_refusal) facts.push(["Last refused", refusalNote(agent.last_refusal)]);
   $("agent-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
@@ -283,6 +283,17 @@ async function showAgent(name) {
       ),
     ),
   );
+}
+
+// The accepted baseline the agent's claims are held against: what was attested, not what it says now.
+function attested(attestation) {
+  if (!attestation || !attestation.code_hash) return [["Attested", "nothing accepted yet"]];
+  const packs = Object.entries(attestation.packs).map(([pack, version]) => `${pack} ${version}`);
+  return [
+    ["Attested code hash", attestation.code_hash],
+    ["Attested as", `agent ${attestation.agent_version || "?"} on ${attestation.os || "?"}, kernel ${attestation.kernel || "?"}`],
+    ["Attested packs", packs.join(", ") || "none"],
+  ];
 }
 
 async function acceptHeld(agentName) {

@@ -166,6 +166,17 @@ async def test_fleet_agent_diagnosis_and_audit(fleet: tuple[RunningHub, Enrolled
             visible("agent") + " && !!document.querySelector('#categories button[data-category=system]')"
         )
         assert (await page.evaluate(text_of("#agent-name"))).startswith("web-1")
+        facts = await page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#agent-facts dt')]"
+            ".map(t => [t.textContent, t.nextElementSibling.textContent]))"
+        )
+        with hub.client() as http:
+            baseline = http.get("/api/v1/agents/web-1").json()["attestation"]
+        assert facts["Attested code hash"] == baseline["code_hash"]
+        assert facts["Attested as"] == (
+            f"agent {baseline['agent_version']} on {baseline['os']}, kernel {baseline['kernel']}"
+        )
+        assert f"system {baseline['packs']['system']}" in facts["Attested packs"]
         # a diagnosis whose answer arrives after its view was shown anew is dropped, not shown there
         await answered_after_the_view_anew(
             page,
