@@ -37,6 +37,7 @@ PACK = Pack(
     # the probe and runbook modules, in declaration order: imported on first use of PACK.probes
     modules=(
         f"{__name__}.activity",
+        f"{__name__}.locks",
         f"{__name__}.server",
         f"{__name__}.cache",
         f"{__name__}.runbook",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from sonde.packs.postgres import PACK
-from sonde.packs.postgres.activity import PREPARED_PID
+from sonde.packs.postgres.lock_findings import blocked_findings
 from sonde.packs.postgres.replication_findings import replication_findings, wraparound_findings
 from sonde.packs.runbook import (
     Finding,
@@ -187,71 +187,6 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
         )
         + f"): {(longest['query'] or '')[:200]}",
     ) + unjudged_findings(reading)
-
-
-BLOCKERS_SHOWN = 10
-
-
-def blocker_text(blocker: Reading) -> str:
-    """A blocking session: its state and for how long, its transaction's age, who runs it."""
-    state = blocker.get("state")
-    if state is None:
-        doing = "state hidden"
-    elif blocker.get("idle_s") is not None:
-        doing = f"{state} for {human_seconds(blocker['idle_s'])}"
-    else:
-        doing = f"{state}, its statement running {human_seconds(blocker.get('duration_s'))}"
-    if blocker.get("transaction_s") is not None:
-        doing += f", transaction open {human_seconds(blocker['transaction_s'])}"
-    return (
-        f"PID {blocker['pid']} ({doing}; user {blocker.get('user')}, application "
-        f"'{blocker.get('application_name') or ''}')"
-    )
-
-
-def prepared_text(reading: Reading) -> str:
-    """The prepared transactions that block (PID 0 in pg_blocking_pids), or all of them when none is told."""
-    prepared = reading.get("prepared_transactions") or []
-    blocking = [row for row in prepared if row.get("blocking")] or prepared
-    if not blocking:
-        return "a prepared transaction (PID 0: no session holds it; see pg_prepared_xacts)"
-    shown = "; ".join(
-        f"prepared transaction '{row['gid']}' (owner {row['owner']}, database {row['database']}, "
-        f"prepared at {row['prepared_at']}, {human_seconds(row.get('age_s'))} ago)"
-        for row in blocking[:BLOCKERS_SHOWN]
-    )
-    return f"{shown}: no session holds it; COMMIT PREPARED or ROLLBACK PREPARED '<gid>' ends it"
-
-
-def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
-    blocked = reading.get("blocked", [])
-    blocker_pids = sorted({pid for row in blocked for pid in row["blocking_pids"]})
-    known = {row["pid"]: row for row in reading.get("blockers", [])}
-    waited_on = [
-        blocker_text(known[pid]) if pid in known else f"PID {pid} (ended since)"
-        for pid in blocker_pids
-        if pid != PREPARED_PID
-    ][:BLOCKERS_SHOWN]
-    if PREPARED_PID in blocker_pids:
-        waited_on.append(prepared_text(reading))
-    hidden = (
-        " "
-        + (
-            reading.get("visibility")
-            or "Some of these sessions are other users', whose queries and states are hidden from the "
-            "agent's login: grant it pg_monitor."
-        )
-        if reading.get("hidden_sessions")
-        else ""
-    )
-    return check(
-        thresholds["blocked_queries"],
-        len(blocked),
-        "postgres.locks.blocked",
-        "{value} PostgreSQL sessions are blocked by locks",
-        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on {'; '.join(waited_on)}.{hidden}",
-        title_one="{value} PostgreSQL session is blocked by a lock",
-    )
 
 
 def cache_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
