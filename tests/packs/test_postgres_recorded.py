@@ -119,7 +119,7 @@ def test_transactions_left_idle() -> None:
     [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [left]})
     assert (finding.severity, finding.title) == (
         "warning",
-        "A PostgreSQL transaction has been left open and idle for 64 s (open 64.2 s)",
+        "A PostgreSQL transaction has been left open and idle for 64 s (open 64 s)",
     )
     assert "holds every lock it took" in finding.detail
     assert f"pg_terminate_backend({left['pid']})" in finding.detail
@@ -131,6 +131,21 @@ def test_transactions_left_idle() -> None:
     busy = {**left, "idle_s": 0.01, "duration_s": 0.02}
     [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [busy]})
     assert finding.title == "A PostgreSQL transaction has been open for 64.2 s"
+
+
+def test_idle_and_open_read_in_the_same_units() -> None:
+    # "idle for 3.7 minutes (open 221.9 s)", and rounding made it "idle for 81 s (open 80.7 s)"
+    reading = recorded("idle-in-transaction")
+    left = next(q for q in reading["queries"] if q["state"] == "idle in transaction")
+    minutes = {**left, "idle_s": 221.0, "transaction_s": 221.9, "duration_s": 221.0}
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [minutes]})
+    assert finding.title == (
+        "A PostgreSQL transaction has been left open and idle for 3.7 minutes (open 3.7 minutes)"
+    )
+    assert "its transaction has been open 3.7 minutes, and idle since its last" in finding.detail
+    rounded = {**left, "idle_s": 80.8, "transaction_s": 80.7, "duration_s": 80.7}
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": [rounded]})
+    assert finding.title == "A PostgreSQL transaction has been left open and idle for 81 s (open 81 s)"
 
 
 def test_a_lock_held_by_a_prepared_transaction() -> None:

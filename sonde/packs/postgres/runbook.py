@@ -132,9 +132,17 @@ def left_idle(session: Reading) -> bool:
 
 
 def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Finding]:
-    """A transaction its client left open and idle: named so, with how long it has sat idle."""
+    """A transaction its client left open and idle: named so, with how long it has sat idle.
+
+    Both durations read alike (`human_seconds`), the idle one never past the open one: a
+    transaction is idle only for part of the time it has been open."""
+    open_s = running_s(session)
+    severity = threshold.severity(open_s)
+    if severity is None:
+        return []
     idle_s = session.get("idle_s")
-    idle = human_seconds(idle_s) if idle_s is not None else "an unknown time"
+    idle = human_seconds(min(idle_s, open_s)) if idle_s is not None else "an unknown time"
+    opened = human_seconds(open_s)
     who = (
         f"PID {session['pid']} (user {session.get('user')}, database {session.get('database')}, application "
         f"'{session.get('application_name') or ''}')"
@@ -152,14 +160,14 @@ def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Fi
             f"a connection (no locks: they went with the error). {last}. {end}"
         )
     else:
-        title = f"A PostgreSQL transaction has been left open and idle for {idle} (open {{value}})"
+        title = f"A PostgreSQL transaction has been left open and idle for {idle} (open {opened})"
         detail = (
-            f"{who} is '{IDLE_IN_TRANSACTION}': its transaction has been open {{value}}, and idle since its "
+            f"{who} is '{IDLE_IN_TRANSACTION}': its transaction has been open {opened}, and idle since its "
             f"last statement ended, {idle} ago. Until it ends it holds every lock it took, blocking "
             f"sessions that want them, and keeps VACUUM from removing the rows deleted or updated since "
             f"it began. {last}. {end}"
         )
-    return check(threshold, round(running_s(session), 1), "postgres.queries.long_running", title, detail)
+    return [Finding(severity, title, detail, "postgres.queries.long_running")]
 
 
 def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
