@@ -148,6 +148,44 @@ def test_idle_and_open_read_in_the_same_units() -> None:
     assert finding.title == "A PostgreSQL transaction has been left open and idle for 81 s (open 81 s)"
 
 
+def test_every_long_session_is_told_not_only_the_longest() -> None:
+    # one idle in transaction, one active in a transaction open 72 s, one failed and idle 84 s: only
+    # the longest made a finding, and the other two were never said
+    reading = recorded("idle-in-transaction")
+    by_state = {q["state"]: q for q in reading["queries"]}
+    idle = {**by_state["idle in transaction"], "pid": 101, "idle_s": 90.0, "transaction_s": 90.0}
+    active = {**idle, "pid": 102, "state": "active", "idle_s": None, "transaction_s": 72.0, "duration_s": 2.0}
+    aborted = {**by_state["idle in transaction (aborted)"], "pid": 103, "idle_s": 84.0, "duration_s": 84.0}
+    aborted["transaction_s"] = 84.0
+    found = evaluate("postgres.queries.long_running", {**reading, "queries": [idle, aborted, active]})
+    assert [(f.severity, f.title) for f in found] == [
+        ("warning", "A PostgreSQL transaction has been left open and idle for 90 s (open 90 s)"),
+        ("warning", "A PostgreSQL transaction has been open for 72 s"),
+        ("warning", "A failed PostgreSQL transaction has been left open and idle for 84 s"),
+    ]
+    assert all(f.detail.startswith(f"PID {pid} (") for f, pid in zip(found, (101, 102, 103), strict=True))
+    assert "until it rolls back" in found[2].detail
+    # many of one kind: one finding, counted, the oldest named and its severity, the others listed (bounded)
+    many = [
+        {**idle, "pid": 200 + n, "idle_s": 60.0 + n * 40, "transaction_s": 61.0 + n * 40} for n in range(9)
+    ]
+    [finding] = evaluate("postgres.queries.long_running", {**reading, "queries": many})
+    assert (finding.severity, finding.title) == (
+        "critical",
+        "9 PostgreSQL transactions have been left open and idle, the oldest open 6.3 minutes",
+    )
+    assert finding.detail.startswith("The oldest: PID 208 (user ")
+    assert "Also: PID 207 (idle in transaction, 5.7 minutes), PID 206 " in finding.detail
+    assert finding.detail.endswith(", PID 203 (idle in transaction, 3.0 minutes) and 3 more.")
+    truncated = {**reading, "queries": many[:2], "truncated": True}
+    [finding] = evaluate("postgres.queries.long_running", truncated)
+    assert finding.title.startswith("2 PostgreSQL transactions have been left open and idle")
+    assert finding.detail.endswith("The probe listed only the oldest sessions: more are past the threshold.")
+    # a session under the threshold (a reading taken with a lower min_duration_s) is no finding
+    short = {**active, "transaction_s": 10.0, "duration_s": 10.0}
+    assert evaluate("postgres.queries.long_running", {**reading, "queries": [short]}) == []
+
+
 def test_a_lock_held_by_a_prepared_transaction() -> None:
     reading = recorded("blocked-by-prepared")
     [finding] = evaluate("postgres.locks.blocked", reading)

@@ -13,9 +13,11 @@ from sonde.packs.runbook import (
     Reading,
     Runbook,
     RunbookStep,
+    Severity,
     Threshold,
     check,
     human_seconds,
+    shown_value,
 )
 
 MIB = 1024 * 1024
@@ -131,15 +133,12 @@ def left_idle(session: Reading) -> bool:
     return session.get("state") == IDLE_IN_TRANSACTION and (session.get("idle_s") or 0) >= LEFT_IDLE_S
 
 
-def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Finding]:
+def idle_transaction_finding(severity: Severity, session: Reading) -> Finding:
     """A transaction its client left open and idle: named so, with how long it has sat idle.
 
     Both durations read alike (`human_seconds`), the idle one never past the open one: a
     transaction is idle only for part of the time it has been open."""
     open_s = running_s(session)
-    severity = threshold.severity(open_s)
-    if severity is None:
-        return []
     idle_s = session.get("idle_s")
     idle = human_seconds(min(idle_s, open_s)) if idle_s is not None else "an unknown time"
     opened = human_seconds(open_s)
@@ -167,34 +166,92 @@ def idle_transaction_findings(threshold: Threshold, session: Reading) -> list[Fi
             f"sessions that want them, and keeps VACUUM from removing the rows deleted or updated since "
             f"it began. {last}. {end}"
         )
-    return [Finding(severity, title, detail, "postgres.queries.long_running")]
+    return Finding(severity, title, detail, "postgres.queries.long_running")
 
 
-def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
-    queries = reading.get("queries", [])
-    if not queries:
-        return unjudged_findings(reading)
-    longest = max(queries, key=running_s)
-    if left_idle(longest):
-        return idle_transaction_findings(thresholds["long_query_s"], longest) + unjudged_findings(reading)
-    statement_s = longest["duration_s"] or 0
-    one_statement = running_s(longest) - statement_s < STATEMENT_IS_TRANSACTION_S
-    return check(
-        thresholds["long_query_s"],
-        round(running_s(longest), 1),
-        "postgres.queries.long_running",
-        "A PostgreSQL query has been running for {value}"
+def running_finding(severity: Severity, session: Reading) -> Finding:
+    """A statement running long, or a transaction open long (busy, or between two statements)."""
+    statement_s = session.get("duration_s") or 0
+    value = shown_value(round(running_s(session), 1), " s")
+    one_statement = session_kind(session) == QUERY
+    return Finding(
+        severity,
+        f"A PostgreSQL query has been running for {value}"
         if one_statement
-        else "A PostgreSQL transaction has been open for {value}",
-        f"{len(queries)} long-running; the longest is PID {longest['pid']} ({longest['state']}, user "
-        f"{longest['user']}"
+        else f"A PostgreSQL transaction has been open for {value}",
+        f"PID {session['pid']} ({session.get('state')}, user {session.get('user')}"
         + (
             ""
             if one_statement
             else f", its current or last statement started {human_seconds(statement_s)} ago"
         )
-        + f"): {(longest['query'] or '')[:200]}",
-    ) + unjudged_findings(reading)
+        + f"): {(session.get('query') or '')[:200]}",
+        "postgres.queries.long_running",
+    )
+
+
+# the kinds of long-running session, each its own finding, in this order
+ABORTED_KIND, LEFT_IDLE, TRANSACTION, QUERY = "aborted", "left idle", "transaction", "query"
+SESSIONS_NAMED = 5  # of a kind, besides its oldest
+
+
+def session_kind(session: Reading) -> str:
+    """Which finding a long-running session belongs to: a statement it runs, or its transaction's state."""
+    if session.get("state") == ABORTED:
+        return ABORTED_KIND
+    if left_idle(session):
+        return LEFT_IDLE
+    statement_s = session.get("duration_s") or 0
+    return QUERY if running_s(session) - statement_s < STATEMENT_IS_TRANSACTION_S else TRANSACTION
+
+
+def many_title(kind: str, count: int, oldest: Reading, over: str) -> str:
+    """The title of ``count`` sessions of one kind, naming the oldest's age."""
+    age = human_seconds(running_s(oldest))
+    return {
+        ABORTED_KIND: f"{count} failed PostgreSQL transactions have been left open and idle, the oldest open {age}",
+        LEFT_IDLE: f"{count} PostgreSQL transactions have been left open and idle, the oldest open {age}",
+        TRANSACTION: f"{count} PostgreSQL transactions have been open for over {over}, the oldest for {age}",
+        QUERY: f"{count} PostgreSQL queries have been running for over {over}, the longest for {age}",
+    }[kind]
+
+
+def kind_finding(threshold: Threshold, kind: str, sessions: list[Reading], truncated: bool) -> Finding:
+    """One finding for the long sessions of one kind (oldest first): the oldest told in full, the others
+    counted and named (`SESSIONS_NAMED` of them), its severity the oldest's."""
+    oldest = sessions[0]
+    severity = threshold.severity(running_s(oldest)) or "warning"
+    told = idle_transaction_finding if kind in (ABORTED_KIND, LEFT_IDLE) else running_finding
+    finding = told(severity, oldest)
+    if len(sessions) == 1 and not truncated:
+        return finding
+    others = ", ".join(
+        f"PID {s['pid']} ({s.get('state')}, {human_seconds(running_s(s))})"
+        for s in sessions[1:][:SESSIONS_NAMED]
+    )
+    more = len(sessions) - 1 - SESSIONS_NAMED
+    detail = f"The oldest: {finding.detail}"
+    if others:
+        detail += f" Also: {others}" + (f" and {more} more" if more > 0 else "") + "."
+    if truncated:
+        detail += " The probe listed only the oldest sessions: more are past the threshold."
+    title = many_title(kind, len(sessions), oldest, human_seconds(threshold.warning))
+    return Finding(severity, title if len(sessions) > 1 else finding.title, detail, finding.probe)
+
+
+def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    """Every session past the long-query threshold, one finding for each kind (`session_kind`):
+    a failed transaction left idle, a transaction left idle, one open, a query running."""
+    threshold = thresholds["long_query_s"]
+    past = [q for q in reading.get("queries", []) if threshold.severity(running_s(q)) is not None]
+    by_kind: dict[str, list[Reading]] = {kind: [] for kind in (ABORTED_KIND, LEFT_IDLE, TRANSACTION, QUERY)}
+    for session in sorted(past, key=running_s, reverse=True):
+        by_kind[session_kind(session)].append(session)
+    truncated = bool(reading.get("truncated"))
+    found = [
+        kind_finding(threshold, kind, sessions, truncated) for kind, sessions in by_kind.items() if sessions
+    ]
+    return found + unjudged_findings(reading)
 
 
 def cache_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
