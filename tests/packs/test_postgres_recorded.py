@@ -216,9 +216,14 @@ def test_archiving_failures_and_a_lost_slot() -> None:
     assert evaluate("postgres.replication.status", {**reading, "slots": [], "archiver": healthy}) == []
 
 
+def wraparound_only(reading: dict[str, Any]) -> list[Finding]:
+    """The findings of the IDs' age, without the one of autovacuum off (the recording's server had it off)."""
+    return [f for f in evaluate("postgres.vacuum.wraparound", reading) if "wraparound" in f.title]
+
+
 def test_wraparound_thresholds() -> None:
     reading = recorded("wraparound")
-    [finding] = evaluate("postgres.vacuum.wraparound", reading)
+    [finding] = wraparound_only(reading)
     assert finding.severity == "critical"  # 1.65e9 is past 1.6e9
     assert "transaction ID wraparound" in finding.title
 
@@ -229,9 +234,27 @@ def test_wraparound_thresholds() -> None:
         ]
         return {**reading, "databases": databases, "oldest": databases[0]}
 
-    [finding] = evaluate("postgres.vacuum.wraparound", aged(1_300_000_000))
+    [finding] = wraparound_only(aged(1_300_000_000))
     assert (finding.severity, finding.title) == (
         "warning",
         f"PostgreSQL database {reading['oldest']['name']} is 60.5% of the way to transaction ID wraparound",
     )
-    assert evaluate("postgres.vacuum.wraparound", aged(250_000_000)) == []
+    assert wraparound_only(aged(250_000_000)) == []
+
+
+def test_autovacuum_off_is_a_warning_at_any_age() -> None:
+    # SHOW autovacuum = off (the reading's "autovacuum": false) said nothing below 1.2e9 transactions
+    reading = recorded("wraparound")
+    young = [
+        {**db, "xid_age": 1000, "multixact_age": 1, "wraparound_percent": 0.0} for db in reading["databases"]
+    ]
+    off = {**reading, "databases": young, "oldest": young[0], "autovacuum": False}
+    [finding] = evaluate("postgres.vacuum.wraparound", off)
+    assert (finding.severity, finding.title) == ("warning", "PostgreSQL's autovacuum is off")
+    assert "no table is vacuumed or analyzed" in finding.detail
+    assert "ALTER SYSTEM SET autovacuum = on" in finding.detail
+    assert evaluate("postgres.vacuum.wraparound", {**off, "autovacuum": True}) == []
+    # near wraparound too: both said
+    titles = {f.title for f in evaluate("postgres.vacuum.wraparound", reading)}
+    assert "PostgreSQL's autovacuum is off" in titles
+    assert len(titles) == 2

@@ -1,7 +1,7 @@
 """The postgres runbook's findings of replication, WAL archiving and transaction ID wraparound.
 
 A standby without a WAL receiver, its replay paused or behind, replicas lagging, slots holding
-WAL or lost, archiving failing, and databases' IDs nearing wraparound: each judged against the
+WAL or lost, archiving failing, autovacuum off, and databases' IDs nearing wraparound: each judged against the
 runbook's `THRESHOLDS` (sonde.packs.postgres.runbook), which it is handed.
 """
 
@@ -215,7 +215,31 @@ def replication_visibility_findings(reading: Reading, probe: str) -> list[Findin
     return []
 
 
+def autovacuum_off_findings(reading: Reading) -> list[Finding]:
+    """A warning when autovacuum is off server-wide: whatever the IDs' age, nothing cleans up after writes."""
+    if reading.get("autovacuum") is not False:
+        return []
+    return [
+        Finding(
+            "warning",
+            "PostgreSQL's autovacuum is off",
+            "autovacuum is off: no table is vacuumed or analyzed unless someone runs VACUUM and ANALYZE "
+            "(by hand or on a schedule). Dead rows pile up and tables and indexes bloat, the planner's "
+            "statistics go stale, and transaction IDs age toward wraparound; the server still starts a "
+            "vacuum past autovacuum_freeze_max_age to prevent wraparound, and that one alone. Unless "
+            "scheduled VACUUMs take its place, turn it on: ALTER SYSTEM SET autovacuum = on; then SELECT "
+            "pg_reload_conf().",
+            "postgres.vacuum.wraparound",
+        )
+    ]
+
+
 def wraparound_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    """Autovacuum off (`autovacuum_off_findings`), and the database nearest wraparound."""
+    return autovacuum_off_findings(reading) + oldest_database_findings(thresholds, reading)
+
+
+def oldest_database_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
     """One finding for the database nearest wraparound, naming how many others are past the warning."""
     threshold = thresholds["xid_age"]
     databases = reading.get("databases") or []

@@ -271,7 +271,7 @@ def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
         category="postgres",
         description=(
             "PostgreSQL connection usage, long and blocked queries, cache hit ratio, replication and WAL "
-            "archiving, and transaction ID wraparound."
+            "archiving, autovacuum turned off, and transaction ID wraparound."
         ),
         steps=(
             RunbookStep("postgres.connections.usage", partial(connection_findings, thresholds)),
