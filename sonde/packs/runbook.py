@@ -132,6 +132,11 @@ class Runbook:
         return sorted(found, key=Finding.sort_key)
 
 
+def worse(*severities: Severity | None) -> Severity | None:
+    """The gravest of ``severities`` (None when none is set)."""
+    return min((s for s in severities if s is not None), key=SEVERITY_ORDER.__getitem__, default=None)
+
+
 def check(
     threshold: Threshold,
     value: float | None,

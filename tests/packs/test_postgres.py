@@ -24,7 +24,7 @@ from sonde.packs.postgres import connection as postgres_connection
 from sonde.packs.postgres.connection import PostgresParams, database_origin, run_queries
 from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Threshold
+from sonde.packs.runbook import Threshold, human_seconds
 from tests.conftest import require
 
 REGISTRY = PackRegistry.of([PACK])
@@ -264,10 +264,13 @@ async def test_blocked_query_finding(locked_table: str) -> None:
             assert any(not lock["granted"] for lock in found["lock_counts"])
             [finding] = RUNBOOK.evaluate({"postgres.locks.blocked": found})
             count = len(found["blocked"])
+            longest = human_seconds(
+                max(b["waiting_s"] for b in found["blocked"] if b["waiting_s"] is not None)
+            )
             assert finding.title == (
-                "1 PostgreSQL session is blocked by a lock"
+                f"1 PostgreSQL session is blocked by a lock for {longest}"
                 if count == 1
-                else f"{count} PostgreSQL sessions are blocked by locks"
+                else f"{count} PostgreSQL sessions are blocked by locks, the longest for {longest}"
             )
             assert str(holder_pid) in finding.detail
             await trio.to_thread.run_sync(holder.rollback)  # the waiter's UPDATE now goes through

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 import trio
 
-from sonde.packs.postgres.runbook import RUNBOOK
+from sonde.packs.postgres.runbook import RUNBOOK, THRESHOLDS, build_runbook
+from sonde.packs.runbook import Threshold, human_seconds
 from tests.packs.test_postgres import (
     connect,
     execute,
@@ -118,3 +119,28 @@ async def test_pg_monitor_shows_the_blocked_sessions_in_full(blocked_stranger: t
     [blocked] = [b for b in found["blocked"] if b["pid"] == waiter_pid]
     assert blocked["query"] == "UPDATE t SET n = n + ? WHERE id = ?"
     assert (found["sees_all_sessions"], found["hidden_sessions"], found["visibility"]) == (True, 0, None)
+
+
+async def test_a_long_wait_on_a_lock_is_critical(blocked_stranger: tuple[str, int, int]) -> None:
+    # Blocked-lock findings rose with the count only (critical at 5), never with how long one waited
+    login, _, waiter_pid = blocked_stranger
+    found = await wait_for(
+        "postgres.locks.blocked",
+        {},
+        lambda r: any(b["pid"] == waiter_pid and (b["waiting_s"] or 0) >= 1 for b in r["blocked"]),
+    )
+    [blocked] = [b for b in found["blocked"] if b["pid"] == waiter_pid]
+    assert 1 <= blocked["waiting_s"] <= blocked["duration_s"] + 0.001
+    one = {**found, "blocked": [blocked]}  # other tests' sessions on this server may be blocked too
+    [finding] = RUNBOOK.evaluate({"postgres.locks.blocked": one})
+    assert finding.severity == "warning"  # under a minute
+    assert (
+        finding.title
+        == f"1 PostgreSQL session is blocked by a lock for {human_seconds(blocked['waiting_s'])}"
+    )
+    waited = build_runbook({**THRESHOLDS, "blocked_wait_s": Threshold(warning=0, critical=1, unit=" s")})
+    [finding] = waited.evaluate({"postgres.locks.blocked": one})
+    assert finding.severity == "critical"
+    limited = await run("postgres.locks.blocked", user=login)
+    [hidden] = [b for b in limited["blocked"] if b["pid"] == waiter_pid]
+    assert hidden["waiting_s"] is None  # another user's session: its times are hidden

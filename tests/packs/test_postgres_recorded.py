@@ -196,6 +196,36 @@ def test_a_lock_held_by_a_prepared_transaction() -> None:
     assert "a prepared transaction (PID 0: no session holds it; see pg_prepared_xacts)" in finding.detail
 
 
+def test_a_session_blocked_for_over_a_minute_is_critical() -> None:
+    # one blocked session read a warning however long it had waited (MySQL's lock wait: critical at 60 s)
+    reading = recorded("blocked-by-prepared")
+    [row] = reading["blocked"]
+    waited = {**reading, "blocked": [{**row, "waiting_s": 75.0}]}
+    [finding] = evaluate("postgres.locks.blocked", waited)
+    assert (finding.severity, finding.title) == (
+        "critical",
+        "1 PostgreSQL session is blocked by a lock for 75 s",
+    )
+    brief = {**reading, "blocked": [{**row, "waiting_s": 12.0}]}
+    [finding] = evaluate("postgres.locks.blocked", brief)
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "1 PostgreSQL session is blocked by a lock for 12 s",
+    )
+    two = {
+        **reading,
+        "blocked": [{**row, "waiting_s": 12.0}, {**row, "pid": row["pid"] + 1, "waiting_s": 61.0}],
+    }
+    [finding] = evaluate("postgres.locks.blocked", two)
+    assert (finding.severity, finding.title) == (
+        "critical",
+        "2 PostgreSQL sessions are blocked by locks, the longest for 61 s",
+    )
+    # a wait this login may not see (or an older agent's reading): judged by the count alone
+    [finding] = evaluate("postgres.locks.blocked", {**reading, "blocked": [{**row, "waiting_s": None}]})
+    assert (finding.severity, finding.title) == ("warning", "1 PostgreSQL session is blocked by a lock")
+
+
 def test_archiving_failures_and_a_lost_slot() -> None:
     reading = recorded("archiving-failing-slot-lost")
     titles = {(f.severity, f.title) for f in evaluate("postgres.replication.status", reading)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sonde.packs.runbook import SEVERITY_ORDER, Finding, Reading, Severity, Threshold, human_seconds
+from sonde.packs.runbook import Finding, Reading, Threshold, human_seconds, worse
 
 LOCKS = "mysql.locks.waits"
 PROCESSES = "mysql.processes.list"
@@ -23,11 +23,6 @@ BACKGROUND_COMMANDS = frozenset(
     {"Daemon", "Binlog Dump", "Binlog Dump GTID", "Slave_IO", "Slave_SQL", "Slave_worker"}
 )
 BACKGROUND_USERS = frozenset({"system user", "event_scheduler"})
-
-
-def worse(*severities: Severity | None) -> Severity | None:
-    """The gravest of ``severities`` (None when none is set)."""
-    return min((s for s in severities if s is not None), key=SEVERITY_ORDER.__getitem__, default=None)
 
 
 def describe_thread(thread: Mapping[str, Any] | None) -> str:

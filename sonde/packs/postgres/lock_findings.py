@@ -1,7 +1,7 @@
 """The postgres runbook's findings of sessions blocked by locks: who waits, on whom, and how long.
 
 Each blocker is told with what it is doing (`blocker_text`), a prepared transaction (PID 0 in
-``pg_blocking_pids``) by its gid; the count is judged against the runbook's `THRESHOLDS`
+``pg_blocking_pids``) by its gid; the count, and the longest wait, are judged against the runbook's `THRESHOLDS`
 (sonde.packs.postgres.runbook), which it is handed.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sonde.packs.postgres.locks import PREPARED_PID
-from sonde.packs.runbook import Finding, Reading, Threshold, check, human_seconds
+from sonde.packs.runbook import Finding, Reading, Threshold, human_seconds, worse
 
 BLOCKERS_SHOWN = 10
 
@@ -67,11 +67,28 @@ def blocked_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> l
         if reading.get("hidden_sessions")
         else ""
     )
-    return check(
-        thresholds["blocked_queries"],
-        len(blocked),
-        "postgres.locks.blocked",
-        "{value} PostgreSQL sessions are blocked by locks",
-        f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on {'; '.join(waited_on)}.{hidden}",
-        title_one="{value} PostgreSQL session is blocked by a lock",
+    waits = [row["waiting_s"] for row in blocked if row.get("waiting_s") is not None]
+    longest = max(waits, default=None)
+    severity = worse(
+        thresholds["blocked_queries"].severity(len(blocked)), thresholds["blocked_wait_s"].severity(longest)
     )
+    if severity is None:
+        return []
+    count = len(blocked)
+    title = (
+        f"{count} PostgreSQL sessions are blocked by locks"
+        if count > 1
+        else "1 PostgreSQL session is blocked by a lock"
+    )
+    if longest is not None:
+        title += (
+            f", the longest for {human_seconds(longest)}" if count > 1 else f" for {human_seconds(longest)}"
+        )
+    return [
+        Finding(
+            severity,
+            title,
+            f"Blocked PIDs {[row['pid'] for row in blocked][:10]} wait on {'; '.join(waited_on)}.{hidden}",
+            "postgres.locks.blocked",
+        )
+    ]

@@ -25,8 +25,11 @@ from sonde.packs.query_values import values_shown
 # takes the lock manager's locks for a moment, on a server that may be lock-bound already: it is made
 # once for each session waiting on a lock (pg_locks' ungranted rows; OFFSET 0 keeps it in the
 # subquery), not twice for every session
+# how long a blocked session has waited: since its state last changed (to active, when its statement
+# began), or its statement began, the later of the two; NULL where this login may not see them
+WAITING_S = "extract(epoch FROM now() - greatest(state_change, query_start))::float8"
 BLOCKED = f"""
-SELECT {SESSION_COLUMNS}, blocking_pids, {DETAILS_HIDDEN} AS hidden FROM (
+SELECT {SESSION_COLUMNS}, {WAITING_S} AS waiting_s, blocking_pids, {DETAILS_HIDDEN} AS hidden FROM (
   SELECT *, pg_blocking_pids(pid) AS blocking_pids FROM pg_stat_activity
   WHERE pid IN (SELECT pid FROM pg_locks WHERE NOT granted) OFFSET 0) waiting
 WHERE cardinality(blocking_pids) > 0 ORDER BY query_start LIMIT %s"""
@@ -57,6 +60,7 @@ WHERE a.application_name IS DISTINCT FROM '{SONDE_APPLICATION}' GROUP BY 1, 2 OR
 
 
 class BlockedSession(Session):
+    waiting_s: float | None  # since its statement began: it has waited on the lock at most this long
     blocking_pids: list[int]
 
 
@@ -112,7 +116,11 @@ def locks_listing(
     )
     return Locks(
         blocked=[
-            BlockedSession(**session(row, shown).model_dump(), blocking_pids=row["blocking_pids"])
+            BlockedSession(
+                **session(row, shown).model_dump(),
+                waiting_s=seconds_since(row["waiting_s"]),
+                blocking_pids=row["blocking_pids"],
+            )
             for row in listed
         ],
         blockers=[session(row, shown) for row in blockers],
@@ -129,7 +137,9 @@ def locks_listing(
 
 @PACK.probe(
     "postgres.locks.blocked",
-    """Sessions waiting on a lock held by another, with the PIDs blocking them
+    """Sessions waiting on a lock held by another, each with how long it has waited
+    (`waiting_s`, seconds since its statement began, pg_stat_activity's state_change: the
+    wait began then or a little later), the PIDs blocking it
     (pg_blocking_pids) and what those blockers are doing (often 'idle in transaction', with
     `idle_s` since their last statement); a blocking PID 0 is a prepared transaction (no
     session holds it): then `prepared_transactions` lists those of pg_prepared_xacts (gid,

@@ -25,6 +25,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "connection_usage_percent": Threshold(warning=80, critical=90, unit="%"),
     "long_query_s": Threshold(warning=60, critical=300, unit=" s"),
     "blocked_queries": Threshold(warning=1, critical=5),
+    # the longest a blocked session has waited (seconds): any wait is a warning, as the mysql pack's
+    "blocked_wait_s": Threshold(warning=0, critical=60, unit=" s"),
     "cache_hit_percent": Threshold(warning=90, critical=80, above=False, unit="%"),
     "replication_lag_s": Threshold(warning=30, critical=300, unit=" s"),
     "replication_lag_bytes": Threshold(warning=64 * MIB, critical=1024 * MIB, unit=" bytes"),
