@@ -340,10 +340,48 @@ async def test_cache_hit_ratio() -> None:
     assert (len(one["databases"]), one["truncated"]) == (1, True)
     assert one["hits"] >= found["hits"]  # totals still cover every database
     cold = {**found, "hits": 85_000, "reads": 15_000, "hit_percent": 85.0}
+    cold |= {"counted_s": 3 * 86400.0, "counted_from": "server start"}
     [finding] = RUNBOOK.evaluate({"postgres.cache.hit_ratio": cold})
-    assert (finding.severity, finding.title) == ("warning", "PostgreSQL buffer cache hit ratio is only 85%")
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "PostgreSQL buffer cache hit ratio is only 85% over the last 3.0 days",
+    )
+    assert finding.detail.startswith("Counted since the server started 3.0 days ago")
+    assert "consider raising it" in finding.detail
     few = {**cold, "hits": 85, "reads": 15}
     assert RUNBOOK.evaluate({"postgres.cache.hit_ratio": few}) == []
+
+
+async def test_cache_hit_ratio_has_a_time_base() -> None:
+    # never reset, stats_reset_at and since_reset_s read null and the ratio had no time base: it
+    # blamed shared_buffers ("consider raising it") over minutes as over months
+    found = await run("postgres.cache.hit_ratio", limit=1000)
+    assert found["server_started_at"] is not None
+    assert found["since_server_start_s"] > 0
+    for database in found["databases"]:
+        if database["stats_reset_at"] is None:  # never reset: counted since the server started
+            assert database["counted_s"] == pytest.approx(found["since_server_start_s"], abs=1)
+        else:
+            assert database["counted_s"] == pytest.approx(database["since_reset_s"], abs=1)
+    assert found["counted_s"] == max(db["counted_s"] for db in found["databases"])
+    assert found["counted_from"] in ("statistics reset", "server start")
+    just_started = {**found, "hits": 85_000, "reads": 15_000, "hit_percent": 85.0}
+    just_started |= {"counted_s": 600.0, "counted_from": "server start"}
+    [finding] = RUNBOOK.evaluate({"postgres.cache.hit_ratio": just_started})
+    assert (finding.severity, finding.title) == (
+        "info",
+        "PostgreSQL buffer cache hit ratio is only 85% over the last 10.0 minutes",
+    )
+    assert finding.detail.startswith("Counted since the server started 10.0 minutes ago")
+    assert "says little about shared_buffers yet" in finding.detail
+    assert "consider raising" not in finding.detail
+    reset = {**just_started, "counted_s": 7200.0, "counted_from": "statistics reset"}
+    [finding] = RUNBOOK.evaluate({"postgres.cache.hit_ratio": reset})
+    assert (finding.severity, finding.title) == (
+        "warning",
+        "PostgreSQL buffer cache hit ratio is only 85% over the last 2.0 hours",
+    )
+    assert finding.detail.startswith("Counted since the statistics were reset 2.0 hours ago")
 
 
 async def test_a_server_nothing_listens_for_is_down() -> None:
@@ -501,6 +539,7 @@ async def test_cache_hit_ratio_says_since_when(throwaway_database: str) -> None:
     [database] = [db for db in found["databases"] if db["name"] == throwaway_database]
     assert database["stats_reset_at"] is not None
     assert 0 <= database["since_reset_s"] < 60
+    assert database["counted_s"] == pytest.approx(database["since_reset_s"], abs=1)
 
 
 async def test_database_connections_leave_out_sonde(

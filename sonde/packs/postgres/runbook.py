@@ -43,6 +43,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "xid_age": Threshold(warning=1.2e9, critical=1.6e9),
 }
 MIN_BLOCK_ACCESSES = 10_000  # a hit ratio over fewer block accesses says little
+SHORT_COUNT_S = 3600  # a hit ratio counted over less time says little about shared_buffers
 
 
 def client_limit_text(reading: Reading) -> str:
@@ -256,16 +257,48 @@ def long_query_findings(thresholds: Mapping[str, Threshold], reading: Reading) -
     return found + unjudged_findings(reading)
 
 
+def counting_period(reading: Reading) -> str:
+    """How long the cache counts have run, and since what: "since the server started 3.2 days ago"."""
+    counted = human_seconds(reading.get("counted_s"))
+    if reading.get("counted_from") == "statistics reset":
+        return f"since the statistics were reset {counted} ago"
+    return f"since the server started {counted} ago (or longer: a clean restart keeps the counts)"
+
+
 def cache_findings(thresholds: Mapping[str, Threshold], reading: Reading) -> list[Finding]:
+    """A low hit ratio over hours blames shared_buffers; over a short period (`SHORT_COUNT_S`) it is
+    said, at info level, as saying little yet."""
     if reading.get("hits", 0) + reading.get("reads", 0) < MIN_BLOCK_ACCESSES:
         return []
-    return check(
+    probe, counted_s = "postgres.cache.hit_ratio", reading.get("counted_s")
+    if counted_s is None:  # an older agent's reading: no time base
+        return check(
+            thresholds["cache_hit_percent"],
+            reading.get("hit_percent"),
+            probe,
+            "PostgreSQL buffer cache hit ratio is only {value}",
+            "Many reads miss shared_buffers; consider raising it or look for sequential scans.",
+        )
+    found = check(
         thresholds["cache_hit_percent"],
         reading.get("hit_percent"),
-        "postgres.cache.hit_ratio",
-        "PostgreSQL buffer cache hit ratio is only {value}",
-        "Many reads miss shared_buffers; consider raising it or look for sequential scans.",
+        probe,
+        f"PostgreSQL buffer cache hit ratio is only {{value}} over the last {human_seconds(counted_s)}",
+        f"Counted {counting_period(reading)}: many reads miss shared_buffers; consider raising it or "
+        "look for sequential scans.",
     )
+    if not found or counted_s >= SHORT_COUNT_S:
+        return found
+    return [
+        Finding(
+            "info",
+            found[0].title,
+            f"Counted {counting_period(reading)}: over so short a period a few large reads (a start with "
+            "a cold cache, a backup, a report) weigh heavily, and the ratio says little about "
+            "shared_buffers yet. Read it again after an hour or more of ordinary load.",
+            probe,
+        )
+    ]
 
 
 def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
