@@ -106,6 +106,13 @@ async def test_databases_sizes(connections: list[Any]) -> None:
         await trio.to_thread.run_sync(execute, admin, f"DROP DATABASE {name}")
 
 
+def test_databases_sizes_says_they_are_estimates() -> None:
+    # the sizes are InnoDB's statistics, which lag behind writes: the description read as exact figures
+    description = PACK.probes["mysql.databases.sizes"].description
+    assert "InnoDB's estimates from its table statistics, which can lag behind recent writes" in description
+    assert "ANALYZE TABLE" in description
+
+
 @pytest.fixture
 async def sized_databases() -> AsyncIterator[list[str]]:
     """Three databases of one table each, dropped afterwards."""

@@ -114,7 +114,10 @@ def databases_listing(rows: list[dict[str, Any]], limit: int, grants: list[dict[
 @PACK.probe(
     "mysql.databases.sizes",
     """MySQL/MariaDB databases, largest first: data plus index size in bytes, reclaimable
-    free bytes and table count (from information_schema), with the number of databases
+    free bytes and table count, from information_schema: for InnoDB tables these sizes are
+    InnoDB's estimates from its table statistics, which can lag behind recent writes (until
+    InnoDB recalculates them in the background or ANALYZE TABLE runs; MySQL 8 also caches
+    them for information_schema_stats_expiry, a day by default). With the number of databases
     and their total size, both over every database included (system schemas only with
     include_system), not just the `limit` listed. information_schema shows a login only
     the databases and tables it holds a privilege on: unless it holds one on every table
