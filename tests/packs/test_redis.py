@@ -22,7 +22,7 @@ from sonde.packs.executor import ProbeExecutionError, execute_probe
 from sonde.packs.redis import PACK
 from sonde.packs.redis.info import keyspace, parse_info, replicas
 from sonde.packs.redis.memory import memory
-from sonde.packs.redis.probes import replication, server_info, slow_entry
+from sonde.packs.redis.probes import keyspace_databases, replication, server_info, slow_entry
 from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
 from sonde.packs.runbook import Threshold, human_seconds, shown_number
@@ -193,6 +193,29 @@ async def test_server_info_and_keyspace(admin: redis.Redis) -> None:
     finally:
         keys.delete(name)
         keys.close()
+
+
+NO_TTL_DB = 11  # only this test's keys, none with a TTL
+
+
+async def test_keys_without_a_ttl_have_no_average_ttl(admin: redis.Redis) -> None:
+    # Redis says avg_ttl=0 when no key has a TTL: it read as avg_ttl_ms 0, "keys expire at once"
+    keys = client(NO_TTL_DB)
+    name = f"sonde:test:{uuid.uuid4().hex}"
+    try:
+        keys.set(name, "1")
+        found = await run("redis.keyspace.summary")
+        [db] = [d for d in found["databases"] if d["db"] == NO_TTL_DB]
+        assert (db["keys"], db["expires"], db["avg_ttl_ms"]) == (1, 0, None)
+    finally:
+        keys.delete(name)
+        keys.close()
+    # keys with a TTL but no estimate yet (Redis samples them in its expire cycle): null too
+    info = parse_info(
+        "# Keyspace\ndb0:keys=5,expires=0,avg_ttl=0\ndb1:keys=4,expires=2,avg_ttl=0\n"
+        "db2:keys=3,expires=1,avg_ttl=41000\n"
+    )
+    assert [(d.db, d.avg_ttl_ms) for d in keyspace_databases(info)] == [(0, None), (1, None), (2, 41000)]
 
 
 async def test_slowlog(admin: redis.Redis) -> None:

@@ -84,7 +84,7 @@ class Database(Result):
     db: int
     keys: int
     expires: int
-    avg_ttl_ms: int | None
+    avg_ttl_ms: int | None  # null: no key has a TTL, or Redis has no estimate yet
 
 
 class Keyspace(Result):
@@ -92,19 +92,34 @@ class Keyspace(Result):
     databases: list[Database]
 
 
+def keyspace_databases(info: Mapping[str, str]) -> list[Database]:
+    """INFO's ``dbN`` lines. Redis says ``avg_ttl=0`` both when no key has a TTL and before it has
+    sampled any (its expire cycle estimates it): either reads null here, not "expire at once"."""
+    databases = []
+    for db, counts in keyspace(info).items():
+        expires, avg_ttl = counts.get("expires", 0), counts.get("avg_ttl")
+        databases.append(
+            Database(
+                db=db,
+                keys=counts.get("keys", 0),
+                expires=expires,
+                avg_ttl_ms=avg_ttl if expires and avg_ttl else None,
+            )
+        )
+    return databases
+
+
 @PACK.probe(
     "redis.keyspace.summary",
-    """Keys per Redis database: key count, keys with a TTL and average TTL in ms, with the
-    total. Use it to see which database holds the data and whether keys expire.""",
+    """Keys per Redis database: key count, keys with a TTL (`expires`) and `avg_ttl_ms`,
+    Redis's estimate of the time left to those keys, in ms, from a sample its expire cycle
+    takes: null when no key has a TTL or Redis has no estimate yet (it says 0 for both);
+    with the total. Use it to see which database holds the data and whether keys expire.""",
     timeout_s=15,
 )
 @one_turn
 async def redis_keyspace(ctx: ProbeContext, params: RedisParams) -> Keyspace:
-    found = keyspace(await read_info(ctx, params))
-    databases = [
-        Database(db=db, keys=v.get("keys", 0), expires=v.get("expires", 0), avg_ttl_ms=v.get("avg_ttl"))
-        for db, v in found.items()
-    ]
+    databases = keyspace_databases(await read_info(ctx, params))
     return Keyspace(total_keys=sum(d.keys for d in databases), databases=databases)
 
 
