@@ -238,3 +238,20 @@ async def test_failed_background_save_is_critical(own_redis: OwnRedis) -> None:
         f"Check free space on the file system of dir {own_redis.directory} (file dump.rdb) (df) and that "
         "the user Redis runs as may write there;"
     ) in finding.detail
+
+
+async def test_no_persistence_at_all_is_said(own_redis: OwnRedis) -> None:
+    # save "" and appendonly no: every key is lost on a restart, and nothing said so
+    found = await own_redis.probe("redis.persistence.status")
+    assert (found["save_points"], found["aof_enabled"]) == ("", False)
+    [finding] = RUNBOOK.evaluate({"redis.persistence.status": found})
+    assert (finding.severity, finding.title) == (
+        "info",
+        "Redis does not persist its data: a restart loses it",
+    )
+    assert "fine for a cache" in finding.detail
+    with_aof = {**found, "aof_enabled": True}
+    assert RUNBOOK.evaluate({"redis.persistence.status": with_aof}) == []
+    # settings this login may not read (CONFIG GET refused): nothing claimed
+    unknown = {**found, "save_points": None}
+    assert RUNBOOK.evaluate({"redis.persistence.status": unknown}) == []

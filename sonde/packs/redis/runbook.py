@@ -169,8 +169,22 @@ def what_to_check(where: str) -> str:
     )
 
 
+def no_persistence_findings(reading: Reading, probe: str) -> list[Finding]:
+    """Info when Redis writes nothing to disk: no save points and no AOF (unknown settings: nothing said)."""
+    if reading.get("save_points") != "" or reading.get("aof_enabled") is not False:
+        return []
+    detail = (
+        "No save points are set (save '') and the AOF is off (appendonly no): Redis keeps its data in "
+        "memory only, and every key is gone after a restart or a crash. That is fine for a cache its "
+        "clients can fill again; for data that must stay, set save points or turn on the AOF "
+        "(appendonly yes) in redis.conf."
+    )
+    return [Finding("info", "Redis does not persist its data: a restart loses it", detail, probe)]
+
+
 def persistence_findings(reading: Reading) -> list[Finding]:
-    probe, found = "redis.persistence.status", []
+    probe = "redis.persistence.status"
+    found = no_persistence_findings(reading, probe)
     if reading.get("rdb_last_bgsave_status") == "err":
         detail = (
             f"rdb_last_bgsave_status err: {reading.get('rdb_changes_since_last_save')} changes not saved "
@@ -232,7 +246,7 @@ def build_runbook(thresholds: Mapping[str, Threshold] = THRESHOLDS) -> Runbook:
         category="redis",
         description=(
             "Redis memory by maxmemory policy (or against RAM with no limit), eviction rate, failed "
-            "saves and AOF writes, rejected connections and replication."
+            "saves and AOF writes, no persistence at all, rejected connections and replication."
         ),
         steps=(
             RunbookStep(MEMORY, partial(memory_findings, thresholds)),
