@@ -7,6 +7,7 @@ blocked lock), checks the probe sees it and the runbook flags it, and cleans up.
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -389,6 +390,47 @@ async def test_a_server_nothing_listens_for_is_down() -> None:
         await run("postgres.connections.usage", port=1)
     assert caught.value.code == "service_down"
     assert "PostgreSQL is not accepting connections at 127.0.0.1:1" in caught.value.message
+
+
+async def test_a_silent_listener_is_said_to_answer_not_as_postgres(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "PostgreSQL is not available at 127.0.0.1:6379: connection timeout expired", after 6 s
+    monkeypatch.setattr(postgres_connection, "CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # never accepts: the connection waits in the backlog, and no answer comes
+        port = silent.getsockname()[1]
+        with trio.fail_after(10), pytest.raises(ProbeExecutionError) as caught:
+            await run("postgres.connections.usage", port=port)
+    assert caught.value.code == "unavailable"
+    assert caught.value.message.startswith(
+        f"PostgreSQL is not available at 127.0.0.1:{port}: nothing answered as PostgreSQL there within 1 s "
+        "of the connection (connection timeout expired; is PostgreSQL listening on that port?)"
+    )
+
+
+async def test_a_listener_that_is_not_postgres_is_said_so() -> None:
+    # a server of another kind answers libpq's first message with what no PostgreSQL sends
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+
+        def answer_once() -> None:
+            connection, _ = other.accept()
+            with connection:
+                connection.recv(64)
+                connection.sendall(b"-ERR unknown command\r\n")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, answer_once)
+            with trio.fail_after(10), pytest.raises(ProbeExecutionError) as caught:
+                await run("postgres.connections.usage", port=port)
+    assert caught.value.code == "unavailable"
+    message = caught.value.message
+    assert message.startswith(
+        f"PostgreSQL is not available at 127.0.0.1:{port}: something answered there, but not as PostgreSQL ("
+    )
+    assert message.endswith("; is PostgreSQL listening on that port?)")
 
 
 async def test_unknown_user_is_a_refused_login() -> None:

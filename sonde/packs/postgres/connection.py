@@ -57,6 +57,13 @@ SERVER_DOWN = re.compile(
     r"(?:starting up|shutting down|in recovery mode|not yet accepting connections)"
 )
 DOWN_SQLSTATES = {"57P03"}
+# libpq's words when something took the connection but did not answer as PostgreSQL: nothing came
+# within connect_timeout (a silent listener, or Redis waiting for a whole line), or a reply no
+# PostgreSQL server sends (MySQL's greeting read as the answer to libpq's SSL request)
+CONNECT_TIMED_OUT = re.compile(r"^connection timeout expired$")
+NOT_POSTGRES = re.compile(
+    r"received invalid response to SSL negotiation|expected authentication request from server"
+)
 MISSING_DATABASE_HINT = (
     "name one that exists there instead: the probes read server-wide views and work from any "
     "database ('postgres' is the usual one)"
@@ -157,7 +164,13 @@ def _run(
     except psycopg.errors.InsufficientPrivilege as exc:
         raise PermissionError(f"PostgreSQL refused: {exc}; {MONITOR_HINT}") from None
     except psycopg.OperationalError as exc:
-        raise _not_connected(where, first_line(exc), exc.sqlstate, origin) from None
+        text = first_line(exc)
+        if CONNECT_TIMED_OUT.search(text):
+            raise ProbeUnavailable(
+                f"PostgreSQL is not available at {where.where()}: nothing answered as PostgreSQL there "
+                f"within {limits.connect_timeout_s} s of the connection ({text}; {listening_question(where)})"
+            ) from None
+        raise _not_connected(where, text, exc.sqlstate, origin) from None
 
 
 def first_line(exc: Exception) -> str:
@@ -192,7 +205,17 @@ def _not_connected(where: Endpoint, text: str, sqlstate: str | None, origin: str
         return ServiceRefused(
             f"PostgreSQL is not accepting connections at {where.where()}: {text}", full=False
         )
+    if NOT_POSTGRES.search(text):
+        return ProbeUnavailable(
+            f"PostgreSQL is not available at {where.where()}: something answered there, but not as "
+            f"PostgreSQL ({text}; {listening_question(where)})"
+        )
     return ProbeUnavailable(f"PostgreSQL is not available at {where.where()}: {text}")
+
+
+def listening_question(where: Endpoint) -> str:
+    place = "there" if where.host.startswith("/") else "on that port"
+    return f"is PostgreSQL listening {place}?"
 
 
 async def run_queries(
