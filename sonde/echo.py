@@ -18,6 +18,13 @@ def without_secrets(text: str) -> str:
     return SECRET_SHAPE.sub(r"\1_[hidden]", text)
 
 
+def as_sentence(text: str) -> str:
+    """``text`` ended as a sentence, for another to follow: a full stop added unless it ends in one
+    (or in '?' or '!'), so a message that brings its own is not followed by ".."."""
+    stripped = text.rstrip()
+    return stripped if stripped.endswith((".", "?", "!")) else f"{stripped}."
+
+
 def clipped(text: str, limit: int = ECHO_CHARS) -> str:
     """``text`` cut to its first ``limit`` characters, with '...' when it was longer."""
     return text if len(text) <= limit else text[:limit] + "..."

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sonde.echo import clipped
+from sonde.echo import as_sentence, clipped
 
 Severity = Literal["critical", "warning", "info"]
 # A probe's error codes when its server took no connection (`sonde.packs.base.ServiceRefused`):
@@ -85,7 +85,9 @@ def outage_findings(category: str, failures: Mapping[str, Failure]) -> list[Find
             advice = "Check whether its service runs and what its log says, or whether the agent's config names the wrong host or port."
         else:
             continue
-        found.setdefault(failure.code, Finding("critical", title, f"{failure.message}. {advice}", probe))
+        found.setdefault(
+            failure.code, Finding("critical", title, f"{as_sentence(failure.message)} {advice}", probe)
+        )
     return list(found.values())
 
 

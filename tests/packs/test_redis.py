@@ -25,7 +25,7 @@ from sonde.packs.redis.memory import memory
 from sonde.packs.redis.probes import keyspace_databases, replication, server_info, slow_entry
 from sonde.packs.redis.runbook import RUNBOOK, THRESHOLDS, build_runbook
 from sonde.packs.registry import PackRegistry
-from sonde.packs.runbook import Threshold, human_seconds, shown_number
+from sonde.packs.runbook import Failure, Threshold, human_seconds, shown_number
 from tests.conftest import require
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -361,6 +361,19 @@ async def test_a_redis_nothing_listens_for_is_down() -> None:
         await run("redis.server.info", port=1)
     assert caught.value.code == "service_down"
     assert "Redis is not accepting connections at 127.0.0.1:1" in caught.value.message
+
+
+async def test_the_down_finding_reads_as_sentences() -> None:
+    # redis-py's message ends in a full stop: the finding read "Connection refused.. Check whether"
+    with pytest.raises(ProbeExecutionError) as caught:
+        await run("redis.server.info", port=1)
+    message = caught.value.message
+    assert message.endswith(".")
+    [finding] = RUNBOOK.evaluate({}, {"redis.server.info": Failure("service_down", message)})
+    assert ".." not in finding.detail
+    assert f"{message} Check whether its service runs" in finding.detail
+    [finding] = RUNBOOK.evaluate({}, {"redis.server.info": Failure("service_down", message.rstrip("."))})
+    assert f"{message} Check whether its service runs" in finding.detail  # a message without one gets one
 
 
 IPV6_HINT = "Redis must also listen on [::1]:6379 (Debian's redis.conf binds 127.0.0.1 -::1)"
