@@ -49,5 +49,12 @@ async def test_a_login_refused_config_get_is_not_asked_again(info_only_user: tup
     for _ in range(3):
         found = (await execute_probe(REGISTRY, "redis.persistence.status", {}, ctx)).result
         assert found["dir"] is None  # CONFIG GET refused: the settings are unknown
+        assert "may not run CONFIG GET (ACL '+config|get')" in found["visibility"]  # and it says why
         assert found["rdb_last_bgsave_status"] in ("ok", "err")
     assert refusals_of(name) == 1
+
+
+async def test_settings_read_need_no_note() -> None:
+    found = (await execute_probe(REGISTRY, "redis.persistence.status", {}, ProbeContext())).result
+    assert found["save_points"] is not None
+    assert found["visibility"] is None

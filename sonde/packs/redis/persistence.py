@@ -3,7 +3,8 @@
 A failed background save (or AOF write) is the one persistence state that stops a
 healthy server: with ``stop-writes-on-bgsave-error yes`` and save points set, Redis
 refuses every write with MISCONF until a save succeeds. The settings come from CONFIG
-GET, which the agent's user may not be allowed (ACL ``+config|get``): then they are null.
+GET, which the agent's user may not be allowed (ACL ``+config|get``): then they are null, and
+the answer's ``visibility`` says so.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ class Persistence(Result):
     appendfilename: str | None
     save_points: str | None  # "" when RDB snapshots are off
     stop_writes_on_bgsave_error: bool | None
+    visibility: str | None  # why the CONFIG settings are null; null when they were read
+
+
+CONFIG_HIDDEN = (
+    "The agent's Redis user may not run CONFIG GET (ACL '+config|get'), or CONFIG is renamed on this "
+    "server: dir, dbfilename, appendfilename, save_points and stop_writes_on_bgsave_error are unknown "
+    "(null), so whether a failed save stops writes, and whether Redis persists its data at all, cannot "
+    "be told. A login refused is not asked again for an hour. Grant the agent's user '+config|get' to "
+    "see them."
+)
 
 
 def flag(info: Mapping[str, str], key: str) -> bool | None:
@@ -76,6 +87,7 @@ def persistence(info: Mapping[str, str], settings: Mapping[str, str]) -> Persist
         appendfilename=settings.get("appendfilename"),
         save_points=settings.get("save"),
         stop_writes_on_bgsave_error=stop_writes == "yes" if stop_writes is not None else None,
+        visibility=None if settings else CONFIG_HIDDEN,
     )
 
 
@@ -114,7 +126,8 @@ def _info_and_settings(refused: Refusals, client: Any) -> tuple[str, dict[str, s
     in seconds, whether a save is running; AOF on or off, its last write and last rewrite
     status and rewrites failed in a row. Where the agent's user may run CONFIG GET (ACL
     +config|get), also dir, dbfilename, appendfilename, the save points ("" when snapshots
-    are off) and stop-writes-on-bgsave-error; else those are null. After a failed save,
+    are off) and stop-writes-on-bgsave-error; else those are null and `visibility` says
+    why (null when they were read). After a failed save,
     with stop-writes-on-bgsave-error yes and save points set, Redis refuses writes (MISCONF).""",
     timeout_s=15,
 )
