@@ -287,6 +287,18 @@ async def test_replication_status_of_a_lone_primary() -> None:
     assert RUNBOOK.evaluate({"postgres.replication.status": found}) == []
 
 
+async def test_replication_of_a_lone_primary_without_pg_monitor(
+    role_without_connect: tuple[str, str],
+) -> None:
+    # with no replica at all, the note said "0 of the 0 listed cannot be checked for lag"
+    role, _ = role_without_connect
+    found = await run("postgres.replication.status", user=role)
+    assert (found["role"], found["replicas"], found["sees_all_sessions"]) == ("primary", [], False)
+    assert "0 of the 0" not in found["visibility"]
+    assert "none streams from it now" in found["visibility"]
+    assert RUNBOOK.evaluate({"postgres.replication.status": found}) == []
+
+
 def test_replication_findings_on_readings() -> None:
     primary = {
         "role": "primary",

@@ -255,10 +255,15 @@ def replication_reading(
             "Of this standby's WAL receiver it sees whether one runs, not its status, its primary's "
             "address or when it last heard from it, and not whether primary_conninfo is set."
         )
-    else:
+    elif replicas:
         consequence = (
             "Of each replica streaming from this primary it sees the application and user only, not its "
             f"state or lag: {hidden} of the {len(replicas)} listed cannot be checked for lag."
+        )
+    else:
+        consequence = (
+            "Of a replica streaming from this primary it would see the application and user only, not "
+            "its state or lag; none streams from it now."
         )
     return Replication(
         role="standby" if standby is not None else "primary",
