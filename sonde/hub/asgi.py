@@ -38,6 +38,7 @@ from sonde.hub.mcp_refusals import (
     send_refusal,
 )
 from sonde.hub.mcp_server import SondeUser
+from sonde.hub.mcp_session_end import ended_quietly
 from sonde.hub.rest import WHERE_THINGS_ARE
 from sonde.hub.tools import agent_waiting_calls, all_tools
 
@@ -328,7 +329,7 @@ class RootApp:
                 return
             plan = plan_answer(body, self.waits_on_agents, takes_event_stream(headers.get("accept", "")))
             post = McpPost(plan, body, receive, send)
-            with serving(post):
+            with serving(post), ended_quietly(post):
                 await self.mcp.handle_request(scope, post.receive, post.send)
         finally:
             self.in_flight.leave(key_id)

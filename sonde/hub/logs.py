@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from sonde.hub.mcp_session_end import SessionEndedFilter
 from sonde.log_levels import TextFormatter
 from sonde.stderr_lines import QueuedStderr, say_line
 
@@ -116,6 +117,9 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for noisy in ("hypercorn.access", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    sdk_transport = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, SessionEndedFilter) for f in sdk_transport.filters):
+        sdk_transport.addFilter(SessionEndedFilter())
     # its "Invalid Host header: NAME" says nothing of the fix; the hub logs its own line (`sonde.hub.asgi`)
     logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
     server = logging.getLogger(SERVER_LOGGER)

@@ -54,10 +54,11 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse
 from mcp_types.version import is_version_at_least
 
+from sonde.hub.mcp_refusals import INVALID_REQUEST, send_json
+
 log = logging.getLogger(__name__)
 
 REPEATED_ID_STATUS = 409
-INVALID_REQUEST = -32600  # JSON-RPC: "the JSON sent is not a valid Request object"
 RESUMABLE_FROM = "2025-11-25"  # the SDK primes an SSE answer (makes it resumable) from this revision on
 
 
@@ -149,6 +150,8 @@ class McpPost:
         return {"type": "http.disconnect"}
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
+        if self.answered:  # the SDK's 500 after its 202 (`sonde.hub.mcp_session_end`): hypercorn would raise
+            return
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.answered = True  # first: hypercorn says the cycle is over before this send returns
         await self._client_send(message)
@@ -193,10 +196,7 @@ async def refuse_repeated_id(plan: AnswerPlan, send: Any) -> None:
             "wait for its answer or use a new id",
         },
     }
-    data = json.dumps(error).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await send({"type": "http.response.start", "status": REPEATED_ID_STATUS, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
+    await send_json(send, REPEATED_ID_STATUS, error, [])
 
 
 class _DropUnwired:
