@@ -10,6 +10,11 @@ work is refused with an error saying so, so the number of threads stays bounded.
 Clients of a network service also cut their socket when their probe ends
 (`sonde.packs.services.Hangup`), so their threads return.
 
+A probe waits for a thread within its own deadline: one that gets none before it ends as a
+timed-out probe does, saying it waited for a thread held by other probes (`NoThreadBeforeDeadline`),
+not that it ran and was slow. Work that reads one small file (`ProbeThreads.run_quick`) has
+`QUICK_THREAD_LIMIT` threads of its own, so slow probes holding every slot do not make it wait.
+
 Probes of the database packs also take a turn at their server (`server_turns`): at most
 two of them talk to one server at once (`sonde.packs.server_turns`).
 """
@@ -28,14 +33,15 @@ from typing import Any, TypeVar
 
 import trio
 
-from sonde.packs.base import ProbeUnavailable
+from sonde.packs.base import OutOfTime, ProbeUnavailable
 from sonde.packs.process import DEFAULT_MAX_OUTPUT_BYTES, CommandOutput, run_command
-from sonde.packs.server_turns import ServerKey, ServerTurns
+from sonde.packs.server_turns import GIVE_UP_BEFORE_DEADLINE_S, ServerKey, ServerTurns
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 DEFAULT_ALLOWED_PATHS = ("/var/log",)
 THREAD_LIMIT = 8  # blocking probe calls running at once
+QUICK_THREAD_LIMIT = 2  # more of them for quick work (one small file), beside the 8 slow probes can hold
 MAX_STUCK_THREADS = 16  # threads still running past their probe's deadline before thread work is refused
 STUCK_WARNING_AFTER_S = 5  # a thread abandoned longer ago is stuck (a cut connection returns at once)
 STUCK_WARNING_INTERVAL_S = 60  # at most one warning about stuck threads a minute
@@ -43,6 +49,11 @@ STUCK_WARNING_INTERVAL_S = 60  # at most one warning about stuck threads a minut
 
 class PathNotAllowed(ValueError):
     """A path parameter resolves outside the allow-list."""
+
+
+class NoThreadBeforeDeadline(OutOfTime):
+    """A probe's deadline came while other probes held every worker thread: it ends as a
+    timed-out probe does (code ``timeout``), saying it waited rather than ran."""
 
 
 DEFAULT_CONFIG = "~/.sonde/config.json, or $SONDE_HOME's"  # `sonde.agent.config.config_path`
@@ -82,12 +93,18 @@ class ProbeThreads:
     One per agent (it outlives hub connections); thread-safe where it must be.
     """
 
-    def __init__(self, slots: int = THREAD_LIMIT, max_stuck: int = MAX_STUCK_THREADS) -> None:
+    def __init__(
+        self,
+        slots: int = THREAD_LIMIT,
+        max_stuck: int = MAX_STUCK_THREADS,
+        quick_slots: int = QUICK_THREAD_LIMIT,
+    ) -> None:
         self.slots = trio.CapacityLimiter(slots)  # held by the waiting probe, not by its thread
+        self.quick_slots = trio.CapacityLimiter(quick_slots)  # the same, for quick work only
         self.max_stuck = max_stuck
         # trio holds this one until the thread itself returns: a hard cap on the threads we own,
         # and not trio's default limiter, which other thread work (getaddrinfo) shares
-        self._threads = trio.CapacityLimiter(slots + max_stuck)
+        self._threads = trio.CapacityLimiter(slots + quick_slots + max_stuck)
         self._lock = threading.Lock()
         self._stuck: set[_Job] = set()  # abandoned, still running
         self._warned_at = -math.inf
@@ -100,18 +117,48 @@ class ProbeThreads:
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` in a worker thread; raises `ProbeUnavailable` while too many are stuck.
 
+        A probe that gets no slot before its deadline raises `NoThreadBeforeDeadline`.
         Cancellation returns at once: the thread is abandoned, its slot freed, and it
         counts as stuck until it returns.
         """
+        return await self._run_holding(self.slots, function, args)
+
+    async def run_quick(self, function: Callable[..., T], *args: Any) -> T:
+        """`run`, on the threads kept for quick work (reading one small file): slow probes
+        holding every slot of `run` do not make it wait."""
+        return await self._run_holding(self.quick_slots, function, args)
+
+    async def _run_holding(
+        self, slots: trio.CapacityLimiter, function: Callable[..., T], args: tuple[Any, ...]
+    ) -> T:
         self._check_stuck(function)
         job = _Job(getattr(function, "__qualname__", repr(function)))
-        async with self.slots:
-            try:
-                return await trio.to_thread.run_sync(
-                    self._call, job, function, args, limiter=self._threads, abandon_on_cancel=True
-                )
-            finally:
-                self._settle(job)
+        await self._wait_for(slots)
+        try:
+            return await trio.to_thread.run_sync(
+                self._call, job, function, args, limiter=self._threads, abandon_on_cancel=True
+            )
+        finally:
+            slots.release()
+            self._settle(job)
+
+    async def _wait_for(self, slots: trio.CapacityLimiter) -> None:
+        """Take a slot, or raise `NoThreadBeforeDeadline` just before the task's deadline."""
+        try:
+            slots.acquire_nowait()  # a free slot is taken, however near the deadline
+            return
+        except trio.WouldBlock:
+            pass
+        started = trio.current_time()
+        with trio.move_on_at(trio.current_effective_deadline() - GIVE_UP_BEFORE_DEADLINE_S) as waiting:
+            await slots.acquire()
+        if waiting.cancelled_caught:
+            raise NoThreadBeforeDeadline(
+                f"the probe waited {round(trio.current_time() - started, 2):g}s for one of the agent's "
+                f"{round(slots.total_tokens)} probe threads and got none before its deadline: other probes "
+                f"held all of them ({slots.statistics().tasks_waiting} more wait). It did not start; "
+                "try again when they are done, or with a longer timeout"
+            )
 
     def _check_stuck(self, function: Callable[..., Any]) -> None:
         """Warn (once a minute) while threads are stuck; refuse while ``max_stuck`` are."""
@@ -222,6 +269,10 @@ class ProbeContext:
     async def in_thread(self, function: Callable[..., T], *args: Any) -> T:
         """Run blocking ``function`` in a worker thread (`ProbeThreads.run`: it may refuse)."""
         return await self.threads.run(function, *args)
+
+    async def in_quick_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """`in_thread` for quick work, one small file read (`ProbeThreads.run_quick`)."""
+        return await self.threads.run_quick(function, *args)
 
     def allowed_path(self, raw: str) -> Path:
         """Resolve ``raw`` (symlinks followed) and refuse it unless it lies in the allow-list.

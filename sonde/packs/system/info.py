@@ -111,7 +111,7 @@ def _read_os_release() -> OperatingSystem:
     timeout_s=5,
 )
 async def system_info(ctx: ProbeContext, params: NoParams) -> SystemInfo:
-    os_info = await ctx.in_thread(_read_os_release)
+    os_info = await ctx.in_quick_thread(_read_os_release)
     boot_epoch_s = psutil.boot_time()
     return SystemInfo(
         hostname=socket.gethostname(),
