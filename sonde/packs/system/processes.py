@@ -1,9 +1,14 @@
 """The busiest processes, by CPU or by memory.
 
 CPU percent needs two readings: every process is primed with ``cpu_percent()``,
-the probe waits `CPU_SAMPLE_S` with `trio.sleep`, then reads again. Each psutil
-``Process`` object keeps its own previous reading, so concurrent probes do not
-disturb each other. Fields the OS refuses to show come back as null.
+the probe waits `CPU_SAMPLE_S` with `trio.sleep`, then reads again. Fields the OS
+refuses to show come back as null.
+
+A scan of every process costs much (some 12,000 processes on a busy machine), so calls
+that arrive while one runs wait for it and rank its readings (`TopScans`: one scan at a
+time per agent); none is kept once it is done, so every answer is from a fresh sample.
+The walks stop when the probe running them gives up (`sonde.packs.system.abandon`); the
+calls that waited for it then scan again.
 
 The agent's own process is left out of the CPU ranking: the sampling itself
 costs it CPU, and an operator must not be told Sonde is the busiest process
@@ -13,6 +18,7 @@ because it was measuring. It stays in the memory ranking and the count.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ from pydantic import Field
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
 from sonde.packs.system.info import iso_utc
 
 PROC_ROOT = Path("/proc")  # a directory per process: /proc/PID
@@ -121,9 +128,10 @@ def _unless_denied(read: Callable[[], float]) -> float | None:
         return None
 
 
-def _prime_all() -> list[psutil.Process]:
-    primed = []
+def _prime_all(stop: threading.Event | None = None) -> list[psutil.Process]:
+    check, primed = StopCheck(stop), []
     for pid in psutil.pids():
+        check.step()
         try:
             process = psutil.Process(pid)
             _unless_denied(process.cpu_percent)
@@ -133,9 +141,10 @@ def _prime_all() -> list[psutil.Process]:
     return primed
 
 
-def _read_all(processes: list[psutil.Process]) -> list[Reading]:
-    readings = []
+def _read_all(processes: list[psutil.Process], stop: threading.Event | None = None) -> list[Reading]:
+    check, readings = StopCheck(stop), []
     for process in processes:
+        check.step()
         try:
             cpu = _unless_denied(process.cpu_percent)
             memory = _unless_denied(process.memory_percent)
@@ -145,13 +154,16 @@ def _read_all(processes: list[psutil.Process]) -> list[Reading]:
     return readings
 
 
-def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[ProcessSummary]:
+def _top(
+    readings: list[Reading], sort_by: str, limit: int, stop: threading.Event | None = None
+) -> list[ProcessSummary]:
     if sort_by == "cpu":
         own = os.getpid()
-        processes = [process for process in processes if process.pid != own]
-    ranked = sorted(_read_all(processes), key=lambda reading: reading.rank(sort_by), reverse=True)
-    top: list[ProcessSummary] = []
+        readings = [reading for reading in readings if reading.process.pid != own]
+    ranked = sorted(readings, key=lambda reading: reading.rank(sort_by), reverse=True)
+    check, top = StopCheck(stop), []
     for reading in ranked:
+        check.step()
         try:
             values = reading.process.as_dict(SUMMARY_ATTRS, ad_value=None)
         except psutil.NoSuchProcess:
@@ -160,6 +172,59 @@ def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[Proc
         if len(top) == limit:
             break
     return top
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Every process, primed and read again `CPU_SAMPLE_S` later: how many were primed, and their readings."""
+
+    process_count: int
+    readings: list[Reading]
+
+
+async def _sample(ctx: ProbeContext) -> Sample:
+    processes = await in_thread_until_given_up(ctx, _prime_all)
+    await trio.sleep(CPU_SAMPLE_S)
+    return Sample(len(processes), await in_thread_until_given_up(ctx, _read_all, processes))
+
+
+class _Scan:
+    """A scan running, and the end the calls sharing it wait for."""
+
+    def __init__(self) -> None:
+        self.finished = trio.Event()
+        self.sample: Sample | None = None  # None once finished: the call running it gave up or failed
+
+
+class TopScans:
+    """The scan of every process running now for system.processes.top, if one is (one per agent,
+    in `ProbeContext.remembered`): a call arriving meanwhile waits for it and shares its sample.
+    Nothing is kept once it is done. Used on the agent's trio thread only."""
+
+    def __init__(self) -> None:
+        self.running: _Scan | None = None
+        self.scans = 0  # how many were started
+
+    async def sample(self, ctx: ProbeContext) -> Sample:
+        """A sample of every process, from the scan running now or a new one."""
+        while True:
+            scan = self.running
+            if scan is None:
+                return await self._run(ctx)
+            await scan.finished.wait()
+            if scan.sample is not None:
+                return scan.sample
+            # the call running it gave up or failed: this one scans again, or waits for who does
+
+    async def _run(self, ctx: ProbeContext) -> Sample:
+        scan = self.running = _Scan()
+        self.scans += 1
+        try:
+            scan.sample = await _sample(ctx)
+            return scan.sample
+        finally:
+            self.running = None
+            scan.finished.set()
 
 
 @PACK.probe(
@@ -173,9 +238,8 @@ def _top(processes: list[psutil.Process], sort_by: str, limit: int) -> list[Proc
     timeout_s=15,
 )
 async def processes_top(ctx: ProbeContext, params: TopParams) -> TopProcesses:
-    processes = await ctx.in_thread(_prime_all)
-    await trio.sleep(CPU_SAMPLE_S)
-    top = await ctx.in_thread(_top, processes, params.sort_by, params.limit)
+    sample = await ctx.remembered.get("system.processes.top", TopScans).sample(ctx)
+    top = await in_thread_until_given_up(ctx, _top, sample.readings, params.sort_by, params.limit)
     return TopProcesses(
-        sort_by=params.sort_by, sample_s=CPU_SAMPLE_S, process_count=len(processes), processes=top
+        sort_by=params.sort_by, sample_s=CPU_SAMPLE_S, process_count=sample.process_count, processes=top
     )
