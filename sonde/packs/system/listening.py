@@ -5,6 +5,10 @@
 /proc/net are parsed instead (`sonde.packs.system.procnet`) and each socket's
 inode is matched to the processes whose /proc/PID/fd this user may read.
 Sockets of processes we may not inspect keep ``pid: null``.
+
+A machine may hold tens of thousands of them: the answer lists at most ``limit`` (those
+of one protocol or port when asked), and counts them all by protocol, so a cut list says
+what it left out rather than ending where the executor's cap cut it.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 import psutil
+from pydantic import Field
 
-from sonde.packs.base import NoParams, Result
+from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
 from sonde.packs.system.privileges import (
@@ -37,6 +42,15 @@ PROC_NET_TABLES: tuple[tuple[str, Protocol], ...] = (
     ("udp6", "udp"),
 )
 SOCKET_LINK_PREFIX = "socket:["
+LISTED_MAX = 1000  # sockets one answer lists: some 130 bytes of JSON each, well within its cap
+
+
+class ListeningParams(Params):
+    protocol: Literal["tcp", "udp", "all"] = Field(default="all", description="Only TCP or only UDP sockets.")
+    port: int | None = Field(default=None, ge=1, le=65535, strict=True, description="Only sockets on this port.")
+    limit: int = Field(
+        default=200, ge=1, le=LISTED_MAX, strict=True, description="At most this many sockets listed."
+    )
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,10 @@ class ListeningSocket(Result):
 
 class ListeningSockets(Result):
     sockets: list[ListeningSocket]
+    tcp_listeners: int = Field(description="Listening TCP sockets on the machine, listed or not.")
+    udp_listeners: int = Field(description="Bound UDP sockets on the machine, listed or not.")
+    matched: int = Field(description="Sockets of the protocol and port asked for (all, when none was).")
+    truncated: bool = Field(description="True when `limit` left some of the `matched` sockets out.")
     source: Literal["psutil", "procfs"]
     processes_visible: bool
     note: str | None
@@ -147,12 +165,26 @@ def owners_note(hidden: int) -> str | None:
     return hidden_owners_note(hidden, sees_every_process(effective_capabilities()), agent_user())
 
 
-def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) -> ListeningSockets:
-    """The probe result for ``found`` sockets: de-duplicated, sorted, with process names."""
-    unique = sorted(set(found), key=_sort_key)
+def _wanted(bound: BoundSocket, params: ListeningParams) -> bool:
+    return params.protocol in ("all", bound.protocol) and params.port in (None, bound.port)
+
+
+def describe(
+    found: Iterable[BoundSocket], source: Literal["psutil", "procfs"], params: ListeningParams | None = None
+) -> ListeningSockets:
+    """The probe result for ``found`` sockets: de-duplicated, counted, those ``params`` ask for
+    sorted and cut to its limit, with process names."""
+    params = params or ListeningParams()
+    every = set(found)
+    matched = sorted((bound for bound in every if _wanted(bound, params)), key=_sort_key)
+    unique = matched[: params.limit]
     labels = process_labels({bound.pid for bound in unique if bound.pid is not None})
     hidden = sum(1 for bound in unique if bound.pid is None)
     return ListeningSockets(
+        tcp_listeners=sum(1 for bound in every if bound.protocol == "tcp"),
+        udp_listeners=sum(1 for bound in every if bound.protocol == "udp"),
+        matched=len(matched),
+        truncated=len(matched) > len(unique),
         sockets=[
             ListeningSocket(
                 protocol=b.protocol,
@@ -170,21 +202,24 @@ def describe(found: Iterable[BoundSocket], source: Literal["psutil", "procfs"]) 
     )
 
 
-def _read_listening() -> ListeningSockets:
+def _read_listening(params: ListeningParams) -> ListeningSockets:
     try:
-        return describe(listening_from_psutil(), "psutil")
+        return describe(listening_from_psutil(), "psutil", params)
     except psutil.AccessDenied:
-        return describe(listening_from_procfs(), "procfs")
+        return describe(listening_from_procfs(), "procfs", params)
 
 
 @PACK.probe(
     "system.network.listening",
     """Sockets waiting for connections: listening TCP and bound UDP sockets, each with
     protocol, family, local address, port, and the PID and name of the owning process where
-    this agent may see it (`processes_visible` is false when some owners are hidden; `note`
-    then says why and what would show them). Use it to find which service holds a port, or
-    whether a service is listening at all.""",
+    this agent may see it (`processes_visible` is false when some listed owners are hidden;
+    `note` then says why and what would show them). Sorted by protocol (TCP first), then port;
+    `protocol` (tcp or udp) and `port` keep only those, and at most `limit` are listed (200 by
+    default, up to 1000): `tcp_listeners` and `udp_listeners` count every one on the machine,
+    `matched` those asked for, and `truncated` is true when some of those were left out. Use it
+    to find which service holds a port, or whether a service is listening at all.""",
     timeout_s=15,
 )
-async def network_listening(ctx: ProbeContext, params: NoParams) -> ListeningSockets:
-    return await ctx.in_thread(_read_listening)
+async def network_listening(ctx: ProbeContext, params: ListeningParams) -> ListeningSockets:
+    return await ctx.in_thread(_read_listening, params)
