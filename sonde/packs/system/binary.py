@@ -1,7 +1,10 @@
 """Whether a file is text: a sniff of its first (or last) bytes, as ``file`` guesses.
 
-`system.files.read` refuses a file whose start holds a NUL or is mostly control characters;
-the log probes the same, past a run of NULs (`refuse_binary_log`).
+`system.files.read` and the log probes refuse a file whose start holds a NUL or is mostly
+control characters, a run of NULs it starts or ends with aside (`looks_binary_past_holes`): a
+log truncated while its writer held it open (logrotate's copytruncate) starts with one, and is
+text after it; a file grown with ``truncate`` has one after its text. They read such files'
+NULs as no text (`sonde.packs.system.rawlines`).
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ def mostly_control(sample: bytes) -> bool:
     return control * 10 > len(sample)
 
 
+def looks_binary_past_holes(sample: bytes) -> bool:
+    """`looks_binary` of ``sample`` without the runs of NULs it starts and ends with."""
+    return looks_binary(sample.strip(b"\x00"))
+
+
 def refuse_binary_log(handle: BinaryIO, path: Path, size: int, at_end: bool) -> None:
     """ValueError when the `BINARY_SNIFF_BYTES` a line probe starts from (the file's last ones
-    for a tail) `looks_binary`: its lines would be noise (a wtmp, a journal file, an image).
-    A run of NULs they start with is left out: a log truncated while its writer held it open
-    (logrotate's copytruncate) starts with one, and is text after it."""
+    for a tail) `looks_binary_past_holes`: its lines would be noise (a wtmp, a journal file, an image)."""
     handle.seek(max(0, size - BINARY_SNIFF_BYTES) if at_end else 0)
-    if looks_binary(handle.read(BINARY_SNIFF_BYTES).lstrip(b"\x00")):
+    if looks_binary_past_holes(handle.read(BINARY_SNIFF_BYTES)):
         where = "its last" if at_end else "its first"
         raise ValueError(
             f"{path} looks like a binary file ({where} {BINARY_SNIFF_BYTES // 1024} KiB); only text logs are read"

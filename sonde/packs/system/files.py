@@ -36,7 +36,7 @@ from sonde.packs.context import ProbeContext
 from sonde.packs.executor import DEFAULT_MAX_RESULT_BYTES, json_size
 from sonde.packs.system import PACK
 from sonde.packs.system.abandon import StopCheck, in_thread_until_given_up
-from sonde.packs.system.binary import BINARY_SNIFF_BYTES, looks_binary
+from sonde.packs.system.binary import BINARY_SNIFF_BYTES, looks_binary_past_holes
 from sonde.packs.system.dirsize import UNREADABLE_MAX, SizeWalk, tree_size
 from sonde.packs.system.info import iso_utc
 from sonde.packs.system.nofollow import DIRECTORY_FLAGS, open_resolved
@@ -278,20 +278,22 @@ class TextRead:
     size_bytes: int
     bytes_read: int
     truncated: bool
+    nul_bytes_skipped: int = 0
 
 
 def read_text(path: Path, max_bytes: int, offset: int = 0) -> TextRead:
     """Up to ``max_bytes`` of ``path`` from byte ``offset`` as text, no more than an answer
     holds (`READ_ANSWER_BYTES` of JSON). A character cut at the end is left out (not shown as
     one the file lacks), and not counted in ``bytes_read``: the next read, at ``offset +
-    bytes_read``, starts with it. A binary file raises ValueError."""
+    bytes_read``, starts with it. NUL bytes are left out of the text and counted (a run of them
+    where a log was truncated as it was written: `binary`). A binary file raises ValueError."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         handle.seek(offset)
         data = handle.read(max_bytes + 1)
     truncated = len(data) > max_bytes
     data = data[:max_bytes]
-    if looks_binary(data[:BINARY_SNIFF_BYTES]):
+    if looks_binary_past_holes(data[:BINARY_SNIFF_BYTES]):
         raise ValueError(f"{path} looks like a binary file; only text files are read")
     text, kept = _decoded(data, final=not truncated)
     if json_size(text) > READ_ANSWER_BYTES:  # quotes, backslashes and newlines take two bytes each
@@ -305,15 +307,15 @@ def read_text(path: Path, max_bytes: int, offset: int = 0) -> TextRead:
             )
         text, kept = _decoded(data[:fits], final=False)
         truncated = True
-    return TextRead(text, size, kept, truncated)
+    return TextRead(text, size, kept, truncated, data[:kept].count(b"\x00"))
 
 
 def _decoded(data: bytes, final: bool) -> tuple[str, int]:
-    """``data`` as UTF-8 text (bytes that are not, as U+FFFD), and how many bytes the text
-    holds: unless ``final``, a character cut at the end is left out."""
+    """``data`` as UTF-8 text (bytes that are not, as U+FFFD; NULs left out), and how many bytes
+    the text holds: unless ``final``, a character cut at the end is left out."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     text = decoder.decode(data, final=final)
-    return text, len(data) - len(decoder.getstate()[0])
+    return text.replace("\x00", ""), len(data) - len(decoder.getstate()[0])
 
 
 class ReadParams(Params):
@@ -341,6 +343,10 @@ class FileContent(Result):
     bytes_read: int
     content: str
     truncated: bool
+    nul_bytes_skipped: int = Field(
+        description="NUL bytes left out of `content`: a run of them is what a log truncated while "
+        "it was written (logrotate's copytruncate) holds where its old text was."
+    )
 
 
 def _read(path: Path, max_bytes: int, offset: int) -> FileContent:
@@ -352,6 +358,7 @@ def _read(path: Path, max_bytes: int, offset: int) -> FileContent:
         bytes_read=read.bytes_read,
         content=read.text,
         truncated=read.truncated,
+        nul_bytes_skipped=read.nul_bytes_skipped,
     )
 
 
@@ -360,7 +367,9 @@ def _read(path: Path, max_bytes: int, offset: int) -> FileContent:
     """A text file (allowed paths only, symlinks resolved first), up to `max_bytes`
     (default 32 KiB, at most 192 KiB) from byte `offset` (default 0): content, file size,
     the bytes read and whether the file goes on past them (then read on from offset +
-    bytes_read). Binary files, directories, devices and FIFOs are refused. Use it to read
+    bytes_read). NUL bytes are left out of the content and counted in `nul_bytes_skipped` (a
+    log truncated as it was written starts with a run of them). Binary files, directories,
+    devices and FIFOs are refused. Use it to read
     a config file or a small report; for logs prefer system.logs.tail.""",
     timeout_s=10,
 )

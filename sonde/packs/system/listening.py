@@ -47,7 +47,9 @@ LISTED_MAX = 1000  # sockets one answer lists: some 130 bytes of JSON each, well
 
 class ListeningParams(Params):
     protocol: Literal["tcp", "udp", "all"] = Field(default="all", description="Only TCP or only UDP sockets.")
-    port: int | None = Field(default=None, ge=1, le=65535, strict=True, description="Only sockets on this port.")
+    port: int | None = Field(
+        default=None, ge=1, le=65535, strict=True, description="Only sockets on this port."
+    )
     limit: int = Field(
         default=200, ge=1, le=LISTED_MAX, strict=True, description="At most this many sockets listed."
     )

@@ -39,6 +39,10 @@ class LogLines(Result):
         description="True when fewer lines than asked for are given because more would not fit in "
         "the answer (about 236 KiB of lines): the newest of a tail, the first of a head."
     )
+    nul_bytes_skipped: int = Field(
+        description="NUL bytes read past as no text, a run of them as no line: what a log truncated "
+        "while it was written (logrotate's copytruncate) holds where its old text was."
+    )
 
     @property
     def cut_to_fit(self) -> bool:
@@ -54,6 +58,7 @@ def log_lines(path: Path, found: Lines) -> LogLines:
         scanned_bytes=found.scanned_bytes,
         complete=found.complete,
         truncated=found.truncated,
+        nul_bytes_skipped=found.nul_bytes_skipped,
     )
 
 
@@ -71,7 +76,8 @@ async def sent_lines(ctx: ProbeContext, read: ReadLines, path: Path, params: Log
     file inside the allowed paths, optionally only those containing a literal `contains`
     text; lines longer than 4096 characters are cut (ending "… [line cut: N more characters]"),
     and only the newest that fit in about 236 KiB are given (`truncated` says so). At most
-    16 MiB from the end is scanned; a binary file is refused. Files under /var/log usually
+    16 MiB from the end is scanned; a binary file is refused. NUL bytes (a run of them where a log
+    was truncated as it was written) are no text: `nul_bytes_skipped` counts them. Files under /var/log usually
     need the 'adm' group. Use it for 'what did the service log recently'.""",
     timeout_s=15,
     requires=LOG_GROUPS,
@@ -88,8 +94,9 @@ async def logs_tail(ctx: ProbeContext, params: LogParams) -> LogLines:
     the allowed paths, optionally only those containing a literal `contains` text (at most
     16 MiB scanned); lines longer than 4096 characters are cut (ending "… [line cut: N more
     characters]"), and only the first that fit in about 236 KiB are given (`truncated` says
-    so); a binary file is refused. Files under /var/log usually need the 'adm' group. Use it
-    to see how a log (or a boot) started.""",
+    so); a binary file is refused. NUL bytes (a run of them where a log was truncated as it was
+    written) are no text: `nul_bytes_skipped` counts them. Files under /var/log usually need the
+    'adm' group. Use it to see how a log (or a boot) started.""",
     timeout_s=15,
     requires=LOG_GROUPS,
 )

@@ -10,7 +10,8 @@ lines stop once those kept would take more of the answer than its budget (``trun
 and a set ``stop`` flag (the probe gave up) ends the work at the next line (`abandon.Abandoned`).
 A line is cut to `LINE_MAX_CHARS` before it is scrubbed (a value cut short at its end is
 hidden to the end: `sonde.agent.scrub_shapes.CUT`) and comes as a `CutLine` counting what was
-left out, sent scrubbed for `marked` to say so (scrubbing: `linescrub`'s). The readers return
+left out, sent scrubbed for `marked` to say so (scrubbing: `linescrub`'s). NUL bytes are read as
+no text, a run of them as no line (`rawlines`). The readers return
 each line sent with its raw line: a probe counts the redactions in what it sends (`count_sent`).
 
 Opening goes through `open_regular`: the path (already resolved by
@@ -25,7 +26,7 @@ import math
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -38,20 +39,17 @@ from sonde.packs.system.abandon import raise_if_given_up
 from sonde.packs.system.access import why_refused
 from sonde.packs.system.binary import refuse_binary_log
 from sonde.packs.system.linescrub import (
-    LINE_MAX_CHARS,
     CutLine,
     as_lines_of,
     decode_line,
     marked,
     scrubbed_lines,
-    utf8_chars,
 )
 from sonde.packs.system.nofollow import open_resolved
+from sonde.packs.system.rawlines import Skipped, lines_backwards, lines_forward
 from sonde.packs.textpattern import PythonPattern
 
-BLOCK_BYTES = 64 * 1024
 MAX_SCAN_BYTES = 16 * 1024 * 1024
-LINE_KEEP_BYTES = 4 * LINE_MAX_CHARS + 4  # of a longer line: more than `decode_line` keeps of it
 # Lines scrubbed with the ones judged, before them: more than the YAML block scalar
 # (201 lines) or the private key (~100 lines of RSA 8192) the scrubber hides whole.
 CONTEXT_LINES = 256
@@ -115,6 +113,7 @@ class Lines:
     complete: bool  # False when the scan cap stopped the search early
     truncated: bool = False  # True when the budget stopped the lines before ``count``
     raw: list[str] = field(default_factory=list)  # each line as read, before it was scrubbed
+    nul_bytes_skipped: int = 0  # read past as no text (`rawlines`)
 
 
 def permission_error(path: Path) -> PermissionError:
@@ -136,15 +135,6 @@ def open_regular(path: Path) -> BinaryIO:
         os.close(fd)
         raise ValueError(f"{path}: not a regular file")
     return os.fdopen(fd, "rb")
-
-
-def _blocks_backwards(handle: BinaryIO, size: int, max_scan_bytes: int) -> Iterator[bytes]:
-    position = size
-    while position > 0 and size - position < max_scan_bytes:
-        step = min(BLOCK_BYTES, position)
-        position -= step
-        handle.seek(position)
-        yield handle.read(step)
 
 
 def json_line_cost(line: str) -> int:
@@ -186,7 +176,7 @@ def tail_lines(
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # decoded lines not judged yet, newest first
         scanned = [0]
-        for raw, dropped in _lines_backwards(handle, size, max_scan_bytes, scanned):
+        for raw, dropped in lines_backwards(handle, size, max_scan_bytes, scanned, judge.skipped):
             judge.read(decode_line(raw, dropped), pending)
             if len(pending) > CONTEXT_LINES:  # the next line to judge has `CONTEXT_LINES` before it
                 if judge.ready(pending[-1 - CONTEXT_LINES]):
@@ -198,31 +188,6 @@ def tail_lines(
                     del pending[:judged]
         judge.judge(pending[::-1], 0, newest_first=True)
         return judge.lines(size, scanned[0], scanned[0] >= size, newest_first=True)
-
-
-def _lines_backwards(
-    handle: BinaryIO, size: int, max_scan_bytes: int, scanned: list[int]
-) -> Iterator[tuple[bytes, int]]:
-    """Each whole line from the end (newest first, without its newline) and the characters of it read
-    past and not kept; ``scanned[0]`` counts bytes read.
-
-    The file's first line comes last, once the scan reaches it; a line the scan cap cuts never comes.
-    Of a line longer than `LINE_KEEP_BYTES` only its start is kept (all `decode_line` sends).
-    """
-    partial, dropped = b"", 0
-    for block in _blocks_backwards(handle, size, max_scan_bytes):
-        pieces = (block + partial).split(b"\n")
-        if scanned[0] == 0 and pieces[-1] == b"":
-            pieces.pop()  # the file ends with a newline: no line after it
-        scanned[0] += len(block)
-        if len(pieces) > 1:
-            yield pieces[-1], dropped  # the line ``partial`` was the end of
-            yield from ((piece, 0) for piece in reversed(pieces[1:-1]))
-            dropped = 0
-        partial = pieces[0][:LINE_KEEP_BYTES]  # its start comes with the next block (earlier bytes)
-        dropped += utf8_chars(pieces[0][LINE_KEEP_BYTES:], line_end=not dropped)
-    if scanned[0] >= size and size > 0:  # the file's first line, blank or not
-        yield partial, dropped
 
 
 class _Judge:
@@ -244,6 +209,7 @@ class _Judge:
         self.cost = limits.cost
         self.found: list[str] = []
         self.raw: list[str] = []  # the line read of each found
+        self.skipped = Skipped()
         self.truncated = False
         self.chars = 0  # characters of the lines to judge (context aside) since the last judgement
         self.ready_lines = self.ready_chars = 0  # of those, the lines that could be kept
@@ -314,7 +280,15 @@ class _Judge:
     def lines(self, size: int, scanned: int, complete: bool, newest_first: bool = False) -> Lines:
         """The `Lines` found (oldest first: ``newest_first`` ones turned round)."""
         step = -1 if newest_first else 1
-        return Lines(self.found[::step], size, scanned, complete, self.truncated, self.raw[::step])
+        return Lines(
+            self.found[::step],
+            size,
+            scanned,
+            complete,
+            self.truncated,
+            self.raw[::step],
+            self.skipped.nul_bytes,
+        )
 
 
 def head_lines(
@@ -333,40 +307,15 @@ def head_lines(
         refuse_binary_log(handle, path, size, at_end=False)
         judge = _Judge(count, contains, as_lines_of(path, redact), limits)
         pending: list[str] = []  # the lines before the ones not judged yet (context), then those
-        context = scanned = 0
-        for raw, scanned, dropped in _lines_forward(handle, max_scan_bytes):
+        context, scanned = 0, [0]
+        for raw, dropped in lines_forward(handle, max_scan_bytes, scanned, judge.skipped):
             judge.read(decode_line(raw, dropped), pending)
             if judge.ready(pending[-1]):
-                return judge.lines(size, scanned, True)
+                return judge.lines(size, scanned[0], True)
             if judge.due():
                 if judge.judge(pending, context):
-                    return judge.lines(size, scanned, True)
+                    return judge.lines(size, scanned[0], True)
                 pending = pending[-CONTEXT_LINES:]
                 context = len(pending)
         judge.judge(pending, context)
-        return judge.lines(size, scanned, scanned < max_scan_bytes or scanned >= size)
-
-
-def _lines_forward(handle: BinaryIO, max_scan_bytes: int) -> Iterator[tuple[bytes, int, int]]:
-    """Each line from the start (without its newline), with the bytes scanned so far and the
-    characters of it read past and not kept.
-
-    Never more than `BLOCK_BYTES` of one line in memory, nor more than ``max_scan_bytes``
-    read in all: iterating a file object reads a whole line first, and a file with no
-    newline (a sparse /var/log/lastlog) is then read whole. A longer line keeps its
-    first block (more than a line sent holds) and the rest is skipped unread into memory.
-    """
-    scanned = 0
-    while scanned < max_scan_bytes:
-        raw = handle.readline(min(BLOCK_BYTES, max_scan_bytes - scanned))
-        if not raw:
-            return
-        scanned += len(raw)
-        rest, dropped = raw, 0
-        while not rest.endswith(b"\n") and scanned < max_scan_bytes:
-            rest = handle.readline(min(BLOCK_BYTES, max_scan_bytes - scanned))
-            if not rest:
-                break
-            scanned += len(rest)
-            dropped += utf8_chars(rest.removesuffix(b"\n"), line_end=rest.endswith(b"\n"))
-        yield raw.rstrip(b"\n"), scanned, dropped
+        return judge.lines(size, scanned[0], scanned[0] < max_scan_bytes or scanned[0] >= size)
