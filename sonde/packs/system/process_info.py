@@ -2,11 +2,18 @@
 
 The OS may refuse some fields (another user's cwd, exe or open files): those come
 back as null and are named in ``denied``; the probe itself still succeeds.
+
+psutil's open files are those with a path still: a file deleted while the process holds it
+(a log rotated away under its writer) is left out, so a process holding 15,000 of them showed
+2 open files beside 15,005 descriptors. Those are counted apart, from the links in
+/proc/PID/fd (`sonde.packs.system.deleted_files.deleted_file`), at most `FDS_LOOKED_MAX`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -16,12 +23,14 @@ from pydantic import Field
 from sonde.packs.base import Params, Result
 from sonde.packs.context import ProbeContext
 from sonde.packs.system import PACK
+from sonde.packs.system.deleted_files import deleted_file
 from sonde.packs.system.info import iso_utc
-from sonde.packs.system.processes import CMDLINE_MAX_CHARS, CPU_SAMPLE_S
+from sonde.packs.system.processes import CMDLINE_MAX_CHARS, CPU_SAMPLE_S, PROC_ROOT
 
 PID_MAX = 4_194_304  # the largest pid_max Linux allows
 CMDLINE_MAX_ARGS = 256
 DENIED = object()  # marks a field the OS refused, in Process.as_dict output
+FDS_LOOKED_MAX = 100_000  # descriptors looked at for deleted files held open
 INFO_ATTRS = [
     "ppid",
     "name",
@@ -56,10 +65,53 @@ class ProcessInfo(Result):
     memory_rss_bytes: int | None
     memory_vms_bytes: int | None
     num_threads: int | None
-    open_files_count: int | None
-    num_fds: int | None
+    open_files_count: int | None = Field(
+        description="Regular files open that still have a path; files deleted while open are "
+        "not among them (see `deleted_open_files_count`), nor are sockets, pipes and devices."
+    )
+    deleted_open_files_count: int | None = Field(
+        description="Regular files deleted while the process holds them open: their space stays "
+        "in use until it closes them (system.files.deleted_open lists them). Null when the OS "
+        "refuses this agent the process's descriptors (as for `num_fds`)."
+    )
+    deleted_open_files_complete: bool = Field(
+        description=f"False when the count is a lower bound: only the first {FDS_LOOKED_MAX:,} "
+        "descriptors were looked at, or none could be (then the count is null)."
+    )
+    num_fds: int | None = Field(
+        description="Every descriptor the process holds open: files (deleted or not), sockets, "
+        "pipes, devices and the like."
+    )
     cwd: str | None
     denied: list[str]
+
+
+@dataclass(frozen=True)
+class DeletedHeld:
+    """How many files deleted while open a process holds: None when its descriptors are not ours to
+    see; ``complete`` False when only `FDS_LOOKED_MAX` of them were looked at (or none)."""
+
+    count: int | None = None
+    complete: bool = False
+
+
+def count_deleted_open(pid: int) -> DeletedHeld:
+    """The files deleted while open that process ``pid`` holds, from its /proc/PID/fd links."""
+    count = 0
+    try:
+        with os.scandir(PROC_ROOT / str(pid) / "fd") as descriptors:
+            for looked, descriptor in enumerate(descriptors):
+                if looked >= FDS_LOOKED_MAX:
+                    return DeletedHeld(count, complete=False)
+                try:
+                    count += deleted_file(pid, descriptor.path, int(descriptor.name)) is not None
+                except (FileNotFoundError, ProcessLookupError):  # closed meanwhile
+                    continue
+    except PermissionError:  # another user's process
+        return DeletedHeld()
+    except (FileNotFoundError, ProcessLookupError):  # it exited meanwhile
+        return DeletedHeld()
+    return DeletedHeld(count, complete=True)
 
 
 def _cut_cmdline(args: list[str]) -> list[str]:
@@ -74,8 +126,9 @@ def _cut_cmdline(args: list[str]) -> list[str]:
     return cut
 
 
-def process_info_from(pid: int, values: dict[str, Any]) -> ProcessInfo:
-    """A `ProcessInfo` from ``Process.as_dict(INFO_ATTRS, ad_value=DENIED)`` output."""
+def process_info_from(pid: int, values: dict[str, Any], deleted: DeletedHeld = DeletedHeld()) -> ProcessInfo:
+    """A `ProcessInfo` from ``Process.as_dict(INFO_ATTRS, ad_value=DENIED)`` output and the count
+    of the files deleted while open it holds."""
     seen = {key: (None if value is DENIED else value) for key, value in values.items()}
     memory = seen.get("memory_info")
     open_files = seen.get("open_files")
@@ -96,6 +149,8 @@ def process_info_from(pid: int, values: dict[str, Any]) -> ProcessInfo:
         memory_vms_bytes=memory.vms if memory is not None else None,
         num_threads=seen.get("num_threads"),
         open_files_count=len(open_files) if open_files is not None else None,
+        deleted_open_files_count=deleted.count,
+        deleted_open_files_complete=deleted.complete,
         num_fds=seen.get("num_fds"),
         cwd=seen.get("cwd") or None,
         denied=sorted(
@@ -129,15 +184,17 @@ def _read_info(process: psutil.Process) -> ProcessInfo:
         values = process.as_dict(INFO_ATTRS, ad_value=DENIED)
     except psutil.NoSuchProcess:  # it exited during the CPU sample
         raise _no_such_process(process.pid) from None
-    return process_info_from(process.pid, values)
+    return process_info_from(process.pid, values, count_deleted_open(process.pid))
 
 
 @PACK.probe(
     "system.process.info",
     """Details of one process by PID: parent PID, name, executable, command line, user,
     status, start time (ISO 8601 UTC), CPU percent over a 0.2 s sample, resident and
-    virtual memory in bytes, thread count, open file and descriptor counts, and working
-    directory. Fields the OS refuses to show are null and listed in `denied` (a zombie's
+    virtual memory in bytes, thread count, and working directory; of its descriptors (`num_fds`,
+    all of them), how many are files open with a path (`open_files_count`) and how many files
+    deleted while open it holds (`deleted_open_files_count`: their space is not freed until it
+    closes them). Fields the OS refuses to show are null and listed in `denied` (a zombie's
     command line, executable and working directory are null and not listed: it has none
     left); a command line is cut to 256 arguments of 512 characters, a cut ending in "…". Use it after
     system.processes.top or system.network.listening to look closer at one process.""",
