@@ -22,6 +22,7 @@ PACK = Pack(
         f"{__name__}.disk",
         f"{__name__}.info",
         f"{__name__}.files",
+        f"{__name__}.fileread",
         f"{__name__}.deleted_files",
         f"{__name__}.hardware",
         f"{__name__}.kernel",

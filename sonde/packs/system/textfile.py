@@ -1,4 +1,4 @@
-"""Bounded reads of text files: the first or last N lines (the first N bytes: `files.read_text`).
+"""Bounded reads of text files: the first or last N lines (the first N bytes: `fileread.read_text`).
 
 Nothing here reads a whole file into memory. `tail_lines` walks back from the
 end in blocks and stops after `max_scan_bytes`; `head_lines` reads forward
