@@ -23,6 +23,7 @@ import heapq
 import os
 import stat
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -82,6 +83,11 @@ class Listing(Result):
         description="Entries of the requested kind; a lower bound when `complete` is false."
     )
     entries: list[Entry]
+    other_entries: dict[str, int] = Field(
+        description="Entries of the directory not of the kind listed, not in `entries` or "
+        "`total_entries`, counted by kind: file, directory, symlink, fifo, socket, block_device, "
+        "char_device."
+    )
     truncated: bool
     complete: bool = Field(
         description="False when the directory held more than 200,000 entries (only that many "
@@ -112,6 +118,22 @@ def kind_of(mode: int) -> EntryKind:
     if stat.S_ISDIR(mode):
         return "directory"
     return "file" if stat.S_ISREG(mode) else "other"
+
+
+OTHER_KINDS = (
+    (stat.S_ISLNK, "symlink"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISREG, "file"),
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISBLK, "block_device"),
+    (stat.S_ISCHR, "char_device"),
+)
+
+
+def kind_named(mode: int) -> str:
+    """What an entry of ``mode`` is, in the words `Listing.other_entries` counts it by."""
+    return next((name for test, name in OTHER_KINDS if test(mode)), "other")
 
 
 def top_entries(entries: Iterable[Stat], sort_by: SortKey, descending: bool, limit: int) -> list[Stat]:
@@ -155,6 +177,7 @@ class Scan:
     matched: int = 0
     capped: bool = False
     unreadable: list[str] = field(default_factory=list)
+    others: Counter[str] = field(default_factory=Counter)  # entries of other kinds, by `kind_named`
 
     def could_not_stat(self, name: str) -> None:
         if len(self.unreadable) < UNREADABLE_MAX:
@@ -192,6 +215,8 @@ def _scan(fd: int, only: EntryKind, scan: Scan, check: StopCheck) -> Iterator[St
             if kind_of(info.st_mode) == only:
                 scan.matched += 1
                 yield Stat(item.name, only, info.st_size, info.st_mtime, info.st_mode, info.st_uid)
+            else:
+                scan.others[kind_named(info.st_mode)] += 1
 
 
 def _sized(fd: int, item: Stat, walk: SizeWalk) -> Stat:
@@ -221,6 +246,7 @@ def _list(
         sort_by=params.sort_by,
         total_entries=scan.matched,
         entries=[_entry(item) for item in top],
+        other_entries=dict(sorted(scan.others.items())),
         truncated=scan.matched > len(top) or scan.capped,
         complete=not (scan.capped or walk.lower_bound),
         unreadable=(scan.unreadable + walk.unreadable)[:UNREADABLE_MAX],
@@ -231,9 +257,10 @@ def _list(
     "system.files.list",
     """Regular files directly inside a directory (allowed paths only): name, size in bytes,
     modification time (ISO 8601 UTC; null past the year 9999), mode and owner uid, sorted by name, size or mtime
-    (`descending` for largest/newest first) and cut to `limit`. At most 200,000 entries
-    are looked at (past that `complete` is false). Use it to find big or recently changed
-    files, e.g. in /var/log.""",
+    (`descending` for largest/newest first) and cut to `limit`. Entries of other kinds
+    (directories, symlinks, FIFOs, sockets, devices) are not listed but counted by kind in
+    `other_entries`. At most 200,000 entries are looked at (past that `complete` is false).
+    Use it to find big or recently changed files, e.g. in /var/log.""",
     timeout_s=15,
 )
 async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
@@ -244,7 +271,8 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
 @PACK.probe(
     "system.files.directories",
     """Subdirectories directly inside a directory (allowed paths only), sorted by name,
-    mtime or size. Sizes are computed only with sort_by=size (else `size_bytes` is null and
+    mtime or size; entries of other kinds are counted by kind in `other_entries`. Sizes are
+    computed only with sort_by=size (else `size_bytes` is null and
     `size_complete` false); then each size is the disk space it and everything beneath
     it occupy (like `du -s`: allocated blocks, so a sparse file counts only what it really
     uses, a hard-linked file once, symlinks not followed, at most 200,000 entries walked
