@@ -93,7 +93,10 @@ def test_the_size_walk_holds_one_descriptor_per_level_and_no_more_than_its_depth
     finally:
         os.close(parent)
     assert not size.complete
-    assert walk.unreadable == ["/".join(["top", *["d"] * dirsize.MAX_WALK_DEPTH])]
+    # past the depth cap: told apart from a directory it may not read
+    assert walk.too_deep == ["/".join(["top", *["d"] * dirsize.MAX_WALK_DEPTH])]
+    assert walk.too_deep_count == 1
+    assert walk.unreadable == []
 
 
 @pytest.mark.parametrize("descending", [True, False])

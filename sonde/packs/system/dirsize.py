@@ -5,8 +5,9 @@ Summed with ``os.scandir`` without following symlinks: the blocks each entry occ
 however many hard links it has, the directory itself included; the apparent size (the
 sum of ``st_size``) beside it. A walk stops after `MAX_WALK_ENTRIES` entries (shared by
 every size of one listing), opens each directory relative to its parent's descriptor,
-never by path, and holds one open per level, so it goes at most `MAX_WALK_DEPTH` deep.
-A size it could not finish is a lower bound and says so. The walk looks at its probe's
+never by path, and holds one open per level, so it goes at most `MAX_WALK_DEPTH` deep: the
+directories deeper are named apart (``too_deep``), not as unreadable, as no permission keeps
+them from it. A size it could not finish is a lower bound and says so. The walk looks at its probe's
 stop flag every few hundred entries (`SizeWalk.check`) and ends with `Abandoned` once the
 probe has given up, instead of running on to its cap.
 """
@@ -35,17 +36,25 @@ class TreeSize:
 @dataclass
 class SizeWalk:
     """What the size walks of one listing share: the entries they may still visit, the
-    directories (relative to the listed one) whose contents they could not count, and the
-    probe's stop flag."""
+    directories (relative to the listed one) whose contents they could not count (unreadable,
+    or too deep to enter: `too_deep_count` of them, the first listed), and the probe's stop flag."""
 
     budget: int = MAX_WALK_ENTRIES
     check: StopCheck = field(default_factory=StopCheck)
     unreadable: list[str] = field(default_factory=list)
+    too_deep: list[str] = field(default_factory=list)
+    too_deep_count: int = 0
     lower_bound: bool = False  # some size it gave could not count all of its tree
 
     def could_not_read(self, relative: str) -> None:
         if len(self.unreadable) < UNREADABLE_MAX:
             self.unreadable.append(relative)
+
+    def did_not_enter(self, relative: str) -> None:
+        """``relative`` lies past `MAX_WALK_DEPTH`: not counted."""
+        self.too_deep_count += 1
+        if len(self.too_deep) < UNREADABLE_MAX:
+            self.too_deep.append(relative)
 
 
 @dataclass
@@ -152,7 +161,7 @@ def tree_size(parent: int, name: str, walk: SizeWalk) -> TreeSize:
             child = top.subdirectories.pop()
             relative = f"{top.relative}/{child}"
             if len(levels) >= MAX_WALK_DEPTH:  # one descriptor per level held: keep them bounded
-                walk.could_not_read(relative)
+                walk.did_not_enter(relative)
                 tally.exact = False
                 continue
             level = _enter(top.fd, child, relative, walk, tally)

@@ -96,8 +96,14 @@ class Listing(Result):
     )
     unreadable: list[str] = Field(
         description="Entries that could not be read, and the directories beneath (relative paths) "
-        "whose contents the size walk could not count."
+        "whose contents the size walk could not read."
     )
+    too_deep: list[str] = Field(
+        description="Directories beneath (relative paths) the size walk did not enter because they "
+        "lie more than 64 levels down (its depth cap, not a permission): their contents are not "
+        "counted. The first 100; `too_deep_count` counts them all."
+    )
+    too_deep_count: int
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,8 @@ def _list(
         truncated=scan.matched > len(top) or scan.capped,
         complete=not (scan.capped or walk.lower_bound),
         unreadable=(scan.unreadable + walk.unreadable)[:UNREADABLE_MAX],
+        too_deep=walk.too_deep,
+        too_deep_count=walk.too_deep_count,
     )
 
 
@@ -279,7 +287,8 @@ async def files_list(ctx: ProbeContext, params: ListingParams) -> Listing:
     and 64 levels deep),
     with the apparent size (sum of file lengths) beside it. A size is a lower bound,
     with `size_complete` false on its entry and `complete` false, when the walk stopped at
-    those caps or met a directory the agent may not read (listed in `unreadable`); the
+    those caps (the directories past 64 levels are listed in `too_deep`) or met a directory
+    the agent may not read (listed in `unreadable`); the
     directories the walk never reached (its entries spent on those before them) have a null
     size and come after every sized one: list them one by one. Use it to find what fills a
     disk.""",
