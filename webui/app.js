@@ -190,6 +190,7 @@ async function checkHealth() {
         `${s.agents_checked} agent${s.agents_checked === 1 ? "" : "s"} checked in ${(s.duration_ms / 1000).toFixed(1)} s: ` +
           `${s.critical} critical, ${s.warning} warning, ${s.info} info; ${s.probes_failed} of ${s.probes_run} probes failed` +
           (report.partial ? " (partial: some did not answer in time)" : "") +
+          (s.probes_not_started ? `; ${s.probes_not_started} not started before the deadline (too many agents for it)` : "") +
           (s.agents_unreachable ? `; ${s.agents_unreachable} unreachable` : "") +
           ".",
       ),

@@ -28,6 +28,10 @@ from sonde.packs.runbook import Failure, Finding, Runbook
 
 log = logging.getLogger(__name__)
 MALFORMED_READING = "malformed_reading"  # a step's code: its reading could not be read
+NOT_STARTED = (
+    "not asked: the deadline came before its turn (a call's probes run a few hundred at once, "
+    "agent by agent); give a longer deadline_s, or fewer agents or categories"
+)
 
 if TYPE_CHECKING:
     from sonde.hub.auth import Caller
@@ -37,7 +41,8 @@ if TYPE_CHECKING:
 @dataclass
 class StepOutcome:
     probe: str
-    status: str = "pending"  # ok | error | skipped | not_offered | timeout | pending
+    status: str = "pending"  # ok | error | skipped | not_offered | timeout | not_started | pending
+    asked: bool = False  # taken up to be run (`run_step`): past the deadline, a timeout, else not_started
     result: dict[str, Any] | None = None
     error: str | None = None
     code: str | None = None  # an error's code (the agent's, or the hub's)
@@ -56,7 +61,8 @@ class RunbookOutcome:
         return all(step.status != "pending" for step in self.steps)
 
     def finish(self) -> None:
-        """Evaluate what came back; mark what did not as timed out."""
+        """Evaluate what came back; mark what did not as timed out, or, never asked before the
+        deadline (its turn among the call's steps had not come), as not started."""
         readings = {s.probe: s.result for s in self.steps if s.status == "ok" and s.result is not None}
         failures = {
             s.probe: Failure(s.code, s.error or "")
@@ -66,8 +72,10 @@ class RunbookOutcome:
         malformed: dict[str, str] = {}
         self.findings = self.runbook.evaluate(readings, failures, malformed)
         for step in self.steps:
-            if step.status == "pending":
+            if step.status == "pending" and step.asked:
                 step.status, step.error = "timeout", "no answer before the deadline"
+            elif step.status == "pending":
+                step.status, step.error = "not_started", NOT_STARTED
             elif step.probe in malformed:  # one agent's odd answer spoils its own step, no one else's
                 step.status, step.code = "error", MALFORMED_READING
                 step.error = (
@@ -189,7 +197,7 @@ def not_offered_reason(hub: Hub, record: AgentRecord, probe: str) -> str:
 async def run_step(
     hub: Hub, caller: Caller, record: AgentRecord, step: StepOutcome, params: dict[str, Any], via: str
 ) -> None:
-    started = time.perf_counter()
+    started, step.asked = time.perf_counter(), True
     try:
         reading = await run_probe_for(hub, caller, record, step.probe, params, via=via, fan_out=True)
     except HubError as exc:

@@ -148,3 +148,24 @@ def test_a_reading_not_of_its_probes_shape_fails_its_own_step_only() -> None:
     assert str(disk.error).startswith(
         "the agent's answer does not have system.disk.usage's shape (KeyError: "
     )
+
+
+def test_steps_never_asked_before_the_deadline_are_counted_apart_not_as_failures() -> None:
+    """Regression (3,000 agents): steps still queued at the deadline were told as timeouts, 'no
+    answer before the deadline': 7,579 of 9,000 'failed' when the hub had sent some 1,700."""
+    agent = AgentRecord(name="web-1", public_key="k", enrolled_at=0.0)
+    found = RunbookOutcome(agent, Runbook("system", "", ()))
+    asked = StepOutcome("system.disk.usage", asked=True)  # sent, no answer yet
+    queued = [StepOutcome(f"system.probe{i}") for i in range(3)]  # its turn had not come
+    answered = StepOutcome("system.memory.usage", status="ok", result={}, asked=True)
+    found.steps += [answered, asked, *queued]
+    found.finish()
+    assert [s.status for s in found.steps] == ["ok", "timeout", "not_started", "not_started", "not_started"]
+    assert "give a longer deadline_s" in (queued[0].error or "")
+    answer = summarize_outcomes([found], [], time.perf_counter())
+    summary = answer.summary
+    assert (summary.probes_run, summary.probes_succeeded, summary.probes_failed) == (2, 1, 1)
+    assert summary.probes_not_started == 3
+    assert [(f.probe, f.status) for f in answer.failed] == [("system.disk.usage", "timeout")]
+    assert answer.partial
+    assert [c.status for c in answer.categories] == ["incomplete"]

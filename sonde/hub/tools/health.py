@@ -52,6 +52,9 @@ class Summary(BaseModel):
     probes_run: int
     probes_succeeded: int
     probes_failed: int
+    probes_not_started: int = Field(
+        default=0, description="Steps never asked before the deadline (their turn had not come): not failed."
+    )
     duration_ms: float
 
 
@@ -75,10 +78,8 @@ class Skipped(BaseModel):
     reason: str
 
 
-class NotOffered(BaseModel):
-    agent: str
-    probe: str
-    reason: str
+class NotOffered(Skipped):
+    """A step not run because the agent's pack lacks the probe: a skipped one's fields."""
 
 
 class Failed(BaseModel):
@@ -101,8 +102,8 @@ class HealthCheckInput(ToolInput):
     )
 
 
-# a step's statuses when it was not run: the key's policy forbids it, the agent's pack lacks it
-NOT_RUN = ("skipped", "not_offered")
+# a step's statuses when it was not run: policy forbids it, the pack lacks it, its turn had not come
+NOT_RUN = ("skipped", "not_offered", "not_started")
 MAX_LISTED = 50  # per list of a health_check answer: a fleet's worth would swamp the model
 
 
@@ -144,7 +145,8 @@ per-category status, the first that applies of critical > warning > incomplete >
 warning finding decides it even when some of the category's probes did not answer; incomplete when a
 probe was skipped by your key's policy, failed or timed out; not_checked when none ran. A probe an
 agent's older pack lacks (mid-upgrade) is not run there and listed in not_offered, with why: not a
-failure, but its category is incomplete, as for a skipped one. A requested
+failure, but its category is incomplete, as for a skipped one. Probes whose turn had not come by the
+deadline (a large fleet) are not run and only counted, in summary.probes_not_started. A requested
 category no matching agent has is refused, or, when others were run, listed in categories_not_found;
 tags no agent carries are refused, and so is a check when your key reaches no agent at all.
 Follow up with diagnose (one category on one agent), probe (one reading) or query_logs (root cause).
@@ -202,6 +204,7 @@ def summarize_outcomes(
         probes_run=len(steps),
         probes_succeeded=sum(s.status == "ok" for s in steps),
         probes_failed=sum(s.status != "ok" for s in steps),
+        probes_not_started=sum(s.status == "not_started" for o in outcomes for s in o.steps),
         duration_ms=round((time.perf_counter() - started) * 1000, 1),
     )
     failed = [
@@ -215,7 +218,7 @@ def summarize_outcomes(
         for s in o.steps
         if s.status != "ok" and s.status not in NOT_RUN
     ]
-    partial = any(s.status == "timeout" for s in steps)
+    partial = any(s.status in ("timeout", "not_started") for o in outcomes for s in o.steps)
     lists = {
         "findings": len(findings),
         "unreachable": len(unreachable),
