@@ -63,14 +63,28 @@ def resolve_agent(hub: Hub, caller: Caller, agent: str) -> AgentRecord:
     """
     record = hub.fleet.find(agent)
     if record is None or not caller.allows_agent(record.name, record.tags):
-        names = [r.name for r in visible_agents(hub, caller)]
-        shown = ", ".join(names[:20]) or "none"
         hidden = None if record is None else Denial("agent_not_allowed", record.name, {"agentId": record.id})
-        raise not_found(
-            f"Unknown agent {echoed(agent)}. Agents you can reach: {shown}. Call list_agents for details.",
-            hidden,
-        )
+        raise not_found(f"Unknown agent {echoed(agent)}. {reachable_names(hub, caller, agent)}", hidden)
     return record
+
+
+NAMES_SHOWN = 20  # of the agents a caller can reach, in an unknown agent's refusal
+NAMES_COMPARED = 2000  # at most, for the closest: a typo must not cost the hub a fleet's worth of work
+
+
+def reachable_names(hub: Hub, caller: Caller, wanted: str) -> str:
+    """The agents ``caller`` can reach, for a refusal of ``wanted``: all of a few; of many, how many
+    and the names closest to ``wanted`` (those sharing its start first), with how to find one."""
+    names = [r.name for r in visible_agents(hub, caller)]
+    if len(names) <= NAMES_SHOWN:
+        return f"Agents you can reach: {', '.join(names) or 'none'}. Call list_agents for details."
+    alike = [name for name in names if name[:3] == wanted[:3]] or names
+    closest = difflib.get_close_matches(wanted, alike[:NAMES_COMPARED], n=5, cutoff=0.5)
+    near = f"; the closest names: {', '.join(closest)}" if closest else ""
+    return (
+        f"You can reach {len(names)} agents{near}. Call list_agents with name (a glob, such as "
+        f"{echoed(wanted[:3] + '*')}) to find the one you mean."
+    )
 
 
 def agent_probes(record: AgentRecord) -> dict[str, dict[str, Any]]:
