@@ -23,7 +23,7 @@ import time
 
 QUEUED_LINES = 1000  # waiting for stderr, at most; past that, lines are dropped and counted
 DRAIN_AT_EXIT_S = 0.5  # how long a process waits at exit for its last lines to be written
-DROPPED_NOTE = "%d log line(s) dropped above: stderr was not read in time"
+DROPPED_NOTE = "%d log line(s) dropped above: they came faster than stderr took them"
 _STOP = b""  # put by `close`: the writer thread ends there
 
 

@@ -23,6 +23,7 @@ from sonde.hub.agent_records import AgentRecord, get_agent, revocation_reason
 from sonde.hub.agent_refusal import Refused, refuse, unreadable_register
 from sonde.hub.agent_session import AgentSession, booted_at
 from sonde.hub.attestation import ATTESTATION_FIELDS, check_attestation
+from sonde.hub.connection_lines import LINES
 from sonde.hub.fleet import REMOVED_BY_ADMIN
 from sonde.hub.shared_packs import described_packs
 from sonde.hub.store import REREADS_WHEN_OVERTAKEN, StoreCommitFailed
@@ -347,7 +348,15 @@ async def run_session(
         session_ref.append(session)
         with session.cancel_scope:
             replaced = await hub.fleet.attach(session)
-            log.info("agent %s (%s) online, from %s", register.payload.name, agent_id, peer)
+            LINES.say(
+                "online",
+                log,
+                logging.INFO,
+                "agent %s (%s) online, from %s",
+                register.payload.name,
+                agent_id,
+                peer,
+            )
             await audit_connect(hub, session, replaced)
             try:
                 await link.wait_closed()
@@ -357,7 +366,9 @@ async def run_session(
                 level = logging.WARNING if link.refused_frame else logging.INFO
                 if hub.fleet.closing is not None and not link.refused_frame:
                     level = logging.DEBUG  # the hub is stopping: one line says how many
-                log.log(
+                LINES.say(
+                    "offline",
+                    log,
                     level,
                     "agent %s offline: %s",
                     register.payload.name,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sonde.hub.agent_records import AgentRecord, get_agent, update_agent
 from sonde.hub.audit import AuditEntry, audit_entry
 from sonde.hub.config import default_data_dir
+from sonde.hub.connection_lines import LINES
 from sonde.hub.watching import look_every
 
 if TYPE_CHECKING:
@@ -116,7 +117,10 @@ async def hold(hub: Hub, record: AgentRecord, claimed: dict[str, Any], changes: 
     pending = compare(record.attestation, claimed, first_connect=False).changes or changes
     if record.id == hub.local_agent_id:  # `sonde up` accepts it at once, and says so
         return updated or record
-    log.warning(
+    LINES.say(
+        "held",
+        log,
+        logging.WARNING,
         "agent %s is held as degraded: its attestation changed since it was accepted (%s), and its "
         "probes are refused until an admin accepts it: `%s`%s",
         record.name,

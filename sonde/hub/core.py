@@ -28,6 +28,7 @@ from sonde.hub.audit_queue import AuditQueue, AuditUnavailable
 from sonde.hub.audit_retention import keep_audit_for
 from sonde.hub.auth import KeyRing
 from sonde.hub.config import HubConfig, default_data_dir
+from sonde.hub.connection_lines import say_connection_counts
 from sonde.hub.db import get_meta, open_database, set_meta, write_transaction
 from sonde.hub.db_watch import watch_database_file
 from sonde.hub.fleet import Fleet
@@ -284,6 +285,7 @@ async def open_hub(config: HubConfig, packs: PackRegistry | None = None) -> Asyn
                 nursery.start_soon(cut_off_removed_agents, hub)  # by `sonde hub agent remove`
                 nursery.start_soon(watch_accepted_agents, hub)  # by `sonde hub agent accept`
                 nursery.start_soon(watch_tag_changes, hub)  # by `sonde hub agent tag`
+                nursery.start_soon(say_connection_counts)  # agents online, offline, held past a burst
                 nursery.start_soon(fleet.keep_last_seen_written, config.last_seen_write_every_s)
                 if config.audit_keep_s is not None:
                     nursery.start_soon(keep_audit_for, config.db_path, config.audit_keep_s, store.health)
