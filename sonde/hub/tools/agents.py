@@ -37,6 +37,9 @@ from sonde.hub.tools.views import (
 
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
+# the agents of one answer, as JSON: past it the list is cut (truncated), for it would swamp a model's
+# context (1,000 agents with six packs each were some 312,000 characters) and some clients refuse it
+LIST_BUDGET_BYTES = 96 * 1024
 
 
 class ListAgentsInput(ToolInput):
@@ -64,15 +67,19 @@ class ListAgentsOutput(ToolOutput):
         description="All agents you can reach with the tags given (name and status do not narrow it)."
     )
     by_status: dict[str, int] = Field(description="Those same agents ('total'), counted by status.")
-    matched: int = Field(description="Agents matching the filters; 'agents' holds the first 'limit' of them.")
-    truncated: bool = Field(description="True when more agents matched than 'limit': narrow the filters.")
+    matched: int = Field(
+        description="Agents matching the filters; 'agents' holds the first 'limit' of them, or fewer "
+        "when more would not fit in about 96 KiB."
+    )
+    truncated: bool = Field(description="True when 'agents' does not hold every match: narrow the filters.")
 
 
 LIST_AGENTS = f"""List the agents (machines) you can reach: id, name, status (online / offline / degraded),
 last seen, last refused connection attempt (why the hub turned it away, e.g. its clock is off), OS,
 agent version, packs and tags, with counts by status. Use it to find agent names for probe, diagnose
 and agent_overview, or to see which machines are offline (status='offline') and why. On a large
-fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name: narrow with name (a glob), status or tags."""
+fleet it shows the first 'limit' (default {DEFAULT_LIST_LIMIT}) by name, fewer when more would not fit in
+about 96 KiB: narrow with name (a glob), status or tags."""
 
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:
@@ -84,14 +91,25 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
         if (args.status is None or s.status == args.status)
         and (args.name is None or fnmatch.fnmatchcase(s.name, args.name))
     ]
+    listed = within_budget(matched[: args.limit], LIST_BUDGET_BYTES)
     return ListAgentsOutput(
-        agents=matched[: args.limit],
+        agents=listed,
         online=by_status["online"],
         total=len(summaries),
         by_status=dict(sorted(by_status.items())),
         matched=len(matched),
-        truncated=len(matched) > args.limit,
+        truncated=len(matched) > len(listed),
     )
+
+
+def within_budget(summaries: list[AgentSummary], budget_bytes: int) -> list[AgentSummary]:
+    """The first of ``summaries`` whose JSON fits in ``budget_bytes`` (the first one always)."""
+    used = 0
+    for count, summary in enumerate(summaries):
+        used += len(summary.model_dump_json()) + 1
+        if used > budget_bytes and count:
+            return summaries[:count]
+    return summaries
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [
