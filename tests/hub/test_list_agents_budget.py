@@ -12,8 +12,8 @@ from sonde.hub.auth import caller_for
 from sonde.hub.config import HubConfig
 from sonde.hub.core import open_hub
 from sonde.hub.keys import ApiKeyRecord
-from sonde.hub.tools.agents import LIST_BUDGET_BYTES, ListAgentsInput, list_agents
-from sonde.hub.tools.base import ToolCall
+from sonde.hub.tools.agents import ListAgentsInput, list_agents
+from sonde.hub.tools.base import LIST_BUDGET_BYTES, ToolCall
 
 ADMIN = caller_for(ApiKeyRecord(id="k-admin", name="admin", prefix="sonde_x", role="admin", created_at=0.0))
 PACKS = [{"name": f"pack{n}", "version": "1.2.3", "probes": []} for n in range(6)]

@@ -16,7 +16,7 @@ from sonde.hub.config import HubConfig
 from sonde.hub.core import Hub, open_hub
 from sonde.hub.errors import HubError
 from sonde.hub.keys import ApiKeyRecord
-from sonde.hub.tools.base import ToolCall
+from sonde.hub.tools.base import LIST_BUDGET_BYTES, ToolCall
 from sonde.hub.tools.logs import (
     QueryLogsInput,
     QueryLogsOutput,
@@ -225,3 +225,18 @@ def test_a_refused_since_says_what_is_wrong_before_the_answer_cuts_it() -> None:
     assert said.startswith("since: since '9999-12-31T23:59:59Z' is no real date and time in reach: ")
     assert "Value error" not in said
     assert said.endswith("from 1970-01-01 to 9999-12-30")  # whole
+
+
+async def test_a_thousand_audit_lines_are_cut_to_the_answer_budget_newest_kept(hub: Hub) -> None:
+    """Regression (3,000 agents): `query_logs {source: audit, lines: 1000}` answered 190,898
+    characters, past what clients take from a tool."""
+    for i in range(1000):
+        await hub.audit(
+            "k-admin", "mcp.probe", f"web-{i:04d}", "ok", detail={"probe": "system.info", "n": "x" * 150}
+        )
+    answer = await audit_answer(hub, lines=1000)
+    assert answer.audit is not None
+    assert answer.truncated is True
+    assert 100 < len(answer.audit) < 1000
+    assert answer.audit[0].target == "web-0999"  # the newest are kept
+    assert len(answer.model_dump_json()) <= LIST_BUDGET_BYTES + 1024

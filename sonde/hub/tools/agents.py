@@ -24,6 +24,7 @@ from sonde.hub.tools.base import (
     ToolInput,
     ToolOutput,
     ToolSpec,
+    within_budget,
 )
 from sonde.hub.tools.views import (
     AgentSummary,
@@ -37,9 +38,6 @@ from sonde.hub.tools.views import (
 
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
-# the agents of one answer, as JSON: past it the list is cut (truncated), for it would swamp a model's
-# context (1,000 agents with six packs each were some 312,000 characters) and some clients refuse it
-LIST_BUDGET_BYTES = 96 * 1024
 
 
 class ListAgentsInput(ToolInput):
@@ -91,7 +89,7 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
         if (args.status is None or s.status == args.status)
         and (args.name is None or fnmatch.fnmatchcase(s.name, args.name))
     ]
-    listed = within_budget(matched[: args.limit], LIST_BUDGET_BYTES)
+    listed = within_budget(matched[: args.limit])
     return ListAgentsOutput(
         agents=listed,
         online=by_status["online"],
@@ -100,16 +98,6 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
         matched=len(matched),
         truncated=len(matched) > len(listed),
     )
-
-
-def within_budget(summaries: list[AgentSummary], budget_bytes: int) -> list[AgentSummary]:
-    """The first of ``summaries`` whose JSON fits in ``budget_bytes`` (the first one always)."""
-    used = 0
-    for count, summary in enumerate(summaries):
-        used += len(summary.model_dump_json()) + 1
-        if used > budget_bytes and count:
-            return summaries[:count]
-    return summaries
 
 
 TOOLS: list[ToolSpec[Any, Any]] = [

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
+ItemT = TypeVar("ItemT", bound=BaseModel)
+# the items of one answer's list, as JSON: past it the list is cut (truncated), for it would swamp a
+# model's context (1,000 agents with six packs each were some 312,000 characters) and some clients
+# refuse a tool's answer that large
+LIST_BUDGET_BYTES = 96 * 1024
 
 AGENT_NAME_OR_ID = worded(
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
@@ -177,3 +182,13 @@ class ToolSpec(Generic[InT, OutT]):
 
     def output_schema(self) -> dict[str, Any]:
         return self.output_model.model_json_schema()
+
+
+def within_budget(items: list[ItemT], budget_bytes: int = LIST_BUDGET_BYTES) -> list[ItemT]:
+    """The first of ``items`` whose JSON fits in ``budget_bytes`` (the first one always)."""
+    used = 0
+    for count, item in enumerate(items):
+        used += len(item.model_dump_json()) + 1
+        if used > budget_bytes and count:
+            return items[:count]
+    return items

@@ -27,6 +27,7 @@ from sonde.hub.tools.base import (
     ToolInput,
     ToolOutput,
     ToolSpec,
+    within_budget,
 )
 from sonde.hub.tools.views import iso
 from sonde.packs.docker.stats import CONTAINER_PATTERN
@@ -186,7 +187,8 @@ logs: container; no since or grep), 'nginx' (access or error log: kind, path; no
 'system' (a log file under the agent's allowed paths, e.g. /var/log/syslog: path, grep as literal text;
 no since), 'audit' (the hub's own trail of who ran what, members see their own calls: agent, since, grep
 over actor, action, target, outcome and detail). A filter the source does not support is refused.
-Lines are bounded (default 100, at most 1000); 'since' takes '15m', '2h', '1d' or an ISO time."""
+Lines are bounded (default 100, at most 1000; the audit's newest that fit in about 96 KiB, truncated
+says when some were left out); 'since' takes '15m', '2h', '1d' or an ISO time."""
 
 
 def since_epoch(since: str | None) -> float | None:
@@ -275,13 +277,14 @@ async def audit_logs(call: ToolCall, args: QueryLogsInput) -> QueryLogsOutput:
         as_told=not caller.is_admin,
     )
     entries = [AuditEntryOut(**{**r, "ts": iso(r["ts"])}) for r in rows]
+    listed = within_budget(entries)  # the newest first: what is cut is the oldest
     return QueryLogsOutput(
         source="audit",
         agent=target,
         probe=None,
         result=None,
-        audit=entries,
-        truncated=more,
+        audit=listed,
+        truncated=more or len(listed) < len(entries),
     )
 
 
