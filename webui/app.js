@@ -15,6 +15,7 @@ let refreshTimer = null;
 // The filters as last applied (Filter pressed), not as half typed: the refresh, "Check health"
 // and "Older entries" read these, and signing out forgets them.
 let fleetTag = "";
+let fleetStatus = ""; // as the tag: applied when Filter is pressed
 let auditQuery = { action: "", agent: "" };
 const asked = new Map(); // per slot of the page: how many times it was asked to show something
 
@@ -140,17 +141,18 @@ async function showFleet() {
   show("fleet");
   const current = ask("view");
   const tag = fleetTag.replace(/^#/, "");
-  const answer = await forCurrent(current, api(tag ? `/api/v1/agents?tag=${encodeURIComponent(tag)}` : "/api/v1/agents"));
+  const query = new URLSearchParams({ limit: String(FLEET_ROWS) });
+  if (tag) query.set("tag", tag);
+  if (fleetStatus) query.set("status", fleetStatus);
+  const answer = await forCurrent(current, api(`/api/v1/agents?${query}`));
   if (!answer) return;
-  const { agents } = answer;
-  const counts = {};
-  for (const agent of agents) counts[agent.status] = (counts[agent.status] || 0) + 1;
+  const { agents, total, by_status: counts, matched } = answer;
   $("fleet-counts").textContent =
-    `${agents.length} agent${agents.length === 1 ? "" : "s"}` +
+    `${total} agent${total === 1 ? "" : "s"}` +
     Object.entries(counts).map(([status, n]) => `, ${n} ${status}`).join("");
   fill(
     $("agents").tBodies[0],
-    agents.slice(0, FLEET_ROWS).map((agent) =>
+    agents.map((agent) =>
       el(
         "tr",
         { "data-agent": agent.name },
@@ -164,12 +166,13 @@ async function showFleet() {
       ),
     ),
   );
-  $("fleet-empty").hidden = agents.length > 0 && agents.length <= FLEET_ROWS;
+  $("fleet-empty").hidden = agents.length > 0 && !answer.truncated;
+  const which = [tag ? `carries #${tag}` : "", fleetStatus ? `is ${fleetStatus}` : ""].filter(Boolean).join(" and ");
   $("fleet-empty").textContent =
-    agents.length > FLEET_ROWS
-      ? `The first ${FLEET_ROWS} by name are listed; filter by tag to see others.`
-      : tag
-        ? `No agent you can see carries #${tag}.`
+    answer.truncated
+      ? `The first ${agents.length} of ${matched} by name are listed; filter by tag or status to see others.`
+      : which
+        ? `No agent you can see ${which}.`
         : "No agent you can see is enrolled. `sonde hub token create`, then `sonde enroll` on a machine.";
 }
 
@@ -464,13 +467,15 @@ function start() {
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(KEY_SLOT);
     fleetTag = ""; // the next key's holder starts with no one else's filters
+    fleetStatus = "";
     auditQuery = { action: "", agent: "" };
-    for (const id of ["tag", "audit-action", "audit-agent"]) $(id).value = "";
+    for (const id of ["tag", "status-filter", "audit-action", "audit-agent"]) $(id).value = "";
     signIn("Signed out.");
   });
   $("tag-filter").addEventListener("submit", (event) => {
     event.preventDefault();
     fleetTag = $("tag").value.trim();
+    fleetStatus = $("status-filter").value;
     showFleet().catch(failed);
   });
   $("audit-filter").addEventListener("submit", (event) => {

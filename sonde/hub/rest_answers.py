@@ -39,6 +39,12 @@ class Health(Answer):
 
 class AgentList(Answer):
     agents: list[AgentSummary]
+    total: int = Field(description="Every agent this key may see with the tags given")
+    by_status: dict[str, int] = Field(description="Those same agents ('total'), counted by status")
+    matched: int = Field(
+        description="Those of the status given too; 'agents' holds the first 'limit' of them"
+    )
+    truncated: bool = Field(description="True when 'agents' does not hold every match")
 
 
 class AgentRemoved(Answer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -210,11 +211,20 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
     async def agents() -> dict[str, Any]:
         caller = await require_caller(hub, action="rest.agent.list")
         try:
-            tags = AgentFilters(tag=request.args.getlist("tag")).tag
+            filters = AgentFilters.model_validate(
+                {**request.args.to_dict(flat=True), "tag": request.args.getlist("tag")}
+            )
         except ValidationError as exc:
             raise ApiError(400, "invalid_query", describe_params_error(exc)) from None
+        summaries = [summarize(hub, r) for r in await visible_agents_now(hub, caller, filters.tag)]
+        matched = [s for s in summaries if filters.status is None or s.status == filters.status]
+        listed = matched if filters.limit is None else matched[: filters.limit]
         return {
-            "agents": [summarize(hub, r).model_dump() for r in await visible_agents_now(hub, caller, tags)]
+            "agents": [s.model_dump() for s in listed],
+            "total": len(summaries),
+            "by_status": dict(sorted(Counter(s.status for s in summaries).items())),
+            "matched": len(matched),
+            "truncated": len(listed) < len(matched),
         }
 
     @app.get("/api/v1/agents/<agent>")
@@ -300,8 +310,21 @@ def install_probe_routes(app: QuartTrio, hub: Hub) -> None:
 
 
 class AgentFilters(BaseModel):
+    """The query string of GET /api/v1/agents; any other parameter is refused (400 invalid_query)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     tag: list[TagQuery] = Field(  # as the tools take tags: a blank one would match every agent
         default_factory=list,
         max_length=16,
         description="Only agents with this tag (a leading '#' is ignored); repeated, only those with every one",
+    )
+    status: Literal["online", "offline", "degraded"] | None = Field(
+        default=None, description="Only agents in this status ('total' and 'by_status' still count all)"
+    )
+    limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="At most this many agents, the first by name (default: all)",
     )

@@ -312,6 +312,23 @@ async def test_a_large_fleet_is_counted_whole_and_listed_in_part(tmp_path: Path)
     again = spawn(["hub", "--bind", "127.0.0.1:0", "--data-dir", str(hub.data_dir)], hub.env)
     try:
         url = again.wait_for(URL_LINE).group(1)
+        async with httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {hub.admin_key}"}
+        ) as http:
+            some = (await http.get("/api/v1/agents", params={"status": "offline", "limit": 3})).json()
+            assert [a["name"] for a in some["agents"]] == ["host-0000", "host-0001", "host-0002"]
+            assert (some["total"], some["matched"], some["truncated"]) == (
+                FLEET_ROWS + 1,
+                FLEET_ROWS + 1,
+                True,
+            )
+            assert some["by_status"] == {"offline": FLEET_ROWS + 1}
+            none = (await http.get("/api/v1/agents", params={"status": "online"})).json()
+            assert (none["agents"], none["matched"], none["truncated"]) == ([], 0, False)
+            for bad in ({"limit": "0"}, {"status": "asleep"}, {"nosuch": "1"}):
+                refused = await http.get("/api/v1/agents", params=bad)
+                assert refused.status_code == 400, bad
+                assert refused.json()["error"]["code"] == "invalid_query"
         async with browser_page() as page:
             await page.open(url + "/")
             await sign_in(page, hub.admin_key)
@@ -323,7 +340,25 @@ async def test_a_large_fleet_is_counted_whole_and_listed_in_part(tmp_path: Path)
                 await page.evaluate(text_of("#fleet-counts"))
                 == f"{FLEET_ROWS + 1} agents, {FLEET_ROWS + 1} offline"
             )
-            assert "filter by tag to see others" in await page.evaluate(text_of("#fleet-empty"))
+            assert "filter by tag or status to see others" in await page.evaluate(text_of("#fleet-empty"))
+            fetched = await page.evaluate(
+                "performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/api/v1/agents'))"
+            )
+            assert fetched, "the fleet was not fetched"
+            assert all("limit=500" in name for name in fetched), fetched  # not the whole fleet, every 10 s
+            await page.evaluate(
+                "document.getElementById('status-filter').value = 'online';"
+                " document.getElementById('tag-filter').requestSubmit()"
+            )
+            assert "No agent you can see is online" in await page.wait_for(
+                "document.getElementById('fleet-empty').textContent.includes('is online') && "
+                + text_of("#fleet-empty")
+            )
+            assert await page.evaluate("document.querySelectorAll('#agents tbody tr').length") == 0
+            assert (
+                await page.evaluate(text_of("#fleet-counts"))
+                == f"{FLEET_ROWS + 1} agents, {FLEET_ROWS + 1} offline"
+            )
             assert page.complaints() == []
     finally:
         assert again.stop() == 0

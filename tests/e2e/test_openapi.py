@@ -173,8 +173,9 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
     audit = {p["name"]: p for p in spec.document["paths"]["/api/v1/audit"]["get"]["parameters"]}
     assert set(audit) == {"agent", "key", "action", "since", "until", "limit"}
     assert all(p["in"] == "query" and not p["required"] and p["description"] for p in audit.values())
-    (tag,) = spec.document["paths"]["/api/v1/agents"]["get"]["parameters"]
+    tag, status, most = spec.document["paths"]["/api/v1/agents"]["get"]["parameters"]
     assert (tag["name"], tag["in"], tag["schema"]["type"]) == ("tag", "query", "array")
+    assert (status["name"], most["name"]) == ("status", "limit")
     assert (tag["style"], tag["explode"]) == ("form", True)
     samples = {"string": "alpha", "number": 0, "integer": 1}
     moments = {"since", "until"}  # a number (unix seconds) or a string: a duration ago, an ISO time
@@ -211,6 +212,8 @@ def test_the_query_parameters_declared_are_the_ones_the_hub_takes(fleet: SharedF
             assert refused.status_code == 400, (blank, refused.text)
             assert spec.check("get", "/api/v1/agents", refused)["error"]["code"] == "invalid_query"
         assert http.get("/api/v1/agents", params={"tag": "#openapi"}).status_code == 200
+        for params in [{"status": "offline"}, {"limit": 1}]:
+            spec.check("get", "/api/v1/agents", http.get("/api/v1/agents", params=params))
 
 
 def test_a_blocked_address_is_told_when_to_retry_as_declared(tmp_path: Path) -> None:
