@@ -291,18 +291,25 @@ def agent_tag(
 
 @agent_admin_app.command(name="list")
 def agent_list(
-    *, json: Annotated[bool, Parameter(negative="")] = False, data_dir: AdminDataDir = None
+    *,
+    status: Literal["online", "offline", "degraded"] | None = None,
+    json: Annotated[bool, Parameter(negative="")] = False,
+    data_dir: AdminDataDir = None,
 ) -> int:
     """List the agents enrolled with the hub (the status the hub last recorded; none online when no hub runs).
 
+    The count of every agent, by status, goes to stderr.
+
     Parameters
     ----------
+    status
+        Only agents in this status (offline: to see what is down).
     json
         Print JSON instead of a table.
     """
     from sonde.hub import admin, admin_agents
 
-    return admin.run_admin(admin_agents.agent_list, data_dir_or_default(data_dir), json)
+    return admin.run_admin(admin_agents.agent_list, data_dir_or_default(data_dir), json, status)
 
 
 @audit_app.command(name="verify")

@@ -473,3 +473,31 @@ def test_a_key_is_revoked_by_its_name_unless_two_active_keys_share_it(tmp_path: 
     assert "2 active API keys are named 'shared': give one's id (" in twice.stderr
     listed = sonde_hub(tmp_path, "key", "list").stdout
     assert listed.count("revoked") == 1, listed
+
+
+# --- at fleet scale: the agent list is counted and filtered --------------------------------------
+
+
+def test_the_agent_list_counts_every_agent_and_lists_a_status_alone(tmp_path: Path, data_dir: Path) -> None:
+    """Regression (3,000 agents): `sonde hub agent list` printed every row with no count and no
+    way to see only the agents that are down."""
+    db = open_database(data_dir / "sonde.db")
+    try:
+        for n in range(5):
+            insert_agent(db, AgentRecord(name=f"web-{n}", public_key=f"k{n}", enrolled_at=0.0))
+        held = {"status": "degraded", "pending_attestation": {"codeHash": "x"}}
+        insert_agent(db, AgentRecord(name="db-1", public_key="kd", enrolled_at=0.0, **held))
+    finally:
+        db.close()
+    every = sonde_hub(tmp_path, "agent", "list")
+    assert every.returncode == 0, every.stderr
+    assert every.stderr.strip().splitlines()[-1] == "6 agent(s): 1 degraded, 5 offline"
+    assert len(every.stdout.splitlines()) == 1 + 6
+    down = sonde_hub(tmp_path, "agent", "list", "--status", "degraded", "--json")
+    assert down.returncode == 0, down.stderr
+    assert [a["name"] for a in json.loads(down.stdout)] == ["db-1"]
+    assert (
+        down.stderr.strip().splitlines()[-1] == "6 agent(s): 1 degraded, 5 offline; 1 listed, those degraded"
+    )
+    wrong = sonde_hub(tmp_path, "agent", "list", "--status", "asleep")
+    assert wrong.returncode == 2, wrong.stderr

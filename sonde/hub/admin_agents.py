@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 from sonde.echo import echoed
@@ -148,9 +149,10 @@ def agent_tag(data_dir: Path, name: str, change: TagChange) -> int:
     return 0
 
 
-def agent_list(data_dir: Path, as_json: bool) -> int:
-    """The agents enrolled with the hub; the status is the last one the hub wrote, except that
-    with no hub holding the data directory none is online (as the next start records)."""
+def agent_list(data_dir: Path, as_json: bool, status: str | None = None) -> int:
+    """The agents enrolled with the hub (``status``: only those in it); the status is the last one
+    the hub wrote, except that with no hub holding the data directory none is online (as the next
+    start records). Every agent is counted, by status, on stderr."""
     from sonde.hub.agent_records import list_agents
     from sonde.hub.data_dir import hub_holds
     from sonde.hub.tools.views import pack_labels
@@ -167,6 +169,13 @@ def agent_list(data_dir: Path, as_json: bool) -> int:
                 f"no hub is running on {data_dir}: none of its agents is online (last seen: when it last heard of each)"
             )
             records = [r.model_copy(update={"status": "offline"}) if r in left else r for r in records]
+    counts = Counter[str](r.status for r in records)
+    by_status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+    err(
+        f"{len(records)} agent(s): {by_status}"
+        + (f"; {counts[status]} listed, those {status}" if status else "")
+    )
+    records = [r for r in records if status is None or r.status == status]
     if as_json:
         # its packs as `name@version`, as GET /api/v1/agents lists them (not every probe's descriptor)
         listed = [{**r.model_dump(mode="json", exclude={"packs"}), "packs": pack_labels(r)} for r in records]
