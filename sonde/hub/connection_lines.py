@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+log = logging.getLogger("sonde.hub.agent_socket")  # the count lines go where the agents' own lines go
 PER_WINDOW = 20  # lines of one kind said one by one in each window
 WINDOW_S = 10.0
 # what the count line says of each kind, and its level
@@ -64,7 +65,6 @@ class ConnectionLines:
         self._unsaid = dict.fromkeys(KINDS, 0)
 
 
-log = logging.getLogger("sonde.hub.agent_socket")
 LINES = ConnectionLines()
 
 

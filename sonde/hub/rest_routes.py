@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -34,7 +33,7 @@ from sonde.hub.tools.base import TagQuery, ToolCall
 from sonde.hub.tools.diagnose import DiagnoseInput, diagnose
 from sonde.hub.tools.health import HealthCheckInput, health_check
 from sonde.hub.tools.probe import ProbeInput, ProbeOutput
-from sonde.hub.tools.views import summarize
+from sonde.hub.tools.views import status_counts, summarize
 from sonde.params_words import describe_params_error
 from sonde.protocol.enrollment import EnrollRequest
 from sonde.protocol.names import NAME_PATTERN, refuse_secret_shape
@@ -222,7 +221,7 @@ def install_agent_routes(app: QuartTrio, hub: Hub) -> None:
         return {
             "agents": [s.model_dump() for s in listed],
             "total": len(summaries),
-            "by_status": dict(sorted(Counter(s.status for s in summaries).items())),
+            "by_status": status_counts(summaries),
             "matched": len(matched),
             "truncated": len(listed) < len(matched),
         }

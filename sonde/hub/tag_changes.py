@@ -49,7 +49,7 @@ def tags_set_after(db: Database, after_seq: int) -> tuple[list[str], int]:
     instead, as before, made each look scan every row written since the hub started, when
     nobody tagged from the CLI: a soak's 380,000 rows took 72 ms every 2 s, growing until a restart.
     """
-    rows = db.execute(  # `Store.read` runs both in one snapshot
+    rows = db.execute(
         "SELECT target FROM audit WHERE seq > ? AND action = ? ORDER BY seq",
         [after_seq, CLI_TAGS_ACTION],
     ).fetchall()

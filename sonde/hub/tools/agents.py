@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -33,6 +32,7 @@ from sonde.hub.tools.views import (
     last_refusal,
     pack_labels,
     runnable_categories,
+    status_counts,
     summarize,
 )
 
@@ -82,7 +82,7 @@ about 96 KiB: narrow with name (a glob), status or tags."""
 
 async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput:
     summaries = [summarize(call.hub, r) for r in await visible_agents_now(call.hub, call.caller, args.tags)]
-    by_status = Counter(s.status for s in summaries)
+    by_status = status_counts(summaries)
     matched = [
         s
         for s in summaries
@@ -92,9 +92,9 @@ async def list_agents(call: ToolCall, args: ListAgentsInput) -> ListAgentsOutput
     listed = within_budget(matched[: args.limit])
     return ListAgentsOutput(
         agents=listed,
-        online=by_status["online"],
+        online=by_status.get("online", 0),
         total=len(summaries),
-        by_status=dict(sorted(by_status.items())),
+        by_status=by_status,
         matched=len(matched),
         truncated=len(matched) > len(listed),
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field
@@ -58,6 +59,11 @@ def last_refusal(hub: Hub, agent_id: str) -> LastRefusal | None:
     if refusal is None:
         return None
     return LastRefusal(at=iso(refusal.at) or "", reason=refusal.reason, peer=refusal.peer)
+
+
+def status_counts(summaries: list[AgentSummary]) -> dict[str, int]:
+    """How many of ``summaries`` are in each status, by status name (list_agents', GET /agents')."""
+    return dict(sorted(Counter(s.status for s in summaries).items()))
 
 
 def summarize(hub: Hub, record: AgentRecord) -> AgentSummary:
